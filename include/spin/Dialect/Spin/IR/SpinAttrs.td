@@ -1,0 +1,91 @@
+//===- SpinAttrs.td - spin attributes and enums ------------*- tablegen -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_DIALECT_SPIN_IR_SPINATTRS_TD
+#define SPIN_DIALECT_SPIN_IR_SPINATTRS_TD
+
+include "spin/Dialect/Spin/IR/SpinDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Spin_PoolingKind : I32EnumAttr<"PoolingKind",
+    "how slot scores are pooled into a block score (SPIN_SPEC §3.3)", [
+      I32EnumAttrCase<"max", 0>,
+      I32EnumAttrCase<"mean", 1>,
+      I32EnumAttrCase<"top4", 2>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
+def Spin_Reduction : I32EnumAttr<"Reduction",
+    "how slot-level predictions become a block selection (SPIN_SPEC §3)", [
+      I32EnumAttrCase<"a0", 0>,
+      I32EnumAttrCase<"a1", 1>,
+      I32EnumAttrCase<"a2", 2>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
+def Spin_MtpMask : I32EnumAttr<"MtpMask",
+    "which blocks an MTP verification step scores (SPIN_SPEC §4)", [
+      I32EnumAttrCase<"union_", 0, "union">,
+      I32EnumAttrCase<"row0", 1>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
+def Spin_MtpUpdate : I32EnumAttr<"MtpUpdate",
+    "which accepted MTP rows update the state at commit (SPIN_SPEC §4)", [
+      I32EnumAttrCase<"prefix", 0>,
+      I32EnumAttrCase<"row0", 1>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
+def Spin_StateLevel : I32EnumAttr<"StateLevel",
+    "granularity of the EMA state: per slot/offset (A0, A1) or per block (A2)", [
+      I32EnumAttrCase<"slot", 0>,
+      I32EnumAttrCase<"block", 1>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Enum attributes
+//===----------------------------------------------------------------------===//
+
+class Spin_EnumAttr<EnumAttrInfo info, string mnemonic>
+    : EnumAttr<Spin_Dialect, info, mnemonic> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Spin_PoolingKindAttr : Spin_EnumAttr<Spin_PoolingKind, "pooling">;
+def Spin_ReductionAttr : Spin_EnumAttr<Spin_Reduction, "reduction">;
+def Spin_MtpMaskAttr : Spin_EnumAttr<Spin_MtpMask, "mtp_mask">;
+def Spin_MtpUpdateAttr : Spin_EnumAttr<Spin_MtpUpdate, "mtp_update">;
+
+//===----------------------------------------------------------------------===//
+// Attribute constraints
+//===----------------------------------------------------------------------===//
+
+def Spin_UnitIntervalF64Attr : ConfinedAttr<F64Attr, [AttrConstraint<
+    CPred<"::llvm::cast<::mlir::FloatAttr>($_self).getValueAsDouble() >= 0.0 && "
+          "::llvm::cast<::mlir::FloatAttr>($_self).getValueAsDouble() <= 1.0">,
+    "whose value is in [0, 1]">]>;
+
+def Spin_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+
+#endif // SPIN_DIALECT_SPIN_IR_SPINATTRS_TD

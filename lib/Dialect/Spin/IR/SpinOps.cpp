@@ -1,0 +1,335 @@
+//===- SpinOps.cpp - spin operations and their verifiers ------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Element types and ranks are checked by the ODS type constraints; the
+// verifiers here check the rules that relate several operands and
+// attributes: shared batch/row/head sizes, slot and block counts, the key
+// format against the scales, and which attributes a state level needs.
+// Dynamic sizes are accepted and left to the runtime's checks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mlir::spin;
+
+namespace {
+
+/// One dimension of a named operand or result, for diagnostics that say
+/// exactly which sizes disagree.
+struct NamedDim {
+  StringRef name;
+  Type type;
+  unsigned index;
+
+  int64_t size() const { return cast<ShapedType>(type).getDimSize(index); }
+  bool isStatic() const { return !ShapedType::isDynamic(size()); }
+};
+
+} // namespace
+
+/// Checks that every static size among `dims` is the same; `what` says which
+/// quantity the dimensions share (batch size, rows, ...).
+static LogicalResult verifySameSize(Operation *op, StringRef what,
+                                    ArrayRef<NamedDim> dims) {
+  const NamedDim *first = nullptr;
+  for (const NamedDim &dim : dims) {
+    if (!dim.isStatic())
+      continue;
+    if (!first) {
+      first = &dim;
+      continue;
+    }
+    if (dim.size() != first->size())
+      return op->emitOpError()
+             << what << " mismatch: '" << dim.name << "' dim " << dim.index
+             << " is " << dim.size() << " but '" << first->name << "' dim "
+             << first->index << " is " << first->size();
+  }
+  return success();
+}
+
+/// Checks that a slot count is `blocks * blockSize`, or at least a multiple
+/// of `blockSize` when the block count is dynamic.
+static LogicalResult verifyBlockTiling(Operation *op, NamedDim slots,
+                                       NamedDim blocks, int64_t blockSize) {
+  if (!slots.isStatic())
+    return success();
+  if (blocks.isStatic() && slots.size() != blocks.size() * blockSize)
+    return op->emitOpError()
+           << "'" << slots.name << "' dim " << slots.index << " ("
+           << slots.size() << " slots) must equal '" << blocks.name << "' dim "
+           << blocks.index << " (" << blocks.size() << " blocks) times block_size ("
+           << blockSize << ")";
+  if (slots.size() % blockSize != 0)
+    return op->emitOpError()
+           << "'" << slots.name << "' dim " << slots.index << " ("
+           << slots.size() << " slots) is not a multiple of block_size ("
+           << blockSize << ")";
+  return success();
+}
+
+/// Checks that `attrName` is present exactly when the state is block-level:
+/// the A2 variant needs a block size (to locate blocks) and a pooling kind
+/// (to reduce observed scores); slot-level states use neither.
+static LogicalResult verifyBlockLevelAttr(Operation *op, StateType state,
+                                          StringRef attrName, bool present) {
+  bool blockLevel = state.getLevel() == StateLevel::block;
+  if (blockLevel && !present)
+    return op->emitOpError() << "needs '" << attrName
+                             << "' with a level = block state (variant A2)";
+  if (!blockLevel && present)
+    return op->emitOpError() << "takes '" << attrName
+                             << "' only with a level = block state (variant A2)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Indexer ops
+//===----------------------------------------------------------------------===//
+
+/// Rules shared by spin.dense_indexer and spin.sparse_indexer.
+template <typename IndexerOp>
+static LogicalResult verifyIndexer(IndexerOp op) {
+  Type q = op.getQ().getType(), w = op.getW().getType();
+  auto keys = cast<RankedTensorType>(op.getKeys().getType());
+  Type blockTable = op.getBlockTable().getType();
+  Type lengths = op.getLengths().getType(), scores = op.getScores().getType();
+
+  bool fp8 = isa<Float8E4M3FNType>(keys.getElementType());
+  if (fp8 && !op.getScales())
+    return op.emitOpError("fp8 e4m3 keys need per-slot 'scales'");
+  if (!fp8 && op.getScales())
+    return op.emitOpError("'scales' are only taken with fp8 e4m3 keys, not ")
+           << keys.getElementType() << " keys";
+
+  if (failed(verifySameSize(op, "batch size",
+                            {{"q", q, 0},
+                             {"w", w, 0},
+                             {"block_table", blockTable, 0},
+                             {"lengths", lengths, 0},
+                             {"scores", scores, 0}})) ||
+      failed(verifySameSize(op, "row count",
+                            {{"q", q, 1},
+                             {"w", w, 1},
+                             {"lengths", lengths, 1},
+                             {"scores", scores, 1}})) ||
+      failed(verifySameSize(op, "head count", {{"q", q, 2}, {"w", w, 2}})) ||
+      failed(verifySameSize(op, "head dim", {{"q", q, 3}, {"keys", keys, 2}})))
+    return failure();
+
+  if (Value scales = op.getScales()) {
+    if (failed(verifySameSize(op, "page count",
+                              {{"keys", keys, 0}, {"scales", scales.getType(), 0}})) ||
+        failed(verifySameSize(op, "page size",
+                              {{"keys", keys, 1}, {"scales", scales.getType(), 1}})))
+      return failure();
+  }
+
+  NamedDim slots{"scores", scores, 2}, pages{"block_table", blockTable, 1},
+      pageSize{"keys", keys, 1};
+  if (slots.isStatic() && pages.isStatic() && pageSize.isStatic() &&
+      slots.size() != pages.size() * pageSize.size())
+    return op.emitOpError() << "'scores' dim 2 (" << slots.size()
+                            << " slots) must equal 'block_table' dim 1 ("
+                            << pages.size() << " pages) times the page size ("
+                            << pageSize.size() << ")";
+  return success();
+}
+
+LogicalResult DenseIndexerOp::verify() { return verifyIndexer(*this); }
+
+LogicalResult SparseIndexerOp::verify() {
+  if (failed(verifyIndexer(*this)))
+    return failure();
+  int64_t blockSize = getBlockSize();
+  int64_t pageSize = getKeys().getType().getDimSize(1);
+  if (!ShapedType::isDynamic(pageSize) && pageSize % blockSize != 0)
+    return emitOpError() << "block_size (" << blockSize
+                         << ") must divide the page size (" << pageSize << ")";
+  Type mask = getMask().getType(), scores = getScores().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"scores", scores, 0}, {"mask", mask, 0}})))
+    return failure();
+  return verifyBlockTiling(*this, {"scores", scores, 2}, {"mask", mask, 1},
+                           blockSize);
+}
+
+//===----------------------------------------------------------------------===//
+// TopKOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult TopKOp::verify() {
+  Type scores = getScores().getType(), lengths = getLengths().getType();
+  auto indices = cast<RankedTensorType>(getIndices().getType());
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"scores", scores, 0},
+                             {"lengths", lengths, 0},
+                             {"indices", indices, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"scores", scores, 1},
+                             {"lengths", lengths, 1},
+                             {"indices", indices, 1}})))
+    return failure();
+  int64_t perRow = indices.getDimSize(2);
+  if (!ShapedType::isDynamic(perRow) && perRow != static_cast<int64_t>(getK()))
+    return emitOpError() << "result holds " << perRow << " indices per row but k is "
+                         << getK();
+
+  std::optional<uint64_t> blockSize = getBlockSize();
+  if (getMask() && !blockSize)
+    return emitOpError("needs 'block_size' to read a block 'mask'");
+  if (!getMask() && blockSize)
+    return emitOpError("takes 'block_size' only together with a block 'mask'");
+  if (Value mask = getMask()) {
+    if (failed(verifySameSize(*this, "batch size",
+                              {{"scores", scores, 0}, {"mask", mask.getType(), 0}})))
+      return failure();
+    return verifyBlockTiling(*this, {"scores", scores, 2},
+                             {"mask", mask.getType(), 1}, *blockSize);
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PredictOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PredictOp::verify() {
+  StateType state = getState().getType();
+  if (failed(verifyBlockLevelAttr(*this, state, "block_size",
+                                  getBlockSize().has_value())))
+    return failure();
+  Type positions = getPositions().getType(), lengths = getLengths().getType(),
+       prediction = getPrediction().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"positions", positions, 0},
+                             {"lengths", lengths, 0},
+                             {"prediction", prediction, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"positions", positions, 1},
+                             {"lengths", lengths, 1},
+                             {"prediction", prediction, 1}})))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PoolOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PoolOp::verify() {
+  Type prediction = getPrediction().getType(), lengths = getLengths().getType(),
+       blockScores = getBlockScores().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"prediction", prediction, 0},
+                             {"lengths", lengths, 0},
+                             {"block_scores", blockScores, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"prediction", prediction, 1},
+                             {"lengths", lengths, 1},
+                             {"block_scores", blockScores, 1}})))
+    return failure();
+  return verifyBlockTiling(*this, {"prediction", prediction, 2},
+                           {"block_scores", blockScores, 2}, getBlockSize());
+}
+
+//===----------------------------------------------------------------------===//
+// SelectBlocksOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectBlocksOp::verify() {
+  StateType state = getState().getType();
+  Reduction reduction = getReduction();
+  bool blockLevel = state.getLevel() == StateLevel::block;
+  if (blockLevel != (reduction == Reduction::a2))
+    return emitOpError() << "reduction " << stringifyReduction(reduction)
+                         << " needs a level = "
+                         << (reduction == Reduction::a2 ? "block" : "slot")
+                         << " state, got " << state;
+  if (reduction == Reduction::a0 && getExplore().convertToDouble() != 0.0)
+    return emitOpError("reduction a0 has no block budget to explore with; "
+                       "explore must be 0");
+
+  Type scores = getScores().getType(), lengths = getLengths().getType(),
+       mask = getMask().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"scores", scores, 0},
+                             {"lengths", lengths, 0},
+                             {"mask", mask, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"scores", scores, 1}, {"lengths", lengths, 1}})))
+    return failure();
+  // A0 ranks slots; A1 and A2 rank blocks.
+  if (reduction == Reduction::a0)
+    return verifyBlockTiling(*this, {"scores", scores, 2}, {"mask", mask, 1},
+                             getBlockSize());
+  return verifySameSize(*this, "block count",
+                        {{"scores", scores, 2}, {"mask", mask, 1}});
+}
+
+//===----------------------------------------------------------------------===//
+// BlockSparsityOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult BlockSparsityOp::verify() {
+  Type mask = getMask().getType(), lengths = getLengths().getType(),
+       sparsity = getSparsity().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"mask", mask, 0},
+                             {"lengths", lengths, 0},
+                             {"sparsity", sparsity, 0}})))
+    return failure();
+  return verifySameSize(*this, "row count",
+                        {{"lengths", lengths, 1}, {"sparsity", sparsity, 1}});
+}
+
+//===----------------------------------------------------------------------===//
+// Observation ops: EmaUpdateOp, ObserveOp
+//===----------------------------------------------------------------------===//
+
+/// Rules shared by spin.ema_update and spin.observe.
+template <typename ObservationOp>
+static LogicalResult verifyObservation(ObservationOp op) {
+  StateType state = op.getState().getType();
+  if (failed(verifyBlockLevelAttr(op, state, "pooling",
+                                  op.getPooling().has_value())))
+    return failure();
+  Type scores = op.getScores().getType(), positions = op.getPositions().getType(),
+       lengths = op.getLengths().getType(), mask = op.getMask().getType();
+  if (failed(verifySameSize(op, "batch size",
+                            {{"scores", scores, 0},
+                             {"positions", positions, 0},
+                             {"lengths", lengths, 0},
+                             {"mask", mask, 0}})) ||
+      failed(verifySameSize(op, "row count",
+                            {{"scores", scores, 1},
+                             {"positions", positions, 1},
+                             {"lengths", lengths, 1}})))
+    return failure();
+  return verifyBlockTiling(op, {"scores", scores, 2}, {"mask", mask, 1},
+                           op.getBlockSize());
+}
+
+LogicalResult EmaUpdateOp::verify() {
+  if (failed(verifyObservation(*this)))
+    return failure();
+  int64_t rows = getScores().getType().getDimSize(1);
+  if (!ShapedType::isDynamic(rows) && rows != 1)
+    return emitOpError() << "updates from a single row per request, got " << rows
+                         << " rows; buffer MTP rows with spin.observe and "
+                            "replay them with spin.commit";
+  return success();
+}
+
+LogicalResult ObserveOp::verify() { return verifyObservation(*this); }
+
+#define GET_OP_CLASSES
+#include "spin/Dialect/Spin/IR/SpinOps.cpp.inc"

@@ -1,0 +1,31 @@
+//===- Semantics.cpp - SPIN's integer rules -------------------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/Semantics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace spin::runtime {
+
+int64_t blockBudget(int64_t numBlocks, int64_t blockSize, int64_t topk,
+                    double sparsity) {
+  if (numBlocks <= 0)
+    return 0;
+  int64_t forTopK = blockCount(topk, blockSize);
+  auto forSparsity = static_cast<int64_t>(
+      std::ceil((1.0 - sparsity) * static_cast<double>(numBlocks) - 1e-9));
+  return std::min(numBlocks, std::max(forTopK, forSparsity));
+}
+
+int64_t explorationBudget(int64_t budget, int64_t forced, double explore) {
+  auto wanted = static_cast<int64_t>(
+      std::floor(explore * static_cast<double>(budget)));
+  return std::max<int64_t>(0, std::min(wanted, budget - forced));
+}
+
+} // namespace spin::runtime

@@ -1,0 +1,28 @@
+# -*- Python -*-
+"""lit configuration of the spin test suite."""
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "SPIN"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir"]
+config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.spin_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%spin_src_root", config.spin_src_root))
+
+# Captured FileCheck variables live only until the next CHECK-LABEL.
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+tool_dirs = [config.spin_tools_dir, config.llvm_tools_dir]
+tools = ["spin-opt"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
