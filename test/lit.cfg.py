@@ -24,5 +24,5 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.spin_tools_dir, config.llvm_tools_dir]
-tools = ["spin-opt"]
+tools = ["spin-opt", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

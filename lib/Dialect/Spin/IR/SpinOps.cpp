@@ -155,11 +155,30 @@ LogicalResult SparseIndexerOp::verify() {
     return emitOpError() << "block_size (" << blockSize
                          << ") must divide the page size (" << pageSize << ")";
   Type mask = getMask().getType(), scores = getScores().getType();
+  // Compare the mask with every batch-sized operand, not only 'scores': the
+  // result's batch size may be dynamic while the inputs' are static.
   if (failed(verifySameSize(*this, "batch size",
-                            {{"scores", scores, 0}, {"mask", mask, 0}})))
+                            {{"q", getQ().getType(), 0},
+                             {"w", getW().getType(), 0},
+                             {"block_table", getBlockTable().getType(), 0},
+                             {"lengths", getLengths().getType(), 0},
+                             {"scores", scores, 0},
+                             {"mask", mask, 0}})))
     return failure();
-  return verifyBlockTiling(*this, {"scores", scores, 2}, {"mask", mask, 1},
-                           blockSize);
+  if (failed(verifyBlockTiling(*this, {"scores", scores, 2}, {"mask", mask, 1},
+                               blockSize)))
+    return failure();
+  // With a dynamic slot count in 'scores', the mask must still tile the
+  // request's slot space NS = MB * S.
+  int64_t pages = getBlockTable().getType().getDimSize(1);
+  int64_t blocks = getMask().getType().getDimSize(1);
+  if (!ShapedType::isDynamic(pages) && !ShapedType::isDynamic(pageSize) &&
+      !ShapedType::isDynamic(blocks) && pages * pageSize != blocks * blockSize)
+    return emitOpError() << "'mask' dim 1 (" << blocks
+                         << " blocks) times block_size (" << blockSize
+                         << ") must equal 'block_table' dim 1 (" << pages
+                         << " pages) times the page size (" << pageSize << ")";
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -190,7 +209,10 @@ LogicalResult TopKOp::verify() {
     return emitOpError("takes 'block_size' only together with a block 'mask'");
   if (Value mask = getMask()) {
     if (failed(verifySameSize(*this, "batch size",
-                              {{"scores", scores, 0}, {"mask", mask.getType(), 0}})))
+                              {{"scores", scores, 0},
+                               {"lengths", lengths, 0},
+                               {"indices", indices, 0},
+                               {"mask", mask.getType(), 0}})))
       return failure();
     return verifyBlockTiling(*this, {"scores", scores, 2},
                              {"mask", mask.getType(), 1}, *blockSize);
@@ -321,11 +343,17 @@ static LogicalResult verifyObservation(ObservationOp op) {
 LogicalResult EmaUpdateOp::verify() {
   if (failed(verifyObservation(*this)))
     return failure();
-  int64_t rows = getScores().getType().getDimSize(1);
-  if (!ShapedType::isDynamic(rows) && rows != 1)
-    return emitOpError() << "updates from a single row per request, got " << rows
-                         << " rows; buffer MTP rows with spin.observe and "
-                            "replay them with spin.commit";
+  // verifyObservation has checked that the static row counts agree; any of
+  // them (not only the one of 'scores', which may be dynamic) must be 1.
+  for (Type type : {getScores().getType(), getPositions().getType(),
+                    getLengths().getType()}) {
+    int64_t rows = cast<ShapedType>(type).getDimSize(1);
+    if (!ShapedType::isDynamic(rows) && rows != 1)
+      return emitOpError() << "updates from a single row per request, got "
+                           << rows
+                           << " rows; buffer MTP rows with spin.observe and "
+                              "replay them with spin.commit";
+  }
   return success();
 }
 
