@@ -8,8 +8,11 @@
 #include "spin/InitAllSpin.h"
 
 #include "spin/Dialect/Spin/IR/SpinDialect.h"
+#include "spin/Dialect/Spin/Transforms/Passes.h"
+#include "spin/Dialect/Spin/Transforms/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Async/IR/Async.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -20,13 +23,15 @@
 #include "mlir/Transforms/Passes.h"
 
 void mlir::spin::registerSpinDialects(DialectRegistry &registry) {
-  registry.insert<spin::SpinDialect, arith::ArithDialect, func::FuncDialect,
+  registry.insert<spin::SpinDialect, arith::ArithDialect, async::AsyncDialect, func::FuncDialect,
                   linalg::LinalgDialect, math::MathDialect,
                   memref::MemRefDialect, scf::SCFDialect,
                   tensor::TensorDialect>();
 }
 
 void mlir::spin::registerSpinPasses() {
+  registerSpinTransformsPasses();
+  registerSpinPipelines();
   // Upstream cleanups the spin pipelines run between stages.
   registerCanonicalizerPass();
   registerCSEPass();

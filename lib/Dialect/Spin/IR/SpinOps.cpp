@@ -91,6 +91,23 @@ static LogicalResult verifyBlockLevelAttr(Operation *op, StateType state,
   return success();
 }
 
+/// Checks that a block-selection variant fits the state it reads: A2 keeps
+/// block-level EMAs, A0 and A1 slot-level ones; A0 has no block budget, so
+/// there is nothing to explore with.
+static LogicalResult verifyReduction(Operation *op, StateType state,
+                                     Reduction reduction, double explore) {
+  bool blockLevel = state.getLevel() == StateLevel::block;
+  if (blockLevel != (reduction == Reduction::a2))
+    return op->emitOpError() << "reduction " << stringifyReduction(reduction)
+                             << " needs a level = "
+                             << (reduction == Reduction::a2 ? "block" : "slot")
+                             << " state, got " << state;
+  if (reduction == Reduction::a0 && explore != 0.0)
+    return op->emitOpError("reduction a0 has no block budget to explore with; "
+                           "explore must be 0");
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Indexer ops
 //===----------------------------------------------------------------------===//
@@ -146,39 +163,46 @@ static LogicalResult verifyIndexer(IndexerOp op) {
 
 LogicalResult DenseIndexerOp::verify() { return verifyIndexer(*this); }
 
-LogicalResult SparseIndexerOp::verify() {
-  if (failed(verifyIndexer(*this)))
-    return failure();
-  int64_t blockSize = getBlockSize();
-  int64_t pageSize = getKeys().getType().getDimSize(1);
+/// Rules of a block mask over an indexer's slot space, shared by
+/// spin.sparse_indexer and spin.fused_score.
+template <typename IndexerOp>
+static LogicalResult verifyIndexerMask(IndexerOp op) {
+  int64_t blockSize = op.getBlockSize();
+  int64_t pageSize = op.getKeys().getType().getDimSize(1);
   if (!ShapedType::isDynamic(pageSize) && pageSize % blockSize != 0)
-    return emitOpError() << "block_size (" << blockSize
-                         << ") must divide the page size (" << pageSize << ")";
-  Type mask = getMask().getType(), scores = getScores().getType();
+    return op.emitOpError() << "block_size (" << blockSize
+                            << ") must divide the page size (" << pageSize << ")";
+  Type mask = op.getMask().getType(), scores = op.getScores().getType();
   // Compare the mask with every batch-sized operand, not only 'scores': the
   // result's batch size may be dynamic while the inputs' are static.
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"q", getQ().getType(), 0},
-                             {"w", getW().getType(), 0},
-                             {"block_table", getBlockTable().getType(), 0},
-                             {"lengths", getLengths().getType(), 0},
+  if (failed(verifySameSize(op, "batch size",
+                            {{"q", op.getQ().getType(), 0},
+                             {"w", op.getW().getType(), 0},
+                             {"block_table", op.getBlockTable().getType(), 0},
+                             {"lengths", op.getLengths().getType(), 0},
                              {"scores", scores, 0},
                              {"mask", mask, 0}})))
     return failure();
-  if (failed(verifyBlockTiling(*this, {"scores", scores, 2}, {"mask", mask, 1},
+  if (failed(verifyBlockTiling(op, {"scores", scores, 2}, {"mask", mask, 1},
                                blockSize)))
     return failure();
   // With a dynamic slot count in 'scores', the mask must still tile the
   // request's slot space NS = MB * S.
-  int64_t pages = getBlockTable().getType().getDimSize(1);
-  int64_t blocks = getMask().getType().getDimSize(1);
+  int64_t pages = op.getBlockTable().getType().getDimSize(1);
+  int64_t blocks = op.getMask().getType().getDimSize(1);
   if (!ShapedType::isDynamic(pages) && !ShapedType::isDynamic(pageSize) &&
       !ShapedType::isDynamic(blocks) && pages * pageSize != blocks * blockSize)
-    return emitOpError() << "'mask' dim 1 (" << blocks
-                         << " blocks) times block_size (" << blockSize
-                         << ") must equal 'block_table' dim 1 (" << pages
-                         << " pages) times the page size (" << pageSize << ")";
+    return op.emitOpError() << "'mask' dim 1 (" << blocks
+                            << " blocks) times block_size (" << blockSize
+                            << ") must equal 'block_table' dim 1 (" << pages
+                            << " pages) times the page size (" << pageSize << ")";
   return success();
+}
+
+LogicalResult SparseIndexerOp::verify() {
+  if (failed(verifyIndexer(*this)))
+    return failure();
+  return verifyIndexerMask(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -268,17 +292,10 @@ LogicalResult PoolOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult SelectBlocksOp::verify() {
-  StateType state = getState().getType();
   Reduction reduction = getReduction();
-  bool blockLevel = state.getLevel() == StateLevel::block;
-  if (blockLevel != (reduction == Reduction::a2))
-    return emitOpError() << "reduction " << stringifyReduction(reduction)
-                         << " needs a level = "
-                         << (reduction == Reduction::a2 ? "block" : "slot")
-                         << " state, got " << state;
-  if (reduction == Reduction::a0 && getExplore().convertToDouble() != 0.0)
-    return emitOpError("reduction a0 has no block budget to explore with; "
-                       "explore must be 0");
+  if (failed(verifyReduction(*this, getState().getType(), reduction,
+                             getExplore().convertToDouble())))
+    return failure();
 
   Type scores = getScores().getType(), lengths = getLengths().getType(),
        mask = getMask().getType();
@@ -358,6 +375,97 @@ LogicalResult EmaUpdateOp::verify() {
 }
 
 LogicalResult ObserveOp::verify() { return verifyObservation(*this); }
+
+//===----------------------------------------------------------------------===//
+// FusedSelectOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedSelectOp::verify() {
+  Reduction reduction = getReduction();
+  if (failed(verifyReduction(*this, getState().getType(), reduction,
+                             getExplore().convertToDouble())))
+    return failure();
+  bool pools = reduction == Reduction::a1;
+  if (pools && !getPooling())
+    return emitOpError("needs 'pooling' with reduction a1");
+  if (!pools && getPooling())
+    return emitOpError() << "takes 'pooling' only with reduction a1, not "
+                         << stringifyReduction(reduction);
+  Type positions = getPositions().getType(), lengths = getLengths().getType(),
+       mask = getMask().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"positions", positions, 0},
+                             {"lengths", lengths, 0},
+                             {"mask", mask, 0}})))
+    return failure();
+  return verifySameSize(*this, "row count",
+                        {{"positions", positions, 1}, {"lengths", lengths, 1}});
+}
+
+//===----------------------------------------------------------------------===//
+// FusedScoreOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedScoreOp::verify() {
+  if (failed(verifyIndexer(*this)) || failed(verifyIndexerMask(*this)))
+    return failure();
+
+  auto indices = cast<RankedTensorType>(getIndices().getType());
+  Type scores = getScores().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"scores", scores, 0}, {"indices", indices, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"scores", scores, 1}, {"indices", indices, 1}})))
+    return failure();
+  int64_t perRow = indices.getDimSize(2);
+  if (!ShapedType::isDynamic(perRow) && perRow != static_cast<int64_t>(getK()))
+    return emitOpError() << "result holds " << perRow
+                         << " indices per row but k is " << getK();
+
+  // The state update: all of state, positions, update kind and result, or none.
+  Value state = getState();
+  bool updates = state != nullptr;
+  if (updates != (getPositions() != nullptr) ||
+      updates != getUpdate().has_value() || updates != (getNewState() != nullptr))
+    return emitOpError("takes 'state', 'positions', 'update' and returns the "
+                       "new state together, or none of them");
+  if (!updates) {
+    if (getDecay() || getPooling())
+      return emitOpError("takes 'decay' and 'pooling' only with a state update");
+    return success();
+  }
+  if (getNewState().getType() != state.getType())
+    return emitOpError() << "new state type " << getNewState().getType()
+                         << " differs from the state type " << state.getType();
+  auto stateType = cast<StateType>(state.getType());
+  if (failed(verifyBlockLevelAttr(*this, stateType, "pooling",
+                                  getPooling().has_value())))
+    return failure();
+  Type positions = getPositions().getType();
+  if (failed(verifySameSize(*this, "batch size",
+                            {{"scores", scores, 0}, {"positions", positions, 0}})) ||
+      failed(verifySameSize(*this, "row count",
+                            {{"scores", scores, 1},
+                             {"lengths", getLengths().getType(), 1},
+                             {"positions", positions, 1}})))
+    return failure();
+
+  if (*getUpdate() == UpdateKind::observe) {
+    if (getDecay())
+      return emitOpError("takes no 'decay' with update = observe: spin.commit "
+                         "applies it");
+    return success();
+  }
+  if (!getDecay())
+    return emitOpError("needs 'decay' with update = ema");
+  for (Type type : {scores, positions, Type(getLengths().getType())}) {
+    int64_t rows = cast<ShapedType>(type).getDimSize(1);
+    if (!ShapedType::isDynamic(rows) && rows != 1)
+      return emitOpError() << "updates from a single row per request, got "
+                           << rows << " rows; MTP rows need update = observe";
+  }
+  return success();
+}
 
 #define GET_OP_CLASSES
 #include "spin/Dialect/Spin/IR/SpinOps.cpp.inc"

@@ -54,6 +54,15 @@ def Spin_MtpUpdate : I32EnumAttr<"MtpUpdate",
   let genSpecializedAttr = 0;
 }
 
+def Spin_UpdateKind : I32EnumAttr<"UpdateKind",
+    "how a scored step changes the state: now (decode) or at commit (MTP)", [
+      I32EnumAttrCase<"ema", 0>,
+      I32EnumAttrCase<"observe", 1>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
 def Spin_StateLevel : I32EnumAttr<"StateLevel",
     "granularity of the EMA state: per slot/offset (A0, A1) or per block (A2)", [
       I32EnumAttrCase<"slot", 0>,
@@ -76,6 +85,7 @@ def Spin_PoolingKindAttr : Spin_EnumAttr<Spin_PoolingKind, "pooling">;
 def Spin_ReductionAttr : Spin_EnumAttr<Spin_Reduction, "reduction">;
 def Spin_MtpMaskAttr : Spin_EnumAttr<Spin_MtpMask, "mtp_mask">;
 def Spin_MtpUpdateAttr : Spin_EnumAttr<Spin_MtpUpdate, "mtp_update">;
+def Spin_UpdateKindAttr : Spin_EnumAttr<Spin_UpdateKind, "update">;
 
 //===----------------------------------------------------------------------===//
 // Attribute constraints

@@ -442,4 +442,108 @@ def Spin_CommitOp : Spin_Op<"commit", [AllTypesMatch<["state", "new_state"]>]> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Fused forms (produced by spin-fuse; one GPU kernel each)
+//===----------------------------------------------------------------------===//
+
+def Spin_FusedSelectOp : Spin_Op<"fused_select"> {
+  let summary = "predict + pool + select_blocks in one op";
+  let description = [{
+    `spin.predict`, then `spin.pool` (variant A1 only), then
+    `spin.select_blocks`, with the same state, positions and lengths: the
+    block mask of a step straight from the state, without materialising the
+    `[B, R, NS]` prediction. The attributes are those of the three ops;
+    `pooling` is required for A1 and absent for A0 and A2 (which do not pool
+    predictions). It reads only the state and the step's positions and
+    lengths, not the queries, which is what lets `spin-schedule-async` start
+    it before the layer's inputs exist.
+
+    ```mlir
+    %m = spin.fused_select %s positions(%p : tensor<2x1xi32>)
+        lengths(%n : tensor<2x1xi32>)
+        {topk = 512 : i64, block_size = 64 : i64, sparsity = 5.0e-01,
+         pooling = #spin.pooling<max>}
+        : !spin.state<layer = 0> -> tensor<2x16xi1>
+    ```
+  }];
+  let arguments = (ins
+    Arg<Spin_StateType, "the layer's state", [MemRead<Spin_StateResource>]>:$state,
+    Spin_RowI32Tensor:$positions,
+    Spin_RowI32Tensor:$lengths,
+    Spin_PositiveI64Attr:$topk,
+    Spin_PositiveI64Attr:$block_size,
+    Spin_UnitIntervalF64Attr:$sparsity,
+    DefaultValuedAttr<Spin_UnitIntervalF64Attr, "0.0">:$explore,
+    DefaultValuedAttr<I64Attr, "0">:$seed,
+    DefaultValuedAttr<Spin_ReductionAttr, "::mlir::spin::Reduction::a1">:$reduction,
+    DefaultValuedAttr<Spin_MtpMaskAttr, "::mlir::spin::MtpMask::union_">:$mtp_mask,
+    OptionalAttr<Spin_PoolingKindAttr>:$pooling);
+  let results = (outs Spin_BlockMaskTensor:$mask);
+  let assemblyFormat = [{
+    $state `positions` `(` $positions `:` type($positions) `)`
+    `lengths` `(` $lengths `:` type($lengths) `)`
+    attr-dict `:` qualified(type($state)) `->` type($mask)
+  }];
+  let hasVerifier = 1;
+}
+
+def Spin_FusedScoreOp : Spin_Op<"fused_score", [AttrSizedOperandSegments]> {
+  let summary = "sparse_indexer + topk (+ ema_update or observe) in one op";
+  let description = [{
+    Scores the selected blocks (`spin.sparse_indexer`), takes each row's
+    top-`k` over them (`spin.topk` with the same mask) and, when `state` is
+    given, folds the scores into it in the same pass over the keys: an EMA
+    update for a decode step (`update = #spin.update<ema>`, one row) or
+    buffering for a later `spin.commit` (`update = #spin.update<observe>`,
+    MTP). `state`, `positions` and `update` come together, with `decay` for
+    `ema` and `pooling` for a `level = block` state; without them the op is
+    pure. `scores` is the sparse score tensor (-inf outside the scored
+    slots); lowerings skip writing it when it has no use.
+
+    ```mlir
+    %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x64x128xbf16>)
+        w(%w : tensor<2x1x64xf32>) keys(%k : tensor<?x64x128xbf16>)
+        block_table(%bt : tensor<2x16xi32>) lengths(%n : tensor<2x1xi32>)
+        mask(%m : tensor<2x16xi1>)
+        state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>)
+        {k = 512 : i64, block_size = 64 : i64, update = #spin.update<ema>,
+         decay = 5.0e-01}
+        -> tensor<2x1x512xi32>, tensor<2x1x1024xf32>, !spin.state<layer = 0>
+    ```
+  }];
+  let arguments = (ins
+    Spin_QueryTensor:$q,
+    Spin_WeightTensor:$w,
+    Spin_KeyCacheTensor:$keys,
+    Optional<Spin_ScaleTensor>:$scales,
+    Spin_BlockTableTensor:$block_table,
+    Spin_RowI32Tensor:$lengths,
+    Spin_BlockMaskTensor:$mask,
+    Arg<Optional<Spin_StateType>, "the layer's state, when the update is fused",
+        [MemRead<Spin_StateResource>, MemWrite<Spin_StateResource>]>:$state,
+    Optional<Spin_RowI32Tensor>:$positions,
+    Spin_PositiveI64Attr:$k,
+    Spin_PositiveI64Attr:$block_size,
+    OptionalAttr<Spin_UpdateKindAttr>:$update,
+    OptionalAttr<Spin_UnitIntervalF64Attr>:$decay,
+    OptionalAttr<Spin_PoolingKindAttr>:$pooling);
+  let results = (outs
+    Spin_TopKTensor:$indices,
+    Spin_RowScoresTensor:$scores,
+    Optional<Spin_StateType>:$new_state);
+  let assemblyFormat = [{
+    `q` `(` $q `:` type($q) `)`
+    `w` `(` $w `:` type($w) `)`
+    `keys` `(` $keys `:` type($keys) `)`
+    (`scales` `(` $scales^ `:` type($scales) `)`)?
+    `block_table` `(` $block_table `:` type($block_table) `)`
+    `lengths` `(` $lengths `:` type($lengths) `)`
+    `mask` `(` $mask `:` type($mask) `)`
+    (`state` `(` $state^ `:` qualified(type($state)) `)`)?
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
+    attr-dict `->` type($indices) `,` type($scores) (`,` qualified(type($new_state))^)?
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // SPIN_DIALECT_SPIN_IR_SPINOPS_TD

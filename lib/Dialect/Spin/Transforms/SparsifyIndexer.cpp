@@ -1,0 +1,347 @@
+//===- SparsifyIndexer.cpp - dense indexers into SPIN pipelines -----------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Rewrites every spin.dense_indexer + spin.topk into SPIN's predict -> pool
+// -> select -> sparse score -> top-K -> update pipeline (SPIN_SPEC §3, §4).
+//
+// This pass walks the module in program order instead of using the greedy
+// pattern driver: layer ids must be stable (the same graph always gives the
+// same ids, in the order the layers appear), and the rewrite adds function
+// arguments, which is not a local rewrite.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+#include "spin/Dialect/Spin/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/Debug.h"
+
+#include <cstdio>
+#include <string>
+
+#define DEBUG_TYPE "spin-sparsify-indexer"
+
+namespace mlir::spin {
+#define GEN_PASS_DEF_SPINSPARSIFYINDEXER
+#include "spin/Dialect/Spin/Transforms/Passes.h.inc"
+} // namespace mlir::spin
+
+using namespace mlir;
+using namespace mlir::spin;
+
+/// Argument attributes that mark the SPIN inputs of a function.
+static constexpr StringLiteral kPositionsAttr = "spin.positions";
+static constexpr StringLiteral kRequestIdsAttr = "spin.request_ids";
+static constexpr StringLiteral kAcceptedAttr = "spin.accepted";
+static constexpr StringLiteral kResetAttr = "spin.reset";
+/// Discardable attribute that pins an indexer's layer id.
+static constexpr StringLiteral kLayerAttr = "spin.layer";
+
+/// Formats an option value the way the user wrote it (1.5, not 1.5e+00).
+static std::string formatOption(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
+}
+
+namespace {
+
+/// A dense indexer that will be rewritten, with its top-K and layer id.
+struct Candidate {
+  DenseIndexerOp indexer;
+  TopKOp topk;
+  int64_t layer = -1;
+};
+
+/// Finds the function argument marked `attrName` with type `type`, or
+/// appends one. Fails (with a diagnostic on `user`) when the function has
+/// callers, whose call sites would no longer match.
+static FailureOr<Value> getOrAddInput(func::FuncOp func, Operation *user,
+                                      StringRef attrName, Type type) {
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), attrName) && arg.getType() == type)
+      return Value(arg);
+  auto module = func->getParentOfType<ModuleOp>();
+  if (module && !SymbolTable::symbolKnownUseEmpty(func, module)) {
+    user->emitError() << "cannot add the SPIN input '" << attrName << "' ("
+                      << type << ") to @" << func.getSymName()
+                      << ": the function has callers; give it an argument "
+                         "marked {"
+                      << attrName << "}";
+    return failure();
+  }
+  MLIRContext *ctx = func.getContext();
+  auto attrs = DictionaryAttr::get(
+      ctx, {NamedAttribute(StringAttr::get(ctx, attrName), UnitAttr::get(ctx))});
+  unsigned index = func.getNumArguments();
+  if (failed(func.insertArgument(index, type, attrs, func.getLoc()))) {
+    user->emitError() << "cannot add an argument to @" << func.getSymName();
+    return failure();
+  }
+  return Value(func.getArgument(index));
+}
+
+struct SpinSparsifyIndexerPass
+    : public spin::impl::SpinSparsifyIndexerBase<SpinSparsifyIndexerPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+
+private:
+  LogicalResult verifyOptions();
+  /// Says why `indexer` cannot be rewritten, or returns its top-K.
+  FailureOr<TopKOp> matchIndexer(DenseIndexerOp indexer, std::string &why);
+  LogicalResult assignLayers(MutableArrayRef<Candidate> candidates);
+  LogicalResult rewrite(const Candidate &candidate);
+
+  /// Per function, the last state op placed at its start.
+  llvm::DenseMap<Operation *, Operation *> lastStateOp;
+};
+
+} // namespace
+
+LogicalResult SpinSparsifyIndexerPass::verifyOptions() {
+  auto inUnitInterval = [&](StringRef name, double value) -> LogicalResult {
+    if (value >= 0.0 && value <= 1.0)
+      return success();
+    return emitError(getOperation().getLoc())
+           << "spin-sparsify-indexer: option '" << name
+           << "' must be in [0, 1], got " << formatOption(value);
+  };
+  if (failed(inUnitInterval("sparsity", sparsity.getValue())) ||
+      failed(inUnitInterval("ema-decay", emaDecay.getValue())) ||
+      failed(inUnitInterval("explore", explore.getValue())))
+    return failure();
+  if (blockSize <= 0)
+    return emitError(getOperation().getLoc())
+           << "spin-sparsify-indexer: option 'block-size' must be positive, got "
+           << blockSize.getValue();
+  if (reduction == Reduction::a0 && explore != 0.0)
+    return emitError(getOperation().getLoc())
+           << "spin-sparsify-indexer: reduction A0 has no block budget to "
+              "explore with; 'explore' must be 0, got "
+           << formatOption(explore.getValue());
+  return success();
+}
+
+FailureOr<TopKOp> SpinSparsifyIndexerPass::matchIndexer(DenseIndexerOp indexer,
+                                                        std::string &why) {
+  Value scores = indexer.getScores();
+  if (!scores.hasOneUse()) {
+    why = "its scores have other users than one spin.topk, which need every "
+          "slot scored";
+    return failure();
+  }
+  auto topk = dyn_cast<TopKOp>(*scores.getUsers().begin());
+  if (!topk) {
+    why = "its scores feed " +
+          (*scores.getUsers().begin())->getName().getStringRef().str() +
+          ", not spin.topk";
+    return failure();
+  }
+  if (topk.getMask()) {
+    why = "its spin.topk already has a block mask";
+    return failure();
+  }
+  if (topk.getLengths() != indexer.getLengths()) {
+    why = "its spin.topk takes other lengths than the indexer";
+    return failure();
+  }
+  if (!indexer->getParentOfType<func::FuncOp>()) {
+    why = "it is not inside a func.func";
+    return failure();
+  }
+  return topk;
+}
+
+LogicalResult
+SpinSparsifyIndexerPass::assignLayers(MutableArrayRef<Candidate> candidates) {
+  // Ids already in the module (earlier runs, hand-written states) stay taken.
+  llvm::DenseSet<int64_t> taken;
+  int64_t next = 0;
+  auto note = [&](Type type) {
+    if (auto state = dyn_cast<StateType>(type)) {
+      taken.insert(state.getLayer());
+      next = std::max(next, state.getLayer() + 1);
+    }
+  };
+  getOperation().walk([&](Operation *op) {
+    for (Type type : op->getResultTypes())
+      note(type);
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          note(arg.getType());
+  });
+  // Pinned ids first, so that numbering the others never collides with them.
+  for (Candidate &candidate : candidates) {
+    auto pinned = candidate.indexer->getAttrOfType<IntegerAttr>(kLayerAttr);
+    if (!pinned)
+      continue;
+    int64_t layer = pinned.getInt();
+    if (layer < 0)
+      return candidate.indexer.emitError()
+             << "'" << kLayerAttr << "' must be non-negative, got " << layer;
+    if (!taken.insert(layer).second)
+      return candidate.indexer.emitError()
+             << "layer id " << layer << " is already used by another indexer";
+    candidate.layer = layer;
+    next = std::max(next, layer + 1);
+  }
+  for (Candidate &candidate : candidates) {
+    if (candidate.layer >= 0)
+      continue;
+    candidate.layer = next++;
+    taken.insert(candidate.layer);
+  }
+  return success();
+}
+
+LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
+  DenseIndexerOp indexer = candidate.indexer;
+  TopKOp topk = candidate.topk;
+  Location loc = indexer.getLoc();
+  MLIRContext *ctx = &getContext();
+
+  auto keysType = indexer.getKeys().getType();
+  int64_t pageSize = keysType.getDimSize(1);
+  if (ShapedType::isDynamic(pageSize))
+    return indexer.emitError("cannot sparsify an indexer whose page size is "
+                             "dynamic: SPIN blocks must tile known pages");
+  if (pageSize % blockSize != 0)
+    return indexer.emitError()
+           << "block-size " << blockSize.getValue() << " does not divide the page size "
+           << pageSize << " of this indexer's key cache";
+
+  auto lengthsType = indexer.getLengths().getType();
+  auto scoresType = indexer.getScores().getType();
+  int64_t batch = lengthsType.getDimSize(0);
+  int64_t rows = lengthsType.getDimSize(1);
+  int64_t slots = scoresType.getDimSize(2);
+  int64_t blocks =
+      ShapedType::isDynamic(slots) ? ShapedType::kDynamic : slots / blockSize;
+  bool mtp = rows != 1;
+  bool blockLevel = reduction == Reduction::a2;
+
+  // The SPIN inputs of the enclosing function.
+  auto func = indexer->getParentOfType<func::FuncOp>();
+  Type i64 = IntegerType::get(ctx, 64), i32 = IntegerType::get(ctx, 32),
+       i1 = IntegerType::get(ctx, 1), f32 = Float32Type::get(ctx);
+  FailureOr<Value> positions =
+      getOrAddInput(func, indexer, kPositionsAttr, lengthsType);
+  if (failed(positions))
+    return failure();
+  FailureOr<Value> requestIds = getOrAddInput(
+      func, indexer, kRequestIdsAttr, RankedTensorType::get({batch}, i64));
+  if (failed(requestIds))
+    return failure();
+  FailureOr<Value> accepted = Value();
+  if (mtp &&
+      failed(accepted = getOrAddInput(func, indexer, kAcceptedAttr,
+                                      RankedTensorType::get({batch}, i32))))
+    return failure();
+  FailureOr<Value> reset = Value();
+  if (resetInput &&
+      failed(reset = getOrAddInput(func, indexer, kResetAttr,
+                                   RankedTensorType::get({batch}, i1))))
+    return failure();
+
+  OpBuilder b(topk);
+  // The layer's state handle (and its reset and commit) depend only on
+  // function arguments: at the top level they go to the start of the
+  // function, in layer order, so that spin-schedule-async can start every
+  // layer's prediction there. Nested indexers keep them next to the layer.
+  OpBuilder stateBuilder(topk);
+  if (indexer->getBlock() == &func.front()) {
+    Operation *&last = lastStateOp[func];
+    stateBuilder.setInsertionPointToStart(&func.front());
+    if (last)
+      stateBuilder.setInsertionPointAfter(last);
+  }
+  Value lengths = indexer.getLengths();
+  IntegerAttr blockSizeAttr = b.getI64IntegerAttr(blockSize);
+  IntegerAttr topkAttr = b.getI64IntegerAttr(topk.getK());
+  FloatAttr decayAttr = b.getF64FloatAttr(emaDecay);
+  PoolingKindAttr poolingAttr = PoolingKindAttr::get(ctx, pooling);
+
+  // The layer's state: reset and commit first, so prediction sees both.
+  auto stateType = StateType::get(
+      ctx, candidate.layer, blockLevel ? StateLevel::block : StateLevel::slot);
+  Value state = LayerStateOp::create(stateBuilder, loc, stateType, *requestIds);
+  if (*reset)
+    state = ResetOp::create(stateBuilder, loc, stateType, state, *reset);
+  if (mtp)
+    state = CommitOp::create(stateBuilder, loc, stateType, state, *accepted,
+                             decayAttr, MtpUpdateAttr::get(ctx, mtpUpdate));
+  if (indexer->getBlock() == &func.front())
+    lastStateOp[func] = state.getDefiningOp();
+
+  // Predict (line 3 of Algorithm 1) and, for A1, pool.
+  int64_t predicted = blockLevel ? blocks : slots;
+  Value scores = PredictOp::create(
+      b, loc, RankedTensorType::get({batch, rows, predicted}, f32), state,
+      *positions, lengths, blockLevel ? blockSizeAttr : IntegerAttr());
+  if (reduction == Reduction::a1)
+    scores = PoolOp::create(b, loc,
+                            RankedTensorType::get({batch, rows, blocks}, f32),
+                            scores, lengths, poolingAttr, blockSizeAttr);
+
+  // Select (lines 4-5, exploration), score (6), top-K (7).
+  Value mask = SelectBlocksOp::create(
+      b, loc, RankedTensorType::get({batch, blocks}, i1), state, scores,
+      lengths, topkAttr, blockSizeAttr, b.getF64FloatAttr(sparsity),
+      b.getF64FloatAttr(explore), b.getI64IntegerAttr(static_cast<int64_t>(seed)),
+      ReductionAttr::get(ctx, reduction), MtpMaskAttr::get(ctx, mtpMask));
+  Value sparseScores = SparseIndexerOp::create(
+      b, loc, scoresType, indexer.getQ(), indexer.getW(), indexer.getKeys(),
+      indexer.getScales(), indexer.getBlockTable(), lengths, mask,
+      blockSizeAttr);
+  auto newTopk =
+      TopKOp::create(b, loc, topk.getIndices().getType(), sparseScores,
+                     lengths, mask, topkAttr, blockSizeAttr);
+
+  // Update (lines 8-10) now, or buffer the MTP rows for the next commit.
+  PoolingKindAttr updatePooling = blockLevel ? poolingAttr : PoolingKindAttr();
+  if (mtp)
+    ObserveOp::create(b, loc, stateType, state, sparseScores, *positions, lengths, mask,
+                      blockSizeAttr, updatePooling);
+  else
+    EmaUpdateOp::create(b, loc, stateType, state, sparseScores, *positions, lengths, mask,
+                        blockSizeAttr, updatePooling, decayAttr);
+
+  LLVM_DEBUG(llvm::dbgs() << "sparsified layer " << candidate.layer << " at "
+                          << loc << "\n");
+  topk.getIndices().replaceAllUsesWith(newTopk.getIndices());
+  topk.erase();
+  indexer.erase();
+  return success();
+}
+
+void SpinSparsifyIndexerPass::runOnOperation() {
+  if (failed(verifyOptions()))
+    return signalPassFailure();
+
+  SmallVector<Candidate> candidates;
+  getOperation().walk([&](DenseIndexerOp indexer) {
+    std::string why;
+    FailureOr<TopKOp> topk = matchIndexer(indexer, why);
+    if (failed(topk)) {
+      indexer.emitRemark() << "not sparsified: " << why;
+      return;
+    }
+    candidates.push_back({indexer, *topk});
+  });
+  if (failed(assignLayers(candidates)))
+    return signalPassFailure();
+  for (const Candidate &candidate : candidates)
+    if (failed(rewrite(candidate)))
+      return signalPassFailure();
+}
