@@ -1073,3 +1073,180 @@ func.func @commit_rejects_missing_accepted_keyword(%s: !spin.state<layer = 0>, %
   %s1 = spin.commit %s (%a : tensor<2xi32>) {decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
+
+// -----
+
+func.func @fused_select_rejects_a1_with_block_state(%s: !spin.state<layer = 0, level = block>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op reduction a1 needs a level = slot state, got '!spin.state<layer = 0, level = block>'}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, pooling = #spin.pooling<max>} : !spin.state<layer = 0, level = block> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_a0_with_explore(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op reduction a0 has no block budget to explore with; explore must be 0}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, explore = 0.1 : f64, reduction = #spin.reduction<a0>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_a1_without_pooling(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op needs 'pooling' with reduction a1}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_pooling_with_a2(%s: !spin.state<layer = 0, level = block>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op takes 'pooling' only with reduction a1, not a2}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, reduction = #spin.reduction<a2>, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_mask_batch_mismatch(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op batch size mismatch: 'mask' dim 0 is 3 but 'positions' dim 0 is 2}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, pooling = #spin.pooling<max>} : !spin.state<layer = 0> -> tensor<3x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_row_count_mismatch(%s: !spin.state<layer = 0>, %p: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op row count mismatch: 'lengths' dim 1 is 1 but 'positions' dim 1 is 4}}
+  %m = spin.fused_select %s positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, pooling = #spin.pooling<max>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_sparsity_above_one(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op attribute 'sparsity' failed to satisfy constraint: 64-bit float attribute whose value is in [0, 1]}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 1.5 : f64, pooling = #spin.pooling<max>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_fp8_keys_without_scales(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xf8E4M3FN>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op fp8 e4m3 keys need per-slot 'scales'}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xf8E4M3FN>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_block_size_not_dividing_page(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op block_size (12) must divide the page size (16)}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 12 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_k_mismatch(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op result holds 16 indices per row but k is 32}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<2x1x16xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_indices_batch_mismatch(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op batch size mismatch: 'indices' dim 0 is 3 but 'scores' dim 0 is 2}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<3x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_state_without_positions(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op takes 'state', 'positions', 'update' and returns the new state together, or none of them}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_update_without_state(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op takes 'state', 'positions', 'update' and returns the new state together, or none of them}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_decay_without_state(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op takes 'decay' and 'pooling' only with a state update}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_new_state_of_other_layer(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op new state type '!spin.state<layer = 1>' differs from the state type '!spin.state<layer = 0>'}}
+  %t, %z, %s1 = "spin.fused_score"(%q, %w, %k, %bt, %n, %m, %s, %p) <{k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 1, 1, 1, 1>}> : (tensor<2x1x4x16xbf16>, tensor<2x1x4xf32>, tensor<?x16x16xbf16>, tensor<2x4xi32>, tensor<2x1xi32>, tensor<2x4xi1>, !spin.state<layer = 0>, tensor<2x1xi32>) -> (tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 1>)
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_pooling_with_slot_state(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op takes 'pooling' only with a level = block state (variant A2)}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64, pooling = #spin.pooling<max>} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_block_state_without_pooling(%s: !spin.state<layer = 0, level = block>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op needs 'pooling' with a level = block state (variant A2)}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0, level = block>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0, level = block>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_positions_row_mismatch(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op row count mismatch: 'positions' dim 1 is 4 but 'scores' dim 1 is 1}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_decay_with_observe(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x4xi32>, %p: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op takes no 'decay' with update = observe: spin.commit applies it}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x4x4x16xbf16>) w(%w : tensor<2x4x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>, decay = 0.5 : f64} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_ema_without_decay(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op needs 'decay' with update = ema}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_ema_with_mtp_rows(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x4xi32>, %p: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op updates from a single row per request, got 4 rows; MTP rows need update = observe}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x4x4x16xbf16>) w(%w : tensor<2x4x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_unknown_update_kind(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+2 {{expected ::mlir::spin::UpdateKind to be one of: ema, observe}}
+  // expected-error @+1 {{failed to parse Spin_UpdateKindAttr parameter 'value' which is to be a `::mlir::spin::UpdateKind`}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<later>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}

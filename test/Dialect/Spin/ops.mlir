@@ -460,3 +460,47 @@ func.func @spin_decode_step(%ids: tensor<2xi64>, %q: tensor<2x1x4x16xbf16>,
   // CHECK: return %[[T]], %[[RHO]], %[[S1]] :
   return %t, %rho, %s1 : tensor<2x1x16xi32>, tensor<2x1xf32>, !spin.state<layer = 5>
 }
+
+//===----------------------------------------------------------------------===//
+// spin.fused_select, spin.fused_score
+//===----------------------------------------------------------------------===//
+
+// CHECK-LABEL: func.func @fused(
+// CHECK-SAME:    %[[S:[^:]+]]: !spin.state<layer = 0>,
+// CHECK-SAME:    %[[SB:[^:]+]]: !spin.state<layer = 1, level = block>,
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<2x1x4x16xbf16>,
+// CHECK-SAME:    %[[W:[^:]+]]: tensor<2x1x4xf32>,
+// CHECK-SAME:    %[[K8:[^:]+]]: tensor<?x16x16xf8E4M3FN>,
+// CHECK-SAME:    %[[SC:[^:]+]]: tensor<?x16xf32>,
+// CHECK-SAME:    %[[BT:[^:]+]]: tensor<2x4xi32>,
+// CHECK-SAME:    %[[N:[^:]+]]: tensor<2x1xi32>,
+// CHECK-SAME:    %[[P:[^:]+]]: tensor<2x1xi32>,
+// CHECK-SAME:    %[[Q4:[^:]+]]: tensor<2x4x4x16xbf16>,
+// CHECK-SAME:    %[[W4:[^:]+]]: tensor<2x4x4xf32>,
+// CHECK-SAME:    %[[N4:[^:]+]]: tensor<2x4xi32>,
+// CHECK-SAME:    %[[P4:[^:]+]]: tensor<2x4xi32>)
+func.func @fused(%s: !spin.state<layer = 0>, %sb: !spin.state<layer = 1, level = block>,
+                 %q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
+                 %k8: tensor<?x16x16xf8E4M3FN>, %sc: tensor<?x16xf32>,
+                 %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>,
+                 %q4: tensor<2x4x4x16xbf16>, %w4: tensor<2x4x4xf32>,
+                 %n4: tensor<2x4xi32>, %p4: tensor<2x4xi32>) {
+  // A1 needs a pooling kind; defaults (explore, seed, reduction, mtp_mask) are elided.
+  // CHECK: %[[M:.*]] = spin.fused_select %[[S]] positions(%[[P]] : tensor<2x1xi32>) lengths(%[[N]] : tensor<2x1xi32>) {block_size = 16 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 32 : i64} : !spin.state<layer = 0> -> tensor<2x4xi1>{{$}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, explore = 0.0 : f64, seed = 0 : i64, reduction = #spin.reduction<a1>, mtp_mask = #spin.mtp_mask<union>, pooling = #spin.pooling<max>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  // CHECK: %[[M0:.*]] = spin.fused_select %[[S]] positions(%[[P4]] : tensor<2x4xi32>) lengths(%[[N4]] : tensor<2x4xi32>) {block_size = 16 : i64, mtp_mask = #spin.mtp_mask<row0>, reduction = #spin.reduction<a0>, sparsity = 2.500000e-01 : f64, topk = 32 : i64} : !spin.state<layer = 0> -> tensor<2x4xi1>{{$}}
+  %m0 = spin.fused_select %s positions(%p4 : tensor<2x4xi32>) lengths(%n4 : tensor<2x4xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.25 : f64, reduction = #spin.reduction<a0>, mtp_mask = #spin.mtp_mask<row0>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  // CHECK: %[[M2:.*]] = spin.fused_select %[[SB]] positions(%[[P]] : tensor<2x1xi32>) lengths(%[[N]] : tensor<2x1xi32>) {block_size = 16 : i64, explore = 1.000000e-01 : f64, reduction = #spin.reduction<a2>, seed = -3 : i64, sparsity = 7.500000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 1, level = block> -> tensor<2x4xi1>{{$}}
+  %m2 = spin.fused_select %sb positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 16 : i64, block_size = 16 : i64, sparsity = 0.75 : f64, explore = 0.1 : f64, seed = -3 : i64, reduction = #spin.reduction<a2>} : !spin.state<layer = 1, level = block> -> tensor<2x4xi1>
+
+  // Pure form: no state update.
+  // CHECK: %[[T:.*]], %[[Z:.*]] = spin.fused_score q(%[[Q]] : tensor<2x1x4x16xbf16>) w(%[[W]] : tensor<2x1x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x1xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, k = 32 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>{{$}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  // With the EMA update fused (decode).
+  // CHECK: %[[T1:.*]], %[[Z1:.*]], %[[S1:.*]] = spin.fused_score q(%[[Q]] : tensor<2x1x4x16xbf16>) w(%[[W]] : tensor<2x1x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x1xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x1xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, k = 32 : i64, update = #spin.update<ema>} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>{{$}}
+  %t1, %z1, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  // MTP rows buffered for a commit, on a block-level state (pooled).
+  // CHECK: %{{.*}}, %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q4]] : tensor<2x4x4x16xbf16>) w(%[[W4]] : tensor<2x4x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N4]] : tensor<2x4xi32>) mask(%[[M2]] : tensor<2x4xi1>) state(%[[SB]] : !spin.state<layer = 1, level = block>) positions(%[[P4]] : tensor<2x4xi32>) {block_size = 16 : i64, k = 32 : i64, pooling = #spin.pooling<top4>, update = #spin.update<observe>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>{{$}}
+  %t2, %z2, %s2 = spin.fused_score q(%q4 : tensor<2x4x4x16xbf16>) w(%w4 : tensor<2x4x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n4 : tensor<2x4xi32>) mask(%m2 : tensor<2x4xi1>) state(%sb : !spin.state<layer = 1, level = block>) positions(%p4 : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>, pooling = #spin.pooling<top4>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>
+  return
+}
