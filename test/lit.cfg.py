@@ -10,7 +10,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "SPIN"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir"]
-config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py", "Unit"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.spin_obj_root, "test")
 
