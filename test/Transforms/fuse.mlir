@@ -149,7 +149,7 @@ func.func @a2_block_state(%s: !spin.state<layer = 2, level = block>,
 // CHECK-SAME:    %[[S:[^:]+]]: !spin.state<layer = 0>, %[[Q:[^:]+]]: tensor<2x4x4x16xbf16>,
 // CHECK-SAME:    %[[BT:[^:]+]]: tensor<2x4xi32>, %[[P:[^:]+]]: tensor<2x4xi32>,
 // CHECK-SAME:    %[[N:[^:]+]]: tensor<2x4xi32>, %[[A:[^:]+]]: tensor<2xi32>)
-// CHECK:         %[[S1:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>) {decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
+// CHECK:         %[[S1:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:    %[[M:.*]] = spin.fused_select %[[S1]] positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) {block_size = 16 : i64, mtp_mask = #spin.mtp_mask<row0>, pooling = #spin.pooling<top4>, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 0> -> tensor<2x4xi1>{{$}}
 // CHECK-NEXT:    %[[T:.*]], %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q]] : tensor<2x4x4x16xbf16>) {{.*}} block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S1]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x4xi32>) {block_size = 16 : i64, k = 16 : i64, update = #spin.update<observe>} -> tensor<2x4x16xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:    return %[[T]], %[[S2]] :
@@ -158,7 +158,7 @@ func.func @mtp_step(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>,
                     %bt: tensor<2x4xi32>, %p: tensor<2x4xi32>,
                     %n: tensor<2x4xi32>, %a: tensor<2xi32>)
     -> (tensor<2x4x16xi32>, !spin.state<layer = 0>) {
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01}
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   %zhat = spin.predict %s1 positions(%p : tensor<2x4xi32>)
       lengths(%n : tensor<2x4xi32>) : !spin.state<layer = 0>
@@ -304,7 +304,7 @@ func.func @state_defined_after_scoring(%s: !spin.state<layer = 0>,
       block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
       mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
       -> tensor<2x4x64xf32>
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01}
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   %t = spin.topk %z lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>)
       {k = 16 : i64, block_size = 16 : i64}

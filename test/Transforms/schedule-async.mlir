@@ -57,7 +57,7 @@ func.func @decode_step(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>,
 // CHECK-SAME:    %[[BT:[^:]+]]: tensor<2x4xi32>, %[[P:[^:]+]]: tensor<2x4xi32>,
 // CHECK-SAME:    %[[N:[^:]+]]: tensor<2x4xi32>, %[[A:[^:]+]]: tensor<2xi32>)
 // CHECK-NEXT:    %{{.*}}, %[[V:.*]]:2 = async.execute -> (!async.value<tensor<2x4xi1>>, !async.value<!spin.state<layer = 0>>) {
-// CHECK-NEXT:      %[[C:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>) {decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
+// CHECK-NEXT:      %[[C:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:      %[[M0:.*]] = spin.fused_select %[[C]] positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>)
 // CHECK-NEXT:      async.yield %[[M0]], %[[C]] : tensor<2x4xi1>, !spin.state<layer = 0>
 // CHECK-NEXT:    }
@@ -75,7 +75,7 @@ func.func @mtp_step(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>,
                     %bt: tensor<2x4xi32>, %p: tensor<2x4xi32>,
                     %n: tensor<2x4xi32>, %a: tensor<2xi32>)
     -> (tensor<2x4x16xi32>, !spin.state<layer = 0>) {
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01}
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   %m = spin.fused_select %s1 positions(%p : tensor<2x4xi32>)
       lengths(%n : tensor<2x4xi32>)
@@ -267,7 +267,7 @@ func.func @commit_with_other_user(%s: !spin.state<layer = 0>,
                                   %p: tensor<2x4xi32>, %n: tensor<2x4xi32>,
                                   %a: tensor<2xi32>)
     -> (tensor<2x4xi1>, !spin.state<layer = 0>) {
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01}
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   %m = spin.fused_select %s1 positions(%p : tensor<2x4xi32>)
       lengths(%n : tensor<2x4xi32>)

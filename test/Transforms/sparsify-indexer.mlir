@@ -8,6 +8,7 @@
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A0" 2>/dev/null | FileCheck %s --check-prefix=A0
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A2 pooling=mean" 2>/dev/null | FileCheck %s --check-prefix=A2
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A1 mtp-mask=union mtp-update=prefix" 2>/dev/null | FileCheck %s
+// RUN: spin-opt %s --split-input-file --spin-sparsify-indexer=report-sparsity 2>/dev/null | FileCheck %s --check-prefix=SPARSITY
 // Indexers that cannot be sparsified say why.
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
 
@@ -34,6 +35,13 @@
 // OPTS:         spin.sparse_indexer {{.*}} mask(%[[M]] : tensor<2x8xi1>) {block_size = 32 : i64}
 // OPTS:         spin.topk {{.*}} {block_size = 32 : i64, k = 128 : i64}
 // OPTS:         spin.ema_update %[[S]] {{.*}} {block_size = 32 : i64, decay = 7.500000e-01 : f64}
+
+// SPARSITY-LABEL: func.func @decode
+// SPARSITY-SAME:    -> (tensor<2x1x128xi32>, tensor<2x1xf32> {spin.sparsity})
+// SPARSITY:         %[[M:.*]] = spin.select_blocks
+// SPARSITY:         %[[T:.*]] = spin.topk
+// SPARSITY:         %[[R:.*]] = spin.block_sparsity %[[M]] lengths(%{{.*}} : tensor<2x1xi32>) {block_size = 64 : i64} : tensor<2x4xi1> -> tensor<2x1xf32>
+// SPARSITY:         return %[[T]], %[[R]] : tensor<2x1x128xi32>, tensor<2x1xf32>
 
 // TOP4-LABEL: func.func @decode
 // TOP4:         spin.pool {{.*}} pooling = #spin.pooling<top4>
@@ -66,7 +74,7 @@ func.func @decode(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 // CHECK-LABEL: func.func @mtp
 // CHECK-SAME:    %[[N:[^:]*]]: tensor<2x4xi32>, %[[P:[^:]*]]: tensor<2x4xi32> {spin.positions}, %[[IDS:[^:]*]]: tensor<2xi64> {spin.request_ids}, %[[ACC:[^:]*]]: tensor<2xi32> {spin.accepted})
 // CHECK:         %[[S0:.*]] = spin.layer_state %[[IDS]] : tensor<2xi64> -> !spin.state<layer = 0>
-// CHECK:         %[[S:.*]] = spin.commit %[[S0]] accepted(%[[ACC]] : tensor<2xi32>) {decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
+// CHECK:         %[[S:.*]] = spin.commit %[[S0]] accepted(%[[ACC]] : tensor<2xi32>) {block_size = 64 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
 // CHECK:         spin.predict %[[S]] positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>)
 // CHECK:         %[[M:.*]] = spin.select_blocks %[[S]]
 // CHECK-NOT:       mtp_mask
@@ -79,7 +87,7 @@ func.func @decode(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 
 // OPTS-LABEL: func.func @mtp
 // OPTS:         spin.reset
-// OPTS:         spin.commit {{.*}} {decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>}
+// OPTS:         spin.commit {{.*}} {block_size = 32 : i64, decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>}
 // OPTS:         spin.select_blocks {{.*}} mtp_mask = #spin.mtp_mask<row0>
 // OPTS:         spin.observe
 
@@ -99,6 +107,9 @@ func.func @mtp(%q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>,
 // pinned id 5 is set aside; the state handles go to the start of the
 // function; the function's SPIN inputs are added once and arguments already
 // marked are reused.
+
+// SPARSITY-LABEL: func.func @layers
+// SPARSITY-SAME:    -> (tensor<2x1x128xi32>, tensor<2x1x128xi32>, tensor<2x1x128xi32>, tensor<2x1xf32> {spin.sparsity}, tensor<2x1xf32> {spin.sparsity}, tensor<2x1xf32> {spin.sparsity})
 
 // CHECK-LABEL: func.func @layers
 // CHECK-SAME:    %[[P:[^:]*]]: tensor<2x1xi32> {spin.positions}

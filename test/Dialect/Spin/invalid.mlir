@@ -1021,7 +1021,7 @@ func.func @observe_rejects_slots_not_multiple_of_block_size(%s: !spin.state<laye
 
 func.func @commit_rejects_negative_decay(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+1 {{'spin.commit' op attribute 'decay' failed to satisfy constraint: 64-bit float attribute whose value is in [0, 1]}}
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = -1.0e-01} : !spin.state<layer = 0>
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = -1.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1029,7 +1029,7 @@ func.func @commit_rejects_negative_decay(%s: !spin.state<layer = 0>, %a: tensor<
 
 func.func @commit_rejects_decay_above_one(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+1 {{'spin.commit' op attribute 'decay' failed to satisfy constraint: 64-bit float attribute whose value is in [0, 1]}}
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 1.01} : !spin.state<layer = 0>
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 1.01} : !spin.state<layer = 0>
   return
 }
 
@@ -1038,7 +1038,7 @@ func.func @commit_rejects_decay_above_one(%s: !spin.state<layer = 0>, %a: tensor
 func.func @commit_rejects_unknown_mtp_update(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+2 {{expected ::mlir::spin::MtpUpdate to be one of: prefix, row0}}
   // expected-error @+1 {{failed to parse Spin_MtpUpdateAttr parameter 'value' which is to be a `::mlir::spin::MtpUpdate`}}
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01, mtp_update = #spin.mtp_update<all>} : !spin.state<layer = 0>
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01, mtp_update = #spin.mtp_update<all>} : !spin.state<layer = 0>
   return
 }
 
@@ -1046,7 +1046,7 @@ func.func @commit_rejects_unknown_mtp_update(%s: !spin.state<layer = 0>, %a: ten
 
 func.func @commit_rejects_mtp_mask_as_mtp_update(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+1 {{'spin.commit' op attribute 'mtp_update' failed to satisfy constraint: which accepted MTP rows update the state at commit (SPIN_SPEC §4)}}
-  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01, mtp_update = #spin.mtp_mask<row0>} : !spin.state<layer = 0>
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01, mtp_update = #spin.mtp_mask<row0>} : !spin.state<layer = 0>
   return
 }
 
@@ -1054,7 +1054,7 @@ func.func @commit_rejects_mtp_mask_as_mtp_update(%s: !spin.state<layer = 0>, %a:
 
 func.func @commit_rejects_i64_accepted(%s: !spin.state<layer = 0>, %a: tensor<2xi64>) {
   // expected-error @+1 {{'spin.commit' op operand #1 must be 1D tensor of 32-bit signless integer values, but got 'tensor<2xi64>'}}
-  %s1 = spin.commit %s accepted(%a : tensor<2xi64>) {decay = 5.0e-01} : !spin.state<layer = 0>
+  %s1 = spin.commit %s accepted(%a : tensor<2xi64>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1062,7 +1062,7 @@ func.func @commit_rejects_i64_accepted(%s: !spin.state<layer = 0>, %a: tensor<2x
 
 func.func @commit_rejects_new_state_of_other_layer(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+1 {{'spin.commit' op failed to verify that all of {state, new_state} have same type}}
-  %s1 = "spin.commit"(%s, %a) <{decay = 5.0e-01 : f64}> : (!spin.state<layer = 0>, tensor<2xi32>) -> !spin.state<layer = 1>
+  %s1 = "spin.commit"(%s, %a) <{block_size = 16 : i64, decay = 5.0e-01 : f64}> : (!spin.state<layer = 0>, tensor<2xi32>) -> !spin.state<layer = 1>
   return
 }
 
@@ -1070,7 +1070,7 @@ func.func @commit_rejects_new_state_of_other_layer(%s: !spin.state<layer = 0>, %
 
 func.func @commit_rejects_missing_accepted_keyword(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
   // expected-error @+1 {{custom op 'spin.commit' expected 'accepted'}}
-  %s1 = spin.commit %s (%a : tensor<2xi32>) {decay = 5.0e-01} : !spin.state<layer = 0>
+  %s1 = spin.commit %s (%a : tensor<2xi32>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1248,5 +1248,13 @@ func.func @fused_score_rejects_unknown_update_kind(%s: !spin.state<layer = 0>, %
   // expected-error @+2 {{expected ::mlir::spin::UpdateKind to be one of: ema, observe}}
   // expected-error @+1 {{failed to parse Spin_UpdateKindAttr parameter 'value' which is to be a `::mlir::spin::UpdateKind`}}
   %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<later>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
+  return
+}
+
+// -----
+
+func.func @commit_rejects_missing_block_size(%s: !spin.state<layer = 0>, %a: tensor<2xi32>) {
+  // expected-error @+1 {{'spin.commit' op requires attribute 'block_size'}}
+  %s1 = spin.commit %s accepted(%a : tensor<2xi32>) {decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }

@@ -388,9 +388,9 @@ func.func @observe_and_commit(%s: !spin.state<layer = 0>,
       positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
       mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
       : !spin.state<layer = 0>
-  // CHECK: %[[S2:.*]] = spin.commit %[[S1]] accepted(%[[A]] : tensor<2xi32>) {decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
+  // CHECK: %[[S2:.*]] = spin.commit %[[S1]] accepted(%[[A]] : tensor<2xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
   %s2 = spin.commit %s1 accepted(%a : tensor<2xi32>)
-      {decay = 5.0e-01, mtp_update = #spin.mtp_update<prefix>}
+      {block_size = 16 : i64, decay = 5.0e-01, mtp_update = #spin.mtp_update<prefix>}
       : !spin.state<layer = 0>
   // CHECK: %[[SB1:.*]] = spin.observe %[[SB]] scores(%[[ZD]] : tensor<?x?x?xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, pooling = #spin.pooling<top4>} : !spin.state<layer = 2, level = block>{{$}}
   %sb1 = spin.observe %sb scores(%zd : tensor<?x?x?xf32>)
@@ -398,9 +398,9 @@ func.func @observe_and_commit(%s: !spin.state<layer = 0>,
       mask(%m : tensor<2x4xi1>)
       {block_size = 16 : i64, pooling = #spin.pooling<top4>}
       : !spin.state<layer = 2, level = block>
-  // CHECK: %[[SB2:.*]] = spin.commit %[[SB1]] accepted(%[[AD]] : tensor<?xi32>) {decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>} : !spin.state<layer = 2, level = block>{{$}}
+  // CHECK: %[[SB2:.*]] = spin.commit %[[SB1]] accepted(%[[AD]] : tensor<?xi32>) {block_size = 16 : i64, decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>} : !spin.state<layer = 2, level = block>{{$}}
   %sb2 = spin.commit %sb1 accepted(%ad : tensor<?xi32>)
-      {decay = 7.5e-01, mtp_update = #spin.mtp_update<row0>}
+      {block_size = 16 : i64, decay = 7.5e-01, mtp_update = #spin.mtp_update<row0>}
       : !spin.state<layer = 2, level = block>
   // CHECK: return %[[S2]], %[[SB2]] : !spin.state<layer = 0>, !spin.state<layer = 2, level = block>
   return %s2, %sb2 : !spin.state<layer = 0>, !spin.state<layer = 2, level = block>

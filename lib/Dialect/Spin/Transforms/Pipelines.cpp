@@ -40,6 +40,7 @@ void mlir::spin::buildSparsifyPipeline(OpPassManager &pm,
   sparsify.mtpMask = options.mtpMask;
   sparsify.mtpUpdate = options.mtpUpdate;
   sparsify.resetInput = options.resetInput;
+  sparsify.reportSparsity = options.reportSparsity;
   pm.addPass(createSpinSparsifyIndexer(sparsify));
 
   // Post-condition: one spin.fused_select and one spin.fused_score per layer.

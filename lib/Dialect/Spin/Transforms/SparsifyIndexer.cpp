@@ -22,6 +22,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Debug.h"
 
 #include <cstdio>
@@ -102,8 +103,13 @@ private:
   LogicalResult assignLayers(MutableArrayRef<Candidate> candidates);
   LogicalResult rewrite(const Candidate &candidate);
 
+  /// Appends the `report-sparsity` results to their functions.
+  LogicalResult addSparsityResults();
+
   /// Per function, the last state op placed at its start.
   llvm::DenseMap<Operation *, Operation *> lastStateOp;
+  /// Per function, the realized sparsity of each rewritten layer.
+  llvm::MapVector<Operation *, SmallVector<Value>> sparsityResults;
 };
 
 } // namespace
@@ -280,7 +286,8 @@ LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
     state = ResetOp::create(stateBuilder, loc, stateType, state, *reset);
   if (mtp)
     state = CommitOp::create(stateBuilder, loc, stateType, state, *accepted,
-                             decayAttr, MtpUpdateAttr::get(ctx, mtpUpdate));
+                             blockSizeAttr, decayAttr,
+                             MtpUpdateAttr::get(ctx, mtpUpdate));
   if (indexer->getBlock() == &func.front())
     lastStateOp[func] = state.getDefiningOp();
 
@@ -317,11 +324,42 @@ LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
     EmaUpdateOp::create(b, loc, stateType, state, sparseScores, *positions, lengths, mask,
                         blockSizeAttr, updatePooling, decayAttr);
 
+  if (reportSparsity) {
+    auto sparsityType = RankedTensorType::get({batch, rows}, f32);
+    sparsityResults[func].push_back(BlockSparsityOp::create(
+        b, loc, sparsityType, mask, lengths, blockSizeAttr));
+  }
+
   LLVM_DEBUG(llvm::dbgs() << "sparsified layer " << candidate.layer << " at "
                           << loc << "\n");
   topk.getIndices().replaceAllUsesWith(newTopk.getIndices());
   topk.erase();
   indexer.erase();
+  return success();
+}
+
+LogicalResult SpinSparsifyIndexerPass::addSparsityResults() {
+  for (auto &[op, values] : sparsityResults) {
+    auto func = cast<func::FuncOp>(op);
+    auto module = func->getParentOfType<ModuleOp>();
+    if (module && !SymbolTable::symbolKnownUseEmpty(func, module))
+      return func.emitError() << "cannot add realized-sparsity results to @"
+                              << func.getSymName()
+                              << ": the function has callers";
+    if (!func.getBody().hasOneBlock())
+      return func.emitError("report-sparsity needs a single-block function");
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    MLIRContext *ctx = func.getContext();
+    auto marker = DictionaryAttr::get(
+        ctx, {NamedAttribute(StringAttr::get(ctx, "spin.sparsity"),
+                             UnitAttr::get(ctx))});
+    for (Value value : values) {
+      unsigned index = func.getNumResults();
+      if (failed(func.insertResult(index, value.getType(), marker)))
+        return func.emitError("cannot add a result");
+      ret.getOperandsMutable().append(value);
+    }
+  }
   return success();
 }
 
@@ -344,4 +382,6 @@ void SpinSparsifyIndexerPass::runOnOperation() {
   for (const Candidate &candidate : candidates)
     if (failed(rewrite(candidate)))
       return signalPassFailure();
+  if (failed(addSparsityResults()))
+    return signalPassFailure();
 }

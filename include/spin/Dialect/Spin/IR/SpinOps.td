@@ -421,11 +421,13 @@ def Spin_CommitOp : Spin_Op<"commit", [AllTypesMatch<["state", "new_state"]>]> {
     buffered rows `0..a` in order (`mtp_update = prefix`), or row 0 alone
     (`mtp_update = row0`), with the update rule of `spin.ema_update`, each
     row from the state the previous one left; the other rows are dropped.
-    The iteration counter increases by one per committed step.
+    The iteration counter increases by one per committed step. `block_size`
+    is the one the step was observed with (the buffered mask is per block).
 
     ```mlir
     %s2 = spin.commit %s1 accepted(%a : tensor<2xi32>)
-        {decay = 5.0e-01, mtp_update = #spin.mtp_update<prefix>}
+        {block_size = 64 : i64, decay = 5.0e-01,
+         mtp_update = #spin.mtp_update<prefix>}
         : !spin.state<layer = 0>
     ```
   }];
@@ -433,6 +435,7 @@ def Spin_CommitOp : Spin_Op<"commit", [AllTypesMatch<["state", "new_state"]>]> {
     Arg<Spin_StateType, "the layer's state",
         [MemRead<Spin_StateResource>, MemWrite<Spin_StateResource>]>:$state,
     Spin_RequestI32Tensor:$accepted,
+    Spin_PositiveI64Attr:$block_size,
     Spin_UnitIntervalF64Attr:$decay,
     DefaultValuedAttr<Spin_MtpUpdateAttr, "::mlir::spin::MtpUpdate::prefix">:$mtp_update);
   let results = (outs Spin_StateType:$new_state);

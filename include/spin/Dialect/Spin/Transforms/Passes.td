@@ -101,7 +101,10 @@ def SpinSparsifyIndexer : Pass<"spin-sparsify-indexer", "ModuleOp"> {
       `{spin.request_ids}` (`[B]` i64), or reuses arguments already so
       marked. MTP steps (R != 1) also take `{spin.accepted}` (`[B]` i32,
       the previous step's accepted draft counts); `reset-input` adds
-      `{spin.reset}` (`[B]` i1). Functions with callers are not changed.
+      `{spin.reset}` (`[B]` i1). With `report-sparsity`, each layer's
+      realized block sparsity (`spin.block_sparsity`, `[B, R]` f32) becomes
+      an extra function result marked `{spin.sparsity}`. Functions with
+      callers are not changed.
     * Decode steps (R = 1) update the state with `spin.ema_update`. MTP
       steps commit the previous step's buffered rows first (`spin.commit`
       with `mtp-update`), then score the union (or row 0's) selection
@@ -175,6 +178,9 @@ def SpinSparsifyIndexer : Pass<"spin-sparsify-indexer", "ModuleOp"> {
              clEnumValN(::mlir::spin::MtpUpdate::row0, "row0", "row 0 only"))}]>,
     Option<"resetInput", "reset-input", "bool", "false",
            "Add a {spin.reset} [B] i1 argument that resets requests first">,
+    Option<"reportSparsity", "report-sparsity", "bool", "false",
+           "Return each layer's realized block sparsity per row as an extra "
+           "[B, R] f32 result marked {spin.sparsity}">,
   ];
   let dependentDialects = ["::mlir::spin::SpinDialect"];
 }

@@ -84,6 +84,10 @@ struct SparsifyPipelineOptions
       *this, "reset-input",
       llvm::cl::desc("Add a {spin.reset} [B] i1 argument that resets requests"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> reportSparsity{
+      *this, "report-sparsity",
+      llvm::cl::desc("Return each layer's realized block sparsity per row"),
+      llvm::cl::init(false)};
   // Stages.
   PassOptions::Option<bool> fuse{
       *this, "fuse", llvm::cl::desc("Run spin-fuse"), llvm::cl::init(true)};

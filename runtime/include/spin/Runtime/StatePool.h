@@ -1,0 +1,273 @@
+//===- StatePool.h - per-request SPIN state of every layer ------*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The state pool owns the SPIN state (SPIN_SPEC §2) of up to `numSlots`
+// concurrent requests for `numLayers` indexer layers, laid out exactly as
+// docs/Runtime-ABI.md fixes it, so that compiled step functions can read and
+// update it in place through memref descriptors. It also keeps the
+// host-side bookkeeping that compiled code cannot: which request owns which
+// slot, which requests are inside a step, and the accepted-draft count of a
+// buffered MTP verification step (SPIN_SPEC §4) until the next step replays
+// it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_RUNTIME_STATEPOOL_H
+#define SPIN_RUNTIME_STATEPOOL_H
+
+#include "spin/Runtime/MemRef.h"
+#include "spin/Runtime/Span.h"
+#include "spin/Runtime/Status.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+namespace spin::runtime {
+
+/// The shape of a state pool. Every field must be positive.
+struct StatePoolOptions {
+  /// Indexer layers with SPIN state (the `spin.layer` indices 0..numLayers-1).
+  int64_t numLayers = 1;
+  /// Maximum number of concurrent requests; slot indices are i32 in the ABI.
+  int64_t numSlots = 1;
+  /// `C`: KV slots per request (the largest position a request may reach
+  /// plus one); positions are i32 in the ABI.
+  int64_t capacity = 1;
+  /// `Rmax`: query rows per step, 1 for plain decode, `d + 1` for MTP with
+  /// draft length `d`.
+  int64_t maxRows = 1;
+  /// SPIN block size `b` (= the KV page size), which sizes `obs_mask`.
+  int64_t blockSize = 64;
+};
+
+/// Raw pointers to the eight arrays of one layer (docs/Runtime-ABI.md), for
+/// building the memref descriptors of a step call. All arrays are
+/// contiguous, row-major and 64-byte aligned. A default-constructed value
+/// (all null) stands for "no such layer".
+struct LayerBuffers {
+  float *v = nullptr;         ///< f32 [numSlots, capacity]
+  float *d = nullptr;         ///< f32 [numSlots, capacity]
+  int64_t *it = nullptr;      ///< i64 [numSlots]
+  int32_t *obsRows = nullptr; ///< i32 [numSlots]
+  int32_t *obsPos = nullptr;  ///< i32 [numSlots, maxRows]
+  int32_t *obsLen = nullptr;  ///< i32 [numSlots, maxRows]
+  uint8_t *obsMask = nullptr; ///< i8  [numSlots, numBlocks] (0/1)
+  float *obsZ = nullptr;      ///< f32 [numSlots, maxRows, capacity]
+  int64_t numSlots = 0;
+  int64_t capacity = 0;
+  int64_t maxRows = 0;
+  /// `NBcap = ceil(capacity / blockSize)`.
+  int64_t numBlocks = 0;
+
+  /// False for the value returned for an out-of-range layer.
+  explicit operator bool() const { return v != nullptr; }
+
+  /// Descriptors in the argument form the step ABI expects (identity
+  /// strides, offset 0).
+  MemRefDescriptor<float, 2> vMemRef() const {
+    return makeRowMajorMemRef(v, numSlots, capacity);
+  }
+  MemRefDescriptor<float, 2> dMemRef() const {
+    return makeRowMajorMemRef(d, numSlots, capacity);
+  }
+  MemRefDescriptor<int64_t, 1> itMemRef() const {
+    return makeRowMajorMemRef(it, numSlots);
+  }
+  MemRefDescriptor<int32_t, 1> obsRowsMemRef() const {
+    return makeRowMajorMemRef(obsRows, numSlots);
+  }
+  MemRefDescriptor<int32_t, 2> obsPosMemRef() const {
+    return makeRowMajorMemRef(obsPos, numSlots, maxRows);
+  }
+  MemRefDescriptor<int32_t, 2> obsLenMemRef() const {
+    return makeRowMajorMemRef(obsLen, numSlots, maxRows);
+  }
+  MemRefDescriptor<uint8_t, 2> obsMaskMemRef() const {
+    return makeRowMajorMemRef(obsMask, numSlots, numBlocks);
+  }
+  MemRefDescriptor<float, 3> obsZMemRef() const {
+    return makeRowMajorMemRef(obsZ, numSlots, maxRows, capacity);
+  }
+};
+
+/// Per-request, per-layer SPIN state plus the request table.
+///
+/// Thread safety: every member function may be called from any thread. The
+/// request table is guarded by one mutex; the state arrays are not locked —
+/// instead a request is *busy* between `beginStep` and `endStep` (and while
+/// `acquire`/`reset` zero its slot), and every call that touches a busy
+/// request's state is refused. So steps on disjoint request sets run
+/// concurrently, each writing only the slots of its own requests.
+class StatePool {
+public:
+  /// Validates `options` (every field positive; slot counts, capacity and
+  /// rows representable as the ABI's i32; the whole pool addressable in
+  /// int64 bytes) and allocates the zeroed pool.
+  static StatusOr<std::unique_ptr<StatePool>> create(const StatePoolOptions &options);
+
+  StatePool(const StatePool &) = delete;
+  StatePool &operator=(const StatePool &) = delete;
+  ~StatePool();
+
+  const StatePoolOptions &options() const { return opts; }
+  /// `NBcap = ceil(capacity / blockSize)`, the length of an `obs_mask` row.
+  int64_t numBlocks() const { return blocks; }
+  /// Bytes allocated for the state arrays of all layers.
+  int64_t allocatedBytes() const { return arenaBytes; }
+
+  //===--------------------------------------------------------------------===//
+  // Request lifecycle
+  //===--------------------------------------------------------------------===//
+
+  /// Gives `requestId` the lowest free slot, with freshly reset state on
+  /// every layer (`it = 0`: its first step is a warm-up). Fails if the
+  /// request is already present or every slot is taken.
+  StatusOr<int32_t> acquire(int64_t requestId);
+
+  /// Frees the slot of `requestId` (finished or cancelled request). Buffered
+  /// MTP rows are dropped with it. Fails for unknown ids (including a second
+  /// release) and for requests inside a step.
+  Status release(int64_t requestId);
+
+  /// Starts a new turn (SPIN_SPEC §2): zeroes V and D of every layer, sets
+  /// `it = 0`, drops buffered MTP rows and any recorded commit, so the next
+  /// step is a warm-up. Fails for unknown or busy requests.
+  Status reset(int64_t requestId);
+
+  /// The slot of a live request: the index into every state array and the
+  /// value to pass in the step's `spin.slots` input.
+  StatusOr<int32_t> slotOf(int64_t requestId) const;
+  bool contains(int64_t requestId) const;
+  int64_t liveRequests() const;
+
+  //===--------------------------------------------------------------------===//
+  // Inspection (tests, replay tools)
+  //===--------------------------------------------------------------------===//
+
+  /// Steps since the last reset of `requestId` on `layer` (the `it` field).
+  StatusOr<int64_t> iteration(int64_t requestId, int64_t layer) const;
+  /// Read-only views of `V` and `D` (`capacity` floats each). The pointer
+  /// stays valid while the request is live; its contents change with every
+  /// step, so read it between steps only. Busy requests are refused.
+  StatusOr<const float *> v(int64_t requestId, int64_t layer) const;
+  StatusOr<const float *> d(int64_t requestId, int64_t layer) const;
+
+  /// The arrays of `layer`, to build the step call's descriptors; all null
+  /// if `layer` is not in `[0, numLayers)`. Writing through them is the
+  /// compiled step's business: only for requests between `beginStep` and
+  /// `endStep` of the calling thread.
+  LayerBuffers layer(int64_t layer) const;
+
+  //===--------------------------------------------------------------------===//
+  // MTP bookkeeping (SPIN_SPEC §4)
+  //===--------------------------------------------------------------------===//
+
+  /// True if a verification step of `requestId` left buffered rows on any
+  /// layer (`obs_rows[slot] > 0`) whose EMA update still awaits the accepted
+  /// count. False for unknown and busy requests.
+  bool hasPendingRows(int64_t requestId) const;
+
+  /// Records that `accepted` draft tokens (0..rows-1) of the buffered
+  /// verification step of `requestId` were accepted. The replay of rows
+  /// 0..accepted itself runs at the start of the request's next step, inside
+  /// the compiled code, which reads this count from its `spin.accepted`
+  /// input. Fails if nothing is pending, if `accepted` is out of range, or if
+  /// the step was already committed.
+  Status commit(int64_t requestId, int32_t accepted);
+
+  /// The count recorded by `commit`, if any, for building the next step's
+  /// `spin.accepted` input.
+  std::optional<int32_t> recordedCommit(int64_t requestId) const;
+
+  /// Forgets the recorded count once a step has replayed it; call it after
+  /// every step that ran with a recorded commit (`beginStep` refuses to hand
+  /// the same count to a second step).
+  void clearCommit(int64_t requestId);
+
+  //===--------------------------------------------------------------------===//
+  // Steps
+  //===--------------------------------------------------------------------===//
+
+  /// Admits a batch to a step and marks its requests busy; all-or-nothing.
+  /// Refuses unknown ids, duplicates within the batch, requests busy in
+  /// another step (or being reset), and requests with buffered rows that the
+  /// step cannot commit: without `canCommit` (a graph without MTP replay) any
+  /// buffered rows are an error, with it they need a recorded `commit`.
+  Status beginStep(Span<int64_t> requestIds, bool canCommit);
+
+  /// Ends the step begun by `beginStep(requestIds, ...)`: the requests are no
+  /// longer busy. Ids that are unknown or not inside a step are ignored.
+  void endStep(Span<int64_t> requestIds);
+
+private:
+  /// Why a request may not be touched right now.
+  enum class Busy : uint8_t { None, Step, Zeroing };
+
+  struct Request {
+    int32_t slot = 0;
+    Busy busy = Busy::None;
+    /// The accepted count of the buffered verification step, once committed.
+    std::optional<int32_t> commit;
+    /// True once a step has been admitted with `commit`: a second step must
+    /// not replay the same count against rows that step buffered.
+    bool commitHandedOut = false;
+  };
+
+  /// Offsets of one layer's arrays from the start of the arena.
+  struct FieldOffsets {
+    int64_t v, d, it, obsRows, obsPos, obsLen, obsMask, obsZ;
+  };
+
+  struct FreeArena {
+    void operator()(void *p) const { std::free(p); }
+  };
+
+  StatePool(const StatePoolOptions &options, int64_t numBlocks,
+            std::vector<FieldOffsets> offsets, int64_t bytes,
+            std::unique_ptr<void, FreeArena> arena, char *base);
+
+  /// Zeroes V and D and resets `it`, `obs_rows` of `slot` on every layer.
+  /// The caller owns the slot (it is marked busy), so no lock is held.
+  void zeroSlot(int32_t slot) const;
+
+  /// First layer with buffered rows of `slot`, or -1.
+  int64_t firstPendingLayer(int32_t slot) const;
+
+  /// The entry of `requestId`, or null; the caller holds `mutex`.
+  Request *find(int64_t requestId);
+  const Request *find(int64_t requestId) const;
+
+  /// Success if `request` (the entry of `requestId`, maybe null) is live and
+  /// not busy; otherwise the error, whose busy message ends in `action`
+  /// (e.g. "reset it after endStep").
+  static Status checkIdle(const Request *request, int64_t requestId,
+                          const char *action);
+
+  Status checkLayer(int64_t layer) const;
+
+  StatePoolOptions opts;
+  int64_t blocks;
+  int64_t arenaBytes;
+  std::unique_ptr<void, FreeArena> arena;
+  std::vector<LayerBuffers> layers;
+
+  mutable std::mutex mutex;
+  std::unordered_map<int64_t, Request> requests;
+  /// Free slot indices, lowest first, so that live requests stay packed at
+  /// the front of the pool.
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>>
+      freeSlots;
+};
+
+} // namespace spin::runtime
+
+#endif // SPIN_RUNTIME_STATEPOOL_H
