@@ -24,5 +24,11 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.spin_tools_dir, config.llvm_tools_dir]
-tools = ["spin-opt", "not", "count"]
+tools = ["spin-opt", "not", "count", "mlir-runner"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+# Execution tests (`*_runner.mlir`) link the runner utilities into the JIT.
+config.substitutions.append((
+    "%mlir_runner_utils",
+    ",".join(os.path.join(config.llvm_lib_dir, name) for name in
+             ("libmlir_runner_utils.so", "libmlir_c_runner_utils.so"))))

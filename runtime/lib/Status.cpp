@@ -15,7 +15,8 @@ namespace spin::runtime {
 Status Status::error(std::string message) {
   Status status;
   status.isOk = false;
-  status.text = message.empty() ? std::string("unknown error") : std::move(message);
+  status.text =
+      message.empty() ? std::string("unknown error") : std::move(message);
   return status;
 }
 

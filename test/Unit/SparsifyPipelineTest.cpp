@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "spin/Dialect/Spin/IR/SpinOps.h"
-#include "spin/Dialect/Spin/Transforms/Pipelines.h"
+#include "spin/Pipelines/Pipelines.h"
 #include "spin/InitAllSpin.h"
 
 #include "mlir/Dialect/Async/IR/Async.h"

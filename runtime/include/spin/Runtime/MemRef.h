@@ -15,6 +15,7 @@
 #define SPIN_RUNTIME_MEMREF_H
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <type_traits>
@@ -27,8 +28,7 @@ namespace spin::runtime {
 /// `aligned[offset + i0 * strides[0] + ... + iN * strides[N]]`.
 /// Rank 0 (no size/stride arrays) is not needed by the step ABI and has a
 /// different layout, so it is not supported.
-template <typename T, int Rank>
-struct MemRefDescriptor {
+template <typename T, int Rank> struct MemRefDescriptor {
   static_assert(Rank >= 1, "rank-0 memrefs have a different layout");
   T *allocated;
   T *aligned;
@@ -48,8 +48,8 @@ static_assert(sizeof(MemRefDescriptor<float, 2>) ==
 /// `data` with the given `sizes`, offset 0 — the layout of every runtime
 /// buffer of the step ABI. Ranks 1 to 4 are the ones the ABI uses.
 template <typename T, int Rank>
-MemRefDescriptor<T, Rank> makeRowMajorMemRef(T *data,
-                                             const std::array<int64_t, Rank> &sizes) {
+MemRefDescriptor<T, Rank>
+makeRowMajorMemRef(T *data, const std::array<int64_t, Rank> &sizes) {
   static_assert(Rank >= 1 && Rank <= 4, "the step ABI uses ranks 1 to 4");
   MemRefDescriptor<T, Rank> desc{};
   desc.allocated = data;
@@ -97,8 +97,7 @@ public:
   PackedArguments &operator=(const PackedArguments &) = delete;
 
   /// Appends `desc` as the next argument.
-  template <typename T, int Rank>
-  void add(MemRefDescriptor<T, Rank> &desc) {
+  template <typename T, int Rank> void add(MemRefDescriptor<T, Rank> &desc) {
     descriptorPointers.push_back(static_cast<void *>(&desc));
     args.push_back(static_cast<void *>(&descriptorPointers.back()));
   }

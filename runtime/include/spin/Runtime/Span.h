@@ -23,20 +23,30 @@ namespace spin::runtime {
 
 /// A read-only view of `size()` contiguous `T`s. It never owns its
 /// elements: keep the viewed storage alive while the span is used.
-template <class T>
-class Span {
+template <class T> class Span {
 public:
   constexpr Span() = default;
   constexpr Span(const T *data, size_t size) : ptr(data), count(size) {}
-  Span(const std::vector<T> &values) : ptr(values.data()), count(values.size()) {}
+  Span(const std::vector<T> &values)
+      : ptr(values.data()), count(values.size()) {}
   template <size_t N>
-  constexpr Span(const std::array<T, N> &values) : ptr(values.data()), count(N) {}
+  constexpr Span(const std::array<T, N> &values)
+      : ptr(values.data()), count(N) {}
   template <size_t N>
   constexpr Span(const T (&values)[N]) : ptr(values), count(N) {}
   /// Views a braced list; the list lives until the end of the full
   /// expression, so pass `{1, 2, 3}` directly to a call, never store it.
+  /// (GCC warns that the span does not extend the list's lifetime, which is
+  /// exactly the documented contract; the warning is silenced here only.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   constexpr Span(std::initializer_list<T> values)
       : ptr(values.begin()), count(values.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
   constexpr const T *data() const { return ptr; }
   constexpr size_t size() const { return count; }

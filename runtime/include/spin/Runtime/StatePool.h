@@ -107,17 +107,22 @@ struct LayerBuffers {
 /// `acquire`/`reset` zero its slot), and every call that touches a busy
 /// request's state is refused. So steps on disjoint request sets run
 /// concurrently, each writing only the slots of its own requests.
+///
+/// The arrays live in host memory, which is what the CPU step functions
+/// and the tests address.
 class StatePool {
 public:
   /// Validates `options` (every field positive; slot counts, capacity and
   /// rows representable as the ABI's i32; the whole pool addressable in
   /// int64 bytes) and allocates the zeroed pool.
-  static StatusOr<std::unique_ptr<StatePool>> create(const StatePoolOptions &options);
+  static StatusOr<std::unique_ptr<StatePool>>
+  create(const StatePoolOptions &options);
 
   StatePool(const StatePool &) = delete;
   StatePool &operator=(const StatePool &) = delete;
   ~StatePool();
 
+  /// The validated shape the pool was created with.
   const StatePoolOptions &options() const { return opts; }
   /// `NBcap = ceil(capacity / blockSize)`, the length of an `obs_mask` row.
   int64_t numBlocks() const { return blocks; }
@@ -146,7 +151,9 @@ public:
   /// The slot of a live request: the index into every state array and the
   /// value to pass in the step's `spin.slots` input.
   StatusOr<int32_t> slotOf(int64_t requestId) const;
+  /// True while `requestId` holds a slot (from `acquire` to `release`).
   bool contains(int64_t requestId) const;
+  /// The number of requests holding a slot, for admission control.
   int64_t liveRequests() const;
 
   //===--------------------------------------------------------------------===//
@@ -222,7 +229,8 @@ private:
     bool commitHandedOut = false;
   };
 
-  /// Offsets of one layer's arrays from the start of the arena.
+  /// Offsets of one layer's arrays from the start of that layer's part of
+  /// the arena (layer `l` starts at `l * stride`).
   struct FieldOffsets {
     int64_t v, d, it, obsRows, obsPos, obsLen, obsMask, obsZ;
   };
@@ -232,8 +240,11 @@ private:
   };
 
   StatePool(const StatePoolOptions &options, int64_t numBlocks,
-            std::vector<FieldOffsets> offsets, int64_t bytes,
+            FieldOffsets fields, int64_t layerStride, int64_t bytes,
             std::unique_ptr<void, FreeArena> arena, char *base);
+
+  /// The arrays of `layer`, which must be in range.
+  LayerBuffers buffers(int64_t layer) const;
 
   /// Zeroes V and D and resets `it`, `obs_rows` of `slot` on every layer.
   /// The caller owns the slot (it is marked busy), so no lock is held.
@@ -257,8 +268,11 @@ private:
   StatePoolOptions opts;
   int64_t blocks;
   int64_t arenaBytes;
+  FieldOffsets fields;
+  int64_t stride;
   std::unique_ptr<void, FreeArena> arena;
-  std::vector<LayerBuffers> layers;
+  /// The arena's first 64-byte boundary.
+  char *base;
 
   mutable std::mutex mutex;
   std::unordered_map<int64_t, Request> requests;

@@ -1,4 +1,4 @@
-//===- Status.h - error values of the spin runtime -------------*- C++ -*-===//
+//===- Status.h - error values of the spin runtime --------------*- C++ -*-===//
 //
 // Part of the spin project: SPIN (Shadow Predictive Indexer) for
 // indexer-based sparse attention.
@@ -59,8 +59,7 @@ namespace detail {
 /// Either a value of type `T` or an error `Status`. Reading the value of an
 /// error aborts the program (a programming error, never an input error):
 /// check `ok()` first.
-template <class T>
-class [[nodiscard]] StatusOr {
+template <class T> class [[nodiscard]] StatusOr {
   static_assert(!std::is_same_v<std::decay_t<T>, Status>,
                 "StatusOr<Status> is meaningless: return Status");
 

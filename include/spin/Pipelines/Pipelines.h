@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SPIN_DIALECT_SPIN_TRANSFORMS_PIPELINES_H
-#define SPIN_DIALECT_SPIN_TRANSFORMS_PIPELINES_H
+#ifndef SPIN_PIPELINES_PIPELINES_H
+#define SPIN_PIPELINES_PIPELINES_H
 
 #include "spin/Dialect/Spin/IR/SpinAttrs.h"
 
@@ -102,10 +102,38 @@ struct SparsifyPipelineOptions
 void buildSparsifyPipeline(OpPassManager &pm,
                            const SparsifyPipelineOptions &options);
 
+/// Options of `spin-lower-to-cpu`.
+struct LowerToCPUOptions : public PassPipelineOptions<LowerToCPUOptions> {
+  PassOptions::Option<std::string> stateStorage{
+      *this, "state-storage",
+      llvm::cl::desc("Where SPIN state lives: 'arguments' (the runtime's "
+                     "state pool, the default) or 'globals' (module-level "
+                     "buffers, for self-contained programs and tests)"),
+      llvm::cl::init("arguments")};
+  PassOptions::Option<int64_t> numSlots{
+      *this, "num-slots",
+      llvm::cl::desc("globals: requests the state buffers hold"),
+      llvm::cl::init(8)};
+  PassOptions::Option<int64_t> capacity{
+      *this, "capacity",
+      llvm::cl::desc("globals: slots of state per request"),
+      llvm::cl::init(4096)};
+  PassOptions::Option<int64_t> maxRows{
+      *this, "max-rows",
+      llvm::cl::desc("globals: query rows per step (MTP buffers)"),
+      llvm::cl::init(4)};
+};
+
+/// spin-lower-to-cpu: spin ops to loops (convert-spin-to-scf), one-shot
+/// bufferization with results turned into out-parameters, deallocation of
+/// every temporary buffer, then the LLVM dialect. The result is callable
+/// through the C interface described in docs/Runtime-ABI.md.
+void buildLowerToCPUPipeline(OpPassManager &pm, const LowerToCPUOptions &options);
+
 /// Registers the spin pipelines for textual pass pipelines (spin-opt).
 void registerSpinPipelines();
 
 } // namespace spin
 } // namespace mlir
 
-#endif // SPIN_DIALECT_SPIN_TRANSFORMS_PIPELINES_H
+#endif // SPIN_PIPELINES_PIPELINES_H

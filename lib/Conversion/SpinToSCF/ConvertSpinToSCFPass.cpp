@@ -1,0 +1,261 @@
+//===- ConvertSpinToSCFPass.cpp - the convert-spin-to-scf pass ------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Prepares each function (async regions inlined, state buffers added as
+// arguments), then runs the conversion patterns.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Conversion/Passes.h"
+#include "spin/Conversion/SpinToSCF/SpinToSCF.h"
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+
+#include "mlir/Dialect/Async/IR/Async.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace mlir::spin {
+#define GEN_PASS_DEF_CONVERTSPINTOSCF
+#include "spin/Conversion/Passes.h.inc"
+} // namespace mlir::spin
+
+using namespace mlir;
+using namespace mlir::spin;
+
+/// Runs every async.execute region of `func` in place, in program order:
+/// its ops move before it and awaited values become the yielded ones. This
+/// is a valid schedule of the dependencies the regions express.
+static LogicalResult inlineAsyncRegions(func::FuncOp func) {
+  SmallVector<async::ExecuteOp> regions;
+  func.walk([&](async::ExecuteOp op) { regions.push_back(op); });
+  for (async::ExecuteOp execute : regions) {
+    if (!execute.getBodyOperands().empty() || !execute.getDependencies().empty())
+      return execute.emitError("the CPU lowering inlines async regions that "
+                               "capture their inputs; this one takes operands");
+    Block &body = execute.getBodyRegion().front();
+    auto yield = cast<async::YieldOp>(body.getTerminator());
+    SmallVector<Value> yielded(yield.getOperands());
+    yield.erase();
+    execute->getBlock()->getOperations().splice(Block::iterator(execute),
+                                                body.getOperations());
+    for (auto [value, result] : llvm::zip_equal(yielded, execute.getBodyResults()))
+      for (Operation *user : llvm::make_early_inc_range(result.getUsers())) {
+        auto await = dyn_cast<async::AwaitOp>(user);
+        if (!await)
+          return user->emitError("the CPU lowering expects async values to be "
+                                 "used by async.await only");
+        await.getResult().replaceAllUsesWith(value);
+        await.erase();
+      }
+    for (Operation *user : llvm::make_early_inc_range(execute.getToken().getUsers()))
+      if (auto await = dyn_cast<async::AwaitOp>(user))
+        await.erase();
+    if (!execute.getToken().use_empty())
+      return execute.emitError("async token has users the CPU lowering cannot "
+                               "sequentialize");
+    execute.erase();
+  }
+  return success();
+}
+
+namespace {
+
+/// What one function needs from the state pool.
+struct LayerUse {
+  Value requestIds;
+  StateLevel level = StateLevel::slot;
+  bool buffersRows = false;
+};
+
+struct ConvertSpinToSCFPass
+    : public spin::impl::ConvertSpinToSCFBase<ConvertSpinToSCFPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+
+private:
+  LogicalResult prepare(func::FuncOp func, StateBufferMap &buffers);
+};
+
+} // namespace
+
+/// Appends the state-pool arguments of docs/Runtime-ABI.md to `func`.
+LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
+                                            StateBufferMap &buffers) {
+  llvm::MapVector<int64_t, LayerUse> layers;
+  func.walk([&](Operation *op) {
+    if (auto layerState = dyn_cast<LayerStateOp>(op)) {
+      LayerUse &use = layers[layerState.getState().getType().getLayer()];
+      use.requestIds = layerState.getRequestIds();
+      use.level = layerState.getState().getType().getLevel();
+    }
+    bool buffers = isa<ObserveOp, CommitOp>(op);
+    if (auto score = dyn_cast<FusedScoreOp>(op))
+      buffers = score.getUpdate() == UpdateKind::observe;
+    if (buffers)
+      for (Value operand : op->getOperands())
+        if (auto state = dyn_cast<StateType>(operand.getType()))
+          layers[state.getLayer()].buffersRows = true;
+  });
+  if (layers.empty())
+    return success();
+  for (auto &[layer, use] : layers)
+    if (!use.requestIds)
+      return func.emitError() << "layer " << layer
+                              << " has state ops but no spin.layer_state";
+  auto module = func->getParentOfType<ModuleOp>();
+  if (stateStorage != "globals" &&
+      !SymbolTable::symbolKnownUseEmpty(func, module))
+    return func.emitError() << "cannot add state-pool arguments to @"
+                            << func.getSymName() << ": the function has callers";
+  llvm::sort(layers, [](auto &x, auto &y) { return x.first < y.first; });
+
+  MLIRContext *ctx = &getContext();
+  OpBuilder b(ctx);
+  int64_t dyn = ShapedType::kDynamic;
+  bool globals = stateStorage == "globals";
+  Location loc = func.getLoc();
+  b.setInsertionPointToStart(&func.getBody().front());
+  auto append = [&](Type type, ArrayRef<NamedAttribute> attrs) -> Value {
+    unsigned index = func.getNumArguments();
+    (void)func.insertArgument(index, type, DictionaryAttr::get(ctx, attrs),
+                              func.getLoc());
+    return func.getArgument(index);
+  };
+  // globals: a zero-initialised module buffer per field, viewed with the
+  // dynamic type the patterns expect.
+  auto global = [&](int64_t layer, StringRef name, MemRefType type) -> Value {
+    SmallVector<int64_t> shape;
+    for (int64_t size : type.getShape())
+      shape.push_back(size);
+    shape[0] = numSlots;
+    if (shape.size() > 1)
+      shape.back() = name == "obs_pos" || name == "obs_len" ? maxRows.getValue()
+                                                             : capacity.getValue();
+    if (shape.size() == 3)
+      shape[1] = maxRows;
+    auto staticType = MemRefType::get(shape, type.getElementType());
+    std::string symbol =
+        ("__spin_state_" + Twine(layer) + "_" + name).str();
+    if (!module.lookupSymbol(symbol)) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      auto zero = b.getZeroAttr(type.getElementType());
+      auto init = DenseElementsAttr::get(
+          RankedTensorType::get(shape, type.getElementType()), zero);
+      memref::GlobalOp::create(b, loc, symbol, b.getStringAttr("private"),
+                               staticType, init, /*constant=*/false,
+                               /*alignment=*/b.getI64IntegerAttr(64));
+    }
+    Value view = memref::GetGlobalOp::create(b, loc, staticType, symbol);
+    return memref::CastOp::create(b, loc, type, view);
+  };
+  // globals: a request's slot is its id (modulo the slot count, so that a
+  // bad id cannot address outside the buffers), computed where the ids are.
+  auto slotsFromIds = [&](Value requestIds) -> Value {
+    OpBuilder::InsertionGuard guard(b);
+    if (Operation *def = requestIds.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    auto idsType = cast<RankedTensorType>(requestIds.getType());
+    Value ids = bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(idsType.getShape(), b.getI64Type()),
+        requestIds, /*read_only=*/true);
+    Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+    Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+    Value count = memref::DimOp::create(b, loc, ids, 0);
+    Value slots = memref::AllocOp::create(
+        b, loc, MemRefType::get({dyn}, b.getI32Type()), ValueRange{count});
+    Value modulus =
+        arith::ConstantIntOp::create(b, loc, b.getI64Type(), numSlots);
+    scf::ForOp::create(
+        b, loc, c0, count, c1, ValueRange{},
+        [&](OpBuilder &nb, Location l, Value i, ValueRange) {
+          Value id = memref::LoadOp::create(nb, l, ids, i);
+          Value slot = arith::RemUIOp::create(nb, l, id, modulus);
+          Value narrow = arith::TruncIOp::create(nb, l, nb.getI32Type(), slot);
+          memref::StoreOp::create(nb, l, narrow, slots, i);
+          scf::YieldOp::create(nb, l);
+        });
+    return slots;
+  };
+  Value slots;
+  if (!globals)
+    slots = append(MemRefType::get({dyn}, b.getI32Type()),
+                   {b.getNamedAttr("spin.slots", b.getUnitAttr())});
+  for (auto &[layer, use] : layers) {
+    auto field = [&](StringRef name, MemRefType type) -> Value {
+      if (globals)
+        return global(layer, name, type);
+      return append(type, {b.getNamedAttr("spin.state", b.getStringAttr(name)),
+                           b.getNamedAttr("spin.layer",
+                                          b.getI64IntegerAttr(layer))});
+    };
+    StateBuffers state;
+    state.slots = globals ? slotsFromIds(use.requestIds) : slots;
+    state.requestIds = use.requestIds;
+    state.layer = layer;
+    state.level = use.level;
+    state.v = field("v", MemRefType::get({dyn, dyn}, b.getF32Type()));
+    state.d = field("d", MemRefType::get({dyn, dyn}, b.getF32Type()));
+    state.it = field("it", MemRefType::get({dyn}, b.getI64Type()));
+    if (use.buffersRows) {
+      state.obsRows = field("obs_rows", MemRefType::get({dyn}, b.getI32Type()));
+      state.obsPos = field("obs_pos", MemRefType::get({dyn, dyn}, b.getI32Type()));
+      state.obsLen = field("obs_len", MemRefType::get({dyn, dyn}, b.getI32Type()));
+      state.obsMask = field("obs_mask", MemRefType::get({dyn, dyn}, b.getI8Type()));
+      state.obsZ =
+          field("obs_z", MemRefType::get({dyn, dyn, dyn}, b.getF32Type()));
+    }
+    buffers[{func.getOperation(), layer}] = state;
+  }
+  return success();
+}
+
+void ConvertSpinToSCFPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (stateStorage != "arguments" && stateStorage != "globals") {
+    emitError(module.getLoc())
+        << "convert-spin-to-scf: option 'state-storage' must be 'arguments' "
+           "or 'globals', got '"
+        << stateStorage << "'";
+    return signalPassFailure();
+  }
+  if (stateStorage == "globals" &&
+      (numSlots <= 0 || capacity <= 0 || maxRows <= 0)) {
+    emitError(module.getLoc()) << "convert-spin-to-scf: 'num-slots', "
+                                  "'capacity' and 'max-rows' must be positive";
+    return signalPassFailure();
+  }
+  StateBufferMap buffers;
+  for (auto func : llvm::to_vector(module.getOps<func::FuncOp>()))
+    if (failed(inlineAsyncRegions(func)) || failed(prepare(func, buffers)))
+      return signalPassFailure();
+
+  ConversionTarget target(getContext());
+  target.addLegalDialect<arith::ArithDialect, bufferization::BufferizationDialect,
+                         math::MathDialect, memref::MemRefDialect,
+                         scf::SCFDialect, tensor::TensorDialect>();
+  target.addIllegalDialect<SpinDialect>();
+  target.addLegalOp<LayerStateOp>();
+  target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+
+  RewritePatternSet patterns(&getContext());
+  populateSpinToSCFConversionPatterns(patterns, buffers);
+  if (failed(applyPartialConversion(module, target, std::move(patterns))))
+    return signalPassFailure();
+
+  // The state handles now have no users: the buffers replaced them.
+  SmallVector<LayerStateOp> handles;
+  module.walk([&](LayerStateOp op) { handles.push_back(op); });
+  for (LayerStateOp op : handles) {
+    if (!op.getState().use_empty()) {
+      op.emitError("state handle still used after lowering");
+      return signalPassFailure();
+    }
+    op.erase();
+  }
+}

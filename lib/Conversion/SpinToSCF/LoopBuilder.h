@@ -1,0 +1,154 @@
+//===- LoopBuilder.h - scalar loop nests for the CPU lowering ----*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The CPU lowering writes every spin op as plain scf loops over memrefs.
+// This builder keeps those loop nests short to write and read; the shared
+// pieces of SPIN's semantics (fp8 decode, the splitmix64 hash, the running
+// top-n with ties to the lower id, pooling) live here once.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_LIB_CONVERSION_SPINTOSCF_LOOPBUILDER_H
+#define SPIN_LIB_CONVERSION_SPINTOSCF_LOOPBUILDER_H
+
+#include "spin/Conversion/SpinToSCF/SpinToSCF.h"
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace mlir::spin {
+
+/// Builds scalar code at one insertion point; nested regions (loops, ifs)
+/// move the insertion point in and restore it on exit.
+class LoopBuilder {
+public:
+  LoopBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {}
+
+  OpBuilder &builder() { return b; }
+  Location location() const { return loc; }
+
+  //===--- constants and casts ------------------------------------------===//
+  Value index(int64_t v);
+  Value i1(bool v);
+  Value i8(int64_t v);
+  Value i32(int64_t v);
+  Value i64(int64_t v);
+  Value f32(double v);
+  Value f64(double v);
+  Value negInf();
+  Value nan();
+  Value toIndex(Value integer);
+  Value toI32(Value index);
+  Value toI64(Value integer);
+  Value indexToF64(Value index);
+
+  //===--- memory --------------------------------------------------------===//
+  Value dim(Value memref, int64_t d);
+  Value load(Value memref, ValueRange indices);
+  void store(Value value, Value memref, ValueRange indices);
+  /// Reads an i32 memref element as an index.
+  Value loadIndex(Value memref, ValueRange indices);
+  /// A fresh buffer of `type` whose dynamic sizes are taken from `sizes`
+  /// (one size per dimension; static ones are ignored).
+  Value alloc(MemRefType type, ArrayRef<Value> sizes);
+  /// A memref view of a tensor operand (identity layout, read only).
+  Value toBuffer(Value tensor);
+  /// A tensor result backed by a buffer this op filled.
+  Value toTensor(Value memref, Type tensorType);
+
+  //===--- arithmetic ----------------------------------------------------===//
+  Value add(Value a, Value b);
+  Value sub(Value a, Value b);
+  Value mul(Value a, Value c);
+  Value divUI(Value a, Value c);
+  Value remUI(Value a, Value c);
+  Value ceilDiv(Value a, Value c); ///< for non-negative index values
+  Value minUI(Value a, Value c);
+  Value maxSI(Value a, Value c);
+  Value minSI(Value a, Value c);
+  Value cmp(arith::CmpIPredicate pred, Value a, Value c);
+  Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
+  Value andI(Value a, Value c);
+  Value orI(Value a, Value c);
+  Value notI(Value a);
+  Value select(Value cond, Value a, Value c);
+  Value isFinite(Value f);
+
+  //===--- control flow --------------------------------------------------===//
+  void forEach(Value lb, Value ub, function_ref<void(Value)> body);
+  SmallVector<Value> forEachWith(Value lb, Value ub, ValueRange inits,
+                                 function_ref<SmallVector<Value>(Value, ValueRange)> body);
+  void ifThen(Value cond, function_ref<void()> then);
+  SmallVector<Value> ifThenElse(TypeRange types, Value cond,
+                                function_ref<SmallVector<Value>()> then,
+                                function_ref<SmallVector<Value>()> otherwise);
+  /// Fills `memref` (any rank, dims given) with `value`.
+  void fill(Value memref, Value value);
+
+  //===--- SPIN pieces ---------------------------------------------------===//
+  /// Widens a bf16/f16/f32 or fp8 e4m3 scalar to f32 (fp8 decoded from its
+  /// bits: bias 7, subnormals m * 2^-9, 0x7f/0xff NaN, no infinities).
+  Value toF32(Value scalar);
+  /// The splitmix64 finalizer on i64 (SPIN_SPEC §3.7).
+  Value mix(Value x);
+  /// `a * old + c * z` rounded to f32 at each step (the EMA update).
+  Value ema(Value old, Value z, Value a, Value c);
+
+  /// Offers candidate (`key`, `id`) to the running best-`n` list kept in
+  /// `keys`/`ids` (best first; `count` entries valid). Ids must arrive in
+  /// increasing order: a candidate never displaces an equal key, so ties go
+  /// to the lower id. `better(x, y)` says whether key x ranks before y.
+  /// Returns the new count.
+  Value offerTopN(Value keys, Value ids, Value n, Value count, Value key,
+                  Value id, function_ref<Value(Value, Value)> better);
+
+  /// Pools the values `load(i)` for `i` in [begin, end) with `kind`,
+  /// skipping non-finite ones when `finiteOnly`. Returns (pooled, count):
+  /// -inf and 0 when nothing was pooled.
+  std::pair<Value, Value> pool(PoolingKind kind, Value begin, Value end,
+                               function_ref<Value(Value)> load, bool finiteOnly);
+
+private:
+  /// Runs `body` with the insertion point moved to `nested`.
+  void at(OpBuilder &nested, function_ref<void()> body);
+
+  OpBuilder &b;
+  Location loc;
+};
+
+/// The state buffers of the layer `state` belongs to in `op`'s function.
+const StateBuffers &lookupState(const StateBufferMap &buffers, Operation *op,
+                                Value state);
+
+/// Base for patterns of ops that read or write a layer's state buffers.
+template <typename OpTy>
+struct StatefulLowering : public OpConversionPattern<OpTy> {
+  StatefulLowering(MLIRContext *ctx, const StateBufferMap &buffers)
+      : OpConversionPattern<OpTy>(ctx), buffers(buffers) {}
+
+  const StateBuffers &stateOf(OpTy op) const {
+    return lookupState(buffers, op, op.getState());
+  }
+
+  const StateBufferMap &buffers;
+};
+
+/// Lowering patterns by group (one file each).
+void populateIndexerLoweringPatterns(RewritePatternSet &patterns);
+void populateSelectLoweringPatterns(RewritePatternSet &patterns,
+                                    const StateBufferMap &buffers);
+void populateStateLoweringPatterns(RewritePatternSet &patterns,
+                                   const StateBufferMap &buffers);
+void populateUnfusePatterns(RewritePatternSet &patterns);
+
+} // namespace mlir::spin
+
+#endif // SPIN_LIB_CONVERSION_SPINTOSCF_LOOPBUILDER_H

@@ -1,0 +1,239 @@
+//===- StateLowering.cpp - EMA update, MTP buffering and replay, reset ----===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Writes to the runtime-owned state buffers (docs/Runtime-ABI.md). The ops'
+// `!spin.state` results are the same buffers afterwards, so each lowered op
+// is replaced by its state operand.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LoopBuilder.h"
+
+using namespace mlir;
+using namespace mlir::spin;
+
+using arith::CmpIPredicate;
+
+namespace {
+
+/// The EMA coefficients as f32: `a = f32(decay)`, `c = f32(1 - decay)` with
+/// the subtraction done in double.
+std::pair<Value, Value> emaCoefficients(LoopBuilder &lb, double decay) {
+  return {lb.f32(static_cast<float>(decay)),
+          lb.f32(static_cast<float>(1.0 - decay))};
+}
+
+/// Folds one observed row into the state: for every selected visible block,
+/// the finite scores of its slots (slot level) or their pool (block level).
+/// `scoreAt(i)` reads the row's score of slot i (block j for `pooled`).
+void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
+                   Value p, Value visible, Value blockSize,
+                   function_ref<Value(Value)> selected, Value a, Value c,
+                   function_ref<Value(Value)> scoreAt,
+                   std::optional<PoolingKind> pooling, bool pooled) {
+  Value rowBlocks = lb.ceilDiv(visible, blockSize);
+  auto fold = [&](Value index, Value offset, Value z) {
+    lb.ifThen(lb.isFinite(z), [&] {
+      lb.store(lb.ema(lb.load(state.v, {slot, index}), z, a, c), state.v,
+               {slot, index});
+      lb.store(lb.ema(lb.load(state.d, {slot, offset}), z, a, c), state.d,
+               {slot, offset});
+    });
+  };
+  lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
+    lb.ifThen(selected(j), [&] {
+      if (state.level == StateLevel::block) {
+        Value z;
+        if (pooled) {
+          z = scoreAt(j);
+        } else {
+          Value begin = lb.mul(j, blockSize);
+          Value end = lb.minUI(lb.add(begin, blockSize), visible);
+          z = lb.pool(*pooling, begin, end, scoreAt, /*finiteOnly=*/true).first;
+        }
+        fold(j, lb.sub(lb.divUI(p, blockSize), j), z);
+        return;
+      }
+      Value begin = lb.mul(j, blockSize);
+      Value end = lb.minUI(lb.add(begin, blockSize), visible);
+      lb.forEach(begin, end,
+                 [&](Value i) { fold(i, lb.sub(p, i), scoreAt(i)); });
+    });
+  });
+}
+
+/// spin.ema_update (SPIN_SPEC §3.10), then `it += 1`.
+struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
+  using StatefulLowering::StatefulLowering;
+
+  LogicalResult
+  matchAndRewrite(EmaUpdateOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    const StateBuffers &state = stateOf(op);
+    LoopBuilder lb(rewriter, op.getLoc());
+    Value scores = lb.toBuffer(adaptor.getScores());
+    Value positions = lb.toBuffer(adaptor.getPositions());
+    Value lengths = lb.toBuffer(adaptor.getLengths());
+    Value mask = lb.toBuffer(adaptor.getMask());
+    Value blockSize = lb.index(op.getBlockSize());
+    auto [a, c] = emaCoefficients(lb, op.getDecay().convertToDouble());
+    Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
+    lb.forEach(lb.index(0), batch, [&](Value b) {
+      Value slot = lb.loadIndex(state.slots, {b});
+      lb.forEach(lb.index(0), rows, [&](Value r) {
+        updateFromRow(
+            lb, state, slot, lb.loadIndex(positions, {b, r}),
+            lb.loadIndex(lengths, {b, r}), blockSize,
+            [&](Value j) { return lb.load(mask, {b, j}); }, a, c,
+            [&](Value i) { return lb.load(scores, {b, r, i}); },
+            op.getPooling(), /*pooled=*/false);
+      });
+      lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
+    });
+    rewriter.replaceOp(op, adaptor.getState());
+    return success();
+  }
+};
+
+/// spin.observe: buffer the rows (positions, lengths, mask, scores or their
+/// per-block pool) in the request's pending-observation slot.
+struct ObserveLowering : public StatefulLowering<ObserveOp> {
+  using StatefulLowering::StatefulLowering;
+
+  LogicalResult
+  matchAndRewrite(ObserveOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    const StateBuffers &state = stateOf(op);
+    LoopBuilder lb(rewriter, op.getLoc());
+    Value scores = lb.toBuffer(adaptor.getScores());
+    Value positions = lb.toBuffer(adaptor.getPositions());
+    Value lengths = lb.toBuffer(adaptor.getLengths());
+    Value mask = lb.toBuffer(adaptor.getMask());
+    Value blockSize = lb.index(op.getBlockSize());
+    Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
+    Value maskBlocks = lb.minUI(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
+    bool blockLevel = state.level == StateLevel::block;
+    lb.forEach(lb.index(0), batch, [&](Value b) {
+      Value slot = lb.loadIndex(state.slots, {b});
+      lb.store(lb.toI32(rows), state.obsRows, {slot});
+      lb.forEach(lb.index(0), maskBlocks, [&](Value j) {
+        Value bit = arith::ExtUIOp::create(rewriter, op.getLoc(),
+                                           rewriter.getI8Type(),
+                                           lb.load(mask, {b, j}));
+        lb.store(bit, state.obsMask, {slot, j});
+      });
+      lb.forEach(lb.index(0), rows, [&](Value r) {
+        Value visible = lb.loadIndex(lengths, {b, r});
+        lb.store(lb.load(positions, {b, r}), state.obsPos, {slot, r});
+        lb.store(lb.load(lengths, {b, r}), state.obsLen, {slot, r});
+        Value rowBlocks = lb.minUI(lb.ceilDiv(visible, blockSize), maskBlocks);
+        lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
+          lb.ifThen(lb.load(mask, {b, j}), [&] {
+            Value begin = lb.mul(j, blockSize);
+            Value end = lb.minUI(lb.add(begin, blockSize), visible);
+            auto scoreAt = [&](Value i) { return lb.load(scores, {b, r, i}); };
+            if (blockLevel) {
+              Value pooled = lb.pool(*op.getPooling(), begin, end, scoreAt,
+                                     /*finiteOnly=*/true)
+                                 .first;
+              lb.store(pooled, state.obsZ, {slot, r, j});
+              return;
+            }
+            lb.forEach(begin, end, [&](Value i) {
+              lb.store(scoreAt(i), state.obsZ, {slot, r, i});
+            });
+          });
+        });
+      });
+    });
+    rewriter.replaceOp(op, adaptor.getState());
+    return success();
+  }
+};
+
+/// spin.commit: replay the buffered rows 0..accepted (prefix) or row 0, in
+/// order, then `it += 1` and drop the buffer. Requests with nothing buffered
+/// are untouched.
+struct CommitLowering : public StatefulLowering<CommitOp> {
+  using StatefulLowering::StatefulLowering;
+
+  LogicalResult
+  matchAndRewrite(CommitOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    const StateBuffers &state = stateOf(op);
+    LoopBuilder lb(rewriter, op.getLoc());
+    Value accepted = lb.toBuffer(adaptor.getAccepted());
+    Value blockSize = lb.index(op.getBlockSize());
+    auto [a, c] = emaCoefficients(lb, op.getDecay().convertToDouble());
+    bool prefix = op.getMtpUpdate() == MtpUpdate::prefix;
+    lb.forEach(lb.index(0), lb.dim(accepted, 0), [&](Value b) {
+      Value slot = lb.loadIndex(state.slots, {b});
+      Value buffered = lb.loadIndex(state.obsRows, {slot});
+      lb.ifThen(lb.cmp(CmpIPredicate::ugt, buffered, lb.index(0)), [&] {
+        // The runtime checked 0 <= accepted < buffered; clamp regardless so
+        // that a bad value can never index outside the buffer.
+        Value last = lb.index(0);
+        if (prefix) {
+          Value wanted = lb.maxSI(lb.load(accepted, {b}), lb.i32(0));
+          last = lb.minUI(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
+        }
+        lb.forEach(lb.index(0), lb.add(last, lb.index(1)), [&](Value r) {
+          updateFromRow(
+              lb, state, slot, lb.loadIndex(state.obsPos, {slot, r}),
+              lb.loadIndex(state.obsLen, {slot, r}), blockSize,
+              [&](Value j) {
+                Value bit = lb.load(state.obsMask, {slot, j});
+                return lb.cmp(CmpIPredicate::ne, bit, lb.i8(0));
+              },
+              a, c, [&](Value i) { return lb.load(state.obsZ, {slot, r, i}); },
+              std::nullopt, /*pooled=*/true);
+        });
+        lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
+        lb.store(lb.i32(0), state.obsRows, {slot});
+      });
+    });
+    rewriter.replaceOp(op, adaptor.getState());
+    return success();
+  }
+};
+
+/// spin.reset: zero V and D, `it = 0`, drop buffered rows.
+struct ResetLowering : public StatefulLowering<ResetOp> {
+  using StatefulLowering::StatefulLowering;
+
+  LogicalResult
+  matchAndRewrite(ResetOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    const StateBuffers &state = stateOf(op);
+    LoopBuilder lb(rewriter, op.getLoc());
+    Value requests =
+        adaptor.getRequests() ? lb.toBuffer(adaptor.getRequests()) : Value();
+    Value capacity = lb.dim(state.v, 1);
+    Value zero = lb.f32(0.0);
+    lb.forEach(lb.index(0), lb.dim(state.slots, 0), [&](Value b) {
+      Value wanted = requests ? lb.load(requests, {b}) : lb.i1(true);
+      lb.ifThen(wanted, [&] {
+        Value slot = lb.loadIndex(state.slots, {b});
+        lb.forEach(lb.index(0), capacity, [&](Value i) {
+          lb.store(zero, state.v, {slot, i});
+          lb.store(zero, state.d, {slot, i});
+        });
+        lb.store(lb.i64(0), state.it, {slot});
+        if (state.obsRows)
+          lb.store(lb.i32(0), state.obsRows, {slot});
+      });
+    });
+    rewriter.replaceOp(op, adaptor.getState());
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::spin::populateStateLoweringPatterns(RewritePatternSet &patterns,
+                                               const StateBufferMap &buffers) {
+  patterns.add<EmaUpdateLowering, ObserveLowering, CommitLowering,
+               ResetLowering>(patterns.getContext(), buffers);
+}
