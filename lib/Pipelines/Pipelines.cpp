@@ -63,6 +63,12 @@ void mlir::spin::buildSparsifyPipeline(OpPassManager &pm,
 
 void mlir::spin::buildLowerToCPUPipeline(OpPassManager &pm,
                                          const LowerToCPUOptions &options) {
+  buildLowerSpinToBuffersPipeline(pm, options);
+  buildLowerBuffersToLLVMPipeline(pm);
+}
+
+void mlir::spin::buildLowerSpinToBuffersPipeline(
+    OpPassManager &pm, const LowerToCPUOptions &options) {
   // Post-condition: no spin op is left; spin values are tensors produced by
   // loops over memrefs; state lives in arguments or globals.
   ConvertSpinToSCFOptions convert;
@@ -96,7 +102,9 @@ void mlir::spin::buildLowerToCPUPipeline(OpPassManager &pm,
   pm.addPass(bufferization::createLowerDeallocationsPass());
   pm.addPass(createCSEPass());
   pm.addPass(createCanonicalizerPass());
+}
 
+void mlir::spin::buildLowerBuffersToLLVMPipeline(OpPassManager &pm) {
   // Post-condition: the LLVM dialect only.
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());

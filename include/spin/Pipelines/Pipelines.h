@@ -130,6 +130,13 @@ struct LowerToCPUOptions : public PassPipelineOptions<LowerToCPUOptions> {
 /// through the C interface described in docs/Runtime-ABI.md.
 void buildLowerToCPUPipeline(OpPassManager &pm, const LowerToCPUOptions &options);
 
+/// The two halves of spin-lower-to-cpu, for drivers that read the function
+/// signature in between (the argument layout of docs/Runtime-ABI.md is
+/// final after the first half; the LLVM lowering drops argument attributes).
+void buildLowerSpinToBuffersPipeline(OpPassManager &pm,
+                                     const LowerToCPUOptions &options);
+void buildLowerBuffersToLLVMPipeline(OpPassManager &pm);
+
 /// Registers the spin pipelines for textual pass pipelines (spin-opt).
 void registerSpinPipelines();
 

@@ -1,0 +1,73 @@
+//===- CpuExecutable.h - JIT-compiled spin graphs on the CPU -----*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Compiles a spin graph (or a generated indexer layer) through the real
+// pipelines (spin-sparsify-pipeline, spin-lower-to-cpu) and the MLIR JIT,
+// and exposes it as a ::spin::runtime::StepProgram. Compiled programs are cached by
+// a hash of source, options and compiler version.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_EXECUTIONENGINE_CPUEXECUTABLE_H
+#define SPIN_EXECUTIONENGINE_CPUEXECUTABLE_H
+
+#include "spin/Pipelines/Pipelines.h"
+#include "spin/Runtime/StepProgram.h"
+
+#include <memory>
+#include <string>
+
+namespace mlir::spin {
+
+/// One indexer layer, enough to generate its dense graph.
+struct IndexerConfig {
+  int64_t heads = 64;
+  int64_t headDim = 128;
+  int64_t rows = 1; ///< query rows per request: 1, or d + 1 for MTP
+  int64_t topk = 512;
+  int64_t pageSize = 64;
+  int64_t maxPages = 64; ///< block-table width: capacity = maxPages * pageSize
+  std::string keyFormat = "bf16"; ///< bf16 | f16 | f32 | fp8
+};
+
+/// The dense graph of one indexer layer, function `@indexer_layer` with a
+/// dynamic batch: inputs marked {spin.input = "q" | "w" | "keys" | "scales"
+/// | "block_table" | "lengths"}, one result (the top-K indices).
+::spin::runtime::StatusOr<std::string> buildIndexerGraph(const IndexerConfig &config);
+
+/// A JIT-compiled step function.
+class CpuExecutable {
+public:
+  ~CpuExecutable();
+
+  /// Compiles function `function` of `source`. With `sparsify` set, runs
+  /// spin-sparsify-pipeline with those options (and report-sparsity) first;
+  /// without, the graph runs as written (a dense indexer stays dense).
+  static ::spin::runtime::StatusOr<std::shared_ptr<CpuExecutable>>
+  compile(const std::string &source, const std::string &function,
+          const SparsifyPipelineOptions *sparsify);
+
+  /// As compile(), reusing an earlier compilation of the same source,
+  /// function and options in this process.
+  static ::spin::runtime::StatusOr<std::shared_ptr<CpuExecutable>>
+  compileCached(const std::string &source, const std::string &function,
+                const SparsifyPipelineOptions *sparsify);
+
+  const ::spin::runtime::StepProgram &program() const { return *program_; }
+  /// The IR after the graph passes (before lowering), for inspection.
+  const std::string &graphIR() const { return graphIR_; }
+
+private:
+  struct Impl;
+  CpuExecutable();
+
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<::spin::runtime::StepProgram> program_;
+  std::string graphIR_;
+};
+
+} // namespace mlir::spin
+
+#endif // SPIN_EXECUTIONENGINE_CPUEXECUTABLE_H

@@ -1,0 +1,279 @@
+//===- CpuExecutable.cpp - JIT-compiled spin graphs on the CPU ------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/ExecutionEngine/CpuExecutable.h"
+#include "spin/InitAllSpin.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/Hashing.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <mutex>
+
+using namespace mlir;
+using namespace mlir::spin;
+using ::spin::runtime::ArgSpec;
+using ::spin::runtime::DType;
+using ::spin::runtime::Status;
+using ::spin::runtime::StatusOr;
+
+/// Bumped whenever generated code changes meaning; part of every cache key.
+static constexpr const char *kCompilerVersion = "spin-cpu-1";
+
+struct CpuExecutable::Impl {
+  MLIRContext context;
+  std::unique_ptr<ExecutionEngine> engine;
+};
+
+CpuExecutable::CpuExecutable() : impl_(std::make_unique<Impl>()) {}
+CpuExecutable::~CpuExecutable() = default;
+
+StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
+  auto positive = [](int64_t v) { return v > 0; };
+  if (!positive(c.heads) || !positive(c.headDim) || !positive(c.rows) ||
+      !positive(c.topk) || !positive(c.pageSize) || !positive(c.maxPages))
+    return Status::error("indexer config: heads, head_dim, rows, topk, "
+                         "page_size and max_pages must be positive");
+  std::string key, query = "bf16";
+  if (c.keyFormat == "bf16" || c.keyFormat == "f16" || c.keyFormat == "f32")
+    key = query = c.keyFormat;
+  else if (c.keyFormat == "fp8")
+    key = "f8E4M3FN";
+  else
+    return Status::error("indexer config: key format '" + c.keyFormat +
+                         "' is not one of bf16, f16, f32, fp8");
+  bool scales = c.keyFormat == "fp8";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  int64_t slots = c.maxPages * c.pageSize;
+  std::string rows = std::to_string(c.rows);
+  std::string qT = "tensor<?x" + rows + "x" + std::to_string(c.heads) + "x" +
+                   std::to_string(c.headDim) + "x" + query + ">";
+  std::string wT = "tensor<?x" + rows + "x" + std::to_string(c.heads) + "xf32>";
+  std::string kT = "tensor<?x" + std::to_string(c.pageSize) + "x" +
+                   std::to_string(c.headDim) + "x" + key + ">";
+  std::string sT = "tensor<?x" + std::to_string(c.pageSize) + "xf32>";
+  std::string bT = "tensor<?x" + std::to_string(c.maxPages) + "xi32>";
+  std::string nT = "tensor<?x" + rows + "xi32>";
+  std::string zT = "tensor<?x" + rows + "x" + std::to_string(slots) + "xf32>";
+  std::string tT = "tensor<?x" + rows + "x" + std::to_string(c.topk) + "xi32>";
+  os << "func.func @indexer_layer(%q: " << qT << " {spin.input = \"q\"}, %w: "
+     << wT << " {spin.input = \"w\"}, %keys: " << kT
+     << " {spin.input = \"keys\"}";
+  if (scales)
+    os << ", %scales: " << sT << " {spin.input = \"scales\"}";
+  os << ", %block_table: " << bT << " {spin.input = \"block_table\"}, %lengths: "
+     << nT << " {spin.input = \"lengths\"}) -> " << tT << " {\n";
+  os << "  %z = spin.dense_indexer q(%q : " << qT << ") w(%w : " << wT
+     << ") keys(%keys : " << kT << ")";
+  if (scales)
+    os << " scales(%scales : " << sT << ")";
+  os << " block_table(%block_table : " << bT << ") lengths(%lengths : " << nT
+     << ") -> " << zT << "\n";
+  os << "  %t = spin.topk %z lengths(%lengths : " << nT << ") {k = " << c.topk
+     << " : i64} : " << zT << " -> " << tT << "\n";
+  os << "  return %t : " << tT << "\n}\n";
+  return s;
+}
+
+/// The runtime's name for an element type of the step ABI.
+static std::optional<DType> dtypeOf(Type type) {
+  if (type.isF32())
+    return DType::f32;
+  if (type.isF16())
+    return DType::f16;
+  if (type.isBF16())
+    return DType::bf16;
+  if (isa<Float8E4M3FNType>(type))
+    return DType::fp8e4m3;
+  if (type.isInteger(1))
+    return DType::i1;
+  if (type.isInteger(8))
+    return DType::i8;
+  if (type.isInteger(32))
+    return DType::i32;
+  if (type.isInteger(64))
+    return DType::i64;
+  return std::nullopt;
+}
+
+/// Reads what every argument of the bufferized function means.
+static StatusOr<std::vector<ArgSpec>>
+readSignature(func::FuncOp func, ArrayRef<std::string> resultNames) {
+  std::vector<ArgSpec> signature;
+  size_t output = 0;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto type = dyn_cast<MemRefType>(arg.getType());
+    if (!type)
+      return Status::error("argument " + std::to_string(i) + " of @" +
+                           func.getSymName().str() + " is not a memref");
+    ArgSpec spec;
+    std::optional<DType> dtype = dtypeOf(type.getElementType());
+    if (!dtype)
+      return Status::error("argument " + std::to_string(i) +
+                           " has an element type the runtime cannot pass");
+    spec.dtype = *dtype;
+    for (int64_t size : type.getShape())
+      spec.shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, "spin.input")) {
+      spec.role = ArgSpec::Role::Input;
+      spec.name = name.str();
+    } else if (func.getArgAttr(i, "spin.positions")) {
+      spec.role = ArgSpec::Role::Positions;
+      spec.name = "positions";
+    } else if (func.getArgAttr(i, "spin.request_ids")) {
+      spec.role = ArgSpec::Role::RequestIds;
+      spec.name = "request_ids";
+    } else if (func.getArgAttr(i, "spin.accepted")) {
+      spec.role = ArgSpec::Role::Accepted;
+      spec.name = "accepted";
+    } else if (func.getArgAttr(i, "spin.reset")) {
+      spec.role = ArgSpec::Role::Reset;
+      spec.name = "reset";
+    } else if (func.getArgAttr(i, "spin.slots")) {
+      spec.role = ArgSpec::Role::Slots;
+      spec.name = "slots";
+    } else if (auto field = func.getArgAttrOfType<StringAttr>(i, "spin.state")) {
+      spec.role = ArgSpec::Role::State;
+      spec.name = field.str();
+      spec.layer = func.getArgAttrOfType<IntegerAttr>(i, "spin.layer").getInt();
+    } else if (func.getArgAttr(i, "bufferize.result")) {
+      if (output >= resultNames.size())
+        return Status::error("more out-parameters than graph results");
+      spec.role = ArgSpec::Role::Output;
+      spec.name = resultNames[output++];
+    } else {
+      return Status::error("argument " + std::to_string(i) + " of @" +
+                           func.getSymName().str() +
+                           " has no spin role attribute (spin.input, ...)");
+    }
+    signature.push_back(std::move(spec));
+  }
+  return signature;
+}
+
+StatusOr<std::shared_ptr<CpuExecutable>>
+CpuExecutable::compile(const std::string &source, const std::string &function,
+                       const SparsifyPipelineOptions *sparsify) {
+  static std::once_flag nativeTarget;
+  std::call_once(nativeTarget, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+
+  std::shared_ptr<CpuExecutable> exe(new CpuExecutable());
+  MLIRContext &context = exe->impl_->context;
+  DialectRegistry registry;
+  registerSpinDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    llvm::raw_string_ostream os(diagnostics);
+    os << diag.getLocation() << ": " << diag << "\n";
+    return success();
+  });
+  auto fail = [&](const std::string &what) {
+    return Status::error(what + (diagnostics.empty() ? "" : ":\n" + diagnostics));
+  };
+
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
+  if (!module)
+    return fail("cannot parse the graph");
+  auto func = module->lookupSymbol<func::FuncOp>(function);
+  if (!func)
+    return fail("the graph has no function @" + function);
+
+  if (sparsify) {
+    PassManager pm(&context);
+    SparsifyPipelineOptions options;
+    options.copyOptionValuesFrom(*sparsify);
+    options.reportSparsity = true;
+    buildSparsifyPipeline(pm, options);
+    if (failed(pm.run(*module)))
+      return fail("spin-sparsify-pipeline failed");
+  }
+  {
+    llvm::raw_string_ostream os(exe->graphIR_);
+    module->print(os);
+  }
+  std::vector<std::string> resultNames;
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    resultNames.push_back(func.getResultAttr(i, "spin.sparsity") ? "sparsity"
+                                                                  : "topk");
+
+  LowerToCPUOptions lowering;
+  PassManager toBuffers(&context);
+  buildLowerSpinToBuffersPipeline(toBuffers, lowering);
+  if (failed(toBuffers.run(*module)))
+    return fail("spin-lower-to-cpu (to buffers) failed");
+  StatusOr<std::vector<ArgSpec>> signature = readSignature(func, resultNames);
+  if (!signature.ok())
+    return signature.status();
+  func->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  PassManager toLLVM(&context);
+  buildLowerBuffersToLLVMPipeline(toLLVM);
+  if (failed(toLLVM.run(*module)))
+    return fail("spin-lower-to-cpu (to LLVM) failed");
+
+  ExecutionEngineOptions engineOptions;
+  engineOptions.transformer = makeOptimizingTransformer(
+      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  auto engine = ExecutionEngine::create(*module, engineOptions);
+  if (!engine)
+    return fail("JIT compilation failed: " + llvm::toString(engine.takeError()));
+  auto packed = (*engine)->lookupPacked("_mlir_ciface_" + function);
+  if (!packed)
+    return fail("JIT lookup failed: " + llvm::toString(packed.takeError()));
+  exe->impl_->engine = std::move(*engine);
+  exe->program_ = std::make_unique<::spin::runtime::StepProgram>(
+      reinterpret_cast<::spin::runtime::PackedFunction>(*packed),
+      std::move(*signature));
+  return exe;
+}
+
+StatusOr<std::shared_ptr<CpuExecutable>>
+CpuExecutable::compileCached(const std::string &source,
+                             const std::string &function,
+                             const SparsifyPipelineOptions *sparsify) {
+  std::string options = "dense";
+  if (sparsify) {
+    llvm::raw_string_ostream os(options);
+    options.clear();
+    sparsify->print(os);
+  }
+  std::string key = std::string(kCompilerVersion) + "\n" + function + "\n" +
+                    options + "\n" + source;
+  static std::mutex mutex;
+  static std::map<llvm::hash_code, std::pair<std::string, std::weak_ptr<CpuExecutable>>> cache;
+  llvm::hash_code hash = llvm::hash_value(key);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(hash);
+    if (it != cache.end() && it->second.first == key)
+      if (auto exe = it->second.second.lock())
+        return exe;
+  }
+  StatusOr<std::shared_ptr<CpuExecutable>> exe = compile(source, function, sparsify);
+  if (exe.ok()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    cache[hash] = {key, *exe};
+  }
+  return exe;
+}

@@ -1,0 +1,97 @@
+//===- StepProgram.h - run one compiled decode step ---------------*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The C++ API for one decode step of one compiled indexer graph over a
+// batch: checks every input against docs/Runtime-ABI.md, binds the state
+// pool's buffers, calls the compiled function and finishes the step's MTP
+// bookkeeping. It knows nothing of MLIR: a compiler-side executor hands it a
+// packed function pointer and the function's signature.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_RUNTIME_STEPPROGRAM_H
+#define SPIN_RUNTIME_STEPPROGRAM_H
+
+#include "spin/Runtime/StatePool.h"
+#include "spin/Runtime/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace spin::runtime {
+
+/// Element types crossing the step ABI.
+enum class DType { f32, f16, bf16, fp8e4m3, i1, i8, i32, i64 };
+
+/// Bytes per element (i1 is stored as one byte).
+int64_t dtypeSize(DType dtype);
+const char *dtypeName(DType dtype);
+
+/// A contiguous row-major tensor owned by the caller.
+struct TensorRef {
+  void *data = nullptr;
+  std::vector<int64_t> shape;
+  DType dtype = DType::f32;
+
+  int64_t numElements() const;
+};
+
+/// One argument of a compiled step function, in call order.
+struct ArgSpec {
+  enum class Role {
+    Input,      ///< a graph input, by `name` (q, w, keys, scales, ...)
+    Positions,  ///< {spin.positions}
+    RequestIds, ///< {spin.request_ids}
+    Accepted,   ///< {spin.accepted}: filled from StatePool::commit
+    Reset,      ///< {spin.reset}: the optional "reset" input, else zeros
+    Slots,      ///< {spin.slots}: each request's slot in the pool
+    State,      ///< a state-pool field (`name`) of layer `layer`
+    Output      ///< a result, by `name` (topk, sparsity)
+  };
+  Role role = Role::Input;
+  std::string name;
+  int64_t layer = -1;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape; ///< -1 for a dynamic size
+};
+
+/// The compiled code's packed entry point: `args[i]` points to a pointer to
+/// the i-th memref descriptor.
+using PackedFunction = void (*)(void **);
+
+/// One compiled step function plus what its arguments mean.
+class StepProgram {
+public:
+  StepProgram(PackedFunction function, std::vector<ArgSpec> signature);
+
+  const std::vector<ArgSpec> &signature() const { return signature_; }
+  /// Rows per request (R) the program was compiled for, -1 if dynamic.
+  int64_t rows() const;
+  /// True for MTP programs, which replay committed rows before the step.
+  bool commits() const;
+
+  /// Runs one step. `inputs` maps the graph input names (and "positions",
+  /// "request_ids", optionally "reset") to tensors; `outputs` maps "topk"
+  /// (and "sparsity" when the program reports it) to caller-allocated
+  /// tensors. Fails with a message naming the offending value, before
+  /// touching any state, on bad input. Steps over disjoint requests may run
+  /// concurrently.
+  Status run(StatePool &pool, const std::map<std::string, TensorRef> &inputs,
+             const std::map<std::string, TensorRef> &outputs) const;
+
+private:
+  Status checkInputs(const StatePool &pool,
+                     const std::map<std::string, TensorRef> &inputs,
+                     const std::map<std::string, TensorRef> &outputs) const;
+
+  PackedFunction function_;
+  std::vector<ArgSpec> signature_;
+};
+
+} // namespace spin::runtime
+
+#endif // SPIN_RUNTIME_STEPPROGRAM_H

@@ -1,0 +1,331 @@
+//===- StepProgram.cpp - run one compiled decode step ---------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/StepProgram.h"
+
+#include "spin/Runtime/Span.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <sstream>
+
+namespace spin::runtime {
+
+static_assert(sizeof(void *) == sizeof(int64_t),
+              "memref descriptors are built as 64-bit words");
+
+int64_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::f32:
+  case DType::i32:
+    return 4;
+  case DType::f16:
+  case DType::bf16:
+    return 2;
+  case DType::fp8e4m3:
+  case DType::i1:
+  case DType::i8:
+    return 1;
+  case DType::i64:
+    return 8;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::f32:
+    return "f32";
+  case DType::f16:
+    return "f16";
+  case DType::bf16:
+    return "bf16";
+  case DType::fp8e4m3:
+    return "fp8e4m3";
+  case DType::i1:
+    return "i1";
+  case DType::i8:
+    return "i8";
+  case DType::i32:
+    return "i32";
+  case DType::i64:
+    return "i64";
+  }
+  return "?";
+}
+
+int64_t TensorRef::numElements() const {
+  int64_t n = 1;
+  for (int64_t size : shape)
+    n *= size;
+  return n;
+}
+
+namespace {
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    os << (i ? ", " : "") << (shape[i] < 0 ? std::string("?")
+                                           : std::to_string(shape[i]));
+  os << "]";
+  return os.str();
+}
+
+/// A memref descriptor of any rank as 64-bit words: allocated, aligned,
+/// offset, sizes..., strides... (MLIR's C layout).
+std::vector<int64_t> descriptor(void *data, const std::vector<int64_t> &shape) {
+  size_t rank = shape.size();
+  std::vector<int64_t> words(3 + 2 * rank);
+  std::memcpy(&words[0], &data, sizeof(void *));
+  std::memcpy(&words[1], &data, sizeof(void *));
+  words[2] = 0;
+  int64_t stride = 1;
+  for (size_t i = rank; i-- > 0;) {
+    words[3 + i] = shape[i];
+    words[3 + rank + i] = stride;
+    stride *= shape[i];
+  }
+  return words;
+}
+
+} // namespace
+
+StepProgram::StepProgram(PackedFunction function, std::vector<ArgSpec> signature)
+    : function_(function), signature_(std::move(signature)) {}
+
+int64_t StepProgram::rows() const {
+  for (const ArgSpec &arg : signature_)
+    if (arg.role == ArgSpec::Role::Positions && arg.shape.size() == 2)
+      return arg.shape[1];
+  return -1;
+}
+
+bool StepProgram::commits() const {
+  return std::any_of(signature_.begin(), signature_.end(), [](const ArgSpec &a) {
+    return a.role == ArgSpec::Role::Accepted;
+  });
+}
+
+Status StepProgram::checkInputs(
+    const StatePool &pool, const std::map<std::string, TensorRef> &inputs,
+    const std::map<std::string, TensorRef> &outputs) const {
+  // Shapes and element types against the signature; `?` dims must agree
+  // with the batch size (dim 0) and with each other where the graph says so.
+  int64_t batch = -1;
+  auto check = [&](const ArgSpec &arg, const TensorRef &tensor,
+                   const char *what) -> Status {
+    if (!tensor.data && tensor.numElements() > 0)
+      return Status::error(std::string(what) + " '" + arg.name + "' has no data");
+    if (tensor.dtype != arg.dtype)
+      return Status::error(std::string(what) + " '" + arg.name + "' has element type " +
+                           dtypeName(tensor.dtype) + ", expected " +
+                           dtypeName(arg.dtype));
+    if (tensor.shape.size() != arg.shape.size())
+      return Status::error(std::string(what) + " '" + arg.name + "' has shape " +
+                           shapeString(tensor.shape) + ", expected rank " +
+                           std::to_string(arg.shape.size()) + " " +
+                           shapeString(arg.shape));
+    for (size_t d = 0; d < arg.shape.size(); ++d) {
+      if (tensor.shape[d] < 0)
+        return Status::error(std::string(what) + " '" + arg.name +
+                             "' has a negative size in " + shapeString(tensor.shape));
+      if (arg.shape[d] >= 0 && tensor.shape[d] != arg.shape[d])
+        return Status::error(std::string(what) + " '" + arg.name + "' has shape " +
+                             shapeString(tensor.shape) + ", expected " +
+                             shapeString(arg.shape));
+    }
+    bool batched = arg.name != "keys" && arg.name != "scales";
+    if (batched) {
+      if (batch < 0)
+        batch = tensor.shape[0];
+      else if (tensor.shape[0] != batch)
+        return Status::error(std::string(what) + " '" + arg.name + "' has batch size " +
+                             std::to_string(tensor.shape[0]) + " but other inputs have " +
+                             std::to_string(batch));
+    }
+    return Status::success();
+  };
+
+  for (const ArgSpec &arg : signature_) {
+    bool named = arg.role == ArgSpec::Role::Input ||
+                 arg.role == ArgSpec::Role::Positions ||
+                 arg.role == ArgSpec::Role::RequestIds ||
+                 arg.role == ArgSpec::Role::Reset;
+    if (named) {
+      auto it = inputs.find(arg.name);
+      if (it == inputs.end()) {
+        if (arg.role == ArgSpec::Role::Reset)
+          continue;
+        return Status::error("missing input '" + arg.name + "' " +
+                             shapeString(arg.shape) + " " + dtypeName(arg.dtype));
+      }
+      if (Status s = check(arg, it->second, "input"); !s.ok())
+        return s;
+    } else if (arg.role == ArgSpec::Role::Output) {
+      auto it = outputs.find(arg.name);
+      if (it == outputs.end())
+        return Status::error("missing output '" + arg.name + "'");
+      if (Status s = check(arg, it->second, "output"); !s.ok())
+        return s;
+    } else if (arg.role == ArgSpec::Role::State) {
+      if (arg.layer < 0 || arg.layer >= pool.options().numLayers)
+        return Status::error("the program uses state of layer " +
+                             std::to_string(arg.layer) + " but the pool has " +
+                             std::to_string(pool.options().numLayers) + " layers");
+    }
+  }
+  for (const auto &[name, tensor] : inputs) {
+    bool known = std::any_of(signature_.begin(), signature_.end(),
+                             [&](const ArgSpec &a) { return a.name == name; });
+    if (!known)
+      return Status::error("unknown input '" + name + "'");
+  }
+
+  // Values: lengths, positions and visible pages (docs/Runtime-ABI.md).
+  const TensorRef &keys = inputs.at("keys");
+  const TensorRef &table = inputs.at("block_table");
+  const TensorRef &lengths = inputs.at("lengths");
+  const TensorRef &positions = inputs.at("positions");
+  int64_t pages = keys.shape[0], pageSize = keys.shape[1];
+  int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
+  int64_t capacity = pool.options().capacity;
+  if (rows > pool.options().maxRows)
+    return Status::error("the step has " + std::to_string(rows) +
+                         " rows per request but the state pool buffers at most " +
+                         std::to_string(pool.options().maxRows));
+  const auto *n = static_cast<const int32_t *>(lengths.data);
+  const auto *p = static_cast<const int32_t *>(positions.data);
+  const auto *bt = static_cast<const int32_t *>(table.data);
+  for (int64_t b = 0; b < lengths.shape[0]; ++b) {
+    int64_t widest = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t len = n[b * rows + r], pos = p[b * rows + r];
+      std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
+      if (len < 0 || len > tableWidth * pageSize)
+        return Status::error("lengths" + at + " = " + std::to_string(len) +
+                             " is outside [0, " + std::to_string(tableWidth * pageSize) +
+                             "] (block table width " + std::to_string(tableWidth) +
+                             " x page size " + std::to_string(pageSize) + ")");
+      if (pos < 0 || len > pos + 1)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " must be at least lengths" + at + " - 1 = " +
+                             std::to_string(len - 1));
+      if (pos >= capacity)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " exceeds the state capacity of " +
+                             std::to_string(capacity) + " slots");
+      widest = std::max(widest, len);
+    }
+    int64_t visiblePages = (widest + pageSize - 1) / pageSize;
+    for (int64_t j = 0; j < visiblePages; ++j) {
+      int32_t page = bt[b * tableWidth + j];
+      if (page < 0 || page >= pages)
+        return Status::error("block_table[" + std::to_string(b) + "][" +
+                             std::to_string(j) + "] = " + std::to_string(page) +
+                             " is not a page of the key cache [0, " +
+                             std::to_string(pages) + ")");
+    }
+  }
+  return Status::success();
+}
+
+Status StepProgram::run(StatePool &pool,
+                        const std::map<std::string, TensorRef> &inputs,
+                        const std::map<std::string, TensorRef> &outputs) const {
+  if (Status s = checkInputs(pool, inputs, outputs); !s.ok())
+    return s;
+  const TensorRef &ids = inputs.at("request_ids");
+  int64_t batch = ids.shape[0];
+  const auto *idData = static_cast<const int64_t *>(ids.data);
+  std::vector<int64_t> requests(idData, idData + batch);
+  if (Status s = pool.beginStep(Span<int64_t>(requests), commits()); !s.ok())
+    return s;
+
+  // Per-request values the runtime fills: slots, accepted counts, resets.
+  std::vector<int32_t> slots(batch), accepted(batch, 0);
+  std::vector<uint8_t> noReset(batch, 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    slots[b] = *pool.slotOf(requests[b]);
+    if (auto count = pool.recordedCommit(requests[b]))
+      accepted[b] = *count;
+  }
+
+  std::deque<std::vector<int64_t>> descriptors;
+  std::deque<void *> pointers;
+  std::vector<void *> args;
+  auto bind = [&](void *data, const std::vector<int64_t> &shape) {
+    descriptors.push_back(descriptor(data, shape));
+    pointers.push_back(descriptors.back().data());
+    args.push_back(&pointers.back());
+  };
+  for (const ArgSpec &arg : signature_) {
+    switch (arg.role) {
+    case ArgSpec::Role::Input:
+    case ArgSpec::Role::Positions:
+    case ArgSpec::Role::RequestIds: {
+      const TensorRef &t = inputs.at(arg.name);
+      bind(t.data, t.shape);
+      break;
+    }
+    case ArgSpec::Role::Reset: {
+      auto it = inputs.find(arg.name);
+      if (it != inputs.end())
+        bind(it->second.data, it->second.shape);
+      else
+        bind(noReset.data(), {batch});
+      break;
+    }
+    case ArgSpec::Role::Accepted:
+      bind(accepted.data(), {batch});
+      break;
+    case ArgSpec::Role::Slots:
+      bind(slots.data(), {batch});
+      break;
+    case ArgSpec::Role::State: {
+      LayerBuffers layer = pool.layer(arg.layer);
+      int64_t s = layer.numSlots, c = layer.capacity, m = layer.maxRows;
+      if (arg.name == "v")
+        bind(layer.v, {s, c});
+      else if (arg.name == "d")
+        bind(layer.d, {s, c});
+      else if (arg.name == "it")
+        bind(layer.it, {s});
+      else if (arg.name == "obs_rows")
+        bind(layer.obsRows, {s});
+      else if (arg.name == "obs_pos")
+        bind(layer.obsPos, {s, m});
+      else if (arg.name == "obs_len")
+        bind(layer.obsLen, {s, m});
+      else if (arg.name == "obs_mask")
+        bind(layer.obsMask, {s, layer.numBlocks});
+      else if (arg.name == "obs_z")
+        bind(layer.obsZ, {s, m, c});
+      else {
+        pool.endStep(Span<int64_t>(requests));
+        return Status::error("unknown state field '" + arg.name + "'");
+      }
+      break;
+    }
+    case ArgSpec::Role::Output: {
+      const TensorRef &t = outputs.at(arg.name);
+      bind(t.data, t.shape);
+      break;
+    }
+    }
+  }
+  function_(args.data());
+  for (int64_t id : requests)
+    if (pool.recordedCommit(id))
+      pool.clearCommit(id);
+  pool.endStep(Span<int64_t>(requests));
+  return Status::success();
+}
+
+} // namespace spin::runtime
