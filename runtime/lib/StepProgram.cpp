@@ -192,7 +192,10 @@ Status StepProgram::checkInputs(
   const TensorRef &keys = inputs.at("keys");
   const TensorRef &table = inputs.at("block_table");
   const TensorRef &lengths = inputs.at("lengths");
-  const TensorRef &positions = inputs.at("positions");
+  // Dense programs take no positions: only the page checks apply.
+  auto positionsIt = inputs.find("positions");
+  const TensorRef *positions =
+      positionsIt == inputs.end() ? nullptr : &positionsIt->second;
   int64_t pages = keys.shape[0], pageSize = keys.shape[1];
   int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
   int64_t capacity = pool.options().capacity;
@@ -201,23 +204,24 @@ Status StepProgram::checkInputs(
                          " rows per request but the state pool buffers at most " +
                          std::to_string(pool.options().maxRows));
   const auto *n = static_cast<const int32_t *>(lengths.data);
-  const auto *p = static_cast<const int32_t *>(positions.data);
+  const auto *p =
+      positions ? static_cast<const int32_t *>(positions->data) : nullptr;
   const auto *bt = static_cast<const int32_t *>(table.data);
   for (int64_t b = 0; b < lengths.shape[0]; ++b) {
     int64_t widest = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      int64_t len = n[b * rows + r], pos = p[b * rows + r];
+      int64_t len = n[b * rows + r], pos = p ? p[b * rows + r] : len - 1;
       std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
       if (len < 0 || len > tableWidth * pageSize)
         return Status::error("lengths" + at + " = " + std::to_string(len) +
                              " is outside [0, " + std::to_string(tableWidth * pageSize) +
                              "] (block table width " + std::to_string(tableWidth) +
                              " x page size " + std::to_string(pageSize) + ")");
-      if (pos < 0 || len > pos + 1)
+      if (p && (pos < 0 || len > pos + 1))
         return Status::error("positions" + at + " = " + std::to_string(pos) +
                              " must be at least lengths" + at + " - 1 = " +
                              std::to_string(len - 1));
-      if (pos >= capacity)
+      if (p && pos >= capacity)
         return Status::error("positions" + at + " = " + std::to_string(pos) +
                              " exceeds the state capacity of " +
                              std::to_string(capacity) + " slots");
@@ -241,17 +245,21 @@ Status StepProgram::run(StatePool &pool,
                         const std::map<std::string, TensorRef> &outputs) const {
   if (Status s = checkInputs(pool, inputs, outputs); !s.ok())
     return s;
-  const TensorRef &ids = inputs.at("request_ids");
-  int64_t batch = ids.shape[0];
-  const auto *idData = static_cast<const int64_t *>(ids.data);
-  std::vector<int64_t> requests(idData, idData + batch);
-  if (Status s = pool.beginStep(Span<int64_t>(requests), commits()); !s.ok())
-    return s;
+  int64_t batch = inputs.at("lengths").shape[0];
+  // Stateless (dense) programs take no request ids and touch no state.
+  std::vector<int64_t> requests;
+  auto ids = inputs.find("request_ids");
+  if (ids != inputs.end()) {
+    const auto *idData = static_cast<const int64_t *>(ids->second.data);
+    requests.assign(idData, idData + batch);
+    if (Status s = pool.beginStep(Span<int64_t>(requests), commits()); !s.ok())
+      return s;
+  }
 
   // Per-request values the runtime fills: slots, accepted counts, resets.
   std::vector<int32_t> slots(batch), accepted(batch, 0);
   std::vector<uint8_t> noReset(batch, 0);
-  for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t b = 0; b < static_cast<int64_t>(requests.size()); ++b) {
     slots[b] = *pool.slotOf(requests[b]);
     if (auto count = pool.recordedCommit(requests[b]))
       accepted[b] = *count;

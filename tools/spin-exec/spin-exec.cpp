@@ -211,9 +211,18 @@ int main(int argc, char **argv) {
         return fail(tensor.message());
       inputs[input] = *tensor;
     }
-    const rt::TensorRef &ids = inputs["request_ids"];
-    const auto *id = static_cast<const int64_t *>(ids.data);
-    int64_t batch = ids.shape.empty() ? 0 : ids.shape[0];
+    int64_t batch = inputs["lengths"].shape.empty() ? 0 : inputs["lengths"].shape[0];
+    // Dense programs have no state: the trace's request ids are not used.
+    rt::NpyArray idArray;
+    if (!inputs.count("request_ids")) {
+      auto loaded = rt::readNpy(dir + "/request_ids.npy");
+      if (!loaded.ok())
+        return fail(loaded.message());
+      idArray = std::move(*loaded);
+    }
+    const auto *id = inputs.count("request_ids")
+                         ? static_cast<const int64_t *>(inputs["request_ids"].data)
+                         : reinterpret_cast<const int64_t *>(idArray.data.data());
     // New requests join the pool; resets and commits come before the step.
     for (int64_t b = 0; b < batch; ++b)
       if (!(*pool)->contains(id[b]))

@@ -1,0 +1,290 @@
+//===- StepProgramTest.cpp - tests of the step API ------------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The compiled function is replaced by a fake that records the descriptors
+// it receives, so these tests check the argument binding and every input
+// check of docs/Runtime-ABI.md without a compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/StepProgram.h"
+
+#include "spin/Runtime/Span.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <thread>
+
+using namespace spin::runtime;
+
+namespace {
+
+/// What the fake compiled function saw: per argument, the aligned pointer
+/// and the sizes of its descriptor.
+struct Call {
+  std::vector<void *> data;
+  std::vector<std::vector<int64_t>> sizes;
+  /// Copies of rank-1 i32 arguments (slots, accepted): the runtime owns
+  /// them only for the duration of the call.
+  std::map<size_t, std::vector<int32_t>> ints;
+};
+thread_local Call lastCall;
+std::atomic<int> calls{0};
+std::vector<int> ranks;      // of the signature under test, set per test
+std::vector<bool> int32Args; // which arguments are i32 (copied by fakeStep)
+
+void fakeStep(void **args) {
+  lastCall = {};
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    auto *words = *static_cast<int64_t **>(args[i]);
+    void *aligned;
+    std::memcpy(&aligned, &words[1], sizeof(void *));
+    lastCall.data.push_back(aligned);
+    lastCall.sizes.emplace_back(words + 3, words + 3 + ranks[i]);
+    if (ranks[i] == 1 && i < int32Args.size() && int32Args[i]) {
+      auto *values = static_cast<int32_t *>(aligned);
+      lastCall.ints[i].assign(values, values + words[3]);
+    }
+  }
+  ++calls;
+}
+
+ArgSpec arg(ArgSpec::Role role, std::string name, DType dtype,
+            std::vector<int64_t> shape, int64_t layer = -1) {
+  ArgSpec spec;
+  spec.role = role;
+  spec.name = std::move(name);
+  spec.dtype = dtype;
+  spec.shape = std::move(shape);
+  spec.layer = layer;
+  return spec;
+}
+
+/// The signature of a sparsified MTP layer with R = 2, H = 2, D = 4, pages
+/// of 4 slots, block table width 3, K = 2.
+std::vector<ArgSpec> mtpSignature() {
+  using R = ArgSpec::Role;
+  return {arg(R::Input, "q", DType::bf16, {-1, 2, 2, 4}),
+          arg(R::Input, "w", DType::f32, {-1, 2, 2}),
+          arg(R::Input, "keys", DType::bf16, {-1, 4, 4}),
+          arg(R::Input, "block_table", DType::i32, {-1, 3}),
+          arg(R::Input, "lengths", DType::i32, {-1, 2}),
+          arg(R::Positions, "positions", DType::i32, {-1, 2}),
+          arg(R::RequestIds, "request_ids", DType::i64, {-1}),
+          arg(R::Accepted, "accepted", DType::i32, {-1}),
+          arg(R::Slots, "slots", DType::i32, {-1}),
+          arg(R::State, "v", DType::f32, {-1, -1}, 0),
+          arg(R::State, "d", DType::f32, {-1, -1}, 0),
+          arg(R::State, "it", DType::i64, {-1}, 0),
+          arg(R::State, "obs_rows", DType::i32, {-1}, 0),
+          arg(R::State, "obs_mask", DType::i8, {-1, -1}, 0),
+          arg(R::State, "obs_z", DType::f32, {-1, -1, -1}, 0),
+          arg(R::Output, "topk", DType::i32, {-1, 2, 2})};
+}
+
+class StepProgramTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    StatePoolOptions options;
+    options.numLayers = 1;
+    options.numSlots = 4;
+    options.capacity = 12;
+    options.maxRows = 2;
+    options.blockSize = 4;
+    auto created = StatePool::create(options);
+    ASSERT_TRUE(created.ok()) << created.message();
+    pool = std::move(*created);
+    signature = mtpSignature();
+    ranks.clear();
+    int32Args.clear();
+    for (const ArgSpec &a : signature) {
+      ranks.push_back(static_cast<int>(a.shape.size()));
+      int32Args.push_back(a.dtype == DType::i32);
+    }
+    ASSERT_TRUE(pool->acquire(7).ok());
+    ASSERT_TRUE(pool->acquire(9).ok());
+  }
+
+  /// Inputs for requests 7 and 9, lengths 5/6 and 9/10 (positions = N - 1).
+  std::map<std::string, TensorRef> inputs() {
+    return {{"q", {q.data(), {2, 2, 2, 4}, DType::bf16}},
+            {"w", {w.data(), {2, 2, 2}, DType::f32}},
+            {"keys", {keys.data(), {5, 4, 4}, DType::bf16}},
+            {"block_table", {table.data(), {2, 3}, DType::i32}},
+            {"lengths", {lengths.data(), {2, 2}, DType::i32}},
+            {"positions", {positions.data(), {2, 2}, DType::i32}},
+            {"request_ids", {ids.data(), {2}, DType::i64}}};
+  }
+  std::map<std::string, TensorRef> outputs() {
+    return {{"topk", {topk.data(), {2, 2, 2}, DType::i32}}};
+  }
+
+  std::unique_ptr<StatePool> pool;
+  std::vector<ArgSpec> signature;
+  std::vector<uint16_t> q = std::vector<uint16_t>(32);
+  std::vector<float> w = std::vector<float>(8);
+  std::vector<uint16_t> keys = std::vector<uint16_t>(80);
+  std::vector<int32_t> table = {0, 1, 2, 3, 4, 0};
+  std::vector<int32_t> lengths = {5, 6, 9, 10};
+  std::vector<int32_t> positions = {4, 5, 8, 9};
+  std::vector<int64_t> ids = {7, 9};
+  std::vector<int32_t> topk = std::vector<int32_t>(8);
+};
+
+TEST_F(StepProgramTest, BindsInputsStateAndOutputsInSignatureOrder) {
+  StepProgram program(fakeStep, signature);
+  EXPECT_EQ(program.rows(), 2);
+  EXPECT_TRUE(program.commits());
+  ASSERT_TRUE(program.run(*pool, inputs(), outputs()).ok());
+  ASSERT_EQ(lastCall.data.size(), signature.size());
+  EXPECT_EQ(lastCall.data[0], q.data());
+  EXPECT_EQ(lastCall.sizes[0], (std::vector<int64_t>{2, 2, 2, 4}));
+  EXPECT_EQ(lastCall.data[6], ids.data());
+  // Slots of requests 7 and 9, in batch order.
+  EXPECT_EQ(lastCall.ints[8],
+            (std::vector<int32_t>{*pool->slotOf(7), *pool->slotOf(9)}));
+  // State fields are the pool's arrays with the ABI's shapes.
+  LayerBuffers layer = pool->layer(0);
+  EXPECT_EQ(lastCall.data[9], layer.v);
+  EXPECT_EQ(lastCall.sizes[9], (std::vector<int64_t>{4, 12}));
+  EXPECT_EQ(lastCall.data[13], layer.obsMask);
+  EXPECT_EQ(lastCall.sizes[13], (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(lastCall.sizes[14], (std::vector<int64_t>{4, 2, 12}));
+  EXPECT_EQ(lastCall.data[15], topk.data());
+}
+
+TEST_F(StepProgramTest, PassesRecordedCommitsAndClearsThem) {
+  StepProgram program(fakeStep, signature);
+  // Pretend the previous step buffered 2 rows for request 9.
+  pool->layer(0).obsRows[*pool->slotOf(9)] = 2;
+  Status refused = program.run(*pool, inputs(), outputs());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("request 9"), std::string::npos)
+      << refused.message();
+  ASSERT_TRUE(pool->commit(9, 1).ok());
+  ASSERT_TRUE(program.run(*pool, inputs(), outputs()).ok());
+  EXPECT_EQ(lastCall.ints[7], (std::vector<int32_t>{0, 1}));
+  EXPECT_FALSE(pool->recordedCommit(9).has_value());
+}
+
+TEST_F(StepProgramTest, RejectsBadInputsNamingTheValue) {
+  StepProgram program(fakeStep, signature);
+  auto expectError = [&](std::map<std::string, TensorRef> in,
+                         const std::string &needle) {
+    int before = calls;
+    Status s = program.run(*pool, in, outputs());
+    EXPECT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos)
+        << "message: " << s.message() << "\nexpected: " << needle;
+    EXPECT_EQ(calls, before) << "the compiled code ran on bad input";
+  };
+  auto in = inputs();
+  in.erase("w");
+  expectError(in, "missing input 'w'");
+
+  in = inputs();
+  in["w"].dtype = DType::f16;
+  expectError(in, "'w' has element type f16, expected f32");
+
+  in = inputs();
+  in["q"].shape = {2, 2, 3, 4};
+  expectError(in, "'q' has shape [2, 2, 3, 4], expected [?, 2, 2, 4]");
+
+  in = inputs();
+  in["w"].shape = {3, 2, 2};
+  expectError(in, "'w' has batch size 3 but other inputs have 2");
+
+  lengths[1] = 13;
+  positions[1] = 12;
+  expectError(inputs(), "lengths[0][1] = 13 is outside [0, 12]");
+  lengths[1] = 6;
+  positions[1] = 5;
+
+  positions[2] = 7;
+  expectError(inputs(), "positions[1][0] = 7 must be at least lengths[1][0] - 1 = 8");
+  positions[2] = 8;
+
+  positions[3] = 12;
+  expectError(inputs(), "positions[1][1] = 12 exceeds the state capacity of 12 slots");
+  positions[3] = 9;
+
+  table[4] = 5;
+  expectError(inputs(), "block_table[1][1] = 5 is not a page of the key cache [0, 5)");
+  table[4] = 4;
+
+  ids[1] = 8;
+  expectError(inputs(), "request 8");
+  ids[1] = 7;
+  expectError(inputs(), "7");
+  ids[1] = 9;
+
+  in = inputs();
+  in["bogus"] = in["w"];
+  expectError(in, "unknown input 'bogus'");
+
+  // Nothing was left marked busy by the refused steps.
+  EXPECT_TRUE(program.run(*pool, inputs(), outputs()).ok());
+}
+
+TEST_F(StepProgramTest, DenseProgramsNeedNoState) {
+  using R = ArgSpec::Role;
+  std::vector<ArgSpec> dense = {
+      arg(R::Input, "q", DType::bf16, {-1, 2, 2, 4}),
+      arg(R::Input, "w", DType::f32, {-1, 2, 2}),
+      arg(R::Input, "keys", DType::bf16, {-1, 4, 4}),
+      arg(R::Input, "block_table", DType::i32, {-1, 3}),
+      arg(R::Input, "lengths", DType::i32, {-1, 2}),
+      arg(R::Output, "topk", DType::i32, {-1, 2, 2})};
+  ranks = {4, 3, 3, 2, 2, 3};
+  StepProgram program(fakeStep, dense);
+  EXPECT_FALSE(program.commits());
+  auto in = inputs();
+  in.erase("positions");
+  in.erase("request_ids");
+  ASSERT_TRUE(program.run(*pool, in, outputs()).ok());
+  EXPECT_EQ(lastCall.data.size(), dense.size());
+}
+
+TEST_F(StepProgramTest, DisjointRequestsStepConcurrently) {
+  StepProgram program(fakeStep, signature);
+  for (int64_t id : {100, 101})
+    ASSERT_TRUE(pool->acquire(id).ok());
+  std::atomic<int> failures{0};
+  int before = calls;
+  auto worker = [&](std::vector<int64_t> mine) {
+    for (int i = 0; i < 200; ++i) {
+      auto in = inputs();
+      in["request_ids"].data = mine.data();
+      std::vector<int32_t> out(8);
+      std::map<std::string, TensorRef> o = {
+          {"topk", {out.data(), {2, 2, 2}, DType::i32}}};
+      if (!program.run(*pool, in, o).ok())
+        ++failures;
+    }
+  };
+  std::thread a(worker, std::vector<int64_t>{7, 9});
+  std::thread b(worker, std::vector<int64_t>{100, 101});
+  a.join();
+  b.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(calls - before, 400);
+}
+
+TEST_F(StepProgramTest, OverlappingStepsOfOneRequestAreRefused) {
+  // A request inside a step cannot enter a second one.
+  std::vector<int64_t> busy = {7};
+  ASSERT_TRUE(pool->beginStep(Span<int64_t>(busy), true).ok());
+  StepProgram program(fakeStep, signature);
+  Status s = program.run(*pool, inputs(), outputs());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("7"), std::string::npos) << s.message();
+  pool->endStep(Span<int64_t>(busy));
+  EXPECT_TRUE(program.run(*pool, inputs(), outputs()).ok());
+}
+
+} // namespace
