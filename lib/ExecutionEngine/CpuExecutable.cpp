@@ -48,6 +48,9 @@ StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
       !positive(c.topk) || !positive(c.pageSize) || !positive(c.maxPages))
     return Status::error("indexer config: heads, head_dim, rows, topk, "
                          "page_size and max_pages must be positive");
+  if (c.layer < 0)
+    return Status::error("indexer config: layer must be non-negative, got " +
+                         std::to_string(c.layer));
   std::string key, query = "bf16";
   if (c.keyFormat == "bf16" || c.keyFormat == "f16" || c.keyFormat == "f32")
     key = query = c.keyFormat;
@@ -83,7 +86,7 @@ StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
   if (scales)
     os << " scales(%scales : " << sT << ")";
   os << " block_table(%block_table : " << bT << ") lengths(%lengths : " << nT
-     << ") -> " << zT << "\n";
+     << ") {spin.layer = " << c.layer << " : i64} -> " << zT << "\n";
   os << "  %t = spin.topk %z lengths(%lengths : " << nT << ") {k = " << c.topk
      << " : i64} : " << zT << " -> " << tT << "\n";
   os << "  return %t : " << tT << "\n}\n";

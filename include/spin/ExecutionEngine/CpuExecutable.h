@@ -30,6 +30,7 @@ struct IndexerConfig {
   int64_t pageSize = 64;
   int64_t maxPages = 64; ///< block-table width: capacity = maxPages * pageSize
   std::string keyFormat = "bf16"; ///< bf16 | f16 | f32 | fp8
+  int64_t layer = 0; ///< the state layer id (pinned with spin.layer)
 };
 
 /// The dense graph of one indexer layer, function `@indexer_layer` with a

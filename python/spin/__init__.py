@@ -1,0 +1,330 @@
+"""spin: SPIN (Shadow Predictive Indexer) for indexer-based sparse attention.
+
+SPIN predicts which KV blocks matter at a decode step from exponential moving
+averages of earlier indexer scores, and scores only those blocks. This
+package compiles an indexer layer through spin's MLIR pipelines, runs it on
+numpy arrays or torch tensors, and keeps the per-request SPIN state::
+
+    import numpy as np, spin
+
+    indexer = spin.Indexer(heads=4, head_dim=16, block_size=16, topk=32,
+                           sparsity=0.5, key_format="f32")
+    state = indexer.new_state(capacity_slots=1024, max_requests=8)
+    state.add(7)                                   # after prefill
+    top = indexer(q, w, keys, block_table, lengths, positions, state,
+                  request_ids=np.array([7]))
+
+Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
+``ValueError`` naming the argument; nothing is changed by a refused step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _spin
+
+__all__ = ["Indexer", "State", "Program", "compile", "has_compiler"]
+
+#: True when the extension was built with the compiler (JIT) part.
+has_compiler: bool = bool(_spin.has_compiler)
+
+_POOLINGS = ("max", "mean", "top4")
+_REDUCTIONS = ("A0", "A1", "A2")
+_MTP_MASKS = ("union", "row0")
+_MTP_UPDATES = ("prefix", "row0")
+_KEY_FORMATS = ("bf16", "f16", "f32", "fp8")
+
+try:  # torch is optional
+    import torch as _torch
+except ImportError:  # pragma: no cover - depends on the machine
+    _torch = None
+
+
+def _is_torch(x: Any) -> bool:
+    return _torch is not None and isinstance(x, _torch.Tensor)
+
+
+def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Rounds float32 to bfloat16 (nearest even); returns the bit patterns."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    nan = np.isnan(x)
+    rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+    rounded[nan] = 0x7FC0
+    return rounded
+
+
+class Program:
+    """A compiled step function (see :func:`compile`)."""
+
+    def __init__(self, native: "_spin.Program"):
+        self._native = native
+
+    @property
+    def signature(self):
+        """The arguments of the compiled function, in call order."""
+        return self._native.signature
+
+    @property
+    def graph_ir(self) -> str:
+        """The graph after spin's graph passes, before lowering."""
+        return self._native.graph_ir
+
+
+def compile(mlir_text: str, function: str,
+            pipeline_options: Optional[Dict[str, Any]] = None,
+            target: str = "cpu") -> Program:
+    """JIT-compiles ``function`` of an MLIR module with spin ops.
+
+    ``pipeline_options`` are spin-sparsify-pipeline options (for example
+    ``{"sparsity": 0.4, "explore": 0.05}``); ``None`` compiles the graph as
+    written. Only ``target="cpu"`` is available in this build.
+    """
+    if not has_compiler:
+        raise RuntimeError("spin was built without the compiler: compile() "
+                           "needs -DSPIN_ENABLE_COMPILER=ON")
+    if target != "cpu":
+        raise ValueError(f"target {target!r} is not available: this build "
+                         "compiles for 'cpu' only")
+    options = None
+    if pipeline_options is not None:
+        options = " ".join(f"{k.replace('_', '-')}={_option_text(v)}"
+                           for k, v in pipeline_options.items())
+    return Program(_spin.compile(mlir_text, function, options))
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class State:
+    """SPIN state of a batch of requests across indexer layers.
+
+    The runtime owns the memory (V, D, iteration counters, buffered MTP
+    rows). ``add`` a request after its prefill, ``reset`` it at a new turn
+    (the next step is a dense warm-up), ``commit`` the accepted draft count
+    of an MTP verification step (replayed at the request's next step), and
+    ``release`` it when it finishes.
+    """
+
+    def __init__(self, pool: "_spin.StatePool", capacity: int, layers: int,
+                 rows: int, block_size: int):
+        self._pool = pool
+        self.capacity = capacity
+        self.layers = layers
+        self.rows = rows
+        self.block_size = block_size
+
+    def _native(self) -> "_spin.StatePool":
+        if self._pool is None:
+            raise RuntimeError("this State is closed")
+        return self._pool
+
+    def add(self, request_id: int) -> None:
+        """Starts tracking a request (fresh state: its next step is a warm-up)."""
+        self._native().acquire(int(request_id))
+
+    def reset(self, request_id: int) -> None:
+        """Zeroes a request's state: after prefill or at a new turn."""
+        self._native().reset(int(request_id))
+
+    def commit(self, request_id: int, accepted: int) -> None:
+        """Records how many draft tokens of the last MTP step were accepted."""
+        self._native().commit(int(request_id), int(accepted))
+
+    def release(self, request_id: int) -> None:
+        """Forgets a finished request and frees its slot."""
+        self._native().release(int(request_id))
+
+    def iteration(self, request_id: int, layer: int = 0) -> int:
+        """Decode steps since the request's last reset on ``layer``."""
+        return self._native().iteration(int(request_id), int(layer))
+
+    def ema(self, request_id: int, layer: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """Copies of the request's (V, D) vectors on ``layer``."""
+        v, d = self._native().state(int(request_id), int(layer))
+        return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
+
+    def __contains__(self, request_id: int) -> bool:
+        return self._native().contains(int(request_id))
+
+    def __len__(self) -> int:
+        return self._native().live_requests()
+
+    def close(self) -> None:
+        """Frees the state; later use raises RuntimeError."""
+        self._pool = None
+
+
+class Indexer:
+    """One indexer layer shape, dense or sparsified with SPIN.
+
+    Compiles through spin-sparsify-pipeline and spin-lower-to-cpu on first
+    use of each (layer, block-table width), then reuses the compiled code.
+    """
+
+    def __init__(self, heads: int = 64, head_dim: int = 128,
+                 block_size: int = 64, topk: int = 512, sparsity: float = 0.4,
+                 ema_decay: float = 0.5, explore: float = 0.0, seed: int = 0,
+                 pooling: str = "max", reduction: str = "A1",
+                 mtp_mask: str = "union", mtp_update: str = "prefix",
+                 key_format: str = "bf16", page_size: Optional[int] = None,
+                 rows: int = 1, device: str = "cpu", dense: bool = False):
+        for name, value in (("heads", heads), ("head_dim", head_dim),
+                            ("block_size", block_size), ("topk", topk),
+                            ("rows", rows)):
+            if not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name, value in (("sparsity", sparsity), ("ema_decay", ema_decay),
+                            ("explore", explore)):
+            if not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        for name, value, allowed in (("pooling", pooling, _POOLINGS),
+                                     ("reduction", reduction, _REDUCTIONS),
+                                     ("mtp_mask", mtp_mask, _MTP_MASKS),
+                                     ("mtp_update", mtp_update, _MTP_UPDATES),
+                                     ("key_format", key_format, _KEY_FORMATS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        page_size = block_size if page_size is None else page_size
+        if page_size <= 0 or page_size % block_size:
+            raise ValueError(f"block_size {block_size} must divide page_size {page_size}")
+        if device != "cpu":
+            raise ValueError(f"device {device!r} is not available: this build "
+                             "runs the CPU path only (the CUDA backend is not built)")
+        if not has_compiler:
+            raise RuntimeError("spin was built without the compiler: Indexer "
+                               "needs -DSPIN_ENABLE_COMPILER=ON")
+        self.heads, self.head_dim, self.rows = int(heads), int(head_dim), int(rows)
+        self.block_size, self.page_size, self.topk = int(block_size), int(page_size), int(topk)
+        self.key_format, self.device, self.dense = key_format, device, bool(dense)
+        self._options = {
+            "sparsity": float(sparsity), "block-size": self.block_size,
+            "ema-decay": float(ema_decay), "explore": float(explore),
+            "seed": int(seed), "pooling": pooling, "reduction": reduction,
+            "mtp-mask": mtp_mask, "mtp-update": mtp_update}
+        self._programs: Dict[Tuple[int, int], Program] = {}
+
+    def program(self, layer: int, max_pages: int) -> Program:
+        """The compiled step for ``layer`` and block tables ``max_pages`` wide."""
+        key = (int(layer), int(max_pages))
+        if key not in self._programs:
+            graph = _spin.build_indexer_graph(
+                heads=self.heads, head_dim=self.head_dim, rows=self.rows,
+                topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
+                key_format=self.key_format, layer=int(layer))
+            options = None if self.dense else self._options
+            self._programs[key] = compile(graph, "indexer_layer", options)
+        return self._programs[key]
+
+    def new_state(self, capacity_slots: int, layers: int = 1,
+                  max_requests: int = 64) -> State:
+        """State for up to ``max_requests`` requests of ``capacity_slots`` slots."""
+        for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
+                            ("max_requests", max_requests)):
+            if not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
+                               capacity=int(capacity_slots), rows=self.rows,
+                               block_size=self.block_size)
+        return State(pool, int(capacity_slots), int(layers), self.rows, self.block_size)
+
+    def __call__(self, q, w, keys, block_table, lengths, positions,
+                 state: State, *, request_ids, scales=None, layer: int = 0,
+                 return_sparsity: bool = False):
+        """One decode step of ``layer`` for a batch of requests.
+
+        Shapes: ``q`` [B, R, H, D], ``w`` [B, R, H] f32, ``keys`` [P, S, D],
+        ``scales`` [P, S] f32 (fp8 keys only), ``block_table`` [B, MB] i32,
+        ``lengths`` / ``positions`` [B, R] i32, ``request_ids`` [B] i64.
+        bf16 data may be float32 (rounded to bf16), uint16 bit patterns or
+        torch.bfloat16; fp8 keys are uint8 bit patterns. Returns the top-K
+        slot indices [B, R, K] (int32, -1 padded), and with
+        ``return_sparsity`` also the realized block sparsity [B, R].
+        Outputs are torch tensors when ``q`` is one, numpy arrays otherwise.
+        """
+        if not isinstance(state, State):
+            raise TypeError(f"state must be a spin.State, got {type(state).__name__}")
+        pool = state._native()
+        if state.block_size != self.block_size or state.rows < self.rows:
+            raise ValueError("state was made for another indexer (block size or rows differ)")
+        if not 0 <= layer < state.layers:
+            raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
+        torch_out = _is_torch(q)
+        float_format = {"bf16": "bf16", "fp8": "bf16", "f16": "f16", "f32": "f32"}[self.key_format]
+        key_format = {"bf16": "bf16", "fp8": "fp8e4m3", "f16": "f16", "f32": "f32"}[self.key_format]
+        inputs = {
+            "q": _tensor("q", q, float_format, 4),
+            "w": _tensor("w", w, "f32", 3),
+            "keys": _tensor("keys", keys, key_format, 3),
+            "block_table": _tensor("block_table", block_table, "i32", 2),
+            "lengths": _tensor("lengths", lengths, "i32", 2),
+            "positions": _tensor("positions", positions, "i32", 2),
+            "request_ids": _tensor("request_ids", request_ids, "i64", 1),
+        }
+        if self.key_format == "fp8":
+            if scales is None:
+                raise ValueError("scales is required with key_format='fp8'")
+            inputs["scales"] = _tensor("scales", scales, "f32", 2)
+        elif scales is not None:
+            raise ValueError(f"scales are only taken with fp8 keys, not {self.key_format}")
+        q_arr, keys_arr, table = inputs["q"][0], inputs["keys"][0], inputs["block_table"][0]
+        batch = q_arr.shape[0]
+        expected = {"q": (batch, self.rows, self.heads, self.head_dim),
+                    "keys": (None, self.page_size, self.head_dim)}
+        for name, shape in expected.items():
+            got = inputs[name][0].shape
+            if len(got) != len(shape) or any(e is not None and e != g for e, g in zip(shape, got)):
+                want = ", ".join("?" if e is None else str(e) for e in shape)
+                raise ValueError(f"{name} has shape {tuple(got)}, expected [{want}]")
+        if self.dense:
+            inputs.pop("positions")
+            inputs.pop("request_ids")
+        program = self.program(layer, table.shape[1])
+        topk = np.empty((batch, self.rows, self.topk), dtype=np.int32)
+        sparsity = np.zeros((batch, self.rows), dtype=np.float32)
+        outputs = {"topk": (topk, "i32")}
+        if not self.dense:
+            outputs["sparsity"] = (sparsity, "f32")
+        program._native.run(pool, inputs, outputs)
+        if torch_out:
+            topk, sparsity = _torch.from_numpy(topk), _torch.from_numpy(sparsity)
+        return (topk, sparsity) if return_sparsity else topk
+
+
+_NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,
+                "i64": np.int64, "fp8e4m3": np.uint8, "bf16": np.uint16}
+
+
+def _tensor(name: str, value, dtype: str, rank: int):
+    """(contiguous numpy view, runtime dtype) for one argument, or a clear error."""
+    if _is_torch(value):
+        if value.device.type != "cpu":
+            raise ValueError(f"{name} is on {value.device}, but this Indexer runs on cpu")
+        if not value.is_contiguous():
+            raise ValueError(f"{name} is not contiguous; call .contiguous() first")
+        if dtype == "bf16" and value.dtype == _torch.bfloat16:
+            array = value.view(_torch.int16).numpy().view(np.uint16)
+        else:
+            array = value.numpy()
+    elif isinstance(value, np.ndarray):
+        array = value
+    else:
+        raise TypeError(f"{name} must be a numpy array or a torch tensor, "
+                        f"got {type(value).__name__}")
+    if array.ndim != rank:
+        raise ValueError(f"{name} must have rank {rank}, got shape {tuple(array.shape)}")
+    if not array.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"{name} is not C-contiguous; pass np.ascontiguousarray({name})")
+    want = _NUMPY_TYPES[dtype]
+    if dtype == "bf16" and array.dtype == np.float32:
+        array = _f32_to_bf16_bits(array)
+    elif array.dtype != want:
+        hint = {"bf16": "float32 or uint16 bf16 bit patterns",
+                "fp8e4m3": "uint8 fp8 e4m3 bit patterns"}.get(dtype, np.dtype(want).name)
+        raise TypeError(f"{name} has dtype {array.dtype}, expected {hint}")
+    return array, dtype

@@ -1,0 +1,230 @@
+//===- SpinModule.cpp - the spin Python extension -------------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Thin bindings: the state pool and step programs of the runtime, and (with
+// the compiler) JIT compilation through the project's pipelines. Argument
+// checking with Python-level messages lives in spin/__init__.py; everything
+// the runtime checks comes back as ValueError with the runtime's message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/StatePool.h"
+#include "spin/Runtime/StepProgram.h"
+
+#ifdef SPIN_HAS_COMPILER
+#include "spin/ExecutionEngine/CpuExecutable.h"
+#endif
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+
+namespace py = pybind11;
+namespace rt = ::spin::runtime;
+
+namespace {
+
+[[noreturn]] void raise(const std::string &message) {
+  throw py::value_error(message);
+}
+
+template <typename T>
+T unwrap(rt::StatusOr<T> value) {
+  if (!value.ok())
+    raise(value.message());
+  return std::move(*value);
+}
+
+void check(const rt::Status &status) {
+  if (!status.ok())
+    raise(status.message());
+}
+
+rt::DType dtypeFromName(const std::string &name) {
+  static const std::map<std::string, rt::DType> names = {
+      {"f32", rt::DType::f32},   {"f16", rt::DType::f16},
+      {"bf16", rt::DType::bf16}, {"fp8e4m3", rt::DType::fp8e4m3},
+      {"i1", rt::DType::i1},     {"i8", rt::DType::i8},
+      {"i32", rt::DType::i32},   {"i64", rt::DType::i64}};
+  auto it = names.find(name);
+  if (it == names.end())
+    raise("unknown element type '" + name + "'");
+  return it->second;
+}
+
+/// {name: (buffer, dtype name)} -> tensors viewing the buffers (no copy).
+/// `keep` holds the buffer views alive for the call.
+std::map<std::string, rt::TensorRef>
+tensors(const py::dict &arrays, std::vector<py::buffer_info> &keep,
+        bool writable) {
+  std::map<std::string, rt::TensorRef> out;
+  for (auto item : arrays) {
+    auto name = item.first.cast<std::string>();
+    auto pair = item.second.cast<py::tuple>();
+    auto buffer = pair[0].cast<py::buffer>();
+    keep.push_back(buffer.request(writable));
+    const py::buffer_info &info = keep.back();
+    int64_t expected = info.itemsize;
+    for (py::ssize_t d = info.ndim; d-- > 0;) {
+      if (info.shape[d] > 1 && info.strides[d] != expected)
+        raise("'" + name + "' is not C-contiguous");
+      expected *= info.shape[d];
+    }
+    rt::TensorRef ref;
+    ref.data = info.ptr;
+    ref.shape.assign(info.shape.begin(), info.shape.end());
+    ref.dtype = dtypeFromName(pair[1].cast<std::string>());
+    if (info.itemsize != rt::dtypeSize(ref.dtype))
+      raise("'" + name + "' has " + std::to_string(info.itemsize) +
+            "-byte elements, " + rt::dtypeName(ref.dtype) + " needs " +
+            std::to_string(rt::dtypeSize(ref.dtype)));
+    out[name] = ref;
+  }
+  return out;
+}
+
+py::list signatureOf(const rt::StepProgram &program) {
+  static const char *roles[] = {"input", "positions", "request_ids", "accepted",
+                                "reset", "slots",     "state",       "output"};
+  py::list list;
+  for (const rt::ArgSpec &arg : program.signature()) {
+    py::dict d;
+    d["role"] = roles[static_cast<int>(arg.role)];
+    d["name"] = arg.name;
+    d["layer"] = arg.layer;
+    d["dtype"] = rt::dtypeName(arg.dtype);
+    d["shape"] = arg.shape;
+    list.append(d);
+  }
+  return list;
+}
+
+/// A step program and whatever keeps its code alive.
+struct Program {
+  std::shared_ptr<void> owner;
+  const rt::StepProgram *program = nullptr;
+  std::string graphIR;
+
+  void run(rt::StatePool &pool, const py::dict &inputs, const py::dict &outputs) {
+    std::vector<py::buffer_info> keep;
+    auto in = tensors(inputs, keep, /*writable=*/false);
+    auto out = tensors(outputs, keep, /*writable=*/true);
+    rt::Status status;
+    {
+      py::gil_scoped_release release;
+      status = program->run(pool, in, out);
+    }
+    check(status);
+  }
+};
+
+} // namespace
+
+PYBIND11_MODULE(_spin, m) {
+  m.doc() = "spin: SPIN sparse-attention indexers (native part)";
+#ifdef SPIN_HAS_COMPILER
+  m.attr("has_compiler") = true;
+#else
+  m.attr("has_compiler") = false;
+#endif
+
+  py::class_<rt::StatePool>(m, "StatePool")
+      .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
+                       int64_t rows, int64_t blockSize) {
+             rt::StatePoolOptions options;
+             options.numLayers = layers;
+             options.numSlots = slots;
+             options.capacity = capacity;
+             options.maxRows = rows;
+             options.blockSize = blockSize;
+             return unwrap(rt::StatePool::create(options));
+           }),
+           py::arg("layers"), py::arg("slots"), py::arg("capacity"),
+           py::arg("rows"), py::arg("block_size"))
+      .def("acquire", [](rt::StatePool &p, int64_t id) { return unwrap(p.acquire(id)); })
+      .def("release", [](rt::StatePool &p, int64_t id) { check(p.release(id)); })
+      .def("reset", [](rt::StatePool &p, int64_t id) { check(p.reset(id)); })
+      .def("commit", [](rt::StatePool &p, int64_t id, int32_t accepted) {
+        check(p.commit(id, accepted));
+      })
+      .def("contains", &rt::StatePool::contains)
+      .def("has_pending_rows", &rt::StatePool::hasPendingRows)
+      .def("live_requests", &rt::StatePool::liveRequests)
+      .def("iteration", [](rt::StatePool &p, int64_t id, int64_t layer) {
+        return unwrap(p.iteration(id, layer));
+      })
+      .def("state", [](rt::StatePool &p, int64_t id, int64_t layer) {
+        const float *v = unwrap(p.v(id, layer));
+        const float *d = unwrap(p.d(id, layer));
+        int64_t c = p.options().capacity;
+        return py::make_tuple(std::vector<float>(v, v + c),
+                              std::vector<float>(d, d + c));
+      }, "Copies of (V, D) of one request and layer");
+
+  py::class_<Program>(m, "Program")
+      .def("run", &Program::run, py::arg("pool"), py::arg("inputs"),
+           py::arg("outputs"))
+      .def_property_readonly("signature", [](const Program &p) {
+        return signatureOf(*p.program);
+      })
+      .def_property_readonly("graph_ir", [](const Program &p) { return p.graphIR; });
+
+#ifdef SPIN_HAS_COMPILER
+  auto fromExecutable = [](std::shared_ptr<mlir::spin::CpuExecutable> exe) {
+    Program program;
+    program.program = &exe->program();
+    program.graphIR = exe->graphIR();
+    program.owner = std::move(exe);
+    return program;
+  };
+  m.def(
+      "build_indexer_graph",
+      [](int64_t heads, int64_t headDim, int64_t rows, int64_t topk,
+         int64_t pageSize, int64_t maxPages, const std::string &keyFormat,
+         int64_t layer) {
+        mlir::spin::IndexerConfig config;
+        config.heads = heads;
+        config.headDim = headDim;
+        config.rows = rows;
+        config.topk = topk;
+        config.pageSize = pageSize;
+        config.maxPages = maxPages;
+        config.keyFormat = keyFormat;
+        config.layer = layer;
+        return unwrap(mlir::spin::buildIndexerGraph(config));
+      },
+      py::arg("heads"), py::arg("head_dim"), py::arg("rows"), py::arg("topk"),
+      py::arg("page_size"), py::arg("max_pages"), py::arg("key_format"),
+      py::arg("layer"));
+  m.def(
+      "compile",
+      [fromExecutable](const std::string &source, const std::string &function,
+                       py::object options) {
+        std::shared_ptr<mlir::spin::CpuExecutable> exe;
+        mlir::spin::SparsifyPipelineOptions parsed;
+        const mlir::spin::SparsifyPipelineOptions *sparsify = nullptr;
+        if (!options.is_none()) {
+          std::string text = options.cast<std::string>();
+          if (mlir::failed(parsed.parseFromString(text)))
+            raise("invalid spin-sparsify-pipeline options: '" + text + "'");
+          sparsify = &parsed;
+        }
+        rt::StatusOr<std::shared_ptr<mlir::spin::CpuExecutable>> compiled =
+            rt::Status::error("not compiled");
+        {
+          py::gil_scoped_release release;
+          compiled = mlir::spin::CpuExecutable::compileCached(source, function,
+                                                              sparsify);
+        }
+        return fromExecutable(unwrap(std::move(compiled)));
+      },
+      py::arg("source"), py::arg("function"), py::arg("options") = py::none(),
+      "JIT-compiles `function` of `source`; `options` are "
+      "spin-sparsify-pipeline options ('sparsity=0.4 explore=0.05 ...') or "
+      "None to compile the graph as written");
+#endif
+}
