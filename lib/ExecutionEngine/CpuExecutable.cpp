@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "spin/ExecutionEngine/CpuExecutable.h"
+#include "spin/Dialect/Spin/IR/SpinOps.h"
 #include "spin/InitAllSpin.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -114,6 +115,24 @@ static std::optional<DType> dtypeOf(Type type) {
   return std::nullopt;
 }
 
+/// Marks the function arguments an indexer op reads with their input names
+/// ({spin.input = "q"}, ...), unless they already have a role.
+template <typename IndexerOp>
+static void markIndexerInputs(func::FuncOp func, IndexerOp op) {
+  std::pair<Value, const char *> inputs[] = {
+      {op.getQ(), "q"},         {op.getW(), "w"},
+      {op.getKeys(), "keys"},   {op.getScales(), "scales"},
+      {op.getBlockTable(), "block_table"}, {op.getLengths(), "lengths"}};
+  for (auto [value, name] : inputs) {
+    auto arg = dyn_cast_or_null<BlockArgument>(value);
+    if (!arg || arg.getOwner() != &func.getBody().front())
+      continue;
+    unsigned i = arg.getArgNumber();
+    if (!func.getArgAttrDict(i) || func.getArgAttrDict(i).empty())
+      func.setArgAttr(i, "spin.input", StringAttr::get(func.getContext(), name));
+  }
+}
+
 /// Reads what every argument of the bufferized function means.
 static StatusOr<std::vector<ArgSpec>>
 readSignature(func::FuncOp func, ArrayRef<std::string> resultNames) {
@@ -212,6 +231,16 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
     if (failed(pm.run(*module)))
       return fail("spin-sparsify-pipeline failed");
   }
+  // Graphs written by hand name their inputs by use: an unmarked argument
+  // that an indexer op reads as q, w, keys, ... becomes that input.
+  func.walk([&](Operation *op) {
+    if (auto dense = dyn_cast<DenseIndexerOp>(op))
+      markIndexerInputs(func, dense);
+    else if (auto sparse = dyn_cast<SparseIndexerOp>(op))
+      markIndexerInputs(func, sparse);
+    else if (auto fused = dyn_cast<FusedScoreOp>(op))
+      markIndexerInputs(func, fused);
+  });
   {
     llvm::raw_string_ostream os(exe->graphIR_);
     module->print(os);

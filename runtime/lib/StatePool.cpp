@@ -313,7 +313,7 @@ Status StatePool::reset(int64_t requestId) {
       return s;
     request->busy = Busy::Zeroing;
     request->commit.reset();
-    request->commitHandedOut = false;
+    request->commitLayers.clear();
     slot = request->slot;
   }
   zeroSlot(slot);
@@ -402,18 +402,11 @@ Status StatePool::commit(int64_t requestId, int32_t accepted) {
   if (Status s = checkIdle(request, requestId, "commit after endStep"); !s.ok())
     return s;
   const std::string id = str(requestId);
-  if (request->commit) {
-    if (request->commitHandedOut)
-      return Status::error("request " + id + "'s previous commit (accepted = " +
-                           str(*request->commit) +
-                           ") was already replayed by a step: call "
-                           "clearCommit(" +
-                           id + ") after that step");
+  if (request->commit)
     return Status::error(
         "request " + id +
         " already committed its verification step (accepted = " +
         str(*request->commit) + ")");
-  }
 
   // Every layer that buffered the step holds the same row count.
   int64_t rows = 0, rowsLayer = -1;
@@ -444,7 +437,9 @@ Status StatePool::commit(int64_t requestId, int32_t accepted) {
         ": its verification step buffered " + str(rows) +
         " rows, so accepted must be in [0, " + str(rows - 1) + "]");
   request->commit = accepted;
-  request->commitHandedOut = false;
+  request->commitLayers.assign(opts.numLayers, false);
+  for (int64_t l = 0; l < opts.numLayers; ++l)
+    request->commitLayers[l] = buffers(l).obsRows[request->slot] > 0;
   return Status::success();
 }
 
@@ -458,7 +453,7 @@ void StatePool::clearCommit(int64_t requestId) {
   std::lock_guard<std::mutex> lock(mutex);
   if (Request *request = find(requestId)) {
     request->commit.reset();
-    request->commitHandedOut = false;
+    request->commitLayers.clear();
   }
 }
 
@@ -466,8 +461,17 @@ void StatePool::clearCommit(int64_t requestId) {
 // Steps
 //===----------------------------------------------------------------------===//
 
-Status StatePool::beginStep(Span<int64_t> requestIds, bool canCommit) {
+Status StatePool::beginStep(Span<int64_t> requestIds, bool canCommit,
+                            Span<int64_t> layers) {
   std::lock_guard<std::mutex> lock(mutex);
+  std::vector<int64_t> stepLayers(layers.begin(), layers.end());
+  if (stepLayers.empty())
+    for (int64_t l = 0; l < opts.numLayers; ++l)
+      stepLayers.push_back(l);
+  for (int64_t l : stepLayers)
+    if (l < 0 || l >= opts.numLayers)
+      return Status::error("the step uses layer " + str(l) + " but the pool has " +
+                           str(opts.numLayers) + " layers");
   // Validate the whole batch before marking anything, so that a refused
   // batch leaves every request as it was.
   std::unordered_map<int64_t, size_t> positions;
@@ -490,56 +494,54 @@ Status StatePool::beginStep(Span<int64_t> requestIds, bool canCommit) {
       return Status::error("request " + id +
                            " is being reset by another thread");
 
-    const int64_t pending = firstPendingLayer(request->slot);
-    if (pending < 0)
-      continue;
-    const std::string where =
-        "request " + id + " has an uncommitted verification step on layer " +
-        str(pending);
-    if (!canCommit)
-      return Status::error(where +
-                           ", which this step cannot commit: call "
-                           "commit(" +
-                           id +
-                           ", accepted) and run an MTP step, "
-                           "or reset(" +
-                           id + ")");
-    if (!request->commit)
-      return Status::error(where + ": call commit(" + id +
-                           ", accepted) before the next step");
-    if (request->commitHandedOut)
-      return Status::error(where + ", and its recorded commit (accepted = " +
-                           str(*request->commit) +
-                           ") was already replayed by an earlier step: call "
-                           "clearCommit(" +
-                           id +
-                           ") after every step that "
-                           "replays a commit, then commit(" +
-                           id + ", accepted) again");
-  }
-
-  for (int64_t requestId : requestIds) {
-    Request *request = find(requestId);
-    request->busy = Busy::Step;
-    if (!request->commit)
-      continue;
-    if (firstPendingLayer(request->slot) >= 0)
-      request->commitHandedOut = true;
-    else if (request->commitHandedOut) {
-      // Replayed already and nothing buffered since: stale and harmless.
-      request->commit.reset();
-      request->commitHandedOut = false;
+    for (int64_t l : stepLayers) {
+      if (buffers(l).obsRows[request->slot] <= 0)
+        continue;
+      const std::string where =
+          "request " + id + " has an uncommitted verification step on layer " +
+          str(l);
+      if (!canCommit)
+        return Status::error(where +
+                             ", which this step cannot commit: call "
+                             "commit(" +
+                             id +
+                             ", accepted) and run an MTP step, "
+                             "or reset(" +
+                             id + ")");
+      if (!request->commit)
+        return Status::error(where + ": call commit(" + id +
+                             ", accepted) before the next step");
+      if (!request->commitLayers[l])
+        return Status::error(where + ", buffered after its recorded commit "
+                             "(accepted = " + str(*request->commit) +
+                             ") was replayed on this layer: the other layers "
+                             "of the committed step must step first");
     }
   }
+
+  for (int64_t requestId : requestIds)
+    find(requestId)->busy = Busy::Step;
   return Status::success();
 }
 
-void StatePool::endStep(Span<int64_t> requestIds) {
+void StatePool::endStep(Span<int64_t> requestIds, Span<int64_t> layers) {
   std::lock_guard<std::mutex> lock(mutex);
-  for (int64_t requestId : requestIds)
-    if (Request *request = find(requestId);
-        request && request->busy == Busy::Step)
-      request->busy = Busy::None;
+  for (int64_t requestId : requestIds) {
+    Request *request = find(requestId);
+    if (!request || request->busy != Busy::Step)
+      continue;
+    request->busy = Busy::None;
+    if (!request->commit)
+      continue;
+    if (layers.empty())
+      std::fill(request->commitLayers.begin(), request->commitLayers.end(), false);
+    for (int64_t l : layers)
+      if (l >= 0 && l < opts.numLayers)
+        request->commitLayers[l] = false;
+    if (std::none_of(request->commitLayers.begin(), request->commitLayers.end(),
+                     [](bool covered) { return covered; }))
+      request->commit.reset();
+  }
 }
 
 } // namespace spin::runtime

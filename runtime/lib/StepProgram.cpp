@@ -246,13 +246,21 @@ Status StepProgram::run(StatePool &pool,
   if (Status s = checkInputs(pool, inputs, outputs); !s.ok())
     return s;
   int64_t batch = inputs.at("lengths").shape[0];
+  // The state layers this program reads and writes.
+  std::vector<int64_t> layers;
+  for (const ArgSpec &arg : signature_)
+    if (arg.role == ArgSpec::Role::State &&
+        std::find(layers.begin(), layers.end(), arg.layer) == layers.end())
+      layers.push_back(arg.layer);
   // Stateless (dense) programs take no request ids and touch no state.
   std::vector<int64_t> requests;
   auto ids = inputs.find("request_ids");
   if (ids != inputs.end()) {
     const auto *idData = static_cast<const int64_t *>(ids->second.data);
     requests.assign(idData, idData + batch);
-    if (Status s = pool.beginStep(Span<int64_t>(requests), commits()); !s.ok())
+    if (Status s = pool.beginStep(Span<int64_t>(requests), commits(),
+                                  Span<int64_t>(layers));
+        !s.ok())
       return s;
   }
 
@@ -316,7 +324,7 @@ Status StepProgram::run(StatePool &pool,
       else if (arg.name == "obs_z")
         bind(layer.obsZ, {s, m, c});
       else {
-        pool.endStep(Span<int64_t>(requests));
+        pool.endStep(Span<int64_t>(requests), Span<int64_t>(layers));
         return Status::error("unknown state field '" + arg.name + "'");
       }
       break;
@@ -329,10 +337,7 @@ Status StepProgram::run(StatePool &pool,
     }
   }
   function_(args.data());
-  for (int64_t id : requests)
-    if (pool.recordedCommit(id))
-      pool.clearCommit(id);
-  pool.endStep(Span<int64_t>(requests));
+  pool.endStep(Span<int64_t>(requests), Span<int64_t>(layers));
   return Status::success();
 }
 

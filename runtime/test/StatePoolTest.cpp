@@ -406,27 +406,48 @@ TEST(StatePoolMtp, CommitGatesTheNextStep) {
             "this step cannot commit: call commit(7, accepted) and run an MTP "
             "step, or reset(7)");
 
-  // The next MTP step replays the commit and buffers its own rows.
+  // The next MTP step replays the commit and buffers its own rows; the
+  // record is dropped once every committed layer has stepped.
   ASSERT_TRUE(pool->beginStep({7}, true).ok());
   EXPECT_EQ(pool->recordedCommit(7), std::optional<int32_t>(2));
   fakeVerificationStep(*pool, *slot, 4);
   pool->endStep({7});
-
-  // Forgetting clearCommit must not replay the old count on the new rows.
-  EXPECT_EQ(pool->beginStep({7}, true).message(),
-            "request 7 has an uncommitted verification step on layer 0, and "
-            "its recorded commit (accepted = 2) was already replayed by an "
-            "earlier step: call clearCommit(7) after every step that replays "
-            "a commit, then commit(7, accepted) again");
-  EXPECT_EQ(pool->commit(7, 0).message(),
-            "request 7's previous commit (accepted = 2) was already replayed "
-            "by a step: call clearCommit(7) after that step");
-  pool->clearCommit(7);
   EXPECT_FALSE(pool->recordedCommit(7));
+  EXPECT_EQ(pool->beginStep({7}, true).message(),
+            "request 7 has an uncommitted verification step on layer 0: call "
+            "commit(7, accepted) before the next step");
   ASSERT_TRUE(pool->commit(7, 0).ok());
   EXPECT_TRUE(pool->beginStep({7}, true).ok());
   pool->endStep({7});
-  pool->clearCommit(7);
+}
+
+TEST(StatePoolMtp, CommitCoversEachLayerOnce) {
+  // Two layers buffered one verification step; each replays the commit at
+  // its own next step, and new rows of a layer that already replayed it are
+  // not covered.
+  auto pool = makePool(smallOptions());
+  ASSERT_TRUE(pool);
+  StatusOr<int32_t> slot = pool->acquire(7);
+  ASSERT_TRUE(slot.ok());
+  fakeVerificationStep(*pool, *slot, 3);
+  ASSERT_TRUE(pool->commit(7, 1).ok());
+
+  std::vector<int64_t> layer0 = {0}, layer1 = {1};
+  ASSERT_TRUE(pool->beginStep({7}, true, Span<int64_t>(layer0)).ok());
+  pool->layer(0).obsRows[*slot] = 3; // the step buffered its own rows
+  pool->endStep({7}, Span<int64_t>(layer0));
+  EXPECT_EQ(pool->recordedCommit(7), std::optional<int32_t>(1));
+  EXPECT_EQ(pool->beginStep({7}, true, Span<int64_t>(layer0)).message(),
+            "request 7 has an uncommitted verification step on layer 0, "
+            "buffered after its recorded commit (accepted = 1) was replayed on "
+            "this layer: the other layers of the committed step must step "
+            "first");
+  ASSERT_TRUE(pool->beginStep({7}, true, Span<int64_t>(layer1)).ok());
+  pool->endStep({7}, Span<int64_t>(layer1));
+  EXPECT_FALSE(pool->recordedCommit(7));
+  std::vector<int64_t> bad = {5};
+  EXPECT_EQ(pool->beginStep({7}, true, Span<int64_t>(bad)).message(),
+            "the step uses layer 5 but the pool has 2 layers");
 }
 
 TEST(StatePoolMtp, ResetDropsBufferedRowsAndCommit) {

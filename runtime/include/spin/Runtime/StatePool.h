@@ -185,35 +185,41 @@ public:
 
   /// Records that `accepted` draft tokens (0..rows-1) of the buffered
   /// verification step of `requestId` were accepted. The replay of rows
-  /// 0..accepted itself runs at the start of the request's next step, inside
-  /// the compiled code, which reads this count from its `spin.accepted`
-  /// input. Fails if nothing is pending, if `accepted` is out of range, or if
-  /// the step was already committed.
+  /// 0..accepted runs at the start of the request's next step of each layer
+  /// that buffered rows, inside the compiled code, which reads this count
+  /// from its `spin.accepted` input; the record lasts until every such layer
+  /// has stepped. Fails if nothing is pending, if `accepted` is out of range,
+  /// or if the step was already committed.
   Status commit(int64_t requestId, int32_t accepted);
 
   /// The count recorded by `commit`, if any, for building the next step's
   /// `spin.accepted` input.
   std::optional<int32_t> recordedCommit(int64_t requestId) const;
 
-  /// Forgets the recorded count once a step has replayed it; call it after
-  /// every step that ran with a recorded commit (`beginStep` refuses to hand
-  /// the same count to a second step).
+  /// Drops the recorded count of `requestId` (endStep does this by itself
+  /// once every committed layer has replayed it).
   void clearCommit(int64_t requestId);
 
   //===--------------------------------------------------------------------===//
   // Steps
   //===--------------------------------------------------------------------===//
 
-  /// Admits a batch to a step and marks its requests busy; all-or-nothing.
-  /// Refuses unknown ids, duplicates within the batch, requests busy in
-  /// another step (or being reset), and requests with buffered rows that the
-  /// step cannot commit: without `canCommit` (a graph without MTP replay) any
-  /// buffered rows are an error, with it they need a recorded `commit`.
-  Status beginStep(Span<int64_t> requestIds, bool canCommit);
+  /// Admits a batch to a step of the state layers `layers` (every layer when
+  /// empty) and marks its requests busy; all-or-nothing. Refuses unknown ids,
+  /// duplicates within the batch, requests busy in another step (or being
+  /// reset), and requests with buffered rows on one of those layers that the
+  /// step cannot replay: without `canCommit` (a graph without MTP replay) any
+  /// buffered rows are an error; with it they must be covered by a recorded
+  /// `commit` (rows buffered after the commit, by an earlier step of the
+  /// same layer, are not).
+  Status beginStep(Span<int64_t> requestIds, bool canCommit,
+                   Span<int64_t> layers = {});
 
-  /// Ends the step begun by `beginStep(requestIds, ...)`: the requests are no
-  /// longer busy. Ids that are unknown or not inside a step are ignored.
-  void endStep(Span<int64_t> requestIds);
+  /// Ends the step begun by `beginStep(requestIds, ..., layers)`: the
+  /// requests are no longer busy, and their recorded commits no longer cover
+  /// `layers` (they were replayed there); a commit that covers no layer any
+  /// more is dropped. Ids that are unknown or not inside a step are ignored.
+  void endStep(Span<int64_t> requestIds, Span<int64_t> layers = {});
 
 private:
   /// Why a request may not be touched right now.
@@ -224,9 +230,9 @@ private:
     Busy busy = Busy::None;
     /// The accepted count of the buffered verification step, once committed.
     std::optional<int32_t> commit;
-    /// True once a step has been admitted with `commit`: a second step must
-    /// not replay the same count against rows that step buffered.
-    bool commitHandedOut = false;
+    /// The layers whose buffered rows `commit` covers and that have not
+    /// stepped (replayed it) since.
+    std::vector<bool> commitLayers;
   };
 
   /// Offsets of one layer's arrays from the start of that layer's part of

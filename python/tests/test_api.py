@@ -1,0 +1,221 @@
+"""The spin Python API on the CPU: results against the independent
+reference, numpy vs torch inputs, state handling and argument errors."""
+
+import numpy as np
+import pytest
+
+spin = pytest.importorskip("spin", reason="the spin extension is not built")
+import spin_reference as ref  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+H, D, S, BS, K = 4, 16, 16, 16, 24
+
+
+def make_batch(rng, *, batch=3, pages=32, table_width=8, rows=1):
+    """Exact small-integer data (see test/python: ties are real ties)."""
+    keys = rng.integers(-4, 5, size=(pages, S, D)).astype(np.float32)
+    q = rng.integers(-4, 5, size=(batch, rows, H, D)).astype(np.float32)
+    w = (rng.integers(-4, 5, size=(batch, rows, H)) / 4).astype(np.float32)
+    table = np.stack([rng.permutation(pages)[:table_width] for _ in range(batch)]).astype(np.int32)
+    return keys, q, w, table
+
+
+def reference_steps(keys, q, w, table, lengths_per_step, ids, **opts):
+    states = [ref.LayerState(table.shape[1] * S, BS) for _ in ids]
+    out = []
+    for n in lengths_per_step:
+        n = np.asarray(n, dtype=np.int32)
+        t, _, sp, _ = ref.spin_step(states, list(ids), 0, q, w, keys, None, table,
+                                    n, n - 1, k=K, bs=BS, **opts)
+        out.append((t, sp))
+    return out
+
+
+def run_steps(indexer, keys, q, w, table, lengths_per_step, ids, convert=lambda x: x):
+    state = indexer.new_state(capacity_slots=table.shape[1] * S, max_requests=8)
+    for i in ids:
+        state.add(int(i))
+    out = []
+    for n in lengths_per_step:
+        n = np.asarray(n, dtype=np.int32)
+        t, sp = indexer(convert(q), convert(w), convert(keys), convert(table),
+                        convert(n), convert(n - 1), state,
+                        request_ids=convert(np.asarray(ids, dtype=np.int64)),
+                        return_sparsity=True)
+        out.append((np.asarray(t), np.asarray(sp)))
+    return out, state
+
+
+@pytest.mark.parametrize("sparsity,pooling,explore", [
+    (0.5, "max", 0.0), (0.25, "mean", 0.0), (0.7, "top4", 0.25)])
+def test_matches_reference_over_steps(rng, sparsity, pooling, explore):
+    keys, q, w, table = make_batch(rng)
+    lengths = [[[40 + s], [70 + s], [95 + s]] for s in range(8)]
+    ids = [3, 11, 12]
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K,
+                           sparsity=sparsity, pooling=pooling, explore=explore,
+                           seed=5, key_format="f32")
+    got, state = run_steps(indexer, keys, q, w, table, lengths, ids)
+    want = reference_steps(keys, q, w, table, lengths, ids, sparsity=sparsity,
+                           pooling=pooling, explore=explore, seed=5)
+    for step, ((t, sp), (rt, rsp)) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
+        np.testing.assert_allclose(sp, rsp, atol=1e-6, err_msg=f"step {step}")
+    assert state.iteration(3) == len(lengths)
+
+
+def test_bf16_numpy_float32_bits_and_torch_agree(rng):
+    if torch is None:
+        pytest.skip("torch is not installed")
+    keys, q, w, table = make_batch(rng)
+    lengths = [[[50 + s], [64 + s], [90 + s]] for s in range(4)]
+    ids = [1, 2, 3]
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K,
+                           sparsity=0.5, key_format="bf16")
+    as_f32, _ = run_steps(indexer, keys, q, w, table, lengths, ids)
+    bits = lambda x: spin._f32_to_bf16_bits(x) if x.dtype == np.float32 and x.ndim in (3, 4) and x.shape[-1] == D else x  # noqa: E731
+    as_bits, _ = run_steps(indexer, keys, q, w, table, lengths, ids, convert=bits)
+
+    def to_torch(x):
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        if x.dtype == np.float32 and x.ndim in (3, 4) and x.shape[-1] == D:
+            t = t.to(torch.bfloat16)
+        return t
+    as_torch, _ = run_steps(indexer, keys, q, w, table, lengths, ids, convert=to_torch)
+    want = reference_steps(keys, q, w, table, lengths, ids, sparsity=0.5)
+    for (a, _), (b, _), (c, _), (r, _) in zip(as_f32, as_bits, as_torch, want):
+        np.testing.assert_array_equal(a, r)
+        np.testing.assert_array_equal(b, r)
+        np.testing.assert_array_equal(c, r)
+
+
+def test_fp8_keys_with_scales(rng):
+    keys, q, w, table = make_batch(rng)
+    fp8_bits = {v: b for b in range(256) for v in [float(ref.fp8_e4m3_to_f32(np.array([b], np.uint8))[0])]
+                if b < 0x80 or v != 0.0}
+    key_bits = np.vectorize(lambda v: fp8_bits[float(v)])(keys).astype(np.uint8)
+    scales = (2.0 ** rng.integers(-2, 3, size=keys.shape[:2])).astype(np.float32)
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K,
+                           sparsity=0.5, key_format="fp8")
+    state = indexer.new_state(capacity_slots=table.shape[1] * S, max_requests=4)
+    states = [ref.LayerState(table.shape[1] * S, BS) for _ in range(3)]
+    for i in (0, 1, 2):
+        state.add(i)
+    for step in range(3):
+        n = np.array([[30 + step], [60 + step], [80 + step]], np.int32)
+        t = indexer(q, w, key_bits, table, n, n - 1, state, scales=scales,
+                    request_ids=np.arange(3, dtype=np.int64))
+        rt, _, _, _ = ref.spin_step(states, [0, 1, 2], 0, q, w, keys, scales, table,
+                                    n, n - 1, k=K, bs=BS, sparsity=0.5)
+        np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
+
+
+def test_mtp_commit_and_reset(rng):
+    keys, q, w, table = make_batch(rng, rows=3)
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K,
+                           sparsity=0.5, rows=3, key_format="f32")
+    state = indexer.new_state(capacity_slots=table.shape[1] * S, max_requests=4)
+    states = [ref.LayerState(table.shape[1] * S, BS) for _ in range(3)]
+    for i in range(3):
+        state.add(i)
+    ids = np.arange(3, dtype=np.int64)
+    accepted = None
+    for step in range(5):
+        base = np.array([40, 61, 77]) + 2 * step
+        n = (base[:, None] + np.arange(3)[None, :]).astype(np.int32)
+        if step:
+            accepted = rng.integers(0, 3, size=3)
+            for i in range(3):
+                state.commit(i, int(accepted[i]))
+        if step == 3:
+            state.reset(1)
+            ref.reset(states[1])
+            accepted[1] = -1
+        t = indexer(q, w, keys, table, n, n - 1, state, request_ids=ids)
+        rt, _, _, _ = ref.spin_step(states, [0, 1, 2], 0, q, w, keys, None, table, n, n - 1,
+                                    k=K, bs=BS, sparsity=0.5,
+                                    accepted=None if accepted is None else [int(a) for a in accepted])
+        np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
+    # The next step needs the commit of the last one.
+    with pytest.raises(ValueError, match="commit"):
+        indexer(q, w, keys, table, n + 2, n + 1, state, request_ids=ids)
+
+
+def test_argument_errors_name_the_argument(rng):
+    keys, q, w, table = make_batch(rng)
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K, key_format="f32")
+    state = indexer.new_state(capacity_slots=table.shape[1] * S, max_requests=4)
+    state.add(0)
+    n = np.array([[30]], np.int32)
+    args = dict(q=q[:1], w=w[:1], keys=keys, block_table=table[:1], lengths=n, positions=n - 1)
+
+    def call(**over):
+        a = {**args, **over}
+        return indexer(a["q"], a["w"], a["keys"], a["block_table"], a["lengths"],
+                       a["positions"], over.get("state", state),
+                       request_ids=over.get("request_ids", np.array([0], np.int64)))
+
+    with pytest.raises(TypeError, match="w has dtype float64, expected float32"):
+        call(w=w[:1].astype(np.float64))
+    with pytest.raises(ValueError, match="q must have rank 4"):
+        call(q=q[0])
+    with pytest.raises(ValueError, match="keys is not C-contiguous"):
+        call(keys=np.asfortranarray(keys))
+    with pytest.raises(ValueError, match=r"q has shape \(1, 1, 4, 8\)"):
+        call(q=np.ascontiguousarray(q[:1, :, :, :8]))
+    with pytest.raises(TypeError, match="block_table must be a numpy array"):
+        call(block_table=table[:1].tolist())
+    with pytest.raises(ValueError, match="request 9"):
+        call(request_ids=np.array([9], np.int64))
+    with pytest.raises(ValueError, match=r"block_table\[0\]\[0\] = 99"):
+        bad = table[:1].copy()
+        bad[0, 0] = 99
+        call(block_table=bad)
+    with pytest.raises(TypeError, match="state must be a spin.State"):
+        call(state=object())
+    if torch is not None:
+        with pytest.raises(ValueError, match="w is on meta"):
+            call(w=torch.empty((1, 1, H), device="meta"))
+        with pytest.raises(ValueError, match="q is not contiguous"):
+            call(q=torch.from_numpy(q[:1]).transpose(2, 3).contiguous().transpose(2, 3))
+    state.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        call()
+
+
+def test_bad_configuration_is_rejected():
+    with pytest.raises(ValueError, match="sparsity must be in"):
+        spin.Indexer(sparsity=1.5)
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        spin.Indexer(pooling="median")
+    with pytest.raises(ValueError, match="key_format must be one of"):
+        spin.Indexer(key_format="int4")
+    with pytest.raises(ValueError, match="must divide page_size"):
+        spin.Indexer(block_size=48, page_size=64)
+    with pytest.raises(ValueError, match="device 'cuda' is not available"):
+        spin.Indexer(device="cuda")
+    with pytest.raises(ValueError, match="capacity_slots must be a positive"):
+        spin.Indexer(key_format="f32").new_state(capacity_slots=0)
+
+
+def test_programs_are_compiled_once_per_layer_and_width(rng):
+    indexer = spin.Indexer(heads=H, head_dim=D, block_size=BS, topk=K, key_format="f32")
+    assert indexer.program(0, 6) is indexer.program(0, 6)
+    assert indexer.program(1, 6) is not indexer.program(0, 6)
+    assert "spin.layer_state" in indexer.program(0, 6).graph_ir
+    assert "spin.dense_indexer" not in indexer.program(0, 6).graph_ir
+
+
+def test_compile_user_graph():
+    text = open(__file__.replace("python/tests/test_api.py", "examples/glm5-indexer.mlir")).read()
+    program = spin.compile(text, "glm5_indexer_layer", {"sparsity": 0.5, "explore": 0.05})
+    roles = [a["role"] for a in program.signature]
+    assert roles.count("state") == 3 and "positions" in roles and roles[-1] == "output"
+    with pytest.raises(ValueError, match="option 'sparsity' must be in"):
+        spin.compile(text, "glm5_indexer_layer", {"sparsity": 2})
+    with pytest.raises(ValueError, match="no function @nope"):
+        spin.compile(text, "nope")
