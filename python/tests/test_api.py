@@ -219,3 +219,18 @@ def test_compile_user_graph():
         spin.compile(text, "glm5_indexer_layer", {"sparsity": 2})
     with pytest.raises(ValueError, match="no function @nope"):
         spin.compile(text, "nope")
+
+
+def test_readme_example_runs_as_written():
+    """The README's Python example, extracted and executed."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "README.md")).read()
+    start = text.index("```python\nimport numpy as np\nimport spin") + len("```python\n")
+    code = text[start:text.index("```", start)]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(spin.__file__)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "3 (2, 1, 32) [0.5 0.5]" in done.stdout
