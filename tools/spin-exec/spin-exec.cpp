@@ -224,11 +224,12 @@ int main(int argc, char **argv) {
                          ? static_cast<const int64_t *>(inputs["request_ids"].data)
                          : reinterpret_cast<const int64_t *>(idArray.data.data());
     // New requests join the pool; resets and commits come before the step.
-    for (int64_t b = 0; b < batch; ++b)
+    for (int64_t b = 0; b < batch && !dense; ++b)
       if (!(*pool)->contains(id[b]))
         if (auto slot = (*pool)->acquire(id[b]); !slot.ok())
           return fail(dir + ": " + slot.message());
-    if (llvm::sys::fs::exists(dir + "/reset.npy")) {
+    // Dense programs keep no state: resets and commits do not apply.
+    if (!dense && llvm::sys::fs::exists(dir + "/reset.npy")) {
       auto reset = load(dir, "reset", rt::DType::i8, storage);
       if (!reset.ok())
         return fail(reset.message());
@@ -237,13 +238,13 @@ int main(int argc, char **argv) {
           if (rt::Status s = (*pool)->reset(id[b]); !s.ok())
             return fail(dir + ": " + s.message());
     }
-    if (llvm::sys::fs::exists(dir + "/accepted.npy")) {
+    if (!dense && llvm::sys::fs::exists(dir + "/accepted.npy")) {
       auto accepted = load(dir, "accepted", rt::DType::i32, storage);
       if (!accepted.ok())
         return fail(accepted.message());
       for (int64_t b = 0; b < batch; ++b) {
         int32_t count = static_cast<const int32_t *>(accepted->data)[b];
-        if (count < 0)
+        if (count == -1) // nothing to commit for this request
           continue;
         if (rt::Status s = (*pool)->commit(id[b], count); !s.ok())
           return fail(dir + ": " + s.message());
