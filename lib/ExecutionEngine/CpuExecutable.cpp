@@ -18,12 +18,18 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "llvm/ADT/Hashing.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::spin;
@@ -40,7 +46,12 @@ struct CpuExecutable::Impl {
   std::unique_ptr<ExecutionEngine> engine;
 };
 
-CpuExecutable::CpuExecutable() : impl_(std::make_unique<Impl>()) {}
+CpuExecutable::CpuExecutable() : impl_(std::make_unique<Impl>()) {
+  DialectRegistry registry;
+  registerSpinDialects(registry);
+  impl_->context.appendDialectRegistry(registry);
+  impl_->context.loadAllAvailableDialects();
+}
 CpuExecutable::~CpuExecutable() = default;
 
 StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
@@ -192,18 +203,9 @@ readSignature(func::FuncOp func, ArrayRef<std::string> resultNames) {
 StatusOr<std::shared_ptr<CpuExecutable>>
 CpuExecutable::compile(const std::string &source, const std::string &function,
                        const SparsifyPipelineOptions *sparsify) {
-  static std::once_flag nativeTarget;
-  std::call_once(nativeTarget, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
 
   std::shared_ptr<CpuExecutable> exe(new CpuExecutable());
   MLIRContext &context = exe->impl_->context;
-  DialectRegistry registry;
-  registerSpinDialects(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
 
   std::string diagnostics;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
@@ -264,20 +266,219 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
   if (failed(toLLVM.run(*module)))
     return fail("spin-lower-to-cpu (to LLVM) failed");
 
+  {
+    llvm::raw_string_ostream os(exe->loweredIR_);
+    module->print(os);
+  }
+  if (Status s = exe->jit(*module, function, std::move(*signature)); !s.ok())
+    return fail(s.message());
+  return exe;
+}
+
+Status CpuExecutable::jit(ModuleOp module, const std::string &function,
+                          std::vector<ArgSpec> signature) {
+  static std::once_flag nativeTarget;
+  std::call_once(nativeTarget, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
   ExecutionEngineOptions engineOptions;
   engineOptions.transformer = makeOptimizingTransformer(
       /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
-  auto engine = ExecutionEngine::create(*module, engineOptions);
+  auto engine = ExecutionEngine::create(module, engineOptions);
   if (!engine)
-    return fail("JIT compilation failed: " + llvm::toString(engine.takeError()));
+    return Status::error("JIT compilation failed: " +
+                         llvm::toString(engine.takeError()));
   auto packed = (*engine)->lookupPacked("_mlir_ciface_" + function);
   if (!packed)
-    return fail("JIT lookup failed: " + llvm::toString(packed.takeError()));
-  exe->impl_->engine = std::move(*engine);
-  exe->program_ = std::make_unique<::spin::runtime::StepProgram>(
+    return Status::error("JIT lookup failed: " +
+                         llvm::toString(packed.takeError()));
+  impl_->engine = std::move(*engine);
+  program_ = std::make_unique<::spin::runtime::StepProgram>(
       reinterpret_cast<::spin::runtime::PackedFunction>(*packed),
-      std::move(*signature));
+      std::move(signature));
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Caches
+//===----------------------------------------------------------------------===//
+
+/// FNV-1a, 64 bits: stable across processes and builds (unlike hash_value).
+static uint64_t fnv1a(llvm::StringRef data) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : data) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+/// The on-disk cache directory: $SPIN_CACHE_DIR, else $XDG_CACHE_HOME/spin,
+/// else $HOME/.cache/spin; empty (no disk cache) when none can be made.
+/// SPIN_CACHE_DIR=off turns the disk cache off.
+static std::string cacheDirectory() {
+  llvm::SmallString<256> dir;
+  if (const char *env = std::getenv("SPIN_CACHE_DIR")) {
+    if (llvm::StringRef(env) == "off")
+      return "";
+    dir = env;
+  } else if (const char *xdg = std::getenv("XDG_CACHE_HOME")) {
+    dir = xdg;
+    llvm::sys::path::append(dir, "spin");
+  } else if (const char *home = std::getenv("HOME")) {
+    dir = home;
+    llvm::sys::path::append(dir, ".cache", "spin");
+  } else {
+    return "";
+  }
+  if (llvm::sys::fs::create_directories(dir))
+    return "";
+  return std::string(dir);
+}
+
+static const char *kRoleNames[] = {"input", "positions", "request_ids", "accepted",
+                                   "reset", "slots",     "state",       "output"};
+
+/// One line per argument: role name layer dtype rank dims...
+static std::string serializeSignature(const std::vector<ArgSpec> &signature) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (const ArgSpec &arg : signature) {
+    os << kRoleNames[static_cast<int>(arg.role)] << " " << arg.name << " "
+       << arg.layer << " " << static_cast<int>(arg.dtype) << " "
+       << arg.shape.size();
+    for (int64_t size : arg.shape)
+      os << " " << size;
+    os << "\n";
+  }
+  return text;
+}
+
+static std::optional<std::vector<ArgSpec>> parseSignature(llvm::StringRef text) {
+  std::vector<ArgSpec> signature;
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.split(lines, '\n', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef line : lines) {
+    llvm::SmallVector<llvm::StringRef> words;
+    line.split(words, ' ');
+    if (words.size() < 5)
+      return std::nullopt;
+    ArgSpec arg;
+    auto role = llvm::find(kRoleNames, words[0]);
+    int64_t layer, dtype, rank;
+    if (role == std::end(kRoleNames) || words[2].getAsInteger(10, layer) ||
+        words[3].getAsInteger(10, dtype) || words[4].getAsInteger(10, rank) ||
+        dtype < 0 || dtype > static_cast<int64_t>(DType::i64) ||
+        static_cast<int64_t>(words.size()) != 5 + rank)
+      return std::nullopt;
+    arg.role = static_cast<ArgSpec::Role>(role - std::begin(kRoleNames));
+    arg.name = words[1].str();
+    arg.layer = layer;
+    arg.dtype = static_cast<DType>(dtype);
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t size;
+      if (words[5 + d].getAsInteger(10, size))
+        return std::nullopt;
+      arg.shape.push_back(size);
+    }
+    signature.push_back(std::move(arg));
+  }
+  return signature;
+}
+
+/// A cache entry: a header that names the key and checks the payload, then
+/// the graph IR, the lowered LLVM-dialect module and the signature.
+static constexpr llvm::StringLiteral kCacheMagic = "spin-cpu-cache 1";
+
+std::shared_ptr<CpuExecutable>
+CpuExecutable::loadCacheEntry(const std::string &path, uint64_t keyHash,
+                              const std::string &function) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return nullptr;
+  llvm::StringRef text = (*buffer)->getBuffer();
+  // magic \n key \n checksum \n sizes \n payload
+  llvm::SmallVector<llvm::StringRef, 5> header;
+  text.split(header, '\n', /*MaxSplit=*/4);
+  uint64_t key, checksum;
+  size_t graphSize, moduleSize, signatureSize;
+  if (header.size() != 5 || header[0] != kCacheMagic ||
+      header[1].getAsInteger(16, key) || key != keyHash ||
+      header[2].getAsInteger(16, checksum))
+    return nullptr;
+  llvm::SmallVector<llvm::StringRef, 3> sizes;
+  header[3].split(sizes, ' ');
+  llvm::StringRef payload = header[4];
+  if (sizes.size() != 3 || sizes[0].getAsInteger(10, graphSize) ||
+      sizes[1].getAsInteger(10, moduleSize) ||
+      sizes[2].getAsInteger(10, signatureSize) ||
+      payload.size() != graphSize + moduleSize + signatureSize ||
+      fnv1a(payload) != checksum)
+    return nullptr;
+  std::optional<std::vector<ArgSpec>> signature =
+      parseSignature(payload.substr(graphSize + moduleSize));
+  if (!signature)
+    return nullptr;
+  std::shared_ptr<CpuExecutable> exe(new CpuExecutable());
+  ScopedDiagnosticHandler quiet(&exe->impl_->context,
+                                [](Diagnostic &) { return success(); });
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(
+      payload.substr(graphSize, moduleSize), &exe->impl_->context);
+  if (!module || !exe->jit(*module, function, std::move(*signature)).ok())
+    return nullptr;
+  exe->graphIR_ = payload.substr(0, graphSize).str();
+  exe->loweredIR_ = payload.substr(graphSize, moduleSize).str();
+  exe->fromDiskCache_ = true;
   return exe;
+}
+
+void CpuExecutable::writeCacheEntry(const std::string &path,
+                                    uint64_t keyHash) const {
+  std::string signature = serializeSignature(program_->signature());
+  std::string payload = graphIR_ + loweredIR_ + signature;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << kCacheMagic << "\n"
+     << llvm::format_hex_no_prefix(keyHash, 16) << "\n"
+     << llvm::format_hex_no_prefix(fnv1a(payload), 16) << "\n"
+     << graphIR_.size() << " " << loweredIR_.size() << " " << signature.size()
+     << "\n"
+     << payload;
+  // Write to a unique temporary name and rename: readers never see a torn
+  // entry, and concurrent writers of the same entry write the same bytes.
+  llvm::SmallString<256> temp;
+  int fd;
+  if (llvm::sys::fs::createUniqueFile(path + ".%%%%%%.tmp", fd, temp))
+    return;
+  {
+    llvm::raw_fd_ostream out(fd, /*shouldClose=*/true);
+    out << text;
+    if (out.has_error()) {
+      out.clear_error();
+      llvm::sys::fs::remove(temp);
+      return;
+    }
+  }
+  if (llvm::sys::fs::rename(temp, path))
+    llvm::sys::fs::remove(temp);
+}
+
+/// Guards memoryCache().
+static std::mutex &cacheMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+void CpuExecutable::clearMemoryCache() {
+  std::lock_guard<std::mutex> lock(cacheMutex());
+  memoryCache().clear();
+}
+
+std::map<uint64_t, std::pair<std::string, std::weak_ptr<CpuExecutable>>> &
+CpuExecutable::memoryCache() {
+  static std::map<uint64_t, std::pair<std::string, std::weak_ptr<CpuExecutable>>> cache;
+  return cache;
 }
 
 StatusOr<std::shared_ptr<CpuExecutable>>
@@ -286,26 +487,42 @@ CpuExecutable::compileCached(const std::string &source,
                              const SparsifyPipelineOptions *sparsify) {
   std::string options = "dense";
   if (sparsify) {
-    llvm::raw_string_ostream os(options);
     options.clear();
+    llvm::raw_string_ostream os(options);
     sparsify->print(os);
   }
   std::string key = std::string(kCompilerVersion) + "\n" + function + "\n" +
                     options + "\n" + source;
-  static std::mutex mutex;
-  static std::map<llvm::hash_code, std::pair<std::string, std::weak_ptr<CpuExecutable>>> cache;
-  llvm::hash_code hash = llvm::hash_value(key);
+  uint64_t hash = fnv1a(key);
+  std::mutex &mutex = cacheMutex();
   {
     std::lock_guard<std::mutex> lock(mutex);
+    auto &cache = memoryCache();
     auto it = cache.find(hash);
     if (it != cache.end() && it->second.first == key)
       if (auto exe = it->second.second.lock())
         return exe;
   }
+  // On disk: a valid entry for this key is reused; a missing, corrupt or
+  // stale one is (re)built and written.
+  std::string dir = cacheDirectory();
+  std::string path;
+  if (!dir.empty()) {
+    llvm::SmallString<256> file(dir);
+    llvm::sys::path::append(file, llvm::formatv("{0:x16}.spincache", hash).str());
+    path = std::string(file);
+    if (auto exe = loadCacheEntry(path, hash, function)) {
+      std::lock_guard<std::mutex> lock(mutex);
+      memoryCache()[hash] = {key, exe};
+      return exe;
+    }
+  }
   StatusOr<std::shared_ptr<CpuExecutable>> exe = compile(source, function, sparsify);
   if (exe.ok()) {
+    if (!path.empty())
+      (*exe)->writeCacheEntry(path, hash);
     std::lock_guard<std::mutex> lock(mutex);
-    cache[hash] = {key, *exe};
+    memoryCache()[hash] = {key, *exe};
   }
   return exe;
 }

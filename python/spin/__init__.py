@@ -72,6 +72,11 @@ class Program:
         """The graph after spin's graph passes, before lowering."""
         return self._native.graph_ir
 
+    @property
+    def from_disk_cache(self) -> bool:
+        """True when the compiled code came from the on-disk cache."""
+        return self._native.from_disk_cache
+
 
 def compile(mlir_text: str, function: str,
             pipeline_options: Optional[Dict[str, Any]] = None,
@@ -81,6 +86,11 @@ def compile(mlir_text: str, function: str,
     ``pipeline_options`` are spin-sparsify-pipeline options (for example
     ``{"sparsity": 0.4, "explore": 0.05}``); ``None`` compiles the graph as
     written. Only ``target="cpu"`` is available in this build.
+
+    Compiled code is cached in this process and on disk (``$SPIN_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``; ``SPIN_CACHE_DIR=off``
+    disables it) by a hash of the IR, the options and the compiler version;
+    corrupt or stale entries are detected by checksum and rebuilt.
     """
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: compile() "

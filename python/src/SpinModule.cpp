@@ -108,6 +108,7 @@ struct Program {
   std::shared_ptr<void> owner;
   const rt::StepProgram *program = nullptr;
   std::string graphIR;
+  bool fromDiskCache = false;
 
   void run(rt::StatePool &pool, const py::dict &inputs, const py::dict &outputs) {
     std::vector<py::buffer_info> keep;
@@ -171,16 +172,21 @@ PYBIND11_MODULE(_spin, m) {
       .def_property_readonly("signature", [](const Program &p) {
         return signatureOf(*p.program);
       })
-      .def_property_readonly("graph_ir", [](const Program &p) { return p.graphIR; });
+      .def_property_readonly("graph_ir", [](const Program &p) { return p.graphIR; })
+      .def_property_readonly("from_disk_cache",
+                             [](const Program &p) { return p.fromDiskCache; });
 
 #ifdef SPIN_HAS_COMPILER
   auto fromExecutable = [](std::shared_ptr<mlir::spin::CpuExecutable> exe) {
     Program program;
     program.program = &exe->program();
     program.graphIR = exe->graphIR();
+    program.fromDiskCache = exe->fromDiskCache();
     program.owner = std::move(exe);
     return program;
   };
+  m.def("clear_memory_cache", &mlir::spin::CpuExecutable::clearMemoryCache,
+        "Forgets compiled programs held in this process (the disk cache stays)");
   m.def(
       "build_indexer_graph",
       [](int64_t heads, int64_t headDim, int64_t rows, int64_t topk,

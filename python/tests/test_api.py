@@ -234,3 +234,39 @@ def test_readme_example_runs_as_written():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert "3 (2, 1, 32) [0.5 0.5]" in done.stdout
+
+
+def test_disk_cache_detects_corrupt_and_stale_entries(tmp_path, monkeypatch):
+    import glob
+    monkeypatch.setenv("SPIN_CACHE_DIR", str(tmp_path))
+    text = open(__file__.replace("python/tests/test_api.py", "examples/glm5-indexer.mlir")).read()
+    options = {"sparsity": 0.3, "seed": 12345}
+    spin._spin.clear_memory_cache()
+    first = spin.compile(text, "glm5_indexer_layer", options)
+    assert not first.from_disk_cache
+    entries = glob.glob(str(tmp_path / "*.spincache"))
+    assert len(entries) == 1
+    spin._spin.clear_memory_cache()
+    again = spin.compile(text, "glm5_indexer_layer", options)
+    assert again.from_disk_cache and again.signature == first.signature
+    assert again.graph_ir == first.graph_ir
+    # A flipped byte in the payload: detected, rebuilt, rewritten.
+    data = bytearray(open(entries[0], "rb").read())
+    data[-100] ^= 0x20
+    open(entries[0], "wb").write(bytes(data))
+    spin._spin.clear_memory_cache()
+    rebuilt = spin.compile(text, "glm5_indexer_layer", options)
+    assert not rebuilt.from_disk_cache and rebuilt.signature == first.signature
+    spin._spin.clear_memory_cache()
+    assert spin.compile(text, "glm5_indexer_layer", options).from_disk_cache
+    # A truncated entry and one from another cache version: rebuilt too.
+    open(entries[0], "wb").write(bytes(data[:50]))
+    spin._spin.clear_memory_cache()
+    assert not spin.compile(text, "glm5_indexer_layer", options).from_disk_cache
+    text_entry = open(entries[0], "rb").read().replace(b"spin-cpu-cache 1", b"spin-cpu-cache 0", 1)
+    open(entries[0], "wb").write(text_entry)
+    spin._spin.clear_memory_cache()
+    assert not spin.compile(text, "glm5_indexer_layer", options).from_disk_cache
+    # Different options are a different entry.
+    spin.compile(text, "glm5_indexer_layer", {"sparsity": 0.31, "seed": 12345})
+    assert len(glob.glob(str(tmp_path / "*.spincache"))) == 2

@@ -16,8 +16,13 @@
 #include "spin/Pipelines/Pipelines.h"
 #include "spin/Runtime/StepProgram.h"
 
+#include <map>
 #include <memory>
 #include <string>
+
+namespace mlir {
+class ModuleOp;
+} // namespace mlir
 
 namespace mlir::spin {
 
@@ -51,22 +56,41 @@ public:
           const SparsifyPipelineOptions *sparsify);
 
   /// As compile(), reusing an earlier compilation of the same source,
-  /// function and options in this process.
+  /// function, options and compiler version: in this process, else from the
+  /// on-disk cache ($SPIN_CACHE_DIR, else $XDG_CACHE_HOME/spin or
+  /// ~/.cache/spin; SPIN_CACHE_DIR=off disables it). Entries carry a
+  /// checksum; corrupt or stale ones are rebuilt and rewritten.
   static ::spin::runtime::StatusOr<std::shared_ptr<CpuExecutable>>
   compileCached(const std::string &source, const std::string &function,
                 const SparsifyPipelineOptions *sparsify);
 
+  /// Forgets the in-process cache (the disk cache stays).
+  static void clearMemoryCache();
+
   const ::spin::runtime::StepProgram &program() const { return *program_; }
   /// The IR after the graph passes (before lowering), for inspection.
   const std::string &graphIR() const { return graphIR_; }
+  /// True when this executable was loaded from the disk cache.
+  bool fromDiskCache() const { return fromDiskCache_; }
 
 private:
   struct Impl;
   CpuExecutable();
 
+  ::spin::runtime::Status jit(mlir::ModuleOp module, const std::string &function,
+                              std::vector<::spin::runtime::ArgSpec> signature);
+  static std::shared_ptr<CpuExecutable>
+  loadCacheEntry(const std::string &path, uint64_t keyHash,
+                 const std::string &function);
+  void writeCacheEntry(const std::string &path, uint64_t keyHash) const;
+  static std::map<uint64_t, std::pair<std::string, std::weak_ptr<CpuExecutable>>> &
+  memoryCache();
+
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<::spin::runtime::StepProgram> program_;
   std::string graphIR_;
+  std::string loweredIR_;
+  bool fromDiskCache_ = false;
 };
 
 } // namespace mlir::spin
