@@ -505,16 +505,16 @@ def select(state, request_id, layer, rows, mtp_mask="union", *, num_blocks,
 
     rows: ``[(p_r, N_r), ...]``.  Every row runs :func:`select_row` against
     the same state; the mask is the union ("union", SPEC §4 default) or row
-    0's selection ("row0").  Returns bool [num_blocks].  ``opts`` are
+    0's selection ("row0"). A warm-up step (``it == 0``) selects every block
+    of every row under both policies.  Returns bool [num_blocks].  ``opts`` are
     :func:`select_row`'s keyword options.
     """
     mask = np.zeros(int(num_blocks), dtype=bool)
-    if mtp_mask == "union":
-        use = rows
-    elif mtp_mask == "row0":
-        use = rows[:1]
-    else:
+    if mtp_mask not in ("union", "row0"):
         raise ValueError("mtp_mask must be 'union' or 'row0'")
+    # A warm-up step selects every block for every row (SPEC §4), whatever
+    # the sharing policy; otherwise "row0" uses row 0's selection only.
+    use = rows if mtp_mask == "union" or state.it == 0 else rows[:1]
     for (p, n) in use:
         sel = select_row(state, request_id, layer, p, n, **opts)
         if sel.size and sel[-1] >= mask.size:

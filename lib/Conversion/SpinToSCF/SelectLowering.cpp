@@ -96,11 +96,13 @@ struct PoolLowering : public OpConversionPattern<PoolOp> {
           Value begin = lb.mul(j, blockSize);
           Value end = lb.minUI(lb.add(begin, blockSize), visible);
           end = arith::MaxUIOp::create(rewriter, op.getLoc(), end, begin);
-          Value pooled =
-              lb.pool(op.getPooling(), begin, end,
-                      [&](Value i) { return lb.load(prediction, {b, r, i}); },
-                      /*finiteOnly=*/false)
-                  .first;
+          Value pooled = lb.pool(
+                               op.getPooling(), begin, end,
+                               [&](Value i) {
+                                 return lb.load(prediction, {b, r, i});
+                               },
+                               /*finiteOnly=*/false)
+                             .first;
           lb.store(pooled, out, {b, r, j});
         });
       });
@@ -127,13 +129,12 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
     Value requestIds = lb.toBuffer(state.requestIds);
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     auto resultType = cast<RankedTensorType>(op.getMask().getType());
-    Value blocks =
-        ShapedType::isDynamic(resultType.getDimSize(1))
-            ? lb.divUI(lb.dim(scores, 2),
-                       lb.index(op.getReduction() == Reduction::a0
-                                    ? op.getBlockSize()
-                                    : 1))
-            : lb.index(resultType.getDimSize(1));
+    Value blocks = ShapedType::isDynamic(resultType.getDimSize(1))
+                       ? lb.divUI(lb.dim(scores, 2),
+                                  lb.index(op.getReduction() == Reduction::a0
+                                               ? op.getBlockSize()
+                                               : 1))
+                       : lb.index(resultType.getDimSize(1));
     Value mask = lb.alloc(
         MemRefType::get(resultType.getShape(), resultType.getElementType()),
         {batch, blocks});
@@ -145,7 +146,8 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
     bool a0 = op.getReduction() == Reduction::a0;
     // Scratch: one row's selection, and a best-n list of keys and ids.
     Value rowMask = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, rewriter.getI1Type()),
+        rewriter, loc,
+        MemRefType::get({ShapedType::kDynamic}, rewriter.getI1Type()),
         ValueRange{blocks});
     Value scratchSize = a0 ? lb.index(op.getTopk()) : blocks;
     Value keysF = memref::AllocOp::create(
@@ -161,13 +163,11 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
         rewriter, loc, MemRefType::get({ShapedType::kDynamic}, i32),
         ValueRange{blocks});
 
-    Value rowsUsed = op.getMtpMask() == MtpMask::row0
-                         ? lb.minUI(rows, lb.index(1))
-                         : rows;
+    bool rowZeroOnly = op.getMtpMask() == MtpMask::row0;
     Value seed = lb.i64(op.getSeed());
     Value layer = lb.i64(state.layer);
-    Value topkBlocks = lb.index((op.getTopk() + op.getBlockSize() - 1) /
-                                op.getBlockSize());
+    Value topkBlocks =
+        lb.index((op.getTopk() + op.getBlockSize() - 1) / op.getBlockSize());
     Value keep = lb.f64(1.0 - op.getSparsity().convertToDouble());
     Value explore = lb.f64(op.getExplore().convertToDouble());
     auto better = [&](Value x, Value y) {
@@ -183,110 +183,119 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
       Value warmup = lb.cmp(CmpIPredicate::eq, iteration, lb.i64(0));
       // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
       Value base = lb.mix(seed);
-      base = lb.mix(arith::XOrIOp::create(rewriter, loc, base,
-                                          lb.load(requestIds, {b})));
+      base = lb.mix(
+          arith::XOrIOp::create(rewriter, loc, base, lb.load(requestIds, {b})));
       base = lb.mix(arith::XOrIOp::create(rewriter, loc, base, layer));
       base = arith::XOrIOp::create(rewriter, loc, base, iteration);
       base = lb.mix(base);
 
-      lb.forEach(lb.index(0), rowsUsed, [&](Value r) {
-        Value visible = lb.loadIndex(lengths, {b, r});
-        Value rowBlocks = lb.minUI(lb.ceilDiv(visible, blockSize), blocks);
-        lb.forEach(lb.index(0), rowBlocks,
-                   [&](Value j) { lb.store(lb.i1(false), rowMask, {j}); });
-        auto mark = [&](Value j) { lb.store(lb.i1(true), rowMask, {j}); };
-        Value any = lb.cmp(CmpIPredicate::ugt, rowBlocks, lb.index(0));
-        lb.ifThen(any, [&] {
-          lb.ifThenElse(
-              TypeRange{}, warmup,
-              [&]() -> SmallVector<Value> {
-                lb.forEach(lb.index(0), rowBlocks, mark);
-                return {};
-              },
-              [&]() -> SmallVector<Value> {
-                Value last = lb.sub(rowBlocks, lb.index(1));
-                if (a0) {
-                  // Blocks holding the top-K predicted slots, plus forced.
-                  Value kValue = lb.index(op.getTopk());
-                  Value count = lb.forEachWith(
-                      lb.index(0), lb.minUI(visible, lb.mul(blocks, blockSize)),
-                      {lb.index(0)},
-                      [&](Value i, ValueRange it) -> SmallVector<Value> {
-                        return {lb.offerTopN(keysF, ids, kValue, it[0],
-                                             lb.load(scores, {b, r, i}),
-                                             lb.toI32(i), better)};
-                      })[0];
-                  lb.forEach(lb.index(0), count, [&](Value t) {
-                    mark(lb.divUI(lb.loadIndex(ids, {t}), blockSize));
-                  });
+      lb.forEach(lb.index(0), rows, [&](Value r) {
+        // Row-0 sharing uses row 0's selection, except in a warm-up, which
+        // selects every block of every row (SPIN_SPEC §4).
+        Value used =
+            rowZeroOnly
+                ? lb.orI(warmup, lb.cmp(CmpIPredicate::eq, r, lb.index(0)))
+                : lb.i1(true);
+        lb.ifThen(used, [&] {
+          Value visible = lb.loadIndex(lengths, {b, r});
+          Value rowBlocks = lb.minUI(lb.ceilDiv(visible, blockSize), blocks);
+          lb.forEach(lb.index(0), rowBlocks,
+                     [&](Value j) { lb.store(lb.i1(false), rowMask, {j}); });
+          auto mark = [&](Value j) { lb.store(lb.i1(true), rowMask, {j}); };
+          Value any = lb.cmp(CmpIPredicate::ugt, rowBlocks, lb.index(0));
+          lb.ifThen(any, [&] {
+            lb.ifThenElse(
+                TypeRange{}, warmup,
+                [&]() -> SmallVector<Value> {
+                  lb.forEach(lb.index(0), rowBlocks, mark);
+                  return {};
+                },
+                [&]() -> SmallVector<Value> {
+                  Value last = lb.sub(rowBlocks, lb.index(1));
+                  if (a0) {
+                    // Blocks holding the top-K predicted slots, plus forced.
+                    Value kValue = lb.index(op.getTopk());
+                    Value count = lb.forEachWith(
+                        lb.index(0),
+                        lb.minUI(visible, lb.mul(blocks, blockSize)),
+                        {lb.index(0)},
+                        [&](Value i, ValueRange it) -> SmallVector<Value> {
+                          return {lb.offerTopN(keysF, ids, kValue, it[0],
+                                               lb.load(scores, {b, r, i}),
+                                               lb.toI32(i), better)};
+                        })[0];
+                    lb.forEach(lb.index(0), count, [&](Value t) {
+                      mark(lb.divUI(lb.loadIndex(ids, {t}), blockSize));
+                    });
+                    mark(lb.index(0));
+                    mark(last);
+                    return {};
+                  }
+                  // Budget (§3.4), forced blocks (§3.5).
+                  Value byK = topkBlocks;
+                  Value bySparsity = arith::FPToSIOp::create(
+                      rewriter, loc, i64,
+                      math::CeilOp::create(
+                          rewriter, loc,
+                          lb.sub(lb.mul(keep, lb.indexToF64(rowBlocks)),
+                                 lb.f64(1e-9))));
+                  Value budget = lb.minUI(
+                      rowBlocks,
+                      arith::MaxUIOp::create(
+                          rewriter, loc, byK,
+                          lb.toIndex(lb.maxSI(bySparsity, lb.i64(0)))));
+                  Value forced = lb.select(
+                      lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
+                      lb.index(1), lb.index(2));
                   mark(lb.index(0));
                   mark(last);
+                  // Exploration budget (§3.6), never negative.
+                  Value wanted = lb.toIndex(arith::FPToSIOp::create(
+                      rewriter, loc, i64,
+                      math::FloorOp::create(
+                          rewriter, loc,
+                          lb.mul(explore, lb.indexToF64(budget)))));
+                  Value room =
+                      lb.select(lb.cmp(CmpIPredicate::ugt, budget, forced),
+                                lb.sub(budget, forced), lb.index(0));
+                  Value explored = lb.minUI(wanted, room);
+                  Value exploit = lb.sub(room, explored);
+                  // Exploit: the best scores among non-forced blocks.
+                  Value kept = lb.forEachWith(
+                      lb.index(1), last, {lb.index(0)},
+                      [&](Value j, ValueRange it) -> SmallVector<Value> {
+                        return {lb.offerTopN(keysF, ids, exploit, it[0],
+                                             lb.load(scores, {b, r, j}),
+                                             lb.toI32(j), better)};
+                      })[0];
+                  lb.forEach(lb.index(0), kept,
+                             [&](Value t) { mark(lb.loadIndex(ids, {t})); });
+                  // Explore (§3.7): the smallest hashes among the rest.
+                  Value drawn = lb.forEachWith(
+                      lb.index(0), rowBlocks, {lb.index(0)},
+                      [&](Value j, ValueRange it) -> SmallVector<Value> {
+                        Value taken = lb.load(rowMask, {j});
+                        return lb.ifThenElse(
+                            indexType, taken,
+                            [&]() -> SmallVector<Value> { return {it[0]}; },
+                            [&]() -> SmallVector<Value> {
+                              Value hash = lb.mix(arith::XOrIOp::create(
+                                  rewriter, loc, base, lb.toI64(j)));
+                              return {lb.offerTopN(keysH, ids2, explored, it[0],
+                                                   hash, lb.toI32(j),
+                                                   smallerHash)};
+                            });
+                      })[0];
+                  lb.forEach(lb.index(0), drawn,
+                             [&](Value t) { mark(lb.loadIndex(ids2, {t})); });
                   return {};
-                }
-                // Budget (§3.4), forced blocks (§3.5).
-                Value byK = topkBlocks;
-                Value bySparsity = arith::FPToSIOp::create(
-                    rewriter, loc, i64,
-                    math::CeilOp::create(
-                        rewriter, loc,
-                        lb.sub(lb.mul(keep, lb.indexToF64(rowBlocks)),
-                               lb.f64(1e-9))));
-                Value budget = lb.minUI(
-                    rowBlocks,
-                    arith::MaxUIOp::create(
-                        rewriter, loc, byK,
-                        lb.toIndex(lb.maxSI(bySparsity, lb.i64(0)))));
-                Value forced = lb.select(
-                    lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
-                    lb.index(1), lb.index(2));
-                mark(lb.index(0));
-                mark(last);
-                // Exploration budget (§3.6), never negative.
-                Value wanted = lb.toIndex(arith::FPToSIOp::create(
-                    rewriter, loc, i64,
-                    math::FloorOp::create(rewriter, loc,
-                                          lb.mul(explore,
-                                                 lb.indexToF64(budget)))));
-                Value room = lb.select(
-                    lb.cmp(CmpIPredicate::ugt, budget, forced),
-                    lb.sub(budget, forced), lb.index(0));
-                Value explored = lb.minUI(wanted, room);
-                Value exploit = lb.sub(room, explored);
-                // Exploit: the best scores among non-forced blocks.
-                Value kept = lb.forEachWith(
-                    lb.index(1), last, {lb.index(0)},
-                    [&](Value j, ValueRange it) -> SmallVector<Value> {
-                      return {lb.offerTopN(keysF, ids, exploit, it[0],
-                                           lb.load(scores, {b, r, j}),
-                                           lb.toI32(j), better)};
-                    })[0];
-                lb.forEach(lb.index(0), kept,
-                           [&](Value t) { mark(lb.loadIndex(ids, {t})); });
-                // Explore (§3.7): the smallest hashes among the rest.
-                Value drawn = lb.forEachWith(
-                    lb.index(0), rowBlocks, {lb.index(0)},
-                    [&](Value j, ValueRange it) -> SmallVector<Value> {
-                      Value taken = lb.load(rowMask, {j});
-                      return lb.ifThenElse(
-                          indexType, taken,
-                          [&]() -> SmallVector<Value> { return {it[0]}; },
-                          [&]() -> SmallVector<Value> {
-                            Value hash = lb.mix(arith::XOrIOp::create(
-                                rewriter, loc, base, lb.toI64(j)));
-                            return {lb.offerTopN(keysH, ids2, explored, it[0],
-                                                 hash, lb.toI32(j),
-                                                 smallerHash)};
-                          });
-                    })[0];
-                lb.forEach(lb.index(0), drawn,
-                           [&](Value t) { mark(lb.loadIndex(ids2, {t})); });
-                return {};
-              });
-        });
-        // Union into the request's mask.
-        lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
-          Value bit = lb.orI(lb.load(mask, {b, j}), lb.load(rowMask, {j}));
-          lb.store(bit, mask, {b, j});
+                });
+          });
+          // Union into the request's mask.
+          lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
+            Value bit = lb.orI(lb.load(mask, {b, j}), lb.load(rowMask, {j}));
+            lb.store(bit, mask, {b, j});
+          });
         });
       });
     });

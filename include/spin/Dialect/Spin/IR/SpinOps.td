@@ -305,7 +305,7 @@ def Spin_SelectBlocksOp : Spin_Op<"select_blocks"> {
     state's layer, the iteration counter and the block index) and the
     remaining `m - |forced| - e` go to the highest `scores` (ties to the
     lower block). A warm-up step (iteration counter 0 after a reset) selects
-    every block.
+    every block of every row, under either MTP policy.
 
     `reduction` chooses the variant: `a1` (default) ranks pooled block
     scores `[B, R, NB]`; `a2` ranks block-level predictions of a
