@@ -189,6 +189,10 @@ Status StepProgram::checkInputs(
   }
 
   // Values: lengths, positions and visible pages (docs/Runtime-ABI.md).
+  // Graphs without a paged key cache (hand-written ones) skip these checks.
+  if (!inputs.count("keys") || !inputs.count("block_table") ||
+      !inputs.count("lengths"))
+    return Status::success();
   const TensorRef &keys = inputs.at("keys");
   const TensorRef &table = inputs.at("block_table");
   const TensorRef &lengths = inputs.at("lengths");
@@ -245,7 +249,14 @@ Status StepProgram::run(StatePool &pool,
                         const std::map<std::string, TensorRef> &outputs) const {
   if (Status s = checkInputs(pool, inputs, outputs); !s.ok())
     return s;
-  int64_t batch = inputs.at("lengths").shape[0];
+  // The batch size: from any batched input (all agree, checked above).
+  int64_t batch = 0;
+  for (const ArgSpec &arg : signature_)
+    if ((arg.role == ArgSpec::Role::Input || arg.role == ArgSpec::Role::RequestIds) &&
+        arg.name != "keys" && arg.name != "scales" && inputs.count(arg.name)) {
+      batch = inputs.at(arg.name).shape[0];
+      break;
+    }
   // The state layers this program reads and writes.
   std::vector<int64_t> layers;
   for (const ArgSpec &arg : signature_)
