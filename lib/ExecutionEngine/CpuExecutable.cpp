@@ -128,8 +128,10 @@ static std::optional<DType> dtypeOf(Type type) {
 
 /// Marks the function arguments an indexer op reads with their input names
 /// ({spin.input = "q"}, ...), unless they already have a role.
+/// The k-th indexer of a graph (k > 0) names its own inputs `q_k`, `w_k`,
+/// ...; inputs shared with an earlier indexer keep the name given first.
 template <typename IndexerOp>
-static void markIndexerInputs(func::FuncOp func, IndexerOp op) {
+static void markIndexerInputs(func::FuncOp func, IndexerOp op, unsigned k) {
   std::pair<Value, const char *> inputs[] = {
       {op.getQ(), "q"},         {op.getW(), "w"},
       {op.getKeys(), "keys"},   {op.getScales(), "scales"},
@@ -139,8 +141,10 @@ static void markIndexerInputs(func::FuncOp func, IndexerOp op) {
     if (!arg || arg.getOwner() != &func.getBody().front())
       continue;
     unsigned i = arg.getArgNumber();
+    std::string unique = k ? std::string(name) + "_" + std::to_string(k) : name;
     if (!func.getArgAttrDict(i) || func.getArgAttrDict(i).empty())
-      func.setArgAttr(i, "spin.input", StringAttr::get(func.getContext(), name));
+      func.setArgAttr(i, "spin.input",
+                      StringAttr::get(func.getContext(), unique));
   }
 }
 
@@ -235,22 +239,27 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
   }
   // Graphs written by hand name their inputs by use: an unmarked argument
   // that an indexer op reads as q, w, keys, ... becomes that input.
+  unsigned indexers = 0;
   func.walk([&](Operation *op) {
     if (auto dense = dyn_cast<DenseIndexerOp>(op))
-      markIndexerInputs(func, dense);
+      markIndexerInputs(func, dense, indexers++);
     else if (auto sparse = dyn_cast<SparseIndexerOp>(op))
-      markIndexerInputs(func, sparse);
+      markIndexerInputs(func, sparse, indexers++);
     else if (auto fused = dyn_cast<FusedScoreOp>(op))
-      markIndexerInputs(func, fused);
+      markIndexerInputs(func, fused, indexers++);
   });
   {
     llvm::raw_string_ostream os(exe->graphIR_);
     module->print(os);
   }
+  // Results: "topk", "topk_1", ... and "sparsity", "sparsity_1", ...
   std::vector<std::string> resultNames;
-  for (unsigned i = 0; i < func.getNumResults(); ++i)
-    resultNames.push_back(func.getResultAttr(i, "spin.sparsity") ? "sparsity"
-                                                                  : "topk");
+  std::map<std::string, unsigned> seen;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    std::string base = func.getResultAttr(i, "spin.sparsity") ? "sparsity" : "topk";
+    unsigned k = seen[base]++;
+    resultNames.push_back(k ? base + "_" + std::to_string(k) : base);
+  }
 
   LowerToCPUOptions lowering;
   PassManager toBuffers(&context);

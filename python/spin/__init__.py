@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _spin
 
-__all__ = ["Indexer", "State", "Program", "compile", "has_compiler"]
+__all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler"]
 
 #: True when the extension was built with the compiler (JIT) part.
 has_compiler: bool = bool(_spin.has_compiler)
@@ -76,6 +76,36 @@ class Program:
     def from_disk_cache(self) -> bool:
         """True when the compiled code came from the on-disk cache."""
         return self._native.from_disk_cache
+
+    def run(self, state: "State", **inputs) -> Dict[str, np.ndarray]:
+        """Runs one step; ``inputs`` by the names in :attr:`signature`.
+
+        Returns the outputs (``topk``, ``sparsity``, ``topk_1``, ...) as
+        numpy arrays. Element types follow the signature (bf16 inputs may be
+        float32, uint16 bit patterns or torch.bfloat16).
+        """
+        if not isinstance(state, State):
+            raise TypeError(f"state must be a spin.State, got {type(state).__name__}")
+        arrays, outputs, batch = {}, {}, None
+        for arg in self.signature:
+            role, name = arg["role"], arg["name"]
+            if role in ("input", "positions", "request_ids", "reset"):
+                if name not in inputs:
+                    if role == "reset":
+                        continue
+                    raise ValueError(f"missing input {name!r}")
+                arrays[name] = _tensor(name, inputs.pop(name), arg["dtype"], len(arg["shape"]))
+                if batch is None and not name.startswith(("keys", "scales")):
+                    batch = arrays[name][0].shape[0]
+        if inputs:
+            raise ValueError(f"unknown inputs {sorted(inputs)}")
+        for arg in self.signature:
+            if arg["role"] == "output":
+                shape = [batch if d < 0 else d for d in arg["shape"]]
+                outputs[arg["name"]] = (np.empty(shape, dtype=_NUMPY_TYPES[arg["dtype"]]),
+                                        arg["dtype"])
+        self._native.run(state._native(), arrays, outputs)
+        return {name: array for name, (array, _) in outputs.items()}
 
 
 def compile(mlir_text: str, function: str,
@@ -170,6 +200,22 @@ class State:
         self._pool = None
 
 
+def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
+              rows: int = 1, block_size: int = 64) -> State:
+    """State for up to ``max_requests`` requests of ``capacity_slots`` slots,
+    ``layers`` state layers, ``rows`` query rows per step (d + 1 for MTP) and
+    SPIN blocks of ``block_size`` slots (for :meth:`Program.run`)."""
+    for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
+                        ("max_requests", max_requests), ("rows", rows),
+                        ("block_size", block_size)):
+        if not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
+                           capacity=int(capacity_slots), rows=int(rows),
+                           block_size=int(block_size))
+    return State(pool, int(capacity_slots), int(layers), int(rows), int(block_size))
+
+
 class Indexer:
     """One indexer layer shape, dense or sparsified with SPIN.
 
@@ -234,14 +280,8 @@ class Indexer:
     def new_state(self, capacity_slots: int, layers: int = 1,
                   max_requests: int = 64) -> State:
         """State for up to ``max_requests`` requests of ``capacity_slots`` slots."""
-        for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
-                            ("max_requests", max_requests)):
-            if not isinstance(value, (int, np.integer)) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
-                               capacity=int(capacity_slots), rows=self.rows,
-                               block_size=self.block_size)
-        return State(pool, int(capacity_slots), int(layers), self.rows, self.block_size)
+        return new_state(capacity_slots, layers, max_requests, self.rows,
+                         self.block_size)
 
     def __call__(self, q, w, keys, block_table, lengths, positions,
                  state: State, *, request_ids, scales=None, layer: int = 0,

@@ -270,3 +270,51 @@ def test_disk_cache_detects_corrupt_and_stale_entries(tmp_path, monkeypatch):
     # Different options are a different entry.
     spin.compile(text, "glm5_indexer_layer", {"sparsity": 0.31, "seed": 12345})
     assert len(glob.glob(str(tmp_path / "*.spincache"))) == 2
+
+
+def test_multi_layer_mtp_graph_matches_reference(rng):
+    """The shipped three-layer MTP graph (shrunk), compiled with spin.compile
+    and run with Program.run, against the reference layer by layer."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "examples", "deepseek-v4-flash-multilayer.mlir")).read()
+    B, R, Hh, Dd, MB, KK, P = 2, 4, 4, 16, 8, 32, 16
+    for old, new in (("8x4x64x128xbf16", f"{B}x{R}x{Hh}x{Dd}xbf16"), ("8x4x64xf32", f"{B}x{R}x{Hh}xf32"),
+                     ("?x64x128xf8E4M3FN", f"?x64x{Dd}xf8E4M3FN"), ("8x1024xi32", f"{B}x{MB}xi32"),
+                     ("8x4xi32", f"{B}x{R}xi32"), ("8x4x65536xf32", f"{B}x{R}x{MB * 64}xf32"),
+                     ("8x4x512xi32", f"{B}x{R}x{KK}xi32"), ("{k = 512 : i64}", f"{{k = {KK} : i64}}")):
+        text = text.replace(old, new)
+    program = spin.compile(text, "three_indexer_layers", {"sparsity": 0.5, "explore": 0.25, "seed": 3})
+    names = [a["name"] for a in program.signature if a["role"] == "output"]
+    assert names == ["topk", "topk_1", "topk_2", "sparsity", "sparsity_1", "sparsity_2"]
+    state = spin.new_state(capacity_slots=MB * 64, layers=3, max_requests=4, rows=R, block_size=64)
+    fp8_bits = {float(ref.fp8_e4m3_to_f32(np.array([b], np.uint8))[0]): b for b in range(0x100) if b != 0x80}
+    keys = [rng.integers(-4, 5, size=(P, 64, Dd)).astype(np.float32) for _ in range(3)]
+    scales = [(2.0 ** rng.integers(-1, 2, size=(P, 64))).astype(np.float32) for _ in range(3)]
+    key_bits = [np.vectorize(lambda v: fp8_bits[float(v)])(k).astype(np.uint8) for k in keys]
+    table = np.stack([rng.permutation(P)[:MB] for _ in range(B)]).astype(np.int32)
+    ids = np.array([4, 9], np.int64)
+    for i in ids:
+        state.add(int(i))
+    ref_states = [[ref.LayerState(MB * 64, 64) for _ in ids] for _ in range(3)]
+    accepted = None
+    for step in range(4):
+        n = (np.array([[200], [330]]) + 3 * step + np.arange(R)[None, :]).astype(np.int32)
+        qs = [rng.integers(-4, 5, size=(B, R, Hh, Dd)).astype(np.float32) for _ in range(3)]
+        ws = [(rng.integers(-4, 5, size=(B, R, Hh)) / 4).astype(np.float32) for _ in range(3)]
+        if step:
+            accepted = [int(a) for a in rng.integers(0, R, size=B)]
+            for i, a in zip(ids, accepted):
+                state.commit(int(i), a)
+        inputs = dict(block_table=table, lengths=n, positions=n - 1, request_ids=ids)
+        for layer, suffix in enumerate(["", "_1", "_2"]):
+            inputs.update({f"q{suffix}": qs[layer], f"w{suffix}": ws[layer],
+                           f"keys{suffix}": key_bits[layer], f"scales{suffix}": scales[layer]})
+        out = program.run(state, **inputs)
+        for layer, suffix in enumerate(["", "_1", "_2"]):
+            rt, _, rsp, _ = ref.spin_step(ref_states[layer], [int(i) for i in ids], layer, qs[layer],
+                                          ws[layer], keys[layer], scales[layer], table, n, n - 1,
+                                          k=KK, bs=64, sparsity=0.5, explore=0.25, seed=3,
+                                          accepted=accepted)
+            np.testing.assert_array_equal(out[f"topk{suffix}"], rt, err_msg=f"step {step} layer {layer}")
+            np.testing.assert_allclose(out[f"sparsity{suffix}"], rsp, atol=1e-6)

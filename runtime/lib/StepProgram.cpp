@@ -68,6 +68,15 @@ int64_t TensorRef::numElements() const {
 
 namespace {
 
+/// The paged caches (`keys`, `scales`, and `keys_k`, `scales_k` of the k-th
+/// indexer of a multi-layer graph) are not batched.
+bool isCacheInput(const std::string &name) {
+  auto is = [&](const std::string &base) {
+    return name == base || name.rfind(base + "_", 0) == 0;
+  };
+  return is("keys") || is("scales");
+}
+
 std::string shapeString(const std::vector<int64_t> &shape) {
   std::ostringstream os;
   os << "[";
@@ -141,7 +150,7 @@ Status StepProgram::checkInputs(
                              shapeString(tensor.shape) + ", expected " +
                              shapeString(arg.shape));
     }
-    bool batched = arg.name != "keys" && arg.name != "scales";
+    bool batched = !isCacheInput(arg.name);
     if (batched) {
       if (batch < 0)
         batch = tensor.shape[0];
@@ -201,6 +210,10 @@ Status StepProgram::checkInputs(
   const TensorRef *positions =
       positionsIt == inputs.end() ? nullptr : &positionsIt->second;
   int64_t pages = keys.shape[0], pageSize = keys.shape[1];
+  // Every layer's cache must hold the pages the (shared) block table names.
+  for (const auto &[name, tensor] : inputs)
+    if (isCacheInput(name) && name.rfind("keys", 0) == 0)
+      pages = std::min(pages, tensor.shape[0]);
   int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
   int64_t capacity = pool.options().capacity;
   if (rows > pool.options().maxRows)
@@ -253,7 +266,7 @@ Status StepProgram::run(StatePool &pool,
   int64_t batch = 0;
   for (const ArgSpec &arg : signature_)
     if ((arg.role == ArgSpec::Role::Input || arg.role == ArgSpec::Role::RequestIds) &&
-        arg.name != "keys" && arg.name != "scales" && inputs.count(arg.name)) {
+        !isCacheInput(arg.name) && inputs.count(arg.name)) {
       batch = inputs.at(arg.name).shape[0];
       break;
     }

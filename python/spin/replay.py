@@ -1,0 +1,540 @@
+"""Offline replay of recorded indexer traces through SPIN (``spin-replay``).
+
+Given a trace (docs/trace-format.md), replays every layer and decode step
+through the compiled CPU path -- ``spin.Indexer`` with one ``State`` per run,
+and the dense reference ``spin.Indexer(dense=True)`` -- for each requested
+configuration (target sparsity x pooling x reduction x exploration x MTP
+policies), and reports per layer and overall:
+
+* top-K miss rate ``|T* \\ T| / |T*|`` (SPIN_SPEC §5), mean and p99 over the
+  sparse (non-warm-up) rows, T* being the compiled dense top-K;
+* realized block sparsity averaged over the same rows;
+
+plus the predictor diagnostics of the paper's Table 1 from dense scores
+computed in numpy (float64): Pearson correlation and top-K recall of
+prev-iter, prev-iter offset 1, prev-layer, prev-layer best-of-5 and random.
+
+The module imports the compiled ``spin`` package lazily (``import spin``
+must find the build, e.g. ``<build>/python`` on ``sys.path``), so the metric
+helpers and the diagnostics work with numpy alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, asdict
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+try:  # inside the built package
+    from . import traces as _traces  # type: ignore
+except ImportError:  # imported as a top-level module from python/spin
+    import traces as _traces  # type: ignore
+
+TraceError = _traces.TraceError
+load_trace = _traces.load_trace
+
+PREDICTORS = ("prev-iter", "prev-iter-offset1", "prev-layer", "prev-layer-best5", "random")
+EXPLORE_POLICIES = ("random", "none")
+UNSUPPORTED_POLICIES = ("staleness-score", "staleness", "block-age", "age")
+
+
+# ----------------------------------------------------------------------------
+# metric helpers (SPIN_SPEC §5)
+
+
+def miss_rate(truth: Sequence[int], got: Sequence[int]) -> Optional[float]:
+    """|T* \\ T| / |T*| for one row; -1 padding ignored; None if T* is empty."""
+    t = {int(i) for i in np.asarray(truth).ravel() if i >= 0}
+    if not t:
+        return None
+    g = {int(i) for i in np.asarray(got).ravel() if i >= 0}
+    return len(t - g) / len(t)
+
+
+def recall(prediction: np.ndarray, truth: Sequence[int], k: int) -> Optional[float]:
+    """|TopK(prediction) ∩ T*| / |T*|; NaN entries of ``prediction`` (slots
+    the predictor knows nothing about) are never picked."""
+    t = {int(i) for i in np.asarray(truth).ravel() if i >= 0}
+    if not t:
+        return None
+    p = np.where(np.isnan(prediction), -np.inf, prediction)
+    picked = _traces.topk_indices(p, k)
+    picked = {int(i) for i in picked if np.isfinite(p[i])}
+    return len(picked & t) / len(t)
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> Optional[float]:
+    """Pearson correlation over the entries where both are finite; None when
+    fewer than two such entries or either side is constant."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 2:
+        return None
+    a, b = a[ok] - a[ok].mean(), b[ok] - b[ok].mean()
+    den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    if den == 0.0:
+        return None
+    return float((a * b).sum() / den)
+
+
+def summarize(values: Sequence[float]) -> Dict[str, Optional[float]]:
+    """mean and p99 (numpy's linear interpolation) of a list, with its size."""
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+    if v.size == 0:
+        return {"mean": None, "p99": None, "rows": 0}
+    return {"mean": float(v.mean()), "p99": float(np.percentile(v, 99)), "rows": int(v.size)}
+
+
+# ----------------------------------------------------------------------------
+# predictor diagnostics (paper Table 1)
+
+
+def _shift(prev: np.ndarray, n: int, offset: int) -> np.ndarray:
+    """Prediction of length n from a previous score vector shifted by offset."""
+    out = np.full(n, np.nan)
+    src = prev[: max(0, n - offset)]
+    out[offset: offset + src.size] = src
+    return out
+
+
+def _pad(prev: np.ndarray, n: int) -> np.ndarray:
+    return _shift(prev, n, 0)
+
+
+class Diagnostics:
+    """Accumulates Table 1 statistics row by row."""
+
+    def __init__(self, layers: int, topk: int, seed: int = 0):
+        self.k = topk
+        self.rng = np.random.default_rng(seed)
+        self.stats = {(l, p, m): [] for l in range(layers) for p in PREDICTORS
+                      for m in ("pearson", "recall")}
+
+    def _add(self, layer, name, pred, z, truth):
+        self.stats[(layer, name, "pearson")].append(pearson(pred, z))
+        self.stats[(layer, name, "recall")].append(recall(pred, truth, self.k))
+
+    def row(self, layer: int, z: np.ndarray, prev_iter: Optional[np.ndarray],
+            prev_layers: Sequence[np.ndarray]) -> None:
+        """One row: its dense scores z, the same row's scores at the previous
+        step (None at the first step) and at the preceding layers (nearest
+        first) of the same step."""
+        n = z.size
+        truth = _traces.topk_indices(z, self.k)
+        self._add(layer, "random", self.rng.random(n), z, truth)
+        if prev_iter is not None:
+            self._add(layer, "prev-iter", _pad(prev_iter, n), z, truth)
+            self._add(layer, "prev-iter-offset1", _shift(prev_iter, n, 1), z, truth)
+        if prev_layers:
+            self._add(layer, "prev-layer", _pad(prev_layers[0], n), z, truth)
+            best_p, best_r = None, None
+            for z_prev in prev_layers[:5]:
+                pred = _pad(z_prev, n)
+                p, r = pearson(pred, z), recall(pred, truth, self.k)
+                best_p = p if best_p is None or (p is not None and p > best_p) else best_p
+                best_r = r if best_r is None or (r is not None and r > best_r) else best_r
+            self.stats[(layer, "prev-layer-best5", "pearson")].append(best_p)
+            self.stats[(layer, "prev-layer-best5", "recall")].append(best_r)
+
+    def result(self) -> dict:
+        layers = sorted({l for l, _, _ in self.stats})
+        per_layer = []
+        for l in layers:
+            per_layer.append({"layer": l, "predictors": {
+                p: {m: summarize(self.stats[(l, p, m)])["mean"] for m in ("pearson", "recall")}
+                | {"rows": summarize(self.stats[(l, p, "recall")])["rows"]}
+                for p in PREDICTORS}})
+        overall = {p: {m: summarize([x for l in layers for x in self.stats[(l, p, m)]])["mean"]
+                       for m in ("pearson", "recall")}
+                   | {"rows": summarize([x for l in layers
+                                         for x in self.stats[(l, p, "recall")]])["rows"]}
+                   for p in PREDICTORS}
+        return {"per_layer": per_layer, "overall": overall}
+
+
+# ----------------------------------------------------------------------------
+# replay
+
+
+@dataclass(frozen=True)
+class Config:
+    sparsity: float
+    pooling: str = "max"
+    reduction: str = "A1"
+    explore: float = 0.0
+    mtp_mask: str = "union"
+    mtp_update: str = "prefix"
+
+    def label(self, rows: int) -> str:
+        s = f"rho={self.sparsity:g} {self.reduction}"
+        if self.reduction != "A0":
+            s += f"-{self.pooling}"
+        s += f" explore={self.explore:g}"
+        if rows > 1:
+            s += f" mtp={self.mtp_mask}/{self.mtp_update}"
+        return s
+
+
+def configs(sparsities: Sequence[float], poolings=("max",), reductions=("A1",),
+            explores=(0.0,), mtp_masks=("union",), mtp_updates=("prefix",),
+            rows: int = 1) -> List[Config]:
+    """Every combination; A0 has no pooling and single-row traces no MTP
+    policies, so those axes collapse instead of repeating identical runs."""
+    out = []
+    for s, r, p, e, m, u in itertools.product(sparsities, reductions, poolings, explores,
+                                              mtp_masks, mtp_updates):
+        if r == "A0":
+            p = "max"
+        if rows == 1:
+            m, u = "union", "prefix"
+        c = Config(float(s), p, r, float(e), m, u)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _import_spin():
+    try:
+        import spin  # noqa: F401
+        if not hasattr(spin, "Indexer"):
+            raise ImportError("the 'spin' found is not the built package "
+                              f"({getattr(spin, '__file__', '?')})")
+    except ImportError as e:
+        raise RuntimeError(f"cannot import the built spin package ({e}); set SPIN_BUILD_DIR "
+                           "to the build directory (its python/ holds spin/_spin*.so)") from None
+    return spin
+
+
+def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
+           diagnostics: bool = True, heatmap_layer: int = 0, progress=None) -> dict:
+    """Replays ``trace`` (a path or a loaded Trace) for each configuration;
+    returns the report dictionary (what ``--json`` writes)."""
+    spin = _import_spin()
+    if isinstance(trace, str):
+        trace = load_trace(trace)
+    h = trace.header
+    L, T, B, R, K, S = h["layers"], h["steps"], h["batch"], h["rows"], h["topk"], h["page_size"]
+    fmt = h["key_format"]
+    if not 0 <= heatmap_layer < L:
+        raise ValueError(f"heatmap layer {heatmap_layer} is outside the trace's {L} layers")
+    mb_max = max(trace.files[(l, t, "_mb")] for l in range(L) for t in range(T))
+    capacity = mb_max * S
+    ids = trace.request_ids
+    common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=K,
+                  key_format=fmt, rows=R)
+    dense = spin.Indexer(dense=True, **common)
+    dense_state = dense.new_state(capacity_slots=capacity, layers=L, max_requests=B)
+    runs = []
+    for c in run_configs:
+        ix = spin.Indexer(sparsity=c.sparsity, explore=c.explore, seed=seed, pooling=c.pooling,
+                          reduction=c.reduction, mtp_mask=c.mtp_mask,
+                          mtp_update=c.mtp_update, **common)
+        st = ix.new_state(capacity_slots=capacity, layers=L, max_requests=B)
+        for r in ids:
+            st.add(int(r))
+        runs.append({"config": c, "indexer": ix, "state": st,
+                     "miss": [[] for _ in range(L)], "sparsity": [[] for _ in range(L)],
+                     "heat": []})
+    for r in ids:
+        dense_state.add(int(r))
+    diag = Diagnostics(L, K, seed) if diagnostics else None
+    heat_dense = []
+    prev_step_z = [None] * L
+    started = time.time()
+    next_report = 1
+    for t in range(T):
+        cur_z = []
+        for layer in range(L):
+            a = trace.step(layer, t)
+            args = (a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"])
+            kw = {"scales": a["scales"]} if "scales" in a else {}
+            truth, _ = dense(*args, dense_state, request_ids=ids, layer=layer,
+                             return_sparsity=True, **kw)
+            if layer == heatmap_layer:
+                heat_dense.append(truth[0, 0].copy())
+            for run in runs:
+                top, sp = run["indexer"](*args, run["state"], request_ids=ids, layer=layer,
+                                         return_sparsity=True, **kw)
+                if layer == heatmap_layer:
+                    run["heat"].append(top[0, 0].copy())
+                if t == 0:
+                    continue  # warm-up: dense selection, not a sparse row
+                for b in range(B):
+                    for r in range(R):
+                        m = miss_rate(truth[b, r], top[b, r])
+                        if m is not None:
+                            run["miss"][layer].append(m)
+                            run["sparsity"][layer].append(float(sp[b, r]))
+            if diag is not None:
+                q = _traces.to_f64(a["q"], "q", fmt)
+                w = a["w"].astype(np.float64)
+                zs = [[_traces.dense_scores(q[b, r], w[b, r], a["keys"], a["block_table"][b],
+                                            int(a["lengths"][b, r]), fmt,
+                                            a["scales"] if "scales" in a else None)
+                       for r in range(R)] for b in range(B)]
+                cur_z.append(zs)
+                for b in range(B):
+                    for r in range(R):
+                        prev = prev_step_z[layer][b][r] if prev_step_z[layer] else None
+                        before = [cur_z[l][b][r] for l in range(layer - 1, -1, -1)]
+                        diag.row(layer, zs[b][r], prev, before)
+        if R > 1:
+            for run in runs:
+                for b, r in enumerate(ids):
+                    run["state"].commit(int(r), int(trace.accepted[t, b]))
+        if diag is not None:
+            prev_step_z = cur_z
+        if progress is not None and (t + 1) * 10 >= next_report * T:
+            while (t + 1) * 10 >= next_report * T:
+                next_report += 1
+            progress(f"spin-replay: step {t + 1}/{T} ({100 * (t + 1) // T}%), "
+                     f"{time.time() - started:.1f} s")
+    report = {"trace": os.path.abspath(trace.path),
+              "header": {k: v for k, v in h.items() if k != "accepted"},
+              "seed": seed, "runs": []}
+    for run in runs:
+        c = run["config"]
+        per_layer = []
+        for layer in range(L):
+            m = summarize(run["miss"][layer])
+            per_layer.append({"layer": layer, "miss_mean": m["mean"], "miss_p99": m["p99"],
+                              "sparsity": summarize(run["sparsity"][layer])["mean"],
+                              "rows": m["rows"]})
+        all_m = summarize([x for l in run["miss"] for x in l])
+        overall = {"miss_mean": all_m["mean"], "miss_p99": all_m["p99"],
+                   "sparsity": summarize([x for l in run["sparsity"] for x in l])["mean"],
+                   "rows": all_m["rows"]}
+        run["state"].close()
+        report["runs"].append({"config": asdict(c), "label": c.label(R),
+                               "per_layer": per_layer, "overall": overall})
+    if diag is not None:
+        report["diagnostics"] = diag.result()
+    report["heatmap"] = {"layer": heatmap_layer, "request_id": int(ids[0]), "row": 0,
+                         "dense_topk": [v[v >= 0].tolist() for v in heat_dense],
+                         "spin_topk": {runs[i]["config"].label(R): [v[v >= 0].tolist()
+                                                                    for v in runs[i]["heat"]]
+                                       for i in range(len(runs))}}
+    return report
+
+
+# ----------------------------------------------------------------------------
+# output
+
+
+def _f(x, width=8, digits=4):
+    return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
+
+
+def format_report(report: dict, per_layer: bool = True) -> str:
+    h = report["header"]
+    lines = [f"trace {report['trace']}: {h['layers']} layers x {h['steps']} steps x "
+             f"{h['batch']} requests x {h['rows']} rows, H={h['heads']} D={h['head_dim']} "
+             f"K={h['topk']} page {h['page_size']}, {h['key_format']} keys"]
+    if "diagnostics" in report:
+        d = report["diagnostics"]
+        lines += ["", "Predictor diagnostics (paper Table 1; dense scores in float64)",
+                  f"{'predictor':<20}{'pearson':>9}{'recall@K':>10}{'rows':>8}"]
+        for p in PREDICTORS:
+            o = d["overall"][p]
+            lines.append(f"{p:<20}{_f(o['pearson'], 9)}{_f(o['recall'], 10)}{o['rows']:>8}")
+    lines += ["", "SPIN replay (miss vs compiled dense top-K, sparse rows only)",
+              f"{'config':<44}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
+              f"{'sparsity':>10}{'rows':>7}"]
+    for run in report["runs"]:
+        rows = (run["per_layer"] if per_layer and len(run["per_layer"]) > 1 else []) + \
+            [dict(run["overall"], layer="all")]
+        for i, r in enumerate(rows):
+            lines.append(f"{run['label'] if i == 0 else '':<44}{r['layer']:>6}"
+                         f"{_f(r['miss_mean'], 11)}{_f(r['miss_p99'], 10)}"
+                         f"{_f(r['sparsity'], 10)}{r['rows']:>7}")
+    return "\n".join(lines)
+
+
+def write_plots(report: dict, directory: str) -> List[str]:
+    """miss rate vs sparsity per policy, and a Figure-1 style top-K heat-map.
+    Needs matplotlib; raises RuntimeError with a clear message without it."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plots needs matplotlib, which is not importable by "
+                           f"{sys.executable}; install it or drop --plots "
+                           "(--json has the same numbers)") from None
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    groups: Dict[str, list] = {}
+    for run in report["runs"]:
+        c = run["config"]
+        key = f"{c['reduction']}" + ("" if c["reduction"] == "A0" else f"-{c['pooling']}") + \
+            f" explore={c['explore']:g}" + \
+            (f" {c['mtp_mask']}/{c['mtp_update']}" if report["header"]["rows"] > 1 else "")
+        groups.setdefault(key, []).append((c["sparsity"], run["overall"]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for key, pts in groups.items():
+        pts.sort(key=lambda x: x[0])
+        xs = [p[0] for p in pts]
+        axes[0].plot(xs, [p[1]["miss_mean"] for p in pts], marker="o", label=key)
+        axes[1].plot(xs, [p[1]["miss_p99"] for p in pts], marker="o", label=key)
+    for ax, title in zip(axes, ("mean top-K miss", "p99 top-K miss")):
+        ax.set_xlabel("target block sparsity")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    p = os.path.join(directory, "miss_vs_sparsity.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    written.append(p)
+    hm = report["heatmap"]
+    steps = len(hm["dense_topk"])
+    width = 1 + max((max(r) for r in hm["dense_topk"] if r), default=0)
+    panels = [("dense top-K", hm["dense_topk"])]
+    if hm["spin_topk"]:
+        label, sel = next(iter(hm["spin_topk"].items()))
+        panels.append((f"SPIN top-K ({label})", sel))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels):
+        img = np.zeros((steps, width))
+        for t, r in enumerate(rows):
+            r = [i for i in r if i < width]
+            img[t, r] = 1.0
+        ax.imshow(img, aspect="auto", interpolation="nearest", cmap="Greys")
+        ax.set_title(f"{title}\nlayer {hm['layer']}, request {hm['request_id']}", fontsize=8)
+        ax.set_xlabel("KV slot")
+        ax.set_ylabel("decode step")
+    fig.tight_layout()
+    p = os.path.join(directory, "topk_heatmap.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    written.append(p)
+    return written
+
+
+def _json_clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        return _json_clean(x.item())
+    return x
+
+
+# ----------------------------------------------------------------------------
+# command line
+
+
+def _list(kind, allowed=None):
+    def parse(text):
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        out = []
+        for s in items:
+            if kind is float:
+                try:
+                    v = float(s)
+                except ValueError:
+                    raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+                if not 0.0 <= v <= 1.0:
+                    raise argparse.ArgumentTypeError(f"{s} is not in [0, 1]")
+                out.append(v)
+            else:
+                if allowed and s not in allowed:
+                    raise argparse.ArgumentTypeError(
+                        f"{s!r} is not one of {', '.join(allowed)}")
+                out.append(s)
+        return out
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spin-replay",
+        description="Replay a recorded indexer trace through SPIN (compiled CPU path) and "
+                    "report top-K miss rates, realized sparsity and the paper's Table 1 "
+                    "predictor diagnostics. Trace format: docs/trace-format.md.")
+    p.add_argument("trace", help="trace directory (header.json + layer_XXX/step_XXXXX/*.npy)")
+    p.add_argument("--sparsity", type=_list(float), default=[0.2, 0.4, 0.5],
+                   help="target block sparsities, comma list (default 0.2,0.4,0.5)")
+    p.add_argument("--pooling", type=_list(str, ("max", "mean", "top4")), default=["max"],
+                   help="block pooling, comma list of max,mean,top4 (default max)")
+    p.add_argument("--reduction", type=_list(str, ("A0", "A1", "A2")), default=["A1"],
+                   help="block reduction, comma list of A0,A1,A2 (default A1)")
+    p.add_argument("--explore", type=_list(float), default=None,
+                   help="exploration fraction(s) of the block budget, comma list "
+                        "(default 0.05 with --explore-policy random, 0 with none)")
+    p.add_argument("--explore-policy", default="random",
+                   help="random (default) or none; the paper's staleness-score and "
+                        "block-age policies are not supported by the compiler")
+    p.add_argument("--seed", type=int, default=0, help="exploration / random-predictor seed")
+    p.add_argument("--mtp-mask", type=_list(str, ("union", "row0")), default=["union"],
+                   help="MTP mask policy, comma list of union,row0 (default union)")
+    p.add_argument("--mtp-update", type=_list(str, ("prefix", "row0")), default=["prefix"],
+                   help="MTP update policy, comma list of prefix,row0 (default prefix)")
+    p.add_argument("--no-diagnostics", action="store_true",
+                   help="skip the Table 1 predictor diagnostics (numpy dense scores)")
+    p.add_argument("--heatmap-layer", type=int, default=0,
+                   help="layer of the top-K heat-map (first request, row 0; default 0)")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    p.add_argument("--plots", metavar="DIR", help="write PNG plots (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    policy = args.explore_policy.strip().lower()
+    if policy not in EXPLORE_POLICIES:
+        known = " (a policy of the paper's §4.6)" if policy in UNSUPPORTED_POLICIES else ""
+        parser.error(f"--explore-policy {args.explore_policy!r}{known} is not supported: the "
+                     "spin compiler implements random exploration only; use random or none")
+    if policy == "none":
+        if args.explore and any(e > 0 for e in args.explore):
+            parser.error("--explore-policy none conflicts with a nonzero --explore")
+        explores = [0.0]
+    else:
+        explores = args.explore if args.explore is not None else [0.05]
+    if args.plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.exit(2, f"spin-replay: error: --plots needs matplotlib, which is not "
+                           f"importable by {sys.executable}; install it or drop --plots\n")
+    try:
+        trace = load_trace(args.trace)
+        run_configs = configs(args.sparsity, args.pooling, args.reduction, explores,
+                              args.mtp_mask, args.mtp_update, rows=trace.header["rows"])
+        progress = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+        report = replay(trace, run_configs, seed=args.seed,
+                        diagnostics=not args.no_diagnostics,
+                        heatmap_layer=args.heatmap_layer, progress=progress)
+    except (TraceError, ValueError, RuntimeError) as e:
+        print(f"spin-replay: error: {e}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(_json_clean(report), f, indent=1)
+            f.write("\n")
+        print(f"\nwrote {args.json}")
+    if args.plots:
+        for p in write_plots(report, args.plots):
+            print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,468 @@
+"""Indexer traces: the on-disk format (docs/trace-format.md) and a synthetic
+trace generator.
+
+A trace is a directory a serving engine can write with numpy alone::
+
+    trace/header.json
+    trace/layer_000/keys.npy               # optional: shared by all steps of the layer
+    trace/layer_000/step_00000/q.npy       # [B, R, H, D]
+    trace/layer_000/step_00000/w.npy       # [B, R, H] float32
+    trace/layer_000/step_00000/lengths.npy, positions.npy   # [B, R] int32
+    trace/layer_000/step_00000/block_table.npy              # [B, MB] int32 (or shared)
+    ...
+
+Every array may live in the step directory, in the layer directory (shared
+by all steps of the layer) or in the trace root (shared by all layers and
+steps); the most specific one wins. ``load_trace`` checks the header and
+every file's .npy header and size before anything is read, and raises
+``TraceError`` naming the file and the mismatch.
+
+This module needs numpy only (it does not import the compiled ``spin``
+extension), so it can be imported from the source tree as ``traces``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+FORMAT = "spin-trace"
+VERSION = 1
+KEY_FORMATS = ("f32", "f16", "bf16", "fp8")
+
+#: Arrays of one step: name -> (rank, allowed dtypes per key format).
+_ARRAYS = ("q", "w", "keys", "scales", "block_table", "lengths", "positions")
+
+
+class TraceError(ValueError):
+    """A trace directory that does not match docs/trace-format.md."""
+
+
+# ----------------------------------------------------------------------------
+# element types
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Rounds float32 to bfloat16 (nearest even); returns uint16 bit patterns."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp8_e4m3_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.float64)
+    for b in range(256):
+        sign = -1.0 if b & 0x80 else 1.0
+        exp, man = (b >> 3) & 0xF, b & 0x7
+        if exp == 0xF and man == 0x7:
+            table[b] = np.nan
+        elif exp == 0:
+            table[b] = sign * (man / 8.0) * 2.0 ** -6
+        else:
+            table[b] = sign * (1.0 + man / 8.0) * 2.0 ** (exp - 7)
+    return table
+
+
+_FP8 = _fp8_e4m3_table()
+
+
+def fp8_e4m3_bits_to_f64(bits: np.ndarray) -> np.ndarray:
+    return _FP8[np.asarray(bits, dtype=np.uint8)]
+
+
+def _float_dtypes(key_format: str):
+    """Allowed (q dtypes, keys dtypes) for a key format."""
+    return {
+        "f32": ((np.float32,), (np.float32,)),
+        "f16": ((np.float16,), (np.float16,)),
+        "bf16": ((np.uint16, np.float32), (np.uint16, np.float32)),
+        "fp8": ((np.uint16, np.float32), (np.uint8,)),
+    }[key_format]
+
+
+def to_f64(array: np.ndarray, what: str, key_format: str) -> np.ndarray:
+    """Values of a q or keys array as the compiled path sees them, in float64."""
+    if key_format in ("bf16", "fp8") and array.dtype == np.float32:
+        array = f32_to_bf16_bits(array)  # the compiled path rounds to bf16
+    if array.dtype == np.uint16:
+        return bf16_bits_to_f32(array).astype(np.float64)
+    if array.dtype == np.uint8:
+        return fp8_e4m3_bits_to_f64(array)
+    return array.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------
+# reading and validation
+
+
+def _npy_info(path: str):
+    """(shape, dtype) from a .npy header; TraceError if missing or truncated."""
+    rel = path
+    if not os.path.isfile(path):
+        raise TraceError(f"{rel}: missing file")
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            offset = f.tell()
+    except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
+        raise TraceError(f"{rel}: not a valid .npy file ({e})") from None
+    if dtype.hasobject:
+        raise TraceError(f"{rel}: object arrays are not allowed")
+    if fortran:
+        raise TraceError(f"{rel}: Fortran-ordered arrays are not allowed; save C order")
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    have = os.path.getsize(path) - offset
+    if have < need:
+        raise TraceError(f"{rel}: truncated: header says shape {tuple(shape)} {dtype} "
+                         f"({need} data bytes) but the file has {have} data bytes")
+    return tuple(shape), dtype
+
+
+@dataclass
+class Trace:
+    """An opened, validated trace directory."""
+
+    path: str
+    header: dict
+    files: Dict[tuple, str] = field(default_factory=dict)  # (layer, step, name) -> path
+    request_ids: np.ndarray = None
+    accepted: Optional[np.ndarray] = None  # [steps, B] for rows > 1
+
+    def __getattr__(self, name):
+        header = self.__dict__.get("header") or {}
+        if name in header:
+            return header[name]
+        raise AttributeError(name)
+
+    def step(self, layer: int, step: int) -> Dict[str, np.ndarray]:
+        """The arrays of one layer and decode step (loaded, value-checked)."""
+        out = {}
+        for name in _ARRAYS:
+            path = self.files.get((layer, step, name))
+            if path is None:
+                continue
+            try:
+                out[name] = np.load(path, allow_pickle=False)
+            except Exception as e:  # noqa: BLE001
+                raise TraceError(f"{path}: cannot be read ({e})") from None
+        _check_values(self, layer, step, out)
+        return out
+
+
+def _where(root: str, layer: int, step: int, name: str) -> Optional[str]:
+    for d in (os.path.join(root, f"layer_{layer:03d}", f"step_{step:05d}"),
+              os.path.join(root, f"layer_{layer:03d}"), root):
+        p = os.path.join(d, name + ".npy")
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+_REQUIRED = {"layers": int, "steps": int, "batch": int, "rows": int, "heads": int,
+             "head_dim": int, "page_size": int, "topk": int, "key_format": str}
+
+
+def load_trace(path: str) -> Trace:
+    """Opens a trace directory and validates all of it (headers and sizes
+    of every file; values are checked when a step is loaded)."""
+    hp = os.path.join(path, "header.json")
+    if not os.path.isdir(path):
+        raise TraceError(f"{path}: not a directory")
+    if not os.path.isfile(hp):
+        raise TraceError(f"{hp}: missing file")
+    try:
+        with open(hp) as f:
+            header = json.load(f)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{hp}: not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise TraceError(f"{hp}: must hold a JSON object")
+    if header.get("format", FORMAT) != FORMAT:
+        raise TraceError(f"{hp}: format is {header.get('format')!r}, expected {FORMAT!r}")
+    if header.get("version", VERSION) != VERSION:
+        raise TraceError(f"{hp}: version {header.get('version')!r} is not supported "
+                         f"(this reader knows version {VERSION})")
+    for key, typ in _REQUIRED.items():
+        if key not in header:
+            raise TraceError(f"{hp}: missing field {key!r}")
+        value = header[key]
+        if typ is int and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise TraceError(f"{hp}: field {key!r} must be a positive integer, got {value!r}")
+    if header["key_format"] not in KEY_FORMATS:
+        raise TraceError(f"{hp}: key_format {header['key_format']!r} is not one of {KEY_FORMATS}")
+    L, T, B, R = header["layers"], header["steps"], header["batch"], header["rows"]
+    ids = header.get("request_ids", list(range(B)))
+    if not isinstance(ids, list) or len(ids) != B or len(set(ids)) != B:
+        raise TraceError(f"{hp}: request_ids must list {B} distinct integers (batch), got {ids!r}")
+    accepted = None
+    if R > 1:
+        acc = header.get("accepted")
+        if acc is None:
+            raise TraceError(f"{hp}: rows={R} (MTP) needs 'accepted': steps x batch "
+                             "accepted draft counts")
+        accepted = np.asarray(acc)
+        if accepted.shape != (T, B):
+            raise TraceError(f"{hp}: 'accepted' has shape {accepted.shape}, expected "
+                             f"[steps, batch] = ({T}, {B})")
+        if accepted.min() < 0 or accepted.max() > R - 1:
+            raise TraceError(f"{hp}: 'accepted' values must lie in 0..{R - 1} (rows - 1)")
+        accepted = accepted.astype(np.int64)
+    trace = Trace(path=path, header=header, request_ids=np.asarray(ids, dtype=np.int64),
+                  accepted=accepted)
+    H, D, S, fmt = header["heads"], header["head_dim"], header["page_size"], header["key_format"]
+    q_types, k_types = _float_dtypes(fmt)
+    for layer in range(L):
+        ld = os.path.join(path, f"layer_{layer:03d}")
+        if not os.path.isdir(ld):
+            raise TraceError(f"{ld}: missing directory (header says {L} layers)")
+        extra = os.path.join(path, f"layer_{L:03d}")
+        if layer == L - 1 and os.path.isdir(extra):
+            raise TraceError(f"{extra}: header says {L} layers but this directory exists")
+        for step in range(T):
+            sd = os.path.join(ld, f"step_{step:05d}")
+            if not os.path.isdir(sd):
+                raise TraceError(f"{sd}: missing directory (header says {T} steps)")
+            mb = None
+            for name in _ARRAYS:
+                p = _where(path, layer, step, name)
+                if p is None:
+                    if name == "scales" and fmt != "fp8":
+                        continue
+                    raise TraceError(f"{os.path.join(sd, name + '.npy')}: missing file "
+                                     "(not in the step, layer or trace directory either)")
+                if name == "scales" and fmt != "fp8":
+                    raise TraceError(f"{p}: scales are only used with key_format 'fp8', "
+                                     f"header says {fmt!r}")
+                shape, dtype = _npy_info(p)
+                want, types = {
+                    "q": ((B, R, H, D), q_types), "w": ((B, R, H), (np.float32,)),
+                    "keys": ((None, S, D), k_types), "scales": ((None, S), (np.float32,)),
+                    "block_table": ((B, None), (np.int32,)),
+                    "lengths": ((B, R), (np.int32,)), "positions": ((B, R), (np.int32,)),
+                }[name]
+                if len(shape) != len(want) or any(e is not None and e != g
+                                                  for e, g in zip(want, shape)):
+                    desc = ", ".join("?" if e is None else str(e) for e in want)
+                    raise TraceError(f"{p}: shape {shape} does not match the header: expected "
+                                     f"[{desc}] ({_shape_names(name)})")
+                if dtype.type not in types:
+                    raise TraceError(f"{p}: dtype {dtype} is not allowed for {name} with "
+                                     f"key_format {fmt!r} (allowed: "
+                                     f"{', '.join(np.dtype(t).name for t in types)})")
+                if name == "block_table":
+                    mb = shape[1]
+                trace.files[(layer, step, name)] = p
+            trace.files[(layer, step, "_mb")] = mb
+    return trace
+
+
+def _shape_names(name: str) -> str:
+    return {"q": "batch, rows, heads, head_dim", "w": "batch, rows, heads",
+            "keys": "pages, page_size, head_dim", "scales": "pages, page_size",
+            "block_table": "batch, max_pages", "lengths": "batch, rows",
+            "positions": "batch, rows"}[name]
+
+
+def _check_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndarray]):
+    where = os.path.join(trace.path, f"layer_{layer:03d}", f"step_{step:05d}")
+    table, lengths, positions = arrays["block_table"], arrays["lengths"], arrays["positions"]
+    pages = arrays["keys"].shape[0]
+    cap = table.shape[1] * trace.header["page_size"]
+    if lengths.min() < 1:
+        raise TraceError(f"{where}: lengths.npy has a value {int(lengths.min())} < 1")
+    if lengths.max() > cap:
+        raise TraceError(f"{where}: lengths.npy has a value {int(lengths.max())} larger than "
+                         f"block_table width x page_size = {cap}")
+    if (positions < lengths - 1).any():
+        raise TraceError(f"{where}: positions.npy must be >= lengths - 1 (visible slots never "
+                         "lie after the query)")
+    if (positions >= cap).any():
+        raise TraceError(f"{where}: positions.npy has a value >= block_table capacity {cap}")
+    S = trace.header["page_size"]
+    for b in range(table.shape[0]):
+        used = table[b, :-(-int(lengths[b].max()) // S)]
+        if used.min() < 0 or used.max() >= pages:
+            raise TraceError(f"{where}: block_table.npy row {b} points outside keys.npy "
+                             f"({pages} pages)")
+
+
+# ----------------------------------------------------------------------------
+# writing
+
+
+def write_header(path: str, **fields) -> None:
+    header = {"format": FORMAT, "version": VERSION}
+    header.update(fields)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "header.json"), "w") as f:
+        json.dump(header, f, indent=1)
+        f.write("\n")
+
+
+def save_step(path: str, layer: int, step: int, **arrays) -> None:
+    d = os.path.join(path, f"layer_{layer:03d}", f"step_{step:05d}")
+    os.makedirs(d, exist_ok=True)
+    for name, array in arrays.items():
+        np.save(os.path.join(d, name + ".npy"), array)
+
+
+def save_layer(path: str, layer: int, **arrays) -> None:
+    d = os.path.join(path, f"layer_{layer:03d}")
+    os.makedirs(d, exist_ok=True)
+    for name, array in arrays.items():
+        np.save(os.path.join(d, name + ".npy"), array)
+
+
+# ----------------------------------------------------------------------------
+# synthetic traces
+
+
+def _pos_encoding(pos: np.ndarray, freqs: np.ndarray) -> np.ndarray:
+    """[..., 2F]: cos/sin of each position at each frequency (RoPE-like)."""
+    angle = np.asarray(pos, dtype=np.float64)[..., None] * freqs
+    return np.concatenate([np.cos(angle), np.sin(angle)], axis=-1)
+
+
+def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
+             context: int = 512, heads: int = 4, head_dim: int = 32, topk: int = 32,
+             page_size: int = 16, vertical: int = 2, vertical_amp: float = 3.0,
+             diagonal: Sequence[int] = (0, 1, 2, 3), diagonal_amp: float = 1.5,
+             shifts: Sequence[int] = (), move_every_step: bool = False,
+             noise: float = 0.1, layer_noise: float = 0.05, rows: int = 1,
+             seed: int = 0, key_format: str = "f32") -> str:
+    """Writes a synthetic trace with the structure of the paper's Figure 1.
+
+    * ``vertical``: number of hot runs of ``page_size`` slots (one block each,
+      block aligned) per active group -- persistent important slots, the
+      vertical lines. Their score is about ``vertical_amp``.
+    * ``diagonal``: offsets ``o`` such that slot ``p - o`` is important (a
+      RoPE-like band): keys encode their slot position with cos/sin at a few
+      frequencies, the query encodes ``p - o``, so the score depends on
+      ``p - i`` only. Empty to switch the band off.
+    * ``shifts``: decode steps at which the vertical lines move to a new set
+      of runs (sudden attention shift); ``move_every_step`` moves them at
+      every step (at most ``head_dim // 2`` distinct groups, then reused).
+    * ``noise``: Gaussian noise on keys and queries (0: noise-free, exact).
+    * ``layer_noise``: per-layer perturbation of keys (layers are similar,
+      not equal: the prev-layer predictor is good but not perfect).
+    * ``rows`` > 1 writes an MTP trace with random acceptance counts.
+
+    Half of ``head_dim`` carries content (one direction per group of vertical
+    runs), the other half the position encoding. Returns ``path``.
+    """
+    rng = np.random.default_rng(seed)
+    H, D, S, B, R = heads, head_dim, page_size, batch, rows
+    if D % 4:
+        raise ValueError("head_dim must be a multiple of 4")
+    if key_format not in ("f32", "bf16"):
+        raise ValueError("the generator writes key_format 'f32' or 'bf16'")
+    C = D // 2                               # content dims: one direction per group
+    F = (D - C) // 2                         # position frequencies
+    freqs = 2 * np.pi / np.geomspace(8.0, 4.0 * (context + steps * R), F)
+    if R > 1:
+        accepted = rng.integers(0, R, size=(steps, B))
+    else:
+        accepted = np.zeros((steps, B), dtype=np.int64)
+    advance = accepted + 1
+    capacity = context + int(advance.sum(axis=0).max()) + R + 1
+    mp = -(-capacity // S)
+    P = B * mp
+    tables = rng.permutation(P).reshape(B, mp).astype(np.int32)
+    # which group of vertical runs is active at each step
+    n_groups = 1 + (steps if move_every_step else len(shifts))
+    n_groups_c = min(n_groups, C)
+    group_of_step = np.zeros(steps, dtype=np.int64)
+    for t in range(steps):
+        if move_every_step:
+            group_of_step[t] = t % n_groups_c
+        else:
+            group_of_step[t] = sum(1 for s in shifts if t >= s) % n_groups_c
+    # hot runs per request and group: block-aligned, distinct, inside the prompt
+    blocks_in_prompt = context // S
+    hot = np.zeros((B, n_groups_c, vertical), dtype=np.int64)  # logical block index
+    for b in range(B):
+        need = n_groups_c * vertical
+        if need > blocks_in_prompt - 2:
+            raise ValueError(f"context {context} is too short for {need} hot blocks")
+        chosen = 1 + rng.choice(blocks_in_prompt - 2, size=need, replace=False)
+        hot[b] = chosen.reshape(n_groups_c, vertical)
+    # base keys (logical slot order per request), then scattered into pages
+    slots = np.arange(mp * S)
+    base = np.zeros((B, mp * S, D))
+    base[:, :, C:] = _pos_encoding(slots, freqs)[None]
+    for b in range(B):
+        for g in range(n_groups_c):
+            for blk in hot[b, g]:
+                base[b, blk * S:(blk + 1) * S, g] += vertical_amp
+    base[:, :, :C] += noise * rng.standard_normal((B, mp * S, C))
+    header = dict(layers=layers, steps=steps, batch=B, rows=R, heads=H, head_dim=D,
+                  page_size=S, topk=topk, key_format=key_format,
+                  request_ids=[int(100 + b) for b in range(B)],
+                  generator=dict(context=context, vertical=vertical, vertical_amp=vertical_amp,
+                                 diagonal=list(diagonal), diagonal_amp=diagonal_amp,
+                                 shifts=list(shifts), move_every_step=move_every_step,
+                                 noise=noise, layer_noise=layer_noise, seed=seed))
+    if R > 1:
+        header["accepted"] = accepted.tolist()
+    write_header(path, **header)
+    np.save(os.path.join(path, "block_table.npy"), tables)
+    w = np.full((B, R, H), 1.0 / H, dtype=np.float32)
+    np.save(os.path.join(path, "w.npy"), w)
+    for layer in range(layers):
+        lk = base.copy()
+        if layer_noise:
+            lk[:, :, :C] += layer_noise * rng.standard_normal((B, mp * S, C))
+        keys = np.zeros((P, S, D), dtype=np.float32)
+        for b in range(B):
+            keys[tables[b]] = lk[b].reshape(mp, S, D)
+        save_layer(path, layer, keys=f32_to_bf16_bits(keys) if key_format == "bf16" else keys)
+    # queries (shared structure across layers, per-layer noise)
+    n0 = np.full(B, context, dtype=np.int64)
+    for t in range(steps):
+        lengths = (n0[:, None] + np.arange(R)[None, :] + 1).astype(np.int32)
+        positions = lengths - 1
+        qbase = np.zeros((B, R, D))
+        qbase[:, :, group_of_step[t]] = 1.0
+        if len(diagonal):
+            enc = sum(_pos_encoding(positions - o, freqs) for o in diagonal)
+            qbase[:, :, C:] = diagonal_amp / (F * len(diagonal)) * enc
+        for layer in range(layers):
+            q = np.repeat(qbase[:, :, None, :], H, axis=2)
+            if noise:
+                q = q + noise * rng.standard_normal(q.shape)
+            q = q.astype(np.float32)
+            save_step(path, layer, t,
+                      q=f32_to_bf16_bits(q) if key_format == "bf16" else q,
+                      lengths=lengths, positions=positions.astype(np.int32))
+        n0 = n0 + advance[t]
+    return path
+
+
+def dense_scores(q: np.ndarray, w: np.ndarray, keys: np.ndarray, block_table: np.ndarray,
+                 n: int, key_format: str, scales: Optional[np.ndarray] = None) -> np.ndarray:
+    """z[i] = sum_h w_h relu(q_h . k_i * scale_i), i < n, in float64 (one row:
+    q [H, D] and w [H] already float64; keys/scales as stored)."""
+    S = keys.shape[1]
+    pages = block_table[: -(-n // S)]
+    k = to_f64(keys[pages], "keys", key_format).reshape(-1, keys.shape[2])[:n]
+    dots = k @ q.T                                            # [n, H]
+    if scales is not None:
+        dots = dots * scales[pages].reshape(-1)[:n, None].astype(np.float64)
+    return np.maximum(dots, 0.0) @ w
+
+
+def topk_indices(z: np.ndarray, k: int) -> np.ndarray:
+    """TopK by score descending, ties to the lower index (SPIN_SPEC §1)."""
+    order = np.lexsort((np.arange(z.shape[0]), -z))
+    return order[:k]
