@@ -186,13 +186,14 @@ class Config:
 def configs(sparsities: Sequence[float], poolings=("max",), reductions=("A1",),
             explores=(0.0,), mtp_masks=("union",), mtp_updates=("prefix",),
             rows: int = 1) -> List[Config]:
-    """Every combination; A0 has no pooling and single-row traces no MTP
-    policies, so those axes collapse instead of repeating identical runs."""
+    """Every combination; A0 has no pooling and no exploration (the compiler
+    refuses explore > 0 with A0), and single-row traces no MTP policies, so
+    those axes collapse instead of repeating identical runs."""
     out = []
     for s, r, p, e, m, u in itertools.product(sparsities, reductions, poolings, explores,
                                               mtp_masks, mtp_updates):
-        if r == "A0":
-            p = "max"
+        if r == "A0":  # no pooling, and no block budget to explore with
+            p, e = "max", 0.0
         if rows == 1:
             m, u = "union", "prefix"
         c = Config(float(s), p, r, float(e), m, u)
@@ -346,13 +347,13 @@ def format_report(report: dict, per_layer: bool = True) -> str:
             o = d["overall"][p]
             lines.append(f"{p:<20}{_f(o['pearson'], 9)}{_f(o['recall'], 10)}{o['rows']:>8}")
     lines += ["", "SPIN replay (miss vs compiled dense top-K, sparse rows only)",
-              f"{'config':<44}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
+              f"{'config':<50}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
               f"{'sparsity':>10}{'rows':>7}"]
     for run in report["runs"]:
         rows = (run["per_layer"] if per_layer and len(run["per_layer"]) > 1 else []) + \
             [dict(run["overall"], layer="all")]
         for i, r in enumerate(rows):
-            lines.append(f"{run['label'] if i == 0 else '':<44}{r['layer']:>6}"
+            lines.append(f"{run['label'] if i == 0 else '':<50}{r['layer']:>6}"
                          f"{_f(r['miss_mean'], 11)}{_f(r['miss_p99'], 10)}"
                          f"{_f(r['sparsity'], 10)}{r['rows']:>7}")
     return "\n".join(lines)

@@ -1,0 +1,377 @@
+"""spin-replay: trace format validation, metric helpers, replay behaviour on
+synthetic traces, Table 1 diagnostics and the command line end to end."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# replay/traces are imported from the source tree as top-level modules (the
+# build only gets a copy at cmake configure time); spin itself from the build.
+sys.path.insert(0, os.path.join(ROOT, "python", "spin"))
+
+import traces  # noqa: E402
+import replay  # noqa: E402
+
+TOOLS = os.path.join(ROOT, "tools", "spin-replay")
+
+
+def _have_spin():
+    try:
+        import spin
+        return hasattr(spin, "Indexer")
+    except ImportError:
+        return False
+
+
+needs_spin = pytest.mark.skipif(not _have_spin(), reason="the spin extension is not built")
+
+SMALL = dict(layers=2, steps=6, batch=2, context=128, heads=4, head_dim=32, topk=32,
+             page_size=16)
+
+
+@pytest.fixture
+def small_trace(tmp_path):
+    return traces.generate(str(tmp_path / "t"), **SMALL)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def test_valid_trace_loads(small_trace):
+    t = traces.load_trace(small_trace)
+    assert t.header["layers"] == 2 and t.header["steps"] == 6
+    a = t.step(1, 5)
+    assert a["q"].shape == (2, 1, 4, 32) and a["keys"].shape[1:] == (16, 32)
+
+
+def test_missing_file(small_trace):
+    p = os.path.join(small_trace, "layer_001", "step_00003", "q.npy")
+    os.remove(p)
+    with pytest.raises(traces.TraceError, match=r"layer_001/step_00003/q\.npy: missing file"):
+        traces.load_trace(small_trace)
+
+
+def test_missing_step_directory(small_trace):
+    shutil.rmtree(os.path.join(small_trace, "layer_000", "step_00005"))
+    with pytest.raises(traces.TraceError, match=r"step_00005: missing directory "
+                                                r"\(header says 6 steps\)"):
+        traces.load_trace(small_trace)
+
+
+def test_truncated_npy(small_trace):
+    p = os.path.join(small_trace, "layer_000", "keys.npy")
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size - 100)
+    with pytest.raises(traces.TraceError) as e:
+        traces.load_trace(small_trace)
+    msg = str(e.value)
+    assert "layer_000/keys.npy: truncated: header says shape (" in msg
+    assert f"but the file has {size - 100 - 128} data bytes" in msg
+
+
+def test_garbage_npy(small_trace):
+    p = os.path.join(small_trace, "layer_000", "step_00000", "w.npy")
+    with open(p, "wb") as f:
+        f.write(b"not numpy")
+    with pytest.raises(traces.TraceError, match=r"step_00000/w\.npy: not a valid \.npy file"):
+        traces.load_trace(small_trace)
+
+
+def test_wrong_shape(small_trace):
+    p = os.path.join(small_trace, "layer_000", "step_00002", "q.npy")
+    np.save(p, np.zeros((2, 1, 4, 16), dtype=np.float32))
+    with pytest.raises(traces.TraceError) as e:
+        traces.load_trace(small_trace)
+    assert "step_00002/q.npy: shape (2, 1, 4, 16) does not match the header: " \
+           "expected [2, 1, 4, 32] (batch, rows, heads, head_dim)" in str(e.value)
+
+
+def test_wrong_dtype(small_trace):
+    p = os.path.join(small_trace, "layer_001", "step_00001", "lengths.npy")
+    np.save(p, np.load(p).astype(np.int64))
+    with pytest.raises(traces.TraceError, match=r"lengths\.npy: dtype int64 is not allowed"):
+        traces.load_trace(small_trace)
+
+
+def _edit_header(path, **changes):
+    hp = os.path.join(path, "header.json")
+    with open(hp) as f:
+        h = json.load(f)
+    h.update(changes)
+    for k, v in list(h.items()):
+        if v is None:
+            del h[k]
+    with open(hp, "w") as f:
+        json.dump(h, f)
+
+
+def test_header_mismatch_heads(small_trace):
+    _edit_header(small_trace, heads=8)
+    with pytest.raises(traces.TraceError, match=r"step_00000/q\.npy: shape \(2, 1, 4, 32\) "
+                                                r"does not match the header: expected \[2, 1, 8, 32\]"):
+        traces.load_trace(small_trace)
+
+
+def test_header_mismatch_layers(small_trace):
+    _edit_header(small_trace, layers=3)
+    with pytest.raises(traces.TraceError, match=r"layer_002: missing directory "
+                                                r"\(header says 3 layers\)"):
+        traces.load_trace(small_trace)
+    _edit_header(small_trace, layers=1)
+    with pytest.raises(traces.TraceError, match=r"layer_001: header says 1 layers"):
+        traces.load_trace(small_trace)
+
+
+def test_header_missing_field_and_mtp(small_trace):
+    _edit_header(small_trace, topk=None)
+    with pytest.raises(traces.TraceError, match=r"header\.json: missing field 'topk'"):
+        traces.load_trace(small_trace)
+    _edit_header(small_trace, topk=32, rows=2)
+    with pytest.raises(traces.TraceError, match=r"rows=2 \(MTP\) needs 'accepted'"):
+        traces.load_trace(small_trace)
+
+
+def test_value_check_lengths(small_trace):
+    p = os.path.join(small_trace, "layer_000", "step_00004", "lengths.npy")
+    np.save(p, np.full((2, 1), 100000, dtype=np.int32))
+    t = traces.load_trace(small_trace)
+    with pytest.raises(traces.TraceError, match=r"step_00004: lengths\.npy has a value 100000 "
+                                                r"larger than block_table width"):
+        t.step(0, 4)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_miss_rate_by_hand():
+    assert replay.miss_rate([1, 2, 3, 4], [4, 3, 2, 1]) == 0.0
+    assert replay.miss_rate([1, 2, 3, 4], [1, 2, 9, -1]) == 0.5
+    assert replay.miss_rate([5, 6, -1, -1], [6, 7, -1, -1]) == 0.5   # padding ignored
+    assert replay.miss_rate([-1, -1], [1, 2]) is None
+
+
+def test_recall_and_pearson_by_hand():
+    z = np.array([0.0, 5.0, 1.0, 4.0, 2.0])
+    truth = traces.topk_indices(z, 2)
+    assert truth.tolist() == [1, 3]
+    assert replay.recall(np.array([0, 9, 0, 0, 8.0]), truth, 2) == 0.5
+    assert replay.recall(np.array([np.nan, 1, 0, 1, 0.0]), truth, 2) == 1.0
+    # NaN (unknown) slots are never picked even when everything else is lower
+    assert replay.recall(np.array([np.nan, np.nan, 0, 1, 0.0]), truth, 2) == 0.5
+    assert replay.pearson(z, 2 * z + 1) == pytest.approx(1.0)
+    assert replay.pearson(z, -z) == pytest.approx(-1.0)
+    # [1,2,3] vs [1,3,2]: cov 0.5 / (var 1) -> 0.5
+    assert replay.pearson([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert replay.pearson([1, 1, 1], [1, 2, 3]) is None
+    assert replay.pearson([np.nan, 1, 2, 3], [7, 1, 2, 3]) == pytest.approx(1.0)
+
+
+def test_topk_ties_lower_index():
+    assert traces.topk_indices(np.array([1.0, 2.0, 2.0, 0.0, 2.0]), 2).tolist() == [1, 2]
+
+
+def test_summarize_p99():
+    s = replay.summarize([0.0] * 99 + [1.0])
+    assert s["mean"] == pytest.approx(0.01) and s["rows"] == 100
+    assert s["p99"] == pytest.approx(np.percentile([0.0] * 99 + [1.0], 99))
+    assert replay.summarize([None])["mean"] is None
+
+
+def test_dense_scores_by_hand():
+    keys = np.zeros((2, 2, 2), dtype=np.float32)
+    keys[1, 0] = [1, 0]      # logical slot 0 (page 1)
+    keys[1, 1] = [0, 1]      # slot 1
+    keys[0, 0] = [-1, 1]     # slot 2 (page 0)
+    q = np.array([[1.0, 2.0], [3.0, -1.0]])
+    w = np.array([0.5, 2.0])
+    z = traces.dense_scores(q, w, keys, np.array([1, 0]), 3, "f32")
+    # slot0: .5*1 + 2*3 = 6.5; slot1: .5*2 + 2*relu(-1) = 1; slot2: .5*1 + 2*relu(-4) = .5
+    assert z.tolist() == [6.5, 1.0, 0.5]
+    z8 = traces.dense_scores(q, w, keys, np.array([1, 0]), 3, "f32",
+                             scales=np.full((2, 2), 2.0, np.float32))
+    assert z8.tolist() == [13.0, 2.0, 1.0]
+
+
+def test_fp8_decode():
+    assert traces.fp8_e4m3_bits_to_f64(np.array([0x38, 0xB8, 0x7E, 0x01], np.uint8)).tolist() \
+        == [1.0, -1.0, 448.0, 2.0 ** -9]
+
+
+# ---------------------------------------------------------------- replay
+
+
+@needs_spin
+def test_static_vertical_lines_never_miss(tmp_path):
+    # Two hot blocks = exactly K slots, no band, no noise: T* never changes.
+    path = traces.generate(str(tmp_path / "static"), layers=2, steps=12, batch=2,
+                           context=256, diagonal=(), noise=0.0, layer_noise=0.0)
+    # (at 0.8 the budget is 2 exploit blocks, and the diagonal EMA D smears the hot
+    # runs one slot forward, so a ghost block ties with a hot one: not "keeps")
+    cs = replay.configs([0.2, 0.5, 0.7], explores=[0.0])
+    report = replay.replay(path, cs, diagnostics=False)
+    for run in report["runs"]:
+        assert run["overall"]["rows"] == 11 * 2 * 2
+        assert run["overall"]["miss_mean"] == 0.0 and run["overall"]["miss_p99"] == 0.0
+        assert run["overall"]["sparsity"] >= run["config"]["sparsity"] - 0.06
+
+
+@needs_spin
+def test_moving_blocks_miss_without_exploration(tmp_path):
+    path = traces.generate(str(tmp_path / "moving"), layers=1, steps=12, batch=2,
+                           context=512, diagonal=(), noise=0.05, layer_noise=0.0,
+                           move_every_step=True)
+    report = replay.replay(path, replay.configs([0.8], explores=[0.0]), diagnostics=True)
+    overall = report["runs"][0]["overall"]
+    assert overall["miss_mean"] > 0.4, overall
+    assert overall["miss_p99"] == 1.0
+    # and the Table 1 prev-iter predictor agrees: the top-K moved every step
+    assert report["diagnostics"]["overall"]["prev-iter"]["recall"] < 0.1
+
+
+@needs_spin
+def test_shift_is_recovered_by_exploration(tmp_path):
+    path = traces.generate(str(tmp_path / "shift"), layers=1, steps=40, batch=2,
+                           context=512, diagonal=(), shifts=(4,), noise=0.05)
+    report = replay.replay(path, replay.configs([0.5], explores=[0.0, 0.25]),
+                           diagnostics=False)
+    no, yes = (r["overall"]["miss_mean"] for r in report["runs"])
+    assert yes < no
+
+
+def _duplicate_steps(path, steps):
+    """Turns a 1-step trace into one whose steps are all identical."""
+    for layer in range(2):
+        src = os.path.join(path, f"layer_{layer:03d}", "step_00000")
+        for t in range(1, steps):
+            shutil.copytree(src, os.path.join(path, f"layer_{layer:03d}", f"step_{t:05d}"))
+    _edit_header(path, steps=steps)
+
+
+def test_identical_steps_prev_iter_is_perfect(tmp_path):
+    path = traces.generate(str(tmp_path / "same"), layers=2, steps=1, batch=2, context=200,
+                           noise=0.2)
+    _duplicate_steps(path, 5)
+    t = traces.load_trace(path)
+    d = replay.Diagnostics(2, t.header["topk"])
+    prev = None
+    for step in range(5):
+        cur = []
+        for layer in range(2):
+            a = t.step(layer, step)
+            q = traces.to_f64(a["q"], "q", "f32")
+            z = traces.dense_scores(q[0, 0], a["w"][0, 0].astype(np.float64), a["keys"],
+                                    a["block_table"][0], int(a["lengths"][0, 0]), "f32")
+            cur.append(z)
+            d.row(layer, z, prev[layer] if prev else None, cur[:-1][::-1])
+        prev = cur
+    o = d.result()["overall"]
+    assert o["prev-iter"]["pearson"] == pytest.approx(1.0)
+    assert o["prev-iter"]["recall"] == 1.0
+    assert o["prev-iter"]["rows"] == 4 * 2
+    assert abs(o["random"]["pearson"]) < 0.3
+    assert o["prev-iter-offset1"]["recall"] < 1.0
+
+
+@needs_spin
+def test_identical_steps_through_replay(tmp_path):
+    path = traces.generate(str(tmp_path / "same"), layers=2, steps=1, batch=2, context=200,
+                           noise=0.2)
+    _duplicate_steps(path, 4)
+    report = replay.replay(path, replay.configs([0.5]))
+    o = report["diagnostics"]["overall"]
+    assert o["prev-iter"]["pearson"] == pytest.approx(1.0)
+    assert o["prev-iter"]["recall"] == 1.0
+    assert 0.0 < o["prev-layer"]["pearson"] <= 1.0
+
+
+@needs_spin
+def test_mtp_trace_replays(tmp_path):
+    path = traces.generate(str(tmp_path / "mtp"), layers=1, steps=8, batch=2, context=256,
+                           rows=3)
+    t = traces.load_trace(path)
+    assert t.accepted.shape == (8, 2)
+    cs = replay.configs([0.5], mtp_masks=["union", "row0"], mtp_updates=["prefix", "row0"],
+                        rows=3)
+    assert len(cs) == 4
+    report = replay.replay(t, cs)
+    for run in report["runs"]:
+        assert run["overall"]["rows"] == 7 * 2 * 3
+        assert 0.3 < run["overall"]["sparsity"] < 0.6
+
+
+def test_configs_collapse():
+    cs = replay.configs([0.2, 0.4], poolings=["max", "mean"], reductions=["A0", "A1"])
+    # A0 has no pooling: 2 sparsities x (A0 + A1-max + A1-mean)
+    assert len(cs) == 6
+    assert len(replay.configs([0.5], mtp_masks=["union", "row0"])) == 1
+    a0 = replay.configs([0.5], reductions=["A0"], explores=[0.0, 0.05])
+    assert [c.explore for c in a0] == [0.0]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _cli(*args, tool="spin-replay"):
+    return subprocess.run([os.path.join(TOOLS, tool), *args], capture_output=True, text=True)
+
+
+@needs_spin
+def test_cli_end_to_end(tmp_path):
+    trace = str(tmp_path / "trace")
+    done = _cli(trace, "--steps", "20", "--shifts", "10", "--layers", "2",
+                tool="spin-trace-gen")
+    assert done.returncode == 0, done.stderr
+    out = str(tmp_path / "report.json")
+    done = _cli(trace, "--sparsity", "0.2,0.5", "--pooling", "max,top4", "--reduction", "A0,A1,A2",
+                "--explore", "0,0.1", "--json", out)
+    assert done.returncode == 0, done.stderr
+    assert "Predictor diagnostics" in done.stdout and "prev-layer-best5" in done.stdout
+    assert "rho=0.5 A2-top4 explore=0.1" in done.stdout
+    assert "(100%)" in done.stderr and "(10%)" in done.stderr
+    with open(out) as f:
+        report = json.load(f)
+    # 2 sparsities x (A0 once + A1/A2 x 2 poolings x 2 explores)
+    assert len(report["runs"]) == 2 * (1 + 2 * 2 * 2)
+    for run in report["runs"]:
+        assert len(run["per_layer"]) == 2
+        assert 0.0 <= run["overall"]["miss_mean"] <= 1.0
+        assert run["overall"]["rows"] == 19 * 2 * 2   # steps x requests x layers
+    assert set(report["diagnostics"]["overall"]) == set(replay.PREDICTORS)
+    assert len(report["heatmap"]["dense_topk"]) == 20
+
+
+@needs_spin
+def test_cli_errors(tmp_path):
+    trace = traces.generate(str(tmp_path / "t"), **SMALL)
+    done = _cli(trace, "--explore-policy", "block-age")
+    assert done.returncode == 2
+    assert "not supported" in done.stderr and "random exploration only" in done.stderr
+    done = _cli(trace, "--pooling", "median")
+    assert done.returncode == 2 and "'median' is not one of max, mean, top4" in done.stderr
+    # w.npy of a generated trace lives in the trace root (shared by all steps)
+    os.remove(os.path.join(trace, "w.npy"))
+    done = _cli(trace)
+    assert done.returncode == 2
+    assert "step_00000/w.npy: missing file" in done.stderr
+
+
+@needs_spin
+def test_cli_plots(tmp_path):
+    trace = traces.generate(str(tmp_path / "t"), **SMALL)
+    done = _cli(trace, "--sparsity", "0.5", "--plots", str(tmp_path / "plots"))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert done.returncode == 2
+        assert "--plots needs matplotlib" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    assert os.path.isfile(tmp_path / "plots" / "topk_heatmap.png")
