@@ -10,6 +10,7 @@
 #include "spin/InitAllSpin.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -38,8 +39,12 @@ using ::spin::runtime::DType;
 using ::spin::runtime::Status;
 using ::spin::runtime::StatusOr;
 
-/// Bumped whenever generated code changes meaning; part of every cache key.
-static constexpr const char *kCompilerVersion = "spin-cpu-1";
+#include "SpinCompilerVersion.h"
+
+/// Part of every cache key: a hash of the compiler's sources, so that any
+/// change to the compiler invalidates cached programs.
+static constexpr const char *kCompilerVersion =
+    "spin-cpu-" SPIN_COMPILER_SOURCE_HASH;
 
 struct CpuExecutable::Impl {
   MLIRContext context;
@@ -148,9 +153,24 @@ static void markIndexerInputs(func::FuncOp func, IndexerOp op, unsigned k) {
   }
 }
 
+/// The SPIN block size each state layer is used with in `func`.
+static std::map<int64_t, int64_t> stateBlockSizes(func::FuncOp func) {
+  std::map<int64_t, int64_t> sizes;
+  func.walk([&](Operation *op) {
+    auto blockSize = op->getAttrOfType<IntegerAttr>("block_size");
+    if (!blockSize)
+      return;
+    for (Value operand : op->getOperands())
+      if (auto state = dyn_cast<StateType>(operand.getType()))
+        sizes[state.getLayer()] = blockSize.getInt();
+  });
+  return sizes;
+}
+
 /// Reads what every argument of the bufferized function means.
 static StatusOr<std::vector<ArgSpec>>
-readSignature(func::FuncOp func, ArrayRef<std::string> resultNames) {
+readSignature(func::FuncOp func, ArrayRef<std::string> resultNames,
+              const std::map<int64_t, int64_t> &blockSizes) {
   std::vector<ArgSpec> signature;
   size_t output = 0;
   for (BlockArgument arg : func.getArguments()) {
@@ -189,6 +209,8 @@ readSignature(func::FuncOp func, ArrayRef<std::string> resultNames) {
       spec.role = ArgSpec::Role::State;
       spec.name = field.str();
       spec.layer = func.getArgAttrOfType<IntegerAttr>(i, "spin.layer").getInt();
+      if (auto it = blockSizes.find(spec.layer); it != blockSizes.end())
+        spec.blockSize = it->second;
     } else if (func.getArgAttr(i, "bufferize.result")) {
       if (output >= resultNames.size())
         return Status::error("more out-parameters than graph results");
@@ -261,12 +283,14 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
     resultNames.push_back(k ? base + "_" + std::to_string(k) : base);
   }
 
+  std::map<int64_t, int64_t> blockSizes = stateBlockSizes(func);
   LowerToCPUOptions lowering;
   PassManager toBuffers(&context);
   buildLowerSpinToBuffersPipeline(toBuffers, lowering);
   if (failed(toBuffers.run(*module)))
     return fail("spin-lower-to-cpu (to buffers) failed");
-  StatusOr<std::vector<ArgSpec>> signature = readSignature(func, resultNames);
+  StatusOr<std::vector<ArgSpec>> signature =
+      readSignature(func, resultNames, blockSizes);
   if (!signature.ok())
     return signature.status();
   func->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
@@ -355,8 +379,8 @@ static std::string serializeSignature(const std::vector<ArgSpec> &signature) {
   llvm::raw_string_ostream os(text);
   for (const ArgSpec &arg : signature) {
     os << kRoleNames[static_cast<int>(arg.role)] << " " << arg.name << " "
-       << arg.layer << " " << static_cast<int>(arg.dtype) << " "
-       << arg.shape.size();
+       << arg.layer << " " << arg.blockSize << " "
+       << static_cast<int>(arg.dtype) << " " << arg.shape.size();
     for (int64_t size : arg.shape)
       os << " " << size;
     os << "\n";
@@ -371,23 +395,25 @@ static std::optional<std::vector<ArgSpec>> parseSignature(llvm::StringRef text) 
   for (llvm::StringRef line : lines) {
     llvm::SmallVector<llvm::StringRef> words;
     line.split(words, ' ');
-    if (words.size() < 5)
+    if (words.size() < 6)
       return std::nullopt;
     ArgSpec arg;
     auto role = llvm::find(kRoleNames, words[0]);
-    int64_t layer, dtype, rank;
+    int64_t layer, blockSize, dtype, rank;
     if (role == std::end(kRoleNames) || words[2].getAsInteger(10, layer) ||
-        words[3].getAsInteger(10, dtype) || words[4].getAsInteger(10, rank) ||
-        dtype < 0 || dtype > static_cast<int64_t>(DType::i64) ||
-        static_cast<int64_t>(words.size()) != 5 + rank)
+        words[3].getAsInteger(10, blockSize) ||
+        words[4].getAsInteger(10, dtype) || words[5].getAsInteger(10, rank) ||
+        dtype < 0 || dtype > static_cast<int64_t>(DType::i64) || rank < 0 ||
+        static_cast<int64_t>(words.size()) != 6 + rank)
       return std::nullopt;
     arg.role = static_cast<ArgSpec::Role>(role - std::begin(kRoleNames));
     arg.name = words[1].str();
     arg.layer = layer;
+    arg.blockSize = blockSize;
     arg.dtype = static_cast<DType>(dtype);
     for (int64_t d = 0; d < rank; ++d) {
       int64_t size;
-      if (words[5 + d].getAsInteger(10, size))
+      if (words[6 + d].getAsInteger(10, size))
         return std::nullopt;
       arg.shape.push_back(size);
     }
@@ -397,12 +423,13 @@ static std::optional<std::vector<ArgSpec>> parseSignature(llvm::StringRef text) 
 }
 
 /// A cache entry: a header that names the key and checks the payload, then
-/// the graph IR, the lowered LLVM-dialect module and the signature.
-static constexpr llvm::StringLiteral kCacheMagic = "spin-cpu-cache 1";
+/// the full key, the graph IR, the lowered LLVM-dialect module and the
+/// signature.
+static constexpr llvm::StringLiteral kCacheMagic = "spin-cpu-cache 2";
 
 std::shared_ptr<CpuExecutable>
-CpuExecutable::loadCacheEntry(const std::string &path, uint64_t keyHash,
-                              const std::string &function) {
+CpuExecutable::loadCacheEntry(const std::string &path, const std::string &key,
+                              uint64_t keyHash, const std::string &function) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
     return nullptr;
@@ -410,21 +437,24 @@ CpuExecutable::loadCacheEntry(const std::string &path, uint64_t keyHash,
   // magic \n key \n checksum \n sizes \n payload
   llvm::SmallVector<llvm::StringRef, 5> header;
   text.split(header, '\n', /*MaxSplit=*/4);
-  uint64_t key, checksum;
+  uint64_t storedHash, checksum;
   size_t graphSize, moduleSize, signatureSize;
   if (header.size() != 5 || header[0] != kCacheMagic ||
-      header[1].getAsInteger(16, key) || key != keyHash ||
+      header[1].getAsInteger(16, storedHash) || storedHash != keyHash ||
       header[2].getAsInteger(16, checksum))
     return nullptr;
-  llvm::SmallVector<llvm::StringRef, 3> sizes;
+  llvm::SmallVector<llvm::StringRef, 4> sizes;
   header[3].split(sizes, ' ');
   llvm::StringRef payload = header[4];
-  if (sizes.size() != 3 || sizes[0].getAsInteger(10, graphSize) ||
-      sizes[1].getAsInteger(10, moduleSize) ||
-      sizes[2].getAsInteger(10, signatureSize) ||
-      payload.size() != graphSize + moduleSize + signatureSize ||
-      fnv1a(payload) != checksum)
+  size_t keySize;
+  if (sizes.size() != 4 || sizes[0].getAsInteger(10, keySize) ||
+      sizes[1].getAsInteger(10, graphSize) ||
+      sizes[2].getAsInteger(10, moduleSize) ||
+      sizes[3].getAsInteger(10, signatureSize) ||
+      payload.size() != keySize + graphSize + moduleSize + signatureSize ||
+      fnv1a(payload) != checksum || payload.substr(0, keySize) != key)
     return nullptr;
+  payload = payload.drop_front(keySize);
   std::optional<std::vector<ArgSpec>> signature =
       parseSignature(payload.substr(graphSize + moduleSize));
   if (!signature)
@@ -434,7 +464,12 @@ CpuExecutable::loadCacheEntry(const std::string &path, uint64_t keyHash,
                                 [](Diagnostic &) { return success(); });
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(
       payload.substr(graphSize, moduleSize), &exe->impl_->context);
-  if (!module || !exe->jit(*module, function, std::move(*signature)).ok())
+  // The signature must describe the cached function's arguments.
+  auto entry =
+      module ? module->lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + function)
+             : nullptr;
+  if (!entry || entry.getNumArguments() != signature->size() ||
+      !exe->jit(*module, function, std::move(*signature)).ok())
     return nullptr;
   exe->graphIR_ = payload.substr(0, graphSize).str();
   exe->loweredIR_ = payload.substr(graphSize, moduleSize).str();
@@ -443,16 +478,17 @@ CpuExecutable::loadCacheEntry(const std::string &path, uint64_t keyHash,
 }
 
 void CpuExecutable::writeCacheEntry(const std::string &path,
+                                    const std::string &key,
                                     uint64_t keyHash) const {
   std::string signature = serializeSignature(program_->signature());
-  std::string payload = graphIR_ + loweredIR_ + signature;
+  std::string payload = key + graphIR_ + loweredIR_ + signature;
   std::string text;
   llvm::raw_string_ostream os(text);
   os << kCacheMagic << "\n"
      << llvm::format_hex_no_prefix(keyHash, 16) << "\n"
      << llvm::format_hex_no_prefix(fnv1a(payload), 16) << "\n"
-     << graphIR_.size() << " " << loweredIR_.size() << " " << signature.size()
-     << "\n"
+     << key.size() << " " << graphIR_.size() << " " << loweredIR_.size() << " "
+     << signature.size() << "\n"
      << payload;
   // Write to a unique temporary name and rename: readers never see a torn
   // entry, and concurrent writers of the same entry write the same bytes.
@@ -520,7 +556,7 @@ CpuExecutable::compileCached(const std::string &source,
     llvm::SmallString<256> file(dir);
     llvm::sys::path::append(file, llvm::formatv("{0:x16}.spincache", hash).str());
     path = std::string(file);
-    if (auto exe = loadCacheEntry(path, hash, function)) {
+    if (auto exe = loadCacheEntry(path, key, hash, function)) {
       std::lock_guard<std::mutex> lock(mutex);
       memoryCache()[hash] = {key, exe};
       return exe;
@@ -529,7 +565,7 @@ CpuExecutable::compileCached(const std::string &source,
   StatusOr<std::shared_ptr<CpuExecutable>> exe = compile(source, function, sparsify);
   if (exe.ok()) {
     if (!path.empty())
-      (*exe)->writeCacheEntry(path, hash);
+      (*exe)->writeCacheEntry(path, key, hash);
     std::lock_guard<std::mutex> lock(mutex);
     memoryCache()[hash] = {key, *exe};
   }

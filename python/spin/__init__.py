@@ -347,7 +347,8 @@ class Indexer:
 
 
 _NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,
-                "i64": np.int64, "fp8e4m3": np.uint8, "bf16": np.uint16}
+                "i64": np.int64, "fp8e4m3": np.uint8, "bf16": np.uint16,
+                "i1": np.bool_, "i8": np.int8}
 
 
 def _tensor(name: str, value, dtype: str, rank: int):
@@ -373,8 +374,13 @@ def _tensor(name: str, value, dtype: str, rank: int):
     want = _NUMPY_TYPES[dtype]
     if dtype == "bf16" and array.dtype == np.float32:
         array = _f32_to_bf16_bits(array)
+    elif dtype == "i1" and array.dtype in (np.uint8, np.int8):
+        array = array.view(np.bool_) if np.all((array == 0) | (array == 1)) else None
+        if array is None:
+            raise ValueError(f"{name} must hold only 0 and 1")
     elif array.dtype != want:
         hint = {"bf16": "float32 or uint16 bf16 bit patterns",
-                "fp8e4m3": "uint8 fp8 e4m3 bit patterns"}.get(dtype, np.dtype(want).name)
+                "fp8e4m3": "uint8 fp8 e4m3 bit patterns",
+                "i1": "bool (or uint8 0/1)"}.get(dtype, np.dtype(want).name)
         raise TypeError(f"{name} has dtype {array.dtype}, expected {hint}")
     return array, dtype

@@ -263,7 +263,7 @@ def test_disk_cache_detects_corrupt_and_stale_entries(tmp_path, monkeypatch):
     open(entries[0], "wb").write(bytes(data[:50]))
     spin._spin.clear_memory_cache()
     assert not spin.compile(text, "glm5_indexer_layer", options).from_disk_cache
-    text_entry = open(entries[0], "rb").read().replace(b"spin-cpu-cache 1", b"spin-cpu-cache 0", 1)
+    text_entry = open(entries[0], "rb").read().replace(b"spin-cpu-cache 2", b"spin-cpu-cache 0", 1)
     open(entries[0], "wb").write(text_entry)
     spin._spin.clear_memory_cache()
     assert not spin.compile(text, "glm5_indexer_layer", options).from_disk_cache
@@ -318,3 +318,30 @@ def test_multi_layer_mtp_graph_matches_reference(rng):
                                           accepted=accepted)
             np.testing.assert_array_equal(out[f"topk{suffix}"], rt, err_msg=f"step {step} layer {layer}")
             np.testing.assert_allclose(out[f"sparsity{suffix}"], rsp, atol=1e-6)
+
+
+def test_program_run_takes_a_reset_input(rng):
+    """A graph compiled with reset-input takes a [B] i1 'reset' input (bool or
+    0/1 uint8); other values and dtypes are refused with a clear error."""
+    text = spin._spin.build_indexer_graph(heads=H, head_dim=D, rows=1, topk=K,
+                                          page_size=S, max_pages=8, key_format="f32",
+                                          layer=0)
+    program = spin.compile(text, "indexer_layer", {"block_size": BS, "reset_input": True,
+                                                   "sparsity": 0.5})
+    assert "reset" in [a["name"] for a in program.signature]
+    keys, q, w, table = make_batch(rng, batch=2)
+    state = spin.new_state(capacity_slots=8 * S, max_requests=2, block_size=BS)
+    for i in (0, 1):
+        state.add(i)
+    n = np.array([[60], [90]], np.int32)
+    args = dict(q=q[:2], w=w[:2], keys=keys, block_table=table[:2], lengths=n,
+                positions=n - 1, request_ids=np.array([0, 1], np.int64))
+    program.run(state, reset=np.array([False, False]), **args)
+    program.run(state, reset=np.array([False, False]), **args)
+    assert state.iteration(0) == 2
+    program.run(state, reset=np.array([0, 1], np.uint8), **args)
+    assert state.iteration(0) == 3 and state.iteration(1) == 1
+    with pytest.raises(ValueError, match="reset must hold only 0 and 1"):
+        program.run(state, reset=np.array([0, 2], np.uint8), **args)
+    with pytest.raises(TypeError, match="reset has dtype float32, expected bool"):
+        program.run(state, reset=np.zeros(2, np.float32), **args)

@@ -122,6 +122,65 @@ bool StepProgram::commits() const {
   });
 }
 
+/// Lengths against the block table, positions against lengths and the state
+/// capacity, and every visible page against the key cache.
+static Status checkPages(const StatePool &pool, const TensorRef &keys,
+                         const TensorRef &table, const TensorRef &lengths,
+                         const TensorRef *positions, const std::string &suffix) {
+  int64_t pages = keys.shape[0], pageSize = keys.shape[1];
+  int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
+  int64_t capacity = pool.options().capacity;
+  std::string lengthsName = "lengths", tableName = "block_table";
+  if (!suffix.empty()) {
+    lengthsName += suffix;
+    tableName += suffix;
+  }
+  if (rows > pool.options().maxRows)
+    return Status::error("the step has " + std::to_string(rows) +
+                         " rows per request but the state pool buffers at most " +
+                         std::to_string(pool.options().maxRows));
+  if (positions && positions->shape[1] != rows)
+    return Status::error("input 'positions' has " +
+                         std::to_string(positions->shape[1]) + " rows but '" +
+                         lengthsName + "' has " + std::to_string(rows));
+  const auto *n = static_cast<const int32_t *>(lengths.data);
+  const auto *p =
+      positions ? static_cast<const int32_t *>(positions->data) : nullptr;
+  const auto *bt = static_cast<const int32_t *>(table.data);
+  for (int64_t b = 0; b < lengths.shape[0]; ++b) {
+    int64_t widest = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t len = n[b * rows + r], pos = p ? p[b * rows + r] : len - 1;
+      std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
+      if (len < 0 || len > tableWidth * pageSize)
+        return Status::error(lengthsName + at + " = " + std::to_string(len) +
+                             " is outside [0, " +
+                             std::to_string(tableWidth * pageSize) +
+                             "] (block table width " + std::to_string(tableWidth) +
+                             " x page size " + std::to_string(pageSize) + ")");
+      if (p && (pos < 0 || len > pos + 1))
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " must be at least " + lengthsName + at +
+                             " - 1 = " + std::to_string(len - 1));
+      if (p && pos >= capacity)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " exceeds the state capacity of " +
+                             std::to_string(capacity) + " slots");
+      widest = std::max(widest, len);
+    }
+    int64_t visiblePages = (widest + pageSize - 1) / pageSize;
+    for (int64_t j = 0; j < visiblePages; ++j) {
+      int32_t page = bt[b * tableWidth + j];
+      if (page < 0 || page >= pages)
+        return Status::error(tableName + "[" + std::to_string(b) + "][" +
+                             std::to_string(j) + "] = " + std::to_string(page) +
+                             " is not a page of the key cache [0, " +
+                             std::to_string(pages) + ")");
+    }
+  }
+  return Status::success();
+}
+
 Status StepProgram::checkInputs(
     const StatePool &pool, const std::map<std::string, TensorRef> &inputs,
     const std::map<std::string, TensorRef> &outputs) const {
@@ -188,6 +247,15 @@ Status StepProgram::checkInputs(
         return Status::error("the program uses state of layer " +
                              std::to_string(arg.layer) + " but the pool has " +
                              std::to_string(pool.options().numLayers) + " layers");
+      int64_t capacity = pool.options().capacity;
+      if (arg.blockSize > 0 &&
+          pool.numBlocks() < (capacity + arg.blockSize - 1) / arg.blockSize)
+        return Status::error(
+            "the state pool's block size (" +
+            std::to_string(pool.options().blockSize) + ") is larger than layer " +
+            std::to_string(arg.layer) + "'s SPIN block size (" +
+            std::to_string(arg.blockSize) +
+            "): its per-block buffers cannot hold the program's blocks");
     }
   }
   for (const auto &[name, tensor] : inputs) {
@@ -197,62 +265,41 @@ Status StepProgram::checkInputs(
       return Status::error("unknown input '" + name + "'");
   }
 
-  // Values: lengths, positions and visible pages (docs/Runtime-ABI.md).
-  // Graphs without a paged key cache (hand-written ones) skip these checks.
-  if (!inputs.count("keys") || !inputs.count("block_table") ||
-      !inputs.count("lengths"))
-    return Status::success();
-  const TensorRef &keys = inputs.at("keys");
-  const TensorRef &table = inputs.at("block_table");
-  const TensorRef &lengths = inputs.at("lengths");
-  // Dense programs take no positions: only the page checks apply.
+  // Values: lengths, positions and visible pages (docs/Runtime-ABI.md), for
+  // every indexer's group of inputs (keys, scales, block_table, lengths, or
+  // keys_k, ... of the k-th indexer, falling back to shared block_table and
+  // lengths). Dense programs take no positions: only the page checks apply.
   auto positionsIt = inputs.find("positions");
   const TensorRef *positions =
       positionsIt == inputs.end() ? nullptr : &positionsIt->second;
-  int64_t pages = keys.shape[0], pageSize = keys.shape[1];
-  // Every layer's cache must hold the pages the (shared) block table names.
-  for (const auto &[name, tensor] : inputs)
-    if (isCacheInput(name) && name.rfind("keys", 0) == 0)
-      pages = std::min(pages, tensor.shape[0]);
-  int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
-  int64_t capacity = pool.options().capacity;
-  if (rows > pool.options().maxRows)
-    return Status::error("the step has " + std::to_string(rows) +
-                         " rows per request but the state pool buffers at most " +
-                         std::to_string(pool.options().maxRows));
-  const auto *n = static_cast<const int32_t *>(lengths.data);
-  const auto *p =
-      positions ? static_cast<const int32_t *>(positions->data) : nullptr;
-  const auto *bt = static_cast<const int32_t *>(table.data);
-  for (int64_t b = 0; b < lengths.shape[0]; ++b) {
-    int64_t widest = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t len = n[b * rows + r], pos = p ? p[b * rows + r] : len - 1;
-      std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
-      if (len < 0 || len > tableWidth * pageSize)
-        return Status::error("lengths" + at + " = " + std::to_string(len) +
-                             " is outside [0, " + std::to_string(tableWidth * pageSize) +
-                             "] (block table width " + std::to_string(tableWidth) +
-                             " x page size " + std::to_string(pageSize) + ")");
-      if (p && (pos < 0 || len > pos + 1))
-        return Status::error("positions" + at + " = " + std::to_string(pos) +
-                             " must be at least lengths" + at + " - 1 = " +
-                             std::to_string(len - 1));
-      if (p && pos >= capacity)
-        return Status::error("positions" + at + " = " + std::to_string(pos) +
-                             " exceeds the state capacity of " +
-                             std::to_string(capacity) + " slots");
-      widest = std::max(widest, len);
-    }
-    int64_t visiblePages = (widest + pageSize - 1) / pageSize;
-    for (int64_t j = 0; j < visiblePages; ++j) {
-      int32_t page = bt[b * tableWidth + j];
-      if (page < 0 || page >= pages)
-        return Status::error("block_table[" + std::to_string(b) + "][" +
-                             std::to_string(j) + "] = " + std::to_string(page) +
-                             " is not a page of the key cache [0, " +
-                             std::to_string(pages) + ")");
-    }
+  for (const auto &[name, keys] : inputs) {
+    if (name.rfind("keys", 0) != 0 || !isCacheInput(name))
+      continue;
+    std::string suffix = name.substr(4);
+    auto pick = [&](const std::string &base) -> const TensorRef * {
+      auto own = inputs.find(base + suffix);
+      if (own != inputs.end())
+        return &own->second;
+      auto shared = inputs.find(base);
+      return shared == inputs.end() ? nullptr : &shared->second;
+    };
+    const TensorRef *table = pick("block_table"), *lengths = pick("lengths");
+    if (!table || !lengths)
+      return Status::error("cannot check the pages read through '" + name +
+                           "': the graph has no matching block_table and "
+                           "lengths inputs");
+    if (auto scales = inputs.find("scales" + suffix); scales != inputs.end() &&
+        (scales->second.shape[0] != keys.shape[0] ||
+         scales->second.shape[1] != keys.shape[1]))
+      return Status::error("input 'scales" + suffix + "' has shape " +
+                           shapeString(scales->second.shape) + " but '" + name +
+                           "' holds " + std::to_string(keys.shape[0]) +
+                           " pages of " + std::to_string(keys.shape[1]) +
+                           " slots");
+    if (Status s = checkPages(pool, keys, *table, *lengths, positions,
+                              suffix.empty() ? "" : suffix);
+        !s.ok())
+      return s;
   }
   return Status::success();
 }

@@ -275,6 +275,69 @@ TEST_F(StepProgramTest, DisjointRequestsStepConcurrently) {
   EXPECT_EQ(calls - before, 400);
 }
 
+TEST_F(StepProgramTest, ChecksEveryIndexersPagesAndScales) {
+  // A second indexer with its own cache, scales, block table and lengths
+  // (the names a multi-layer graph gives them): all of them are checked.
+  using R = ArgSpec::Role;
+  std::vector<ArgSpec> two = signature;
+  two.insert(two.begin() + 5,
+             {arg(R::Input, "keys_1", DType::fp8e4m3, {-1, 4, 4}),
+              arg(R::Input, "scales_1", DType::f32, {-1, 4}),
+              arg(R::Input, "block_table_1", DType::i32, {-1, 3}),
+              arg(R::Input, "lengths_1", DType::i32, {-1, 2})});
+  ranks.clear();
+  int32Args.clear();
+  for (const ArgSpec &a : two) {
+    ranks.push_back(static_cast<int>(a.shape.size()));
+    int32Args.push_back(a.dtype == DType::i32);
+  }
+  StepProgram program(fakeStep, two);
+  std::vector<uint8_t> keys1(3 * 16);
+  std::vector<float> scales1(3 * 4);
+  std::vector<int32_t> table1 = {0, 1, 2, 2, 1, 0};
+  std::vector<int32_t> lengths1 = {5, 6, 9, 10};
+  auto in = [&] {
+    auto i = inputs();
+    i["keys_1"] = {keys1.data(), {3, 4, 4}, DType::fp8e4m3};
+    i["scales_1"] = {scales1.data(), {3, 4}, DType::f32};
+    i["block_table_1"] = {table1.data(), {2, 3}, DType::i32};
+    i["lengths_1"] = {lengths1.data(), {2, 2}, DType::i32};
+    return i;
+  };
+  ASSERT_TRUE(program.run(*pool, in(), outputs()).ok());
+  int before = calls;
+  table1[4] = 3; // page 3 exists in `keys` (5 pages) but not in `keys_1` (3)
+  Status s = program.run(*pool, in(), outputs());
+  EXPECT_EQ(s.message(),
+            "block_table_1[1][1] = 3 is not a page of the key cache [0, 3)");
+  table1[4] = 1;
+  lengths1[2] = 10; // row 0 of request 9: N = 10 > p + 1 = 9
+  s = program.run(*pool, in(), outputs());
+  EXPECT_EQ(s.message(),
+            "positions[1][0] = 8 must be at least lengths_1[1][0] - 1 = 9");
+  lengths1[2] = 9;
+  auto shortScales = in();
+  shortScales["scales_1"].shape = {1, 4};
+  s = program.run(*pool, shortScales, outputs());
+  EXPECT_EQ(s.message(), "input 'scales_1' has shape [1, 4] but 'keys_1' "
+                         "holds 3 pages of 4 slots");
+  EXPECT_EQ(calls, before) << "the compiled code ran on bad input";
+}
+
+TEST_F(StepProgramTest, RefusesAPoolWithCoarserBlocks) {
+  // The pool's per-block buffers (obs_mask) are sized by its block size: a
+  // program with finer blocks would overrun them.
+  for (ArgSpec &a : signature)
+    if (a.role == ArgSpec::Role::State)
+      a.blockSize = 2;
+  StepProgram program(fakeStep, signature);
+  Status s = program.run(*pool, inputs(), outputs());
+  EXPECT_EQ(s.message(),
+            "the state pool's block size (4) is larger than layer 0's SPIN "
+            "block size (2): its per-block buffers cannot hold the program's "
+            "blocks");
+}
+
 TEST_F(StepProgramTest, OverlappingStepsOfOneRequestAreRefused) {
   // A request inside a step cannot enter a second one.
   std::vector<int64_t> busy = {7};

@@ -1577,3 +1577,28 @@ def test_error_wrong_q_dtype(spin_exec, tmp_path, seed, rng):
     trace.steps[0]["q"] = trace.steps[0]["q"].astype("<f4")
     _expect_failure(spin_exec, tmp_path, seed, cfg, trace, ["<f4"],
                     "q.npy is <f4 with --key-format f16")
+
+
+@pytest.mark.parametrize("name,dtype", [("request_ids", np.int64), ("reset", np.uint8),
+                                        ("accepted", np.int32)])
+def test_error_per_request_file_must_match_batch(spin_exec, tmp_path, name, dtype):
+    """request_ids.npy, reset.npy and accepted.npy need one entry per request:
+    a short file is refused before it is read (it used to crash)."""
+    import subprocess
+    trace = tmp_path / "trace"
+    step = trace / "step_0000"
+    step.mkdir(parents=True)
+    np.save(trace / "keys.npy", np.zeros((4, 16, 16), np.float32))
+    np.save(step / "q.npy", np.zeros((2, 1, 2, 16), np.float32))
+    np.save(step / "w.npy", np.zeros((2, 1, 2), np.float32))
+    np.save(step / "block_table.npy", np.array([[0, 1, 2, 3], [3, 2, 1, 0]], np.int32))
+    np.save(step / "lengths.npy", np.array([[20], [30]], np.int32))
+    np.save(step / "positions.npy", np.array([[19], [29]], np.int32))
+    np.save(step / "request_ids.npy", np.array([1, 2], np.int64))
+    np.save(step / f"{name}.npy", np.zeros(1, dtype))
+    done = subprocess.run(
+        [spin_exec, "--trace", str(trace), "--heads", "2", "--head-dim", "16",
+         "--topk", "8", "--page-size", "16", "--max-pages", "4", "--key-format", "f32",
+         "--block-size", "16"], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert f"{name}.npy has shape [1], expected [2]" in done.stderr, done.stderr

@@ -212,17 +212,23 @@ int main(int argc, char **argv) {
       inputs[input] = *tensor;
     }
     int64_t batch = inputs["lengths"].shape.empty() ? 0 : inputs["lengths"].shape[0];
-    // Dense programs have no state: the trace's request ids are not used.
-    rt::NpyArray idArray;
-    if (!inputs.count("request_ids")) {
-      auto loaded = rt::readNpy(dir + "/request_ids.npy");
-      if (!loaded.ok())
-        return fail(loaded.message());
-      idArray = std::move(*loaded);
+    // Per-request files must have one entry per request of the batch.
+    auto perRequest = [&](const rt::TensorRef &t, const char *file) {
+      return t.shape.size() == 1 && t.shape[0] == batch
+                 ? rt::Status::success()
+                 : rt::Status::error(dir + "/" + file + " has shape [" +
+                                     (t.shape.empty() ? std::string()
+                                                      : std::to_string(t.shape[0])) +
+                                     "], expected [" + std::to_string(batch) + "]");
+    };
+    // Dense programs have no state: request ids, resets and commits do not
+    // apply and their files are not read.
+    const int64_t *id = nullptr;
+    if (!dense) {
+      if (rt::Status s = perRequest(inputs["request_ids"], "request_ids.npy"); !s.ok())
+        return fail(s.message());
+      id = static_cast<const int64_t *>(inputs["request_ids"].data);
     }
-    const auto *id = inputs.count("request_ids")
-                         ? static_cast<const int64_t *>(inputs["request_ids"].data)
-                         : reinterpret_cast<const int64_t *>(idArray.data.data());
     // New requests join the pool; resets and commits come before the step.
     for (int64_t b = 0; b < batch && !dense; ++b)
       if (!(*pool)->contains(id[b]))
@@ -233,6 +239,8 @@ int main(int argc, char **argv) {
       auto reset = load(dir, "reset", rt::DType::i8, storage);
       if (!reset.ok())
         return fail(reset.message());
+      if (rt::Status s = perRequest(*reset, "reset.npy"); !s.ok())
+        return fail(s.message());
       for (int64_t b = 0; b < batch; ++b)
         if (static_cast<const uint8_t *>(reset->data)[b])
           if (rt::Status s = (*pool)->reset(id[b]); !s.ok())
@@ -242,6 +250,8 @@ int main(int argc, char **argv) {
       auto accepted = load(dir, "accepted", rt::DType::i32, storage);
       if (!accepted.ok())
         return fail(accepted.message());
+      if (rt::Status s = perRequest(*accepted, "accepted.npy"); !s.ok())
+        return fail(s.message());
       for (int64_t b = 0; b < batch; ++b) {
         int32_t count = static_cast<const int32_t *>(accepted->data)[b];
         if (count == -1) // nothing to commit for this request

@@ -80,9 +80,10 @@ private:
   ::spin::runtime::Status jit(mlir::ModuleOp module, const std::string &function,
                               std::vector<::spin::runtime::ArgSpec> signature);
   static std::shared_ptr<CpuExecutable>
-  loadCacheEntry(const std::string &path, uint64_t keyHash,
-                 const std::string &function);
-  void writeCacheEntry(const std::string &path, uint64_t keyHash) const;
+  loadCacheEntry(const std::string &path, const std::string &key,
+                 uint64_t keyHash, const std::string &function);
+  void writeCacheEntry(const std::string &path, const std::string &key,
+                       uint64_t keyHash) const;
   static std::map<uint64_t, std::pair<std::string, std::weak_ptr<CpuExecutable>>> &
   memoryCache();
 

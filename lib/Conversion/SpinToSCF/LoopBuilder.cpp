@@ -297,8 +297,9 @@ Value LoopBuilder::offerTopN(Value keys, Value ids, Value n, Value count,
                              Value key, Value id,
                              function_ref<Value(Value, Value)> better) {
   Type i1Type = b.getI1Type();
-  Value full = cmp(CmpIPredicate::uge, count, n);
+  // With n == 0 nothing is admitted (and keys[n - 1] must not be read).
   Value hasRoom = cmp(CmpIPredicate::ugt, n, index(0));
+  Value full = andI(hasRoom, cmp(CmpIPredicate::uge, count, n));
   // Admit when there is room, or when the key beats the current worst.
   Value admit = ifThenElse(
       i1Type, full,

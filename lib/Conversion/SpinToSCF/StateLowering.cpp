@@ -32,8 +32,11 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
                    Value p, Value visible, Value blockSize,
                    function_ref<Value(Value)> selected, Value a, Value c,
                    function_ref<Value(Value)> scoreAt,
-                   std::optional<PoolingKind> pooling, bool pooled) {
+                   std::optional<PoolingKind> pooling, bool pooled,
+                   Value maxBlocks = Value()) {
   Value rowBlocks = lb.ceilDiv(visible, blockSize);
+  if (maxBlocks)
+    rowBlocks = lb.minUI(rowBlocks, maxBlocks);
   auto fold = [&](Value index, Value offset, Value z) {
     lb.ifThen(lb.isFinite(z), [&] {
       lb.store(lb.ema(lb.load(state.v, {slot, index}), z, a, c), state.v,
@@ -188,7 +191,8 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
                 return lb.cmp(CmpIPredicate::ne, bit, lb.i8(0));
               },
               a, c, [&](Value i) { return lb.load(state.obsZ, {slot, r, i}); },
-              std::nullopt, /*pooled=*/true);
+              std::nullopt, /*pooled=*/true,
+              /*maxBlocks=*/lb.dim(state.obsMask, 1));
         });
         lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
         lb.store(lb.i32(0), state.obsRows, {slot});

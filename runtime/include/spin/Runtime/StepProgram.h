@@ -57,6 +57,9 @@ struct ArgSpec {
   int64_t layer = -1;
   DType dtype = DType::f32;
   std::vector<int64_t> shape; ///< -1 for a dynamic size
+  /// State args: the layer's SPIN block size in the program (0 if unknown);
+  /// the pool's per-block buffers must have room for its blocks.
+  int64_t blockSize = 0;
 };
 
 /// The compiled code's packed entry point: `args[i]` points to a pointer to
