@@ -122,19 +122,13 @@ bool StepProgram::commits() const {
   });
 }
 
-/// Lengths against the block table, positions against lengths and the state
-/// capacity, and every visible page against the key cache.
-static Status checkPages(const StatePool &pool, const TensorRef &keys,
-                         const TensorRef &table, const TensorRef &lengths,
-                         const TensorRef *positions, const std::string &suffix) {
-  int64_t pages = keys.shape[0], pageSize = keys.shape[1];
-  int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
-  int64_t capacity = pool.options().capacity;
-  std::string lengthsName = "lengths", tableName = "block_table";
-  if (!suffix.empty()) {
-    lengthsName += suffix;
-    tableName += suffix;
-  }
+/// Positions against lengths and the state capacity, for one lengths input
+/// (`lengths` or `lengths_k`); `width`, when given, is the slot count of the
+/// scores the graph reads for them.
+static Status checkRows(const StatePool &pool, const std::string &lengthsName,
+                        const TensorRef &lengths, const TensorRef *positions,
+                        int64_t width) {
+  int64_t rows = lengths.shape[1], capacity = pool.options().capacity;
   if (rows > pool.options().maxRows)
     return Status::error("the step has " + std::to_string(rows) +
                          " rows per request but the state pool buffers at most " +
@@ -146,26 +140,49 @@ static Status checkPages(const StatePool &pool, const TensorRef &keys,
   const auto *n = static_cast<const int32_t *>(lengths.data);
   const auto *p =
       positions ? static_cast<const int32_t *>(positions->data) : nullptr;
+  for (int64_t b = 0; b < lengths.shape[0]; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t len = n[b * rows + r];
+      std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
+      if (len < 0 || (width >= 0 && len > width))
+        return Status::error(lengthsName + at + " = " + std::to_string(len) +
+                             " is outside [0, " + std::to_string(width) +
+                             "], the slots of the scores");
+      if (!p)
+        continue;
+      int64_t pos = p[b * rows + r];
+      if (pos < 0 || len > pos + 1)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " must be at least " + lengthsName + at +
+                             " - 1 = " + std::to_string(len - 1));
+      if (pos >= capacity)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " exceeds the state capacity of " +
+                             std::to_string(capacity) + " slots");
+    }
+  return Status::success();
+}
+
+/// Lengths against the block table, and every visible page against the key
+/// cache.
+static Status checkPages(const TensorRef &keys, const TensorRef &table,
+                         const TensorRef &lengths, const std::string &suffix) {
+  int64_t pages = keys.shape[0], pageSize = keys.shape[1];
+  int64_t tableWidth = table.shape[1], rows = lengths.shape[1];
+  std::string lengthsName = "lengths" + suffix, tableName = "block_table" + suffix;
+  const auto *n = static_cast<const int32_t *>(lengths.data);
   const auto *bt = static_cast<const int32_t *>(table.data);
   for (int64_t b = 0; b < lengths.shape[0]; ++b) {
     int64_t widest = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      int64_t len = n[b * rows + r], pos = p ? p[b * rows + r] : len - 1;
-      std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
-      if (len < 0 || len > tableWidth * pageSize)
-        return Status::error(lengthsName + at + " = " + std::to_string(len) +
+      int64_t len = n[b * rows + r];
+      if (len > tableWidth * pageSize)
+        return Status::error(lengthsName + "[" + std::to_string(b) + "][" +
+                             std::to_string(r) + "] = " + std::to_string(len) +
                              " is outside [0, " +
                              std::to_string(tableWidth * pageSize) +
                              "] (block table width " + std::to_string(tableWidth) +
                              " x page size " + std::to_string(pageSize) + ")");
-      if (p && (pos < 0 || len > pos + 1))
-        return Status::error("positions" + at + " = " + std::to_string(pos) +
-                             " must be at least " + lengthsName + at +
-                             " - 1 = " + std::to_string(len - 1));
-      if (p && pos >= capacity)
-        return Status::error("positions" + at + " = " + std::to_string(pos) +
-                             " exceeds the state capacity of " +
-                             std::to_string(capacity) + " slots");
       widest = std::max(widest, len);
     }
     int64_t visiblePages = (widest + pageSize - 1) / pageSize;
@@ -265,13 +282,15 @@ Status StepProgram::checkInputs(
       return Status::error("unknown input '" + name + "'");
   }
 
-  // Values: lengths, positions and visible pages (docs/Runtime-ABI.md), for
-  // every indexer's group of inputs (keys, scales, block_table, lengths, or
-  // keys_k, ... of the k-th indexer, falling back to shared block_table and
-  // lengths). Dense programs take no positions: only the page checks apply.
+  // Values (docs/Runtime-ABI.md): first every lengths input against the
+  // block table and the pages, then against the positions and the state
+  // capacity. Dense programs take no positions.
   auto positionsIt = inputs.find("positions");
   const TensorRef *positions =
       positionsIt == inputs.end() ? nullptr : &positionsIt->second;
+  // Pages, for every indexer's group of inputs (keys, scales, block_table,
+  // lengths, or keys_k, ... of the k-th indexer, falling back to the shared
+  // block_table and lengths).
   for (const auto &[name, keys] : inputs) {
     if (name.rfind("keys", 0) != 0 || !isCacheInput(name))
       continue;
@@ -296,9 +315,20 @@ Status StepProgram::checkInputs(
                            "' holds " + std::to_string(keys.shape[0]) +
                            " pages of " + std::to_string(keys.shape[1]) +
                            " slots");
-    if (Status s = checkPages(pool, keys, *table, *lengths, positions,
-                              suffix.empty() ? "" : suffix);
+    if (Status s = checkPages(keys, *table, *lengths, suffix);
         !s.ok())
+      return s;
+  }
+  // Rows: positions and capacity (and the width of the scores a
+  // hand-written graph takes directly).
+  for (const auto &[name, lengths] : inputs) {
+    if (name != "lengths" && name.rfind("lengths_", 0) != 0)
+      continue;
+    auto scores = inputs.find("scores" + name.substr(7));
+    int64_t width = scores == inputs.end() || scores->second.shape.size() != 3
+                        ? -1
+                        : scores->second.shape[2];
+    if (Status s = checkRows(pool, name, lengths, positions, width); !s.ok())
       return s;
   }
   return Status::success();

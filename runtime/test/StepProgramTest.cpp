@@ -324,6 +324,39 @@ TEST_F(StepProgramTest, ChecksEveryIndexersPagesAndScales) {
   EXPECT_EQ(calls, before) << "the compiled code ran on bad input";
 }
 
+TEST_F(StepProgramTest, HandWrittenGraphsWithoutAKeyCacheAreChecked) {
+  // A graph that takes scores directly (no paged keys): lengths are checked
+  // against the scores' width, positions against lengths and capacity.
+  using R = ArgSpec::Role;
+  std::vector<ArgSpec> scoresOnly = {
+      arg(R::Input, "scores", DType::f32, {-1, 1, 16}),
+      arg(R::Input, "lengths", DType::i32, {-1, 1}),
+      arg(R::Positions, "positions", DType::i32, {-1, 1}),
+      arg(R::RequestIds, "request_ids", DType::i64, {-1}),
+      arg(R::Slots, "slots", DType::i32, {-1}),
+      arg(R::State, "v", DType::f32, {-1, -1}, 0),
+      arg(R::Output, "topk", DType::i32, {-1, 1, 2})};
+  ranks = {3, 2, 2, 1, 1, 2, 3};
+  int32Args = {false, true, true, false, true, false, true};
+  StepProgram program(fakeStep, scoresOnly);
+  std::vector<float> scores(2 * 16);
+  std::vector<int32_t> n = {10, 20}, p = {9, 19}, out(4);
+  std::map<std::string, TensorRef> in = {
+      {"scores", {scores.data(), {2, 1, 16}, DType::f32}},
+      {"lengths", {n.data(), {2, 1}, DType::i32}},
+      {"positions", {p.data(), {2, 1}, DType::i32}},
+      {"request_ids", {ids.data(), {2}, DType::i64}}};
+  std::map<std::string, TensorRef> o = {{"topk", {out.data(), {2, 1, 2}, DType::i32}}};
+  EXPECT_EQ(program.run(*pool, in, o).message(),
+            "lengths[1][0] = 20 is outside [0, 16], the slots of the scores");
+  n[1] = 12;
+  p[1] = 12;
+  EXPECT_EQ(program.run(*pool, in, o).message(),
+            "positions[1][0] = 12 exceeds the state capacity of 12 slots");
+  p[1] = 11;
+  EXPECT_TRUE(program.run(*pool, in, o).ok());
+}
+
 TEST_F(StepProgramTest, RefusesAPoolWithCoarserBlocks) {
   // The pool's per-block buffers (obs_mask) are sized by its block size: a
   // program with finer blocks would overrun them.
