@@ -354,7 +354,8 @@ StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
   return buffers(layer).it[request->slot];
 }
 
-StatusOr<const float *> StatePool::v(int64_t requestId, int64_t layer) const {
+StatusOr<const float *> StatePool::row(int64_t requestId, int64_t layer,
+                                       float *LayerBuffers::*field) const {
   std::lock_guard<std::mutex> lock(mutex);
   const Request *request = find(requestId);
   if (Status s = checkIdle(request, requestId, "read its state after endStep");
@@ -362,20 +363,16 @@ StatusOr<const float *> StatePool::v(int64_t requestId, int64_t layer) const {
     return s;
   if (Status s = checkLayer(layer); !s.ok())
     return s;
-  return static_cast<const float *>(buffers(layer).v +
+  return static_cast<const float *>(buffers(layer).*field +
                                     request->slot * opts.capacity);
 }
 
+StatusOr<const float *> StatePool::v(int64_t requestId, int64_t layer) const {
+  return row(requestId, layer, &LayerBuffers::v);
+}
+
 StatusOr<const float *> StatePool::d(int64_t requestId, int64_t layer) const {
-  std::lock_guard<std::mutex> lock(mutex);
-  const Request *request = find(requestId);
-  if (Status s = checkIdle(request, requestId, "read its state after endStep");
-      !s.ok())
-    return s;
-  if (Status s = checkLayer(layer); !s.ok())
-    return s;
-  return static_cast<const float *>(buffers(layer).d +
-                                    request->slot * opts.capacity);
+  return row(requestId, layer, &LayerBuffers::d);
 }
 
 LayerBuffers StatePool::layer(int64_t layer) const {

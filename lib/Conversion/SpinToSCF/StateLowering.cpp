@@ -67,6 +67,16 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
   });
 }
 
+/// Memref views of the operands of spin.ema_update and spin.observe, and
+/// their block size as an index.
+template <typename OpTy, typename Adaptor>
+std::tuple<Value, Value, Value, Value, Value>
+viewObservation(LoopBuilder &lb, OpTy op, Adaptor adaptor) {
+  return {lb.toBuffer(adaptor.getScores()), lb.toBuffer(adaptor.getPositions()),
+          lb.toBuffer(adaptor.getLengths()), lb.toBuffer(adaptor.getMask()),
+          lb.index(op.getBlockSize())};
+}
+
 /// spin.ema_update (SPIN_SPEC §3.10), then `it += 1`.
 struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
   using StatefulLowering::StatefulLowering;
@@ -76,11 +86,8 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
                   ConversionPatternRewriter &rewriter) const override {
     const StateBuffers &state = stateOf(op);
     LoopBuilder lb(rewriter, op.getLoc());
-    Value scores = lb.toBuffer(adaptor.getScores());
-    Value positions = lb.toBuffer(adaptor.getPositions());
-    Value lengths = lb.toBuffer(adaptor.getLengths());
-    Value mask = lb.toBuffer(adaptor.getMask());
-    Value blockSize = lb.index(op.getBlockSize());
+    auto [scores, positions, lengths, mask, blockSize] =
+        viewObservation(lb, op, adaptor);
     auto [a, c] = emaCoefficients(lb, op.getDecay().convertToDouble());
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     lb.forEach(lb.index(0), batch, [&](Value b) {
@@ -110,11 +117,8 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
                   ConversionPatternRewriter &rewriter) const override {
     const StateBuffers &state = stateOf(op);
     LoopBuilder lb(rewriter, op.getLoc());
-    Value scores = lb.toBuffer(adaptor.getScores());
-    Value positions = lb.toBuffer(adaptor.getPositions());
-    Value lengths = lb.toBuffer(adaptor.getLengths());
-    Value mask = lb.toBuffer(adaptor.getMask());
-    Value blockSize = lb.index(op.getBlockSize());
+    auto [scores, positions, lengths, mask, blockSize] =
+        viewObservation(lb, op, adaptor);
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     Value maskBlocks = lb.minUI(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
     bool blockLevel = state.level == StateLevel::block;

@@ -222,6 +222,10 @@ public:
   void endStep(Span<int64_t> requestIds, Span<int64_t> layers = {});
 
 private:
+  /// One request's row of a per-slot f32 field of `layer` (V or D).
+  StatusOr<const float *> row(int64_t requestId, int64_t layer,
+                              float *LayerBuffers::*field) const;
+
   /// Why a request may not be touched right now.
   enum class Busy : uint8_t { None, Step, Zeroing };
 
