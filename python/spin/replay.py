@@ -14,6 +14,11 @@ plus the predictor diagnostics of the paper's Table 1 from dense scores
 computed in numpy (float64): Pearson correlation and top-K recall of
 prev-iter, prev-iter offset 1, prev-layer, prev-layer best-of-5 and random.
 
+A scores trace (``"kind": "scores"``) is replayed through a generated SPIN
+graph on its dense scores z (``score_graph``, reduction A1, compiled with
+``spin.compile`` and run with ``Program.run``) against the top-K of z, and
+its diagnostics use z directly.
+
 The module imports the compiled ``spin`` package lazily (``import spin``
 must find the build, e.g. ``<build>/python`` on ``sys.path``), so the metric
 helpers and the diagnostics work with numpy alone.
@@ -214,38 +219,182 @@ def _import_spin():
     return spin
 
 
+def score_graph(layer: int, rows: int, slots: int, topk: int, block_size: int,
+                sparsity: float, explore: float = 0.0, seed: int = 0, pooling: str = "max",
+                decay: float = 0.5, mtp_mask: str = "union", mtp_update: str = "prefix") -> str:
+    """MLIR of one SPIN step of ``layer`` on given dense scores z [B, R, NS]
+    (NS = ``slots``; reduction A1), for ``spin.compile(text, "score_layer",
+    None)``. Outputs: top-K [B, R, K] and realized block sparsity [B, R]."""
+    if slots % block_size:
+        raise ValueError(f"block size {block_size} must divide NS = {slots}")
+    R, NS, NB, K, bs = int(rows), int(slots), int(slots) // int(block_size), int(topk), \
+        int(block_size)
+    st = f"!spin.state<layer = {int(layer)}>"
+    z, n, m = f"tensor<?x{R}x{NS}xf32>", f"tensor<?x{R}xi32>", f"tensor<?x{NB}xi1>"
+    args = [f'%z: {z} {{spin.input = "scores"}}', f'%n: {n} {{spin.input = "lengths"}}',
+            f"%p: {n} {{spin.positions}}", "%ids: tensor<?xi64> {spin.request_ids}"]
+    if R > 1:
+        args.append("%acc: tensor<?xi32> {spin.accepted}")
+    out = [f"func.func @score_layer({', '.join(args)}) -> "
+           f"(tensor<?x{R}x{K}xi32>, tensor<?x{R}xf32> {{spin.sparsity}}) {{",
+           f"  %s = spin.layer_state %ids : tensor<?xi64> -> {st}"]
+    s = "%s"
+    if R > 1:
+        out.append(f"  %c = spin.commit %s accepted(%acc : tensor<?xi32>) {{block_size = {bs} : "
+                   f"i64, decay = {float(decay)!r} : f64, mtp_update = "
+                   f"#spin.mtp_update<{mtp_update}>}} : {st}")
+        s = "%c"
+    out += [
+        f"  %zh = spin.predict {s} positions(%p : {n}) lengths(%n : {n}) : {st} -> {z}",
+        f"  %S = spin.pool %zh lengths(%n : {n}) {{pooling = #spin.pooling<{pooling}>, "
+        f"block_size = {bs} : i64}} : {z} -> tensor<?x{R}x{NB}xf32>",
+        f"  %m = spin.select_blocks {s} scores(%S : tensor<?x{R}x{NB}xf32>) lengths(%n : {n}) "
+        f"{{topk = {K} : i64, block_size = {bs} : i64, sparsity = {float(sparsity)!r} : f64, "
+        f"explore = {float(explore)!r} : f64, seed = {int(seed)} : i64, "
+        f"mtp_mask = #spin.mtp_mask<{mtp_mask}>}} : {st} -> {m}",
+        f"  %t = spin.topk %z lengths(%n : {n}) mask(%m : {m}) {{k = {K} : i64, "
+        f"block_size = {bs} : i64}} : {z} -> tensor<?x{R}x{K}xi32>"]
+    if R > 1:
+        out.append(f"  %s1 = spin.observe {s} scores(%z : {z}) positions(%p : {n}) "
+                   f"lengths(%n : {n}) mask(%m : {m}) {{block_size = {bs} : i64}} : {st}")
+    else:
+        out.append(f"  %s1 = spin.ema_update {s} scores(%z : {z}) positions(%p : {n}) "
+                   f"lengths(%n : {n}) mask(%m : {m}) {{decay = {float(decay)!r} : f64, "
+                   f"block_size = {bs} : i64}} : {st}")
+    out += [f"  %r = spin.block_sparsity %m lengths(%n : {n}) {{block_size = {bs} : i64}} : "
+            f"{m} -> tensor<?x{R}xf32>",
+            f"  return %t, %r : tensor<?x{R}x{K}xi32>, tensor<?x{R}xf32>", "}"]
+    return "\n".join(out) + "\n"
+
+
+def dense_topk(z: np.ndarray, lengths: np.ndarray, k: int) -> np.ndarray:
+    """[B, R, K] int32 top-K of z [B, R, NS] per row: slots >= N and -inf
+    (and NaN) slots excluded, ties to the lower index, -1 padded."""
+    B, R = lengths.shape
+    out = np.full((B, R, k), -1, dtype=np.int32)
+    for b in range(B):
+        for r in range(R):
+            row = z[b, r, : int(lengths[b, r])]
+            top = _traces.topk_indices(np.where(np.isnan(row), -np.inf, row), k)
+            top = top[row[top] > -np.inf]   # -inf and NaN never picked
+            out[b, r, : top.size] = top
+    return out
+
+
+class _InputsEngine:
+    """Replays an inputs trace: spin.Indexer per configuration, dense
+    reference from spin.Indexer(dense=True), diagnostics' z in numpy."""
+
+    def __init__(self, spin, trace, run_configs, seed):
+        h = trace.header
+        self.trace, L, T, B, S = trace, h["layers"], h["steps"], h["batch"], h["page_size"]
+        mb_max = max(trace.files[(l, t, "_mb")] for l in range(L) for t in range(T))
+        capacity = mb_max * S
+        common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=h["topk"],
+                      key_format=h["key_format"], rows=h["rows"])
+        self.dense = spin.Indexer(dense=True, **common)
+        self.dense_state = self.dense.new_state(capacity_slots=capacity, layers=L,
+                                                max_requests=B)
+        self.runs = []
+        for c in run_configs:
+            ix = spin.Indexer(sparsity=c.sparsity, explore=c.explore, seed=seed,
+                              pooling=c.pooling, reduction=c.reduction, mtp_mask=c.mtp_mask,
+                              mtp_update=c.mtp_update, **common)
+            self.runs.append((ix, ix.new_state(capacity_slots=capacity, layers=L,
+                                               max_requests=B)))
+        self.states = [st for _, st in self.runs] + [self.dense_state]
+
+    def step(self, layer, t, want_z):
+        """(truth [B, R, K], [(top, sparsity) per run], z rows or None)."""
+        a, ids, fmt = self.trace.step(layer, t), self.trace.request_ids, \
+            self.trace.header["key_format"]
+        args = (a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"])
+        kw = {"scales": a["scales"]} if "scales" in a else {}
+        truth, _ = self.dense(*args, self.dense_state, request_ids=ids, layer=layer,
+                              return_sparsity=True, **kw)
+        results = [ix(*args, st, request_ids=ids, layer=layer, return_sparsity=True, **kw)
+                   for ix, st in self.runs]
+        zs = None
+        if want_z:
+            B, R = a["lengths"].shape
+            q = _traces.to_f64(a["q"], "q", fmt)
+            w = a["w"].astype(np.float64)
+            zs = [[_traces.dense_scores(q[b, r], w[b, r], a["keys"], a["block_table"][b],
+                                        int(a["lengths"][b, r]), fmt, a.get("scales"))
+                   for r in range(R)] for b in range(B)]
+        return truth, results, zs
+
+
+class _ScoresEngine:
+    """Replays a scores trace: a generated SPIN graph on the given z per
+    configuration (spin.compile + Program.run), dense reference = top-K of z."""
+
+    def __init__(self, spin, trace, run_configs, seed):
+        h = trace.header
+        bad = sorted({c.reduction for c in run_configs if c.reduction != "A1"})
+        if bad:
+            raise ValueError(f"reduction {', '.join(bad)} cannot replay a scores trace: "
+                             "only A1 is supported there (A0 and A2 need other state "
+                             "and graph forms); use --reduction A1 or an inputs trace")
+        self.spin, self.trace, self.seed = spin, trace, seed
+        L, T, B, R = h["layers"], h["steps"], h["batch"], h["rows"]
+        ns_max = max(trace.files[(l, t, "_ns")] for l in range(L) for t in range(T))
+        self.configs = list(run_configs)
+        self.states = [spin.new_state(capacity_slots=ns_max, layers=L, max_requests=B,
+                                      rows=R, block_size=h["page_size"])
+                       for _ in run_configs]
+        self.programs = {}
+
+    def program(self, layer, ns, c):
+        h = self.trace.header
+        key = (layer, ns, h["rows"], c.sparsity, c.explore, self.seed, c.pooling,
+               c.mtp_mask, c.mtp_update)
+        if key not in self.programs:
+            text = score_graph(layer, h["rows"], ns, h["topk"], h["page_size"], c.sparsity,
+                               c.explore, self.seed, c.pooling, 0.5, c.mtp_mask, c.mtp_update)
+            self.programs[key] = self.spin.compile(text, "score_layer", None)
+        return self.programs[key]
+
+    def step(self, layer, t, want_z):
+        a, ids = self.trace.step(layer, t), self.trace.request_ids
+        z, n, p = a["z"], a["lengths"], a["positions"]
+        truth = dense_topk(z, n, self.trace.header["topk"])
+        results = []
+        for c, st in zip(self.configs, self.states):
+            out = self.program(layer, z.shape[2], c).run(st, scores=z, lengths=n,
+                                                         positions=p, request_ids=ids)
+            results.append((out["topk"], out["sparsity"]))
+        zs = None
+        if want_z:
+            zs = [[z[b, r, : int(n[b, r])].astype(np.float64) for r in range(n.shape[1])]
+                  for b in range(n.shape[0])]
+        return truth, results, zs
+
+
 def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
            diagnostics: bool = True, heatmap_layer: int = 0, progress=None) -> dict:
     """Replays ``trace`` (a path or a loaded Trace) for each configuration;
-    returns the report dictionary (what ``--json`` writes)."""
+    returns the report dictionary (what ``--json`` writes). An inputs trace
+    runs spin.Indexer against spin.Indexer(dense=True); a scores trace
+    (``"kind": "scores"``) runs a generated SPIN graph on its z against the
+    top-K of z (reduction A1 only)."""
     spin = _import_spin()
     if isinstance(trace, str):
         trace = load_trace(trace)
     h = trace.header
-    L, T, B, R, K, S = h["layers"], h["steps"], h["batch"], h["rows"], h["topk"], h["page_size"]
-    fmt = h["key_format"]
+    L, T, B, R, K = h["layers"], h["steps"], h["batch"], h["rows"], h["topk"]
     if not 0 <= heatmap_layer < L:
         raise ValueError(f"heatmap layer {heatmap_layer} is outside the trace's {L} layers")
-    mb_max = max(trace.files[(l, t, "_mb")] for l in range(L) for t in range(T))
-    capacity = mb_max * S
     ids = trace.request_ids
-    common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=K,
-                  key_format=fmt, rows=R)
-    dense = spin.Indexer(dense=True, **common)
-    dense_state = dense.new_state(capacity_slots=capacity, layers=L, max_requests=B)
-    runs = []
-    for c in run_configs:
-        ix = spin.Indexer(sparsity=c.sparsity, explore=c.explore, seed=seed, pooling=c.pooling,
-                          reduction=c.reduction, mtp_mask=c.mtp_mask,
-                          mtp_update=c.mtp_update, **common)
-        st = ix.new_state(capacity_slots=capacity, layers=L, max_requests=B)
+    kind = h.get("kind", "inputs")
+    engine = (_ScoresEngine if kind == "scores" else _InputsEngine)(spin, trace, run_configs,
+                                                                    seed)
+    for st in engine.states:
         for r in ids:
             st.add(int(r))
-        runs.append({"config": c, "indexer": ix, "state": st,
-                     "miss": [[] for _ in range(L)], "sparsity": [[] for _ in range(L)],
-                     "heat": []})
-    for r in ids:
-        dense_state.add(int(r))
+    runs = [{"config": c, "state": st, "miss": [[] for _ in range(L)],
+             "sparsity": [[] for _ in range(L)], "heat": []}
+            for c, st in zip(run_configs, engine.states)]
     diag = Diagnostics(L, K, seed) if diagnostics else None
     heat_dense = []
     prev_step_z = [None] * L
@@ -254,18 +403,12 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
     for t in range(T):
         cur_z = []
         for layer in range(L):
-            a = trace.step(layer, t)
-            args = (a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"])
-            kw = {"scales": a["scales"]} if "scales" in a else {}
-            truth, _ = dense(*args, dense_state, request_ids=ids, layer=layer,
-                             return_sparsity=True, **kw)
+            truth, results, zs = engine.step(layer, t, diag is not None)
             if layer == heatmap_layer:
-                heat_dense.append(truth[0, 0].copy())
-            for run in runs:
-                top, sp = run["indexer"](*args, run["state"], request_ids=ids, layer=layer,
-                                         return_sparsity=True, **kw)
+                heat_dense.append(np.asarray(truth[0, 0]).copy())
+            for run, (top, sp) in zip(runs, results):
                 if layer == heatmap_layer:
-                    run["heat"].append(top[0, 0].copy())
+                    run["heat"].append(np.asarray(top[0, 0]).copy())
                 if t == 0:
                     continue  # warm-up: dense selection, not a sparse row
                 for b in range(B):
@@ -275,12 +418,6 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
                             run["miss"][layer].append(m)
                             run["sparsity"][layer].append(float(sp[b, r]))
             if diag is not None:
-                q = _traces.to_f64(a["q"], "q", fmt)
-                w = a["w"].astype(np.float64)
-                zs = [[_traces.dense_scores(q[b, r], w[b, r], a["keys"], a["block_table"][b],
-                                            int(a["lengths"][b, r]), fmt,
-                                            a["scales"] if "scales" in a else None)
-                       for r in range(R)] for b in range(B)]
                 cur_z.append(zs)
                 for b in range(B):
                     for r in range(R):
@@ -298,7 +435,7 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
                 next_report += 1
             progress(f"spin-replay: step {t + 1}/{T} ({100 * (t + 1) // T}%), "
                      f"{time.time() - started:.1f} s")
-    report = {"trace": os.path.abspath(trace.path),
+    report = {"trace": os.path.abspath(trace.path), "kind": kind,
               "header": {k: v for k, v in h.items() if k != "accepted"},
               "seed": seed, "runs": []}
     for run in runs:
@@ -313,9 +450,10 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
         overall = {"miss_mean": all_m["mean"], "miss_p99": all_m["p99"],
                    "sparsity": summarize([x for l in run["sparsity"] for x in l])["mean"],
                    "rows": all_m["rows"]}
-        run["state"].close()
         report["runs"].append({"config": asdict(c), "label": c.label(R),
                                "per_layer": per_layer, "overall": overall})
+    for st in engine.states:
+        st.close()
     if diag is not None:
         report["diagnostics"] = diag.result()
     report["heatmap"] = {"layer": heatmap_layer, "request_id": int(ids[0]), "row": 0,
@@ -336,17 +474,25 @@ def _f(x, width=8, digits=4):
 
 def format_report(report: dict, per_layer: bool = True) -> str:
     h = report["header"]
-    lines = [f"trace {report['trace']}: {h['layers']} layers x {h['steps']} steps x "
-             f"{h['batch']} requests x {h['rows']} rows, H={h['heads']} D={h['head_dim']} "
-             f"K={h['topk']} page {h['page_size']}, {h['key_format']} keys"]
+    scores = h.get("kind", "inputs") == "scores"
+    shape = f"{h['layers']} layers x {h['steps']} steps x {h['batch']} requests x " \
+        f"{h['rows']} rows"
+    if scores:
+        lines = [f"trace {report['trace']}: scores trace, {shape}, K={h['topk']} "
+                 f"block {h['page_size']}"]
+    else:
+        lines = [f"trace {report['trace']}: {shape}, H={h['heads']} D={h['head_dim']} "
+                 f"K={h['topk']} page {h['page_size']}, {h['key_format']} keys"]
     if "diagnostics" in report:
         d = report["diagnostics"]
-        lines += ["", "Predictor diagnostics (paper Table 1; dense scores in float64)",
+        source = "the trace's z" if scores else "dense scores in float64"
+        lines += ["", f"Predictor diagnostics (paper Table 1; {source})",
                   f"{'predictor':<20}{'pearson':>9}{'recall@K':>10}{'rows':>8}"]
         for p in PREDICTORS:
             o = d["overall"][p]
             lines.append(f"{p:<20}{_f(o['pearson'], 9)}{_f(o['recall'], 10)}{o['rows']:>8}")
-    lines += ["", "SPIN replay (miss vs compiled dense top-K, sparse rows only)",
+    truth = "top-K of z" if scores else "compiled dense top-K"
+    lines += ["", f"SPIN replay (miss vs {truth}, sparse rows only)",
               f"{'config':<50}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
               f"{'sparsity':>10}{'rows':>7}"]
     for run in report["runs"]:

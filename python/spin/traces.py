@@ -17,6 +17,10 @@ steps); the most specific one wins. ``load_trace`` checks the header and
 every file's .npy header and size before anything is read, and raises
 ``TraceError`` naming the file and the mismatch.
 
+A scores trace (``"kind": "scores"`` in the header) stores the dense indexer
+scores ``z.npy`` [B, R, NS] float32 with ``lengths.npy``, ``positions.npy``
+and an optional ``request_ids.npy`` [B] int64 instead of the inputs.
+
 This module needs numpy only (it does not import the compiled ``spin``
 extension), so it can be imported from the source tree as ``traces``.
 """
@@ -36,6 +40,9 @@ KEY_FORMATS = ("f32", "f16", "bf16", "fp8")
 
 #: Arrays of one step: name -> (rank, allowed dtypes per key format).
 _ARRAYS = ("q", "w", "keys", "scales", "block_table", "lengths", "positions")
+#: Arrays of one step of a scores trace (``"kind": "scores"``).
+_SCORE_ARRAYS = ("z", "lengths", "positions")
+KINDS = ("inputs", "scores")
 
 
 class TraceError(ValueError):
@@ -148,7 +155,8 @@ class Trace:
     def step(self, layer: int, step: int) -> Dict[str, np.ndarray]:
         """The arrays of one layer and decode step (loaded, value-checked)."""
         out = {}
-        for name in _ARRAYS:
+        scores = self.header.get("kind", "inputs") == "scores"
+        for name in _SCORE_ARRAYS if scores else _ARRAYS:
             path = self.files.get((layer, step, name))
             if path is None:
                 continue
@@ -156,8 +164,16 @@ class Trace:
                 out[name] = np.load(path, allow_pickle=False)
             except Exception as e:  # noqa: BLE001
                 raise TraceError(f"{path}: cannot be read ({e})") from None
-        _check_values(self, layer, step, out)
+        if scores:
+            _check_score_values(self, layer, step, out)
+        else:
+            _check_values(self, layer, step, out)
         return out
+
+    @property
+    def kind(self) -> str:
+        """``"inputs"`` (indexer inputs) or ``"scores"`` (dense scores z)."""
+        return self.header.get("kind", "inputs")
 
 
 def _where(root: str, layer: int, step: int, name: str) -> Optional[str]:
@@ -171,6 +187,10 @@ def _where(root: str, layer: int, step: int, name: str) -> Optional[str]:
 
 _REQUIRED = {"layers": int, "steps": int, "batch": int, "rows": int, "heads": int,
              "head_dim": int, "page_size": int, "topk": int, "key_format": str}
+#: A scores trace has no indexer inputs: heads, head_dim and key_format are
+#: not needed (kept and ignored when present).
+_REQUIRED_SCORES = {k: v for k, v in _REQUIRED.items()
+                    if k not in ("heads", "head_dim", "key_format")}
 
 
 def load_trace(path: str) -> Trace:
@@ -193,13 +213,16 @@ def load_trace(path: str) -> Trace:
     if header.get("version", VERSION) != VERSION:
         raise TraceError(f"{hp}: version {header.get('version')!r} is not supported "
                          f"(this reader knows version {VERSION})")
-    for key, typ in _REQUIRED.items():
+    kind = header.get("kind", "inputs")
+    if kind not in KINDS:
+        raise TraceError(f"{hp}: kind {kind!r} is not one of {KINDS}")
+    for key, typ in (_REQUIRED_SCORES if kind == "scores" else _REQUIRED).items():
         if key not in header:
             raise TraceError(f"{hp}: missing field {key!r}")
         value = header[key]
         if typ is int and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise TraceError(f"{hp}: field {key!r} must be a positive integer, got {value!r}")
-    if header["key_format"] not in KEY_FORMATS:
+    if kind == "inputs" and header["key_format"] not in KEY_FORMATS:
         raise TraceError(f"{hp}: key_format {header['key_format']!r} is not one of {KEY_FORMATS}")
     L, T, B, R = header["layers"], header["steps"], header["batch"], header["rows"]
     ids = header.get("request_ids", list(range(B)))
@@ -220,6 +243,9 @@ def load_trace(path: str) -> Trace:
         accepted = accepted.astype(np.int64)
     trace = Trace(path=path, header=header, request_ids=np.asarray(ids, dtype=np.int64),
                   accepted=accepted)
+    if kind == "scores":
+        _load_scores(trace, hp)
+        return trace
     H, D, S, fmt = header["heads"], header["head_dim"], header["page_size"], header["key_format"]
     q_types, k_types = _float_dtypes(fmt)
     for layer in range(L):
@@ -267,11 +293,108 @@ def load_trace(path: str) -> Trace:
     return trace
 
 
+def _check_dirs(path: str, layer: int, L: int, T: int) -> str:
+    ld = os.path.join(path, f"layer_{layer:03d}")
+    if not os.path.isdir(ld):
+        raise TraceError(f"{ld}: missing directory (header says {L} layers)")
+    extra = os.path.join(path, f"layer_{L:03d}")
+    if layer == L - 1 and os.path.isdir(extra):
+        raise TraceError(f"{extra}: header says {L} layers but this directory exists")
+    for step in range(T):
+        sd = os.path.join(ld, f"step_{step:05d}")
+        if not os.path.isdir(sd):
+            raise TraceError(f"{sd}: missing directory (header says {T} steps)")
+    return ld
+
+
+def _load_scores(trace: Trace, hp: str) -> None:
+    """Validates the files of a scores trace (z, lengths, positions and the
+    optional request_ids.npy) from their .npy headers; reads request_ids."""
+    path, header = trace.path, trace.header
+    L, T, B, R, S = (header[k] for k in ("layers", "steps", "batch", "rows", "page_size"))
+    ids_seen = None  # (path, ids) of the first request_ids.npy
+    for layer in range(L):
+        ld = _check_dirs(path, layer, L, T)
+        for step in range(T):
+            sd = os.path.join(ld, f"step_{step:05d}")
+            for name in _SCORE_ARRAYS + ("request_ids",):
+                p = _where(path, layer, step, name)
+                if p is None:
+                    if name == "request_ids":
+                        continue
+                    raise TraceError(f"{os.path.join(sd, name + '.npy')}: missing file "
+                                     "(not in the step, layer or trace directory either)")
+                shape, dtype = _npy_info(p)
+                want, typ = {"z": ((B, R, None), np.float32),
+                             "lengths": ((B, R), np.int32), "positions": ((B, R), np.int32),
+                             "request_ids": ((B,), np.int64)}[name]
+                if len(shape) != len(want) or any(e is not None and e != g
+                                                  for e, g in zip(want, shape)):
+                    desc = ", ".join("?" if e is None else str(e) for e in want)
+                    raise TraceError(f"{p}: shape {shape} does not match the header: expected "
+                                     f"[{desc}] ({_shape_names(name)})")
+                if dtype.type is not typ:
+                    raise TraceError(f"{p}: dtype {dtype} is not allowed for {name} in a "
+                                     f"scores trace (allowed: {np.dtype(typ).name})")
+                if name == "z":
+                    if shape[2] < 1 or shape[2] % S:
+                        raise TraceError(f"{p}: NS = {shape[2]} slots is not a positive "
+                                         f"multiple of page_size = {S} (the SPIN block size "
+                                         "must divide NS; pad z with -inf)")
+                    trace.files[(layer, step, "_ns")] = shape[2]
+                if name == "request_ids":
+                    if ids_seen is None or ids_seen[0] != p:
+                        ids = np.load(p, allow_pickle=False)
+                        if len(set(ids.tolist())) != B:
+                            raise TraceError(f"{p}: request ids must be {B} distinct "
+                                             f"integers (batch), got {ids.tolist()}")
+                        if ids_seen is None:
+                            if "request_ids" in header and \
+                                    list(header["request_ids"]) != ids.tolist():
+                                raise TraceError(f"{p}: {ids.tolist()} differs from "
+                                                 f"{hp} request_ids {header['request_ids']}")
+                            ids_seen = (p, ids)
+                        elif not np.array_equal(ids, ids_seen[1]):
+                            raise TraceError(f"{p}: {ids.tolist()} differs from "
+                                             f"{ids_seen[0]} {ids_seen[1].tolist()} (the same "
+                                             "requests must be in every step, in order)")
+                trace.files[(layer, step, name)] = p
+    if ids_seen is not None:
+        trace.request_ids = ids_seen[1].astype(np.int64)
+
+
+def _check_score_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndarray]):
+    where = os.path.join(trace.path, f"layer_{layer:03d}", f"step_{step:05d}")
+    z, lengths, positions = arrays["z"], arrays["lengths"], arrays["positions"]
+    zp = trace.files[(layer, step, "z")]
+    ns = z.shape[2]
+    if lengths.min() < 1:
+        raise TraceError(f"{where}: lengths.npy has a value {int(lengths.min())} < 1")
+    if lengths.max() > ns:
+        b, r = np.unravel_index(int(np.argmax(lengths)), lengths.shape)
+        raise TraceError(f"{zp}: NS = {ns} slots is smaller than a length: lengths.npy has "
+                         f"{int(lengths[b, r])} (request {b}, row {r}); z must hold every "
+                         "visible slot")
+    if (positions < lengths - 1).any():
+        raise TraceError(f"{where}: positions.npy must be >= lengths - 1 (visible slots never "
+                         "lie after the query)")
+    if (positions >= ns).any():
+        raise TraceError(f"{where}: positions.npy has a value {int(positions.max())} >= "
+                         f"z.npy's NS = {ns} (the replay's state capacity)")
+    visible = np.arange(ns)[None, None, :] < lengths[:, :, None]
+    bad = np.isnan(z) & visible
+    if bad.any():
+        b, r, i = (int(x) for x in np.argwhere(bad)[0])
+        raise TraceError(f"{zp}: NaN at request {b}, row {r}, slot {i} (inside the row's "
+                         "length; use -inf for slots to ignore)")
+
+
 def _shape_names(name: str) -> str:
     return {"q": "batch, rows, heads, head_dim", "w": "batch, rows, heads",
             "keys": "pages, page_size, head_dim", "scales": "pages, page_size",
             "block_table": "batch, max_pages", "lengths": "batch, rows",
-            "positions": "batch, rows"}[name]
+            "positions": "batch, rows", "z": "batch, rows, slots",
+            "request_ids": "batch"}[name]
 
 
 def _check_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndarray]):
@@ -340,7 +463,7 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
              diagonal: Sequence[int] = (0, 1, 2, 3), diagonal_amp: float = 1.5,
              shifts: Sequence[int] = (), move_every_step: bool = False,
              noise: float = 0.1, layer_noise: float = 0.05, rows: int = 1,
-             seed: int = 0, key_format: str = "f32") -> str:
+             seed: int = 0, key_format: str = "f32", kind: str = "inputs") -> str:
     """Writes a synthetic trace with the structure of the paper's Figure 1.
 
     * ``vertical``: number of hot runs of ``page_size`` slots (one block each,
@@ -357,6 +480,10 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
     * ``layer_noise``: per-layer perturbation of keys (layers are similar,
       not equal: the prev-layer predictor is good but not perfect).
     * ``rows`` > 1 writes an MTP trace with random acceptance counts.
+    * ``kind="scores"`` writes a scores trace instead: the dense scores z of
+      the same inputs (``dense_scores``, stored float32, -inf beyond each
+      row's length, NS = block-table width x page_size) with lengths,
+      positions and ``request_ids.npy``; the inputs are not kept.
 
     Half of ``head_dim`` carries content (one direction per group of vertical
     runs), the other half the position encoding. Returns ``path``.
@@ -367,6 +494,8 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
         raise ValueError("head_dim must be a multiple of 4")
     if key_format not in ("f32", "bf16"):
         raise ValueError("the generator writes key_format 'f32' or 'bf16'")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     C = D // 2                               # content dims: one direction per group
     F = (D - C) // 2                         # position frequencies
     freqs = 2 * np.pi / np.geomspace(8.0, 4.0 * (context + steps * R), F)
@@ -446,7 +575,41 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
                       q=f32_to_bf16_bits(q) if key_format == "bf16" else q,
                       lengths=lengths, positions=positions.astype(np.int32))
         n0 = n0 + advance[t]
+    if kind == "scores":
+        _inputs_to_scores(path)
     return path
+
+
+def _inputs_to_scores(path: str) -> None:
+    """Rewrites a generated inputs trace as a scores trace (same z)."""
+    trace = load_trace(path)
+    h = dict(trace.header)
+    L, T, B, R, fmt = h["layers"], h["steps"], h["batch"], h["rows"], h["key_format"]
+    for layer in range(L):
+        for t in range(T):
+            a = trace.step(layer, t)
+            ns = a["block_table"].shape[1] * h["page_size"]
+            q = to_f64(a["q"], "q", fmt)
+            w = a["w"].astype(np.float64)
+            z = np.full((B, R, ns), -np.inf, dtype=np.float32)
+            for b in range(B):
+                for r in range(R):
+                    n = int(a["lengths"][b, r])
+                    z[b, r, :n] = dense_scores(q[b, r], w[b, r], a["keys"], a["block_table"][b],
+                                               n, fmt, a.get("scales"))
+            save_step(path, layer, t, z=z)
+            os.remove(os.path.join(path, f"layer_{layer:03d}", f"step_{t:05d}", "q.npy"))
+        os.remove(os.path.join(path, f"layer_{layer:03d}", "keys.npy"))
+    for name in ("w", "block_table"):
+        os.remove(os.path.join(path, name + ".npy"))
+    np.save(os.path.join(path, "request_ids.npy"), trace.request_ids.astype(np.int64))
+    gen = dict(h.get("generator", {}), heads=h.pop("heads"), head_dim=h.pop("head_dim"),
+               key_format=h.pop("key_format"))
+    h.pop("request_ids", None)
+    h.pop("format", None)
+    h.pop("version", None)
+    h["generator"] = gen
+    write_header(path, kind="scores", **h)
 
 
 def dense_scores(q: np.ndarray, w: np.ndarray, keys: np.ndarray, block_table: np.ndarray,

@@ -375,3 +375,164 @@ def test_cli_plots(tmp_path):
         return
     assert done.returncode == 0, done.stderr
     assert os.path.isfile(tmp_path / "plots" / "topk_heatmap.png")
+
+
+# ---------------------------------------------------------------- scores traces
+
+
+def test_scores_trace_loads(tmp_path):
+    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    t = traces.load_trace(path)
+    assert t.kind == "scores" and t.request_ids.tolist() == [100, 101]
+    a = t.step(1, 5)
+    assert set(a) == {"z", "lengths", "positions"}
+    assert a["z"].dtype == np.float32 and a["z"].shape[:2] == (2, 1)
+    assert a["z"].shape[2] % SMALL["page_size"] == 0
+    n = int(a["lengths"][0, 0])
+    assert np.isfinite(a["z"][0, 0, :n]).all() and np.isneginf(a["z"][0, 0, n:]).all()
+    # the same z as dense_scores of the inputs trace
+    ti = traces.load_trace(traces.generate(str(tmp_path / "i"), **SMALL))
+    b = ti.step(1, 5)
+    z = traces.dense_scores(b["q"][0, 0].astype(np.float64), b["w"][0, 0].astype(np.float64),
+                            b["keys"], b["block_table"][0], n, "f32")
+    assert np.array_equal(a["z"][0, 0, :n], z.astype(np.float32))
+
+
+def test_scores_truncated_z(tmp_path):
+    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    p = os.path.join(path, "layer_001", "step_00002", "z.npy")
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size - 40)
+    with pytest.raises(traces.TraceError) as e:
+        traces.load_trace(path)
+    msg = str(e.value)
+    assert "layer_001/step_00002/z.npy: truncated: header says shape (2, 1, " in msg
+    assert f"but the file has {size - 40 - 128} data bytes" in msg
+
+
+def test_scores_z_shorter_than_length(tmp_path):
+    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    p = os.path.join(path, "layer_000", "step_00003", "z.npy")
+    n = int(np.load(os.path.join(path, "layer_000", "step_00003", "lengths.npy")).max())
+    np.save(p, np.zeros((2, 1, 128), dtype=np.float32))     # 128 slots < n = 132
+    t = traces.load_trace(path)
+    with pytest.raises(traces.TraceError, match=r"layer_000/step_00003/z\.npy: NS = 128 slots is "
+                                                rf"smaller than a length: lengths\.npy has {n}"):
+        t.step(0, 3)
+
+
+def test_scores_validation_header_and_shape(tmp_path):
+    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    p = os.path.join(path, "layer_000", "step_00001", "z.npy")
+    np.save(p, np.zeros((2, 1, 150), dtype=np.float32))
+    with pytest.raises(traces.TraceError, match=r"step_00001/z\.npy: NS = 150 slots is not a "
+                                                r"positive multiple of page_size = 16"):
+        traces.load_trace(path)
+    np.save(p, np.zeros((2, 3, 160), dtype=np.float32))
+    with pytest.raises(traces.TraceError, match=r"z\.npy: shape \(2, 3, 160\) does not match the "
+                                                r"header: expected \[2, 1, \?\] \(batch, rows, slots\)"):
+        traces.load_trace(path)
+    np.save(p, np.zeros((2, 1, 160), dtype=np.float64))
+    with pytest.raises(traces.TraceError, match=r"z\.npy: dtype float64 is not allowed"):
+        traces.load_trace(path)
+    os.remove(p)
+    with pytest.raises(traces.TraceError, match=r"step_00001/z\.npy: missing file"):
+        traces.load_trace(path)
+    _edit_header(path, kind="logits")
+    with pytest.raises(traces.TraceError, match=r"header\.json: kind 'logits' is not one of"):
+        traces.load_trace(path)
+    ids = os.path.join(path, "request_ids.npy")
+    np.save(ids, np.array([5, 5], dtype=np.int64))
+    _edit_header(path, kind="scores")
+    shutil.copy(os.path.join(path, "layer_000", "step_00000", "z.npy"), p)
+    with pytest.raises(traces.TraceError, match=r"request_ids\.npy: request ids must be 2 distinct"):
+        traces.load_trace(path)
+
+
+def test_score_graph_text():
+    g = replay.score_graph(1, 1, 160, 32, 16, 0.5, 0.05, 7, "max")
+    assert 'func.func @score_layer(%z: tensor<?x1x160xf32> {spin.input = "scores"}' in g
+    assert "-> tensor<?x1x10xf32>" in g and "spin.ema_update" in g and "layer = 1>" in g
+    g3 = replay.score_graph(0, 3, 64, 8, 16, 0.4, 0.0, 0, "top4", mtp_mask="row0",
+                            mtp_update="row0")
+    assert "%acc: tensor<?xi32> {spin.accepted}" in g3
+    assert "mtp_update = #spin.mtp_update<row0>" in g3 and "spin.observe %c" in g3
+    with pytest.raises(ValueError, match="must divide NS"):
+        replay.score_graph(0, 1, 100, 8, 16, 0.5)
+
+
+def test_dense_topk_of_scores():
+    z = np.array([[[1.0, 3.0, 3.0, -np.inf, 2.0, 9.0]]], dtype=np.float32)
+    # slot 5 is beyond the length, slot 3 is -inf: never picked; ties to the lower index
+    assert replay.dense_topk(z, np.array([[5]], np.int32), 4).tolist() == [[[1, 2, 4, 0]]]
+    assert replay.dense_topk(z, np.array([[5]], np.int32), 6).tolist() == [[[1, 2, 4, 0, -1, -1]]]
+
+
+@needs_spin
+@pytest.mark.parametrize("rows", [1, 3])
+def test_scores_trace_matches_inputs_trace(tmp_path, rows):
+    # f32 keys: the compiled path scores exactly what numpy's dense_scores stores
+    kw = dict(layers=2, steps=10, batch=2, context=256, rows=rows, shifts=(5,), seed=3)
+    inputs = traces.generate(str(tmp_path / "i"), **kw)
+    scores = traces.generate(str(tmp_path / "s"), kind="scores", **kw)
+    cs = replay.configs([0.2, 0.5], poolings=["max", "top4"], explores=[0.0, 0.1], rows=rows,
+                        mtp_masks=["union", "row0"], mtp_updates=["prefix", "row0"])
+    a, b = replay.replay(inputs, cs), replay.replay(scores, cs)
+    assert b["kind"] == "scores" and len(b["runs"]) == len(a["runs"])
+    for x, y in zip(a["runs"], b["runs"]):
+        assert x["label"] == y["label"]
+        assert x["per_layer"] == y["per_layer"], x["label"]
+        assert x["overall"] == y["overall"], x["label"]
+    for p in replay.PREDICTORS:
+        for m in ("pearson", "recall"):
+            assert b["diagnostics"]["overall"][p][m] == pytest.approx(
+                a["diagnostics"]["overall"][p][m], abs=1e-6)
+    assert a["heatmap"] == b["heatmap"]
+
+
+@needs_spin
+def test_static_score_trace_never_misses(tmp_path):
+    path = traces.generate(str(tmp_path / "static"), layers=2, steps=12, batch=2, context=256,
+                           diagonal=(), noise=0.0, layer_noise=0.0, kind="scores")
+    report = replay.replay(path, replay.configs([0.2, 0.5, 0.7], explores=[0.0]),
+                           diagnostics=False)
+    for run in report["runs"]:
+        assert run["overall"]["rows"] == 11 * 2 * 2
+        assert run["overall"]["miss_mean"] == 0.0 and run["overall"]["miss_p99"] == 0.0
+        assert run["overall"]["sparsity"] >= run["config"]["sparsity"] - 0.06
+
+
+@needs_spin
+def test_scores_trace_refuses_a0_a2(tmp_path):
+    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    for r in ("A0", "A2"):
+        with pytest.raises(ValueError, match=rf"reduction {r} cannot replay a scores trace: "
+                                             "only A1"):
+            replay.replay(path, replay.configs([0.5], reductions=[r]))
+
+
+@needs_spin
+def test_cli_scores_end_to_end(tmp_path):
+    trace = str(tmp_path / "trace")
+    done = _cli(trace, "--kind", "scores", "--steps", "12", "--shifts", "6", "--rows", "2",
+                tool="spin-trace-gen")
+    assert done.returncode == 0, done.stderr
+    assert "scores trace" in done.stdout
+    assert not os.path.exists(os.path.join(trace, "w.npy"))
+    out = str(tmp_path / "report.json")
+    done = _cli(trace, "--sparsity", "0.2,0.5", "--explore", "0,0.1", "--mtp-mask", "union,row0",
+                "--json", out)
+    assert done.returncode == 0, done.stderr
+    assert "scores trace" in done.stdout and "miss vs top-K of z" in done.stdout
+    assert "rho=0.5 A1-max explore=0.1 mtp=row0/prefix" in done.stdout
+    assert "(100%)" in done.stderr
+    with open(out) as f:
+        report = json.load(f)
+    assert report["kind"] == "scores" and len(report["runs"]) == 2 * 2 * 2
+    for run in report["runs"]:
+        assert run["overall"]["rows"] == 11 * 2 * 2 * 2   # steps x requests x rows x layers
+        assert 0.0 <= run["overall"]["miss_mean"] <= 1.0
+    assert set(report["diagnostics"]["overall"]) == set(replay.PREDICTORS)
+    done = _cli(trace, "--reduction", "A2")
+    assert done.returncode == 2 and "reduction A2 cannot replay a scores trace" in done.stderr
