@@ -370,15 +370,12 @@ static std::string cacheDirectory() {
   return std::string(dir);
 }
 
-static const char *kRoleNames[] = {"input", "positions", "request_ids", "accepted",
-                                   "reset", "slots",     "state",       "output"};
-
 /// One line per argument: role name layer dtype rank dims...
 static std::string serializeSignature(const std::vector<ArgSpec> &signature) {
   std::string text;
   llvm::raw_string_ostream os(text);
   for (const ArgSpec &arg : signature) {
-    os << kRoleNames[static_cast<int>(arg.role)] << " " << arg.name << " "
+    os << ::spin::runtime::argRoleName(arg.role) << " " << arg.name << " "
        << arg.layer << " " << arg.blockSize << " "
        << static_cast<int>(arg.dtype) << " " << arg.shape.size();
     for (int64_t size : arg.shape)
@@ -398,15 +395,16 @@ static std::optional<std::vector<ArgSpec>> parseSignature(llvm::StringRef text) 
     if (words.size() < 6)
       return std::nullopt;
     ArgSpec arg;
-    auto role = llvm::find(kRoleNames, words[0]);
+    std::optional<ArgSpec::Role> role =
+        ::spin::runtime::argRoleFromName(words[0].str());
     int64_t layer, blockSize, dtype, rank;
-    if (role == std::end(kRoleNames) || words[2].getAsInteger(10, layer) ||
+    if (!role || words[2].getAsInteger(10, layer) ||
         words[3].getAsInteger(10, blockSize) ||
         words[4].getAsInteger(10, dtype) || words[5].getAsInteger(10, rank) ||
         dtype < 0 || dtype > static_cast<int64_t>(DType::i64) || rank < 0 ||
         static_cast<int64_t>(words.size()) != 6 + rank)
       return std::nullopt;
-    arg.role = static_cast<ArgSpec::Role>(role - std::begin(kRoleNames));
+    arg.role = *role;
     arg.name = words[1].str();
     arg.layer = layer;
     arg.blockSize = blockSize;

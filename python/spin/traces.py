@@ -249,16 +249,9 @@ def load_trace(path: str) -> Trace:
     H, D, S, fmt = header["heads"], header["head_dim"], header["page_size"], header["key_format"]
     q_types, k_types = _float_dtypes(fmt)
     for layer in range(L):
-        ld = os.path.join(path, f"layer_{layer:03d}")
-        if not os.path.isdir(ld):
-            raise TraceError(f"{ld}: missing directory (header says {L} layers)")
-        extra = os.path.join(path, f"layer_{L:03d}")
-        if layer == L - 1 and os.path.isdir(extra):
-            raise TraceError(f"{extra}: header says {L} layers but this directory exists")
+        ld = _check_dirs(path, layer, L, T)
         for step in range(T):
             sd = os.path.join(ld, f"step_{step:05d}")
-            if not os.path.isdir(sd):
-                raise TraceError(f"{sd}: missing directory (header says {T} steps)")
             mb = None
             for name in _ARRAYS:
                 p = _where(path, layer, step, name)

@@ -88,12 +88,10 @@ tensors(const py::dict &arrays, std::vector<py::buffer_info> &keep,
 }
 
 py::list signatureOf(const rt::StepProgram &program) {
-  static const char *roles[] = {"input", "positions", "request_ids", "accepted",
-                                "reset", "slots",     "state",       "output"};
   py::list list;
   for (const rt::ArgSpec &arg : program.signature()) {
     py::dict d;
-    d["role"] = roles[static_cast<int>(arg.role)];
+    d["role"] = rt::argRoleName(arg.role);
     d["name"] = arg.name;
     d["layer"] = arg.layer;
     d["dtype"] = rt::dtypeName(arg.dtype);

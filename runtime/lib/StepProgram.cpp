@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <sstream>
 
 namespace spin::runtime {
@@ -57,6 +58,21 @@ const char *dtypeName(DType dtype) {
     return "i64";
   }
   return "?";
+}
+
+static const char *const kRoleNames[] = {"input", "positions", "request_ids",
+                                         "accepted", "reset", "slots",
+                                         "state", "output"};
+
+const char *argRoleName(ArgSpec::Role role) {
+  return kRoleNames[static_cast<int>(role)];
+}
+
+std::optional<ArgSpec::Role> argRoleFromName(const std::string &name) {
+  for (size_t i = 0; i < std::size(kRoleNames); ++i)
+    if (name == kRoleNames[i])
+      return static_cast<ArgSpec::Role>(i);
+  return std::nullopt;
 }
 
 int64_t TensorRef::numElements() const {

@@ -206,15 +206,14 @@ SmallVector<Value>
 LoopBuilder::ifThenElse(TypeRange types, Value cond,
                         function_ref<SmallVector<Value>()> then,
                         function_ref<SmallVector<Value>()> otherwise) {
-  auto op = scf::IfOp::create(
-      b, loc, cond,
-      [&](OpBuilder &nested, Location) {
-        at(nested, [&] { scf::YieldOp::create(b, loc, then()); });
-      },
-      [&](OpBuilder &nested, Location) {
-        at(nested, [&] { scf::YieldOp::create(b, loc, otherwise()); });
-      });
-  (void)types;
+  auto op = scf::IfOp::create(b, loc, types, cond, /*addThenBlock=*/true,
+                              /*addElseBlock=*/true);
+  for (auto [block, body] :
+       {std::pair{op.thenBlock(), then}, std::pair{op.elseBlock(), otherwise}}) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(block);
+    scf::YieldOp::create(b, loc, body());
+  }
   return SmallVector<Value>(op.getResults());
 }
 
@@ -348,7 +347,7 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
                                           Value end,
                                           function_ref<Value(Value)> loadFn,
                                           bool finiteOnly) {
-  Type f32Type = b.getF32Type(), indexType = b.getIndexType();
+  Type f32Type = b.getF32Type();
   Value ninf = negInf();
   // Running state: max / sum / the four largest, and the count pooled.
   SmallVector<Value> inits = {ninf, f32(0.0), ninf, ninf, ninf, ninf, index(0)};
@@ -400,7 +399,6 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
     break;
   }
   }
-  (void)indexType;
   return {select(any, pooled, ninf), count};
 }
 

@@ -25,6 +25,11 @@ std::pair<Value, Value> emaCoefficients(LoopBuilder &lb, double decay) {
           lb.f32(static_cast<float>(1.0 - decay))};
 }
 
+/// `it += 1` for the request in `slot`: one more step since the last reset.
+void advanceIteration(LoopBuilder &lb, const StateBuffers &state, Value slot) {
+  lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
+}
+
 /// Folds one observed row into the state: for every selected visible block,
 /// the finite scores of its slots (slot level) or their pool (block level).
 /// `scoreAt(i)` reads the row's score of slot i (block j for `pooled`).
@@ -100,7 +105,7 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
             [&](Value i) { return lb.load(scores, {b, r, i}); },
             op.getPooling(), /*pooled=*/false);
       });
-      lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
+      advanceIteration(lb, state, slot);
     });
     rewriter.replaceOp(op, adaptor.getState());
     return success();
@@ -198,7 +203,7 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
               std::nullopt, /*pooled=*/true,
               /*maxBlocks=*/lb.dim(state.obsMask, 1));
         });
-        lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
+        advanceIteration(lb, state, slot);
         lb.store(lb.i32(0), state.obsRows, {slot});
       });
     });

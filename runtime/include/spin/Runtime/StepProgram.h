@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ struct ArgSpec {
   /// the pool's per-block buffers must have room for its blocks.
   int64_t blockSize = 0;
 };
+
+/// The name of an argument role ("input", "positions", ..., "output"), as
+/// tools and bindings print it; `argRoleFromName` is its inverse.
+const char *argRoleName(ArgSpec::Role role);
+std::optional<ArgSpec::Role> argRoleFromName(const std::string &name);
 
 /// The compiled code's packed entry point: `args[i]` points to a pointer to
 /// the i-th memref descriptor.
