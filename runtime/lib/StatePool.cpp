@@ -91,8 +91,7 @@ std::string notInPool(int64_t requestId) {
 // Creation
 //===----------------------------------------------------------------------===//
 
-StatusOr<std::unique_ptr<StatePool>>
-StatePool::create(const StatePoolOptions &options) {
+StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
   struct Field {
     const char *name;
     int64_t value;
@@ -130,29 +129,52 @@ StatePool::create(const StatePoolOptions &options) {
   // stride is a multiple of 64 bytes, so every array of every layer stays
   // aligned.
   ArenaLayout layout;
-  FieldOffsets offsets{};
+  StateLayout result;
+  result.numBlocks = numBlocks;
   if (fits) {
-    offsets.v = layout.add(slotsTimesC, sizeof(float));
-    offsets.d = layout.add(slotsTimesC, sizeof(float));
-    offsets.it = layout.add(slots, sizeof(int64_t));
-    offsets.obsRows = layout.add(slots, sizeof(int32_t));
-    offsets.obsPos = layout.add(slotsTimesRows, sizeof(int32_t));
-    offsets.obsLen = layout.add(slotsTimesRows, sizeof(int32_t));
-    offsets.obsMask = layout.add(slotsTimesBlocks, sizeof(uint8_t));
-    offsets.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
+    result.v = layout.add(slotsTimesC, sizeof(float));
+    result.d = layout.add(slotsTimesC, sizeof(float));
+    result.it = layout.add(slots, sizeof(int64_t));
+    result.obsRows = layout.add(slots, sizeof(int32_t));
+    result.obsPos = layout.add(slotsTimesRows, sizeof(int32_t));
+    result.obsLen = layout.add(slotsTimesRows, sizeof(int32_t));
+    result.obsMask = layout.add(slotsTimesBlocks, sizeof(uint8_t));
+    result.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
     layout.add(0, 1); // Round the layer up to the alignment.
   }
-  int64_t layerStride = layout.bytes(), total = 0, withSlack = 0;
+  result.layerStride = layout.bytes();
+  int64_t withSlack = 0;
   if (!fits || layout.overflowed() ||
-      !checkedMul(layerStride, options.numLayers, total) ||
-      !checkedAdd(total, kAlignment, withSlack) ||
+      !checkedMul(result.layerStride, options.numLayers, result.bytes) ||
+      !checkedAdd(result.bytes, kAlignment, withSlack) ||
       static_cast<uint64_t>(withSlack) > std::numeric_limits<size_t>::max())
     return Status::error("a state pool of " + describe(options) +
                          " needs more than " + str(kInt64Max) + " bytes");
+  return result;
+}
 
-  void *raw = std::calloc(1, static_cast<size_t>(withSlack));
+StatusOr<std::unique_ptr<StatePool>>
+StatePool::create(const StatePoolOptions &options) {
+  StatusOr<StateLayout> full = layoutOf(options);
+  if (!full.ok())
+    return full.status();
+  StateLayout hostLayout = *full;
+  if (!options.hostState) {
+    // Only the record of buffered rows: one i32 per slot and layer, each
+    // layer's row 64-byte aligned. Small, since the full layout fits.
+    ArenaLayout layout;
+    hostLayout = StateLayout();
+    hostLayout.numBlocks = full->numBlocks;
+    hostLayout.obsRows = layout.add(options.numSlots, sizeof(int32_t));
+    layout.add(0, 1);
+    hostLayout.layerStride = layout.bytes();
+    hostLayout.bytes = hostLayout.layerStride * options.numLayers;
+  }
+
+  void *raw =
+      std::calloc(1, static_cast<size_t>(hostLayout.bytes + kAlignment));
   if (!raw)
-    return Status::error("cannot allocate " + str(total) +
+    return Status::error("cannot allocate " + str(hostLayout.bytes) +
                          " bytes for a state pool of " + describe(options));
   std::unique_ptr<void, FreeArena> arena(raw);
   auto address = reinterpret_cast<uintptr_t>(raw);
@@ -161,22 +183,20 @@ StatePool::create(const StatePoolOptions &options) {
   // The free list is the only host allocation that grows with the options;
   // it is far smaller than the arena, but keep a failure a Status.
   try {
-    return std::unique_ptr<StatePool>(new StatePool(options, numBlocks, offsets,
-                                                    layerStride, total,
-                                                    std::move(arena), base));
+    return std::unique_ptr<StatePool>(
+        new StatePool(options, hostLayout, std::move(arena), base));
   } catch (const std::bad_alloc &) {
     return Status::error("cannot allocate the slot table for a state pool of " +
                          describe(options));
   }
 }
 
-StatePool::StatePool(const StatePoolOptions &options, int64_t numBlocks,
-                     FieldOffsets fieldOffsets, int64_t layerStride,
-                     int64_t bytes,
+StatePool::StatePool(const StatePoolOptions &options, const StateLayout &layout,
                      std::unique_ptr<void, FreeArena> arenaMemory,
                      char *arenaBase)
-    : opts(options), blocks(numBlocks), arenaBytes(bytes), fields(fieldOffsets),
-      stride(layerStride), arena(std::move(arenaMemory)), base(arenaBase) {
+    : opts(options), blocks(layout.numBlocks), arenaBytes(layout.bytes),
+      fields(layout), stride(layout.layerStride), arena(std::move(arenaMemory)),
+      base(arenaBase) {
   std::vector<int32_t> all(static_cast<size_t>(opts.numSlots));
   for (size_t s = 0; s < all.size(); ++s)
     all[s] = static_cast<int32_t>(s);
@@ -225,17 +245,27 @@ Status StatePool::checkLayer(int64_t layer) const {
   return Status::success();
 }
 
+Status StatePool::checkHostState(int64_t requestId, const char *what) const {
+  if (opts.hostState)
+    return Status::success();
+  return Status::error(std::string(what) + " of request " + str(requestId) +
+                       " lives in device memory: this pool keeps only the "
+                       "request table on the host");
+}
+
 LayerBuffers StatePool::buffers(int64_t layer) const {
   char *start = base + layer * stride;
   LayerBuffers b;
-  b.v = reinterpret_cast<float *>(start + fields.v);
-  b.d = reinterpret_cast<float *>(start + fields.d);
-  b.it = reinterpret_cast<int64_t *>(start + fields.it);
   b.obsRows = reinterpret_cast<int32_t *>(start + fields.obsRows);
-  b.obsPos = reinterpret_cast<int32_t *>(start + fields.obsPos);
-  b.obsLen = reinterpret_cast<int32_t *>(start + fields.obsLen);
-  b.obsMask = reinterpret_cast<uint8_t *>(start + fields.obsMask);
-  b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
+  if (opts.hostState) {
+    b.v = reinterpret_cast<float *>(start + fields.v);
+    b.d = reinterpret_cast<float *>(start + fields.d);
+    b.it = reinterpret_cast<int64_t *>(start + fields.it);
+    b.obsPos = reinterpret_cast<int32_t *>(start + fields.obsPos);
+    b.obsLen = reinterpret_cast<int32_t *>(start + fields.obsLen);
+    b.obsMask = reinterpret_cast<uint8_t *>(start + fields.obsMask);
+    b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
+  }
   b.numSlots = opts.numSlots;
   b.capacity = opts.capacity;
   b.maxRows = opts.maxRows;
@@ -248,10 +278,12 @@ void StatePool::zeroSlot(int32_t slot) const {
   const int64_t row = static_cast<int64_t>(slot) * opts.capacity;
   for (int64_t l = 0; l < opts.numLayers; ++l) {
     LayerBuffers b = buffers(l);
+    b.obsRows[slot] = 0;
+    if (!opts.hostState)
+      continue;
     std::memset(b.v + row, 0, rowBytes);
     std::memset(b.d + row, 0, rowBytes);
     b.it[slot] = 0;
-    b.obsRows[slot] = 0;
   }
 }
 
@@ -351,6 +383,8 @@ StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
     return s;
   if (Status s = checkLayer(layer); !s.ok())
     return s;
+  if (Status s = checkHostState(requestId, "the iteration counter"); !s.ok())
+    return s;
   return buffers(layer).it[request->slot];
 }
 
@@ -362,6 +396,8 @@ StatusOr<const float *> StatePool::row(int64_t requestId, int64_t layer,
       !s.ok())
     return s;
   if (Status s = checkLayer(layer); !s.ok())
+    return s;
+  if (Status s = checkHostState(requestId, "the EMA state"); !s.ok())
     return s;
   return static_cast<const float *>(buffers(layer).*field +
                                     request->slot * opts.capacity);
@@ -376,7 +412,7 @@ StatusOr<const float *> StatePool::d(int64_t requestId, int64_t layer) const {
 }
 
 LayerBuffers StatePool::layer(int64_t layer) const {
-  if (layer < 0 || layer >= opts.numLayers)
+  if (layer < 0 || layer >= opts.numLayers || !opts.hostState)
     return LayerBuffers();
   return buffers(layer);
 }
@@ -539,6 +575,35 @@ void StatePool::endStep(Span<int64_t> requestIds, Span<int64_t> layers) {
                      [](bool covered) { return covered; }))
       request->commit.reset();
   }
+}
+
+Status StatePool::setBufferedRows(Span<int64_t> requestIds,
+                                  Span<int64_t> layers, int32_t rows) {
+  if (opts.hostState)
+    return Status::error("setBufferedRows is for pools whose state lives on a "
+                         "device: the compiled code of a host pool writes "
+                         "obs_rows itself");
+  if (rows < 0 || rows > opts.maxRows)
+    return Status::error("buffered rows = " + str(rows) +
+                         " is outside [0, " + str(opts.maxRows) +
+                         "], the pool's maxRows");
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int64_t l : layers)
+    if (Status s = checkLayer(l); !s.ok())
+      return s;
+  for (int64_t requestId : requestIds) {
+    const Request *request = find(requestId);
+    if (!request)
+      return Status::error(notInPool(requestId));
+    if (request->busy != Busy::Step)
+      return Status::error("request " + str(requestId) +
+                           " is not inside a step: buffered rows are recorded "
+                           "between beginStep and endStep");
+  }
+  for (int64_t requestId : requestIds)
+    for (int64_t l : layers)
+      buffers(l).obsRows[find(requestId)->slot] = rows;
+  return Status::success();
 }
 
 } // namespace spin::runtime

@@ -502,6 +502,137 @@ TEST(StatePoolMtp, UnknownRequestsHaveNothingPending) {
 }
 
 //===----------------------------------------------------------------------===//
+// Pools whose state lives on a device
+//===----------------------------------------------------------------------===//
+
+TEST(StatePoolLayout, MatchesTheHostArena) {
+  StatusOr<StateLayout> layout = StatePool::layoutOf(smallOptions());
+  ASSERT_TRUE(layout.ok()) << layout.message();
+  auto pool = makePool(smallOptions());
+  ASSERT_TRUE(pool);
+  LayerBuffers l0 = pool->layer(0), l1 = pool->layer(1);
+  auto at = [&](const void *p) {
+    return static_cast<int64_t>(reinterpret_cast<const char *>(p) -
+                                reinterpret_cast<const char *>(l0.v));
+  };
+  EXPECT_EQ(layout->v, 0);
+  EXPECT_EQ(at(l0.d), layout->d - layout->v);
+  EXPECT_EQ(at(l0.it), layout->it);
+  EXPECT_EQ(at(l0.obsRows), layout->obsRows);
+  EXPECT_EQ(at(l0.obsPos), layout->obsPos);
+  EXPECT_EQ(at(l0.obsLen), layout->obsLen);
+  EXPECT_EQ(at(l0.obsMask), layout->obsMask);
+  EXPECT_EQ(at(l0.obsZ), layout->obsZ);
+  EXPECT_EQ(at(l1.v), layout->layerStride);
+  EXPECT_EQ(layout->layerStride % 64, 0);
+  EXPECT_EQ(layout->bytes, 2 * layout->layerStride);
+  EXPECT_EQ(layout->numBlocks, 7);
+  EXPECT_EQ(pool->allocatedBytes(), layout->bytes);
+
+  StatePoolOptions bad = smallOptions();
+  bad.maxRows = 0;
+  EXPECT_EQ(StatePool::layoutOf(bad).message(),
+            "state pool option maxRows must be positive, got 0");
+}
+
+StatePoolOptions deviceOptions() {
+  StatePoolOptions options = smallOptions();
+  options.hostState = false;
+  return options;
+}
+
+TEST(StatePoolWithoutHostState, KeepsOnlyTheRequestTable) {
+  StatePoolOptions options = deviceOptions();
+  // Large enough that the full state would not fit in host memory: only
+  // the record of buffered rows is allocated.
+  options.numSlots = 1 << 20;
+  options.capacity = 1 << 20;
+  auto pool = makePool(options);
+  ASSERT_TRUE(pool);
+  EXPECT_LE(pool->allocatedBytes(), 2 * ((4 << 20) + 64));
+  EXPECT_FALSE(pool->layer(0));
+  EXPECT_EQ(pool->layer(0).obsRows, nullptr);
+
+  ASSERT_EQ(*pool->acquire(5), 0);
+  ASSERT_EQ(*pool->acquire(6), 1);
+  EXPECT_EQ(*pool->slotOf(6), 1);
+  EXPECT_EQ(pool->iteration(5, 0).message(),
+            "the iteration counter of request 5 lives in device memory: this "
+            "pool keeps only the request table on the host");
+  EXPECT_EQ(pool->v(5, 1).message(),
+            "the EMA state of request 5 lives in device memory: this pool "
+            "keeps only the request table on the host");
+  EXPECT_EQ(pool->d(5, 0).message(), pool->v(5, 0).message());
+  // The other errors come first.
+  EXPECT_EQ(pool->iteration(9, 0).message(),
+            "request 9 is not in the state pool");
+  EXPECT_EQ(pool->v(5, 2).message(),
+            "layer 2 is out of range: the pool has 2 layers");
+  ASSERT_TRUE(pool->release(5).ok());
+  ASSERT_TRUE(pool->reset(6).ok());
+  EXPECT_EQ(pool->liveRequests(), 1);
+}
+
+TEST(StatePoolWithoutHostState, RecordsBufferedRowsForCommits) {
+  auto pool = makePool(deviceOptions());
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->acquire(7).ok());
+  ASSERT_TRUE(pool->acquire(8).ok());
+  std::vector<int64_t> both = {0, 1}, layer1 = {1};
+
+  EXPECT_EQ(pool->setBufferedRows({7}, Span<int64_t>(both), 4).message(),
+            "request 7 is not inside a step: buffered rows are recorded "
+            "between beginStep and endStep");
+  // A verification step of both layers buffers 4 rows for both requests.
+  ASSERT_TRUE(pool->beginStep({7, 8}, true).ok());
+  EXPECT_EQ(pool->setBufferedRows({7, 8}, Span<int64_t>(both), 5).message(),
+            "buffered rows = 5 is outside [0, 4], the pool's maxRows");
+  EXPECT_EQ(pool->setBufferedRows({7, 9}, Span<int64_t>(both), 4).message(),
+            "request 9 is not in the state pool");
+  std::vector<int64_t> bad = {3};
+  EXPECT_EQ(pool->setBufferedRows({7}, Span<int64_t>(bad), 4).message(),
+            "layer 3 is out of range: the pool has 2 layers");
+  // All-or-nothing: nothing was recorded by the refused calls.
+  EXPECT_FALSE(pool->setBufferedRows({7, 8}, Span<int64_t>(both), -1).ok());
+  ASSERT_TRUE(pool->setBufferedRows({7, 8}, Span<int64_t>(both), 4).ok());
+  pool->endStep({7, 8});
+
+  EXPECT_TRUE(pool->hasPendingRows(7));
+  EXPECT_EQ(pool->beginStep({7}, false).message(),
+            "request 7 has an uncommitted verification step on layer 0, which "
+            "this step cannot commit: call commit(7, accepted) and run an MTP "
+            "step, or reset(7)");
+  EXPECT_EQ(pool->commit(7, 4).message(),
+            "accepted = 4 is out of range for request 7: its verification step "
+            "buffered 4 rows, so accepted must be in [0, 3]");
+  ASSERT_TRUE(pool->commit(7, 2).ok());
+
+  // Layer 1 steps first and buffers again; layer 0 still has to replay.
+  ASSERT_TRUE(pool->beginStep({7}, true, Span<int64_t>(layer1)).ok());
+  ASSERT_TRUE(pool->setBufferedRows({7}, Span<int64_t>(layer1), 4).ok());
+  pool->endStep({7}, Span<int64_t>(layer1));
+  EXPECT_EQ(pool->recordedCommit(7), std::optional<int32_t>(2));
+
+  // A reset drops the record.
+  ASSERT_TRUE(pool->reset(8).ok());
+  EXPECT_FALSE(pool->hasPendingRows(8));
+  EXPECT_TRUE(pool->beginStep({8}, false).ok());
+  pool->endStep({8});
+}
+
+TEST(StatePoolWithoutHostState, HostPoolsRefuseTheRecord) {
+  auto pool = makePool(smallOptions());
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->acquire(1).ok());
+  ASSERT_TRUE(pool->beginStep({1}, true).ok());
+  std::vector<int64_t> layer0 = {0};
+  EXPECT_EQ(pool->setBufferedRows({1}, Span<int64_t>(layer0), 1).message(),
+            "setBufferedRows is for pools whose state lives on a device: the "
+            "compiled code of a host pool writes obs_rows itself");
+  pool->endStep({1});
+}
+
+//===----------------------------------------------------------------------===//
 // Concurrency
 //===----------------------------------------------------------------------===//
 

@@ -47,6 +47,28 @@ struct StatePoolOptions {
   int64_t maxRows = 1;
   /// SPIN block size `b` (= the KV page size), which sizes `obs_mask`.
   int64_t blockSize = 64;
+  /// Where the eight state arrays live. True: in this pool's host memory,
+  /// which the CPU step functions address. False: elsewhere (a
+  /// GpuStatePool's device memory); the pool then holds only the request
+  /// table and its own record of each slot's buffered MTP rows (the host's
+  /// copy of `obs_rows`), which the device program keeps up to date through
+  /// `setBufferedRows`.
+  bool hostState = true;
+};
+
+/// Where each array of the state lives: byte offsets of one layer's eight
+/// arrays from the start of that layer's part of an allocation, and the
+/// layers' stride (layer `l` starts at `l * layerStride`). Every offset and
+/// the stride are multiples of 64 bytes. The same layout serves the host
+/// arena of a StatePool and the device allocation of a GpuStatePool.
+struct StateLayout {
+  int64_t v = 0, d = 0, it = 0, obsRows = 0, obsPos = 0, obsLen = 0,
+          obsMask = 0, obsZ = 0;
+  int64_t layerStride = 0;
+  /// `layerStride * numLayers`.
+  int64_t bytes = 0;
+  /// `NBcap = ceil(capacity / blockSize)`.
+  int64_t numBlocks = 0;
 };
 
 /// Raw pointers to the eight arrays of one layer (docs/Runtime-ABI.md), for
@@ -118,6 +140,10 @@ public:
   static StatusOr<std::unique_ptr<StatePool>>
   create(const StatePoolOptions &options);
 
+  /// The validation of `create` and the layout of the full state (all eight
+  /// arrays, whatever `options.hostState` says), without allocating.
+  static StatusOr<StateLayout> layoutOf(const StatePoolOptions &options);
+
   StatePool(const StatePool &) = delete;
   StatePool &operator=(const StatePool &) = delete;
   ~StatePool();
@@ -126,7 +152,8 @@ public:
   const StatePoolOptions &options() const { return opts; }
   /// `NBcap = ceil(capacity / blockSize)`, the length of an `obs_mask` row.
   int64_t numBlocks() const { return blocks; }
-  /// Bytes allocated for the state arrays of all layers.
+  /// Bytes of host memory allocated for the state arrays of all layers
+  /// (only the record of buffered rows for a pool without host state).
   int64_t allocatedBytes() const { return arenaBytes; }
 
   //===--------------------------------------------------------------------===//
@@ -161,17 +188,19 @@ public:
   //===--------------------------------------------------------------------===//
 
   /// Steps since the last reset of `requestId` on `layer` (the `it` field).
+  /// Pools without host state refuse (the counter lives on the device).
   StatusOr<int64_t> iteration(int64_t requestId, int64_t layer) const;
   /// Read-only views of `V` and `D` (`capacity` floats each). The pointer
   /// stays valid while the request is live; its contents change with every
-  /// step, so read it between steps only. Busy requests are refused.
+  /// step, so read it between steps only. Busy requests, and pools without
+  /// host state, are refused.
   StatusOr<const float *> v(int64_t requestId, int64_t layer) const;
   StatusOr<const float *> d(int64_t requestId, int64_t layer) const;
 
   /// The arrays of `layer`, to build the step call's descriptors; all null
-  /// if `layer` is not in `[0, numLayers)`. Writing through them is the
-  /// compiled step's business: only for requests between `beginStep` and
-  /// `endStep` of the calling thread.
+  /// if `layer` is not in `[0, numLayers)` or the pool has no host state.
+  /// Writing through them is the compiled step's business: only for
+  /// requests between `beginStep` and `endStep` of the calling thread.
   LayerBuffers layer(int64_t layer) const;
 
   //===--------------------------------------------------------------------===//
@@ -221,6 +250,17 @@ public:
   /// more is dropped. Ids that are unknown or not inside a step are ignored.
   void endStep(Span<int64_t> requestIds, Span<int64_t> layers = {});
 
+  /// For a pool without host state: records that the step the requests are
+  /// inside (between `beginStep` and `endStep`) leaves `rows` buffered MTP
+  /// rows on each of `layers` (a verification step's `obs_rows`; 0 for
+  /// none). `commit` and `beginStep` consult this record as they consult
+  /// `obs_rows` of a host pool. All-or-nothing: fails, changing nothing, for
+  /// pools with host state (their compiled code writes `obs_rows`), unknown
+  /// layers, `rows` outside `[0, maxRows]`, and requests that are unknown
+  /// or not inside a step.
+  Status setBufferedRows(Span<int64_t> requestIds, Span<int64_t> layers,
+                         int32_t rows);
+
 private:
   /// One request's row of a per-slot f32 field of `layer` (V or D).
   StatusOr<const float *> row(int64_t requestId, int64_t layer,
@@ -239,21 +279,17 @@ private:
     std::vector<bool> commitLayers;
   };
 
-  /// Offsets of one layer's arrays from the start of that layer's part of
-  /// the arena (layer `l` starts at `l * stride`).
-  struct FieldOffsets {
-    int64_t v, d, it, obsRows, obsPos, obsLen, obsMask, obsZ;
-  };
-
   struct FreeArena {
     void operator()(void *p) const { std::free(p); }
   };
 
-  StatePool(const StatePoolOptions &options, int64_t numBlocks,
-            FieldOffsets fields, int64_t layerStride, int64_t bytes,
+  /// `fields` is the layout of the host arena: the full state, or for a
+  /// pool without host state only `obsRows` (the other offsets unused).
+  StatePool(const StatePoolOptions &options, const StateLayout &fields,
             std::unique_ptr<void, FreeArena> arena, char *base);
 
-  /// The arrays of `layer`, which must be in range.
+  /// The arrays of `layer`, which must be in range; only `obsRows` (and the
+  /// sizes) for a pool without host state.
   LayerBuffers buffers(int64_t layer) const;
 
   /// Zeroes V and D and resets `it`, `obs_rows` of `slot` on every layer.
@@ -275,10 +311,14 @@ private:
 
   Status checkLayer(int64_t layer) const;
 
+  /// Success for a pool with host state; otherwise an error saying that
+  /// `what` of `requestId` lives in device memory.
+  Status checkHostState(int64_t requestId, const char *what) const;
+
   StatePoolOptions opts;
   int64_t blocks;
   int64_t arenaBytes;
-  FieldOffsets fields;
+  StateLayout fields;
   int64_t stride;
   std::unique_ptr<void, FreeArena> arena;
   /// The arena's first 64-byte boundary.
