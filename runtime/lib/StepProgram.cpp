@@ -75,18 +75,15 @@ std::optional<ArgSpec::Role> argRoleFromName(const std::string &name) {
   return std::nullopt;
 }
 
-int64_t TensorRef::numElements() const {
-  int64_t n = 1;
-  for (int64_t size : shape)
-    n *= size;
-  return n;
+std::optional<DType> dtypeFromName(const std::string &name) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::fp8e4m3,
+                      DType::i1, DType::i8, DType::i32, DType::i64})
+    if (name == dtypeName(dtype))
+      return dtype;
+  return std::nullopt;
 }
 
-namespace {
-
-/// The paged caches (`keys`, `scales`, and `keys_k`, `scales_k` of the k-th
-/// indexer of a multi-layer graph) are not batched.
-bool isCacheInput(const std::string &name) {
+bool isPagedCacheInput(const std::string &name) {
   auto is = [&](const std::string &base) {
     return name == base || name.rfind(base + "_", 0) == 0;
   };
@@ -102,6 +99,15 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   os << "]";
   return os.str();
 }
+
+int64_t TensorRef::numElements() const {
+  int64_t n = 1;
+  for (int64_t size : shape)
+    n *= size;
+  return n;
+}
+
+namespace {
 
 /// A memref descriptor of any rank as 64-bit words: allocated, aligned,
 /// offset, sizes..., strides... (MLIR's C layout).
@@ -242,7 +248,7 @@ Status StepProgram::checkInputs(
                              shapeString(tensor.shape) + ", expected " +
                              shapeString(arg.shape));
     }
-    bool batched = !isCacheInput(arg.name);
+    bool batched = !isPagedCacheInput(arg.name);
     if (batched) {
       if (batch < 0)
         batch = tensor.shape[0];
@@ -308,7 +314,7 @@ Status StepProgram::checkInputs(
   // lengths, or keys_k, ... of the k-th indexer, falling back to the shared
   // block_table and lengths).
   for (const auto &[name, keys] : inputs) {
-    if (name.rfind("keys", 0) != 0 || !isCacheInput(name))
+    if (name.rfind("keys", 0) != 0 || !isPagedCacheInput(name))
       continue;
     std::string suffix = name.substr(4);
     auto pick = [&](const std::string &base) -> const TensorRef * {
@@ -359,7 +365,7 @@ Status StepProgram::run(StatePool &pool,
   int64_t batch = 0;
   for (const ArgSpec &arg : signature_)
     if ((arg.role == ArgSpec::Role::Input || arg.role == ArgSpec::Role::RequestIds) &&
-        !isCacheInput(arg.name) && inputs.count(arg.name)) {
+        !isPagedCacheInput(arg.name) && inputs.count(arg.name)) {
       batch = inputs.at(arg.name).shape[0];
       break;
     }

@@ -31,6 +31,17 @@ enum class DType { f32, f16, bf16, fp8e4m3, i1, i8, i32, i64 };
 /// Bytes per element (i1 is stored as one byte).
 int64_t dtypeSize(DType dtype);
 const char *dtypeName(DType dtype);
+/// The element type `dtypeName` prints as `name` ("f32", "bf16",
+/// "fp8e4m3", "i1", ...), if any.
+std::optional<DType> dtypeFromName(const std::string &name);
+
+/// True for the inputs that are not batched: the paged caches `keys` and
+/// `scales` (and `keys_k`, `scales_k` of the k-th indexer of a multi-layer
+/// graph).
+bool isPagedCacheInput(const std::string &name);
+
+/// A shape as messages print it: "[16, ?, 64]" (-1 for a dynamic size).
+std::string shapeString(const std::vector<int64_t> &shape);
 
 /// A contiguous row-major tensor owned by the caller.
 struct TensorRef {
