@@ -1,0 +1,285 @@
+//===- GpuProgram.h - load and launch a compiled GPU artifact ---*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// A GPU artifact (docs/GPU-ABI.md) is a directory with manifest.json and
+// one PTX module per chip. `GpuManifest` reads and validates the manifest
+// (no driver needed); `GpuProgram` loads the PTX for the current device,
+// owns the program's scratch buffers, side stream, events and error record,
+// and issues one decode step on a caller's stream: the same arguments as
+// the CPU step function (Runtime-ABI.md), on device tensors, with the state
+// of a GpuStatePool.
+//
+// A step never synchronises with the host, so it can be captured in a CUDA
+// graph; `check()` is the synchronising call that reports the errors the
+// kernels found in the contents of device inputs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_RUNTIME_GPUPROGRAM_H
+#define SPIN_RUNTIME_GPUPROGRAM_H
+
+#include "spin/Runtime/CudaDriver.h"
+#include "spin/Runtime/GpuStatePool.h"
+#include "spin/Runtime/Status.h"
+#include "spin/Runtime/StepProgram.h"
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spin::runtime {
+
+/// A contiguous row-major tensor in device memory, owned by the caller.
+struct DeviceTensorRef {
+  cuda::CUdeviceptr data = 0;
+  std::vector<int64_t> shape;
+  DType dtype = DType::f32;
+
+  int64_t numElements() const;
+};
+
+//===----------------------------------------------------------------------===//
+// The manifest
+//===----------------------------------------------------------------------===//
+
+/// One kernel of the PTX module.
+struct GpuKernelSpec {
+  std::string name;
+  std::array<uint32_t, 3> block = {1, 1, 1};
+  /// Dynamic shared memory per block, in bytes.
+  int64_t sharedBytes = 0;
+};
+
+/// One kernel parameter of a launch (docs/GPU-ABI.md, "Kernel parameters").
+struct GpuLaunchArg {
+  enum class Kind {
+    Argument, ///< pointer: device address of step argument `index`
+    Scratch,  ///< pointer: scratch buffer `index`
+    Errors,   ///< pointer: the error record
+    Dim,      ///< i32: run-time size `dim` of step argument `index`
+    I32       ///< i32: the constant `value`
+  };
+  Kind kind = Kind::Argument;
+  int64_t index = 0;
+  int64_t dim = 0;
+  int32_t value = 0;
+};
+
+/// One kernel launch of the step, in issue order.
+struct GpuLaunchSpec {
+  /// Index into GpuManifest::kernels.
+  size_t kernel = 0;
+  std::array<uint32_t, 3> grid = {1, 1, 1};
+  /// 0: the caller's stream; 1: the program's side stream.
+  int stream = 0;
+  /// Events the launch's stream waits for first.
+  std::vector<int64_t> wait;
+  /// The event recorded after the launch, or -1.
+  int64_t record = -1;
+  std::vector<GpuLaunchArg> args;
+};
+
+/// A device buffer the program allocates once.
+struct GpuScratchSpec {
+  std::string name;
+  int64_t bytes = 0;
+};
+
+/// The manifest's `state` section: the pool shape the program was compiled
+/// for.
+struct GpuStateSpec {
+  int64_t layers = 1;
+  int64_t capacity = 1;
+  int64_t blockSize = 64;
+  int64_t maxRows = 1;
+};
+
+/// A validated manifest.json. Every index in it is in range (launch kernels,
+/// events, argument and scratch indices, dims), every role and element type
+/// is known, and every state argument has the ABI's element type and rank.
+struct GpuManifest {
+  /// The artifact directory (as given to `read`).
+  std::string directory;
+  std::string function;
+  std::string compilerVersion;
+  /// Pipeline options the artifact was compiled with, as text.
+  std::vector<std::pair<std::string, std::string>> options;
+  /// Chip ("sm_90a") -> PTX file name in `directory`.
+  std::vector<std::pair<std::string, std::string>> ptx;
+  /// PTX ISA version times ten (86 for 8.6); 0 if not given.
+  int64_t ptxVersion = 0;
+  /// The largest batch the launch grids cover.
+  int64_t batch = 0;
+  /// Query rows per request.
+  int64_t rows = 1;
+  std::optional<GpuStateSpec> state;
+  std::vector<ArgSpec> arguments;
+  std::vector<GpuScratchSpec> scratch;
+  int64_t streams = 1;
+  int64_t events = 0;
+  std::vector<GpuKernelSpec> kernels;
+  std::vector<GpuLaunchSpec> launches;
+
+  /// Reads and validates `directory`/manifest.json; every listed PTX file
+  /// must exist. Errors name the file and the field
+  /// ("DIR/manifest.json: launches[2].args[0].index: 7 is out of range:
+  /// the step has 5 arguments").
+  static StatusOr<GpuManifest> read(const std::string &directory);
+  /// Validates manifest text as if read from `directory`/manifest.json.
+  static StatusOr<GpuManifest> parse(const std::string &json,
+                                     const std::string &directory);
+
+  /// The PTX key to load on a device of compute capability `major.minor`:
+  /// the arch-specific chip (9.0 -> "sm_90a", 10.0 -> "sm_100a", 10.3 ->
+  /// "sm_103a") if listed; otherwise the portable target ("sm_XY", no
+  /// suffix) with the largest XY not above the device's, which the driver
+  /// JIT-compiles forward. An error lists what is available.
+  StatusOr<std::string> ptxFor(int major, int minor) const;
+
+  /// True if the step takes an `accepted` argument (MTP replay).
+  bool commits() const;
+  /// True if the step binds state-pool fields.
+  bool stateful() const;
+};
+
+//===----------------------------------------------------------------------===//
+// The program
+//===----------------------------------------------------------------------===//
+
+/// A loaded GPU artifact.
+///
+/// Thread safety: `run` and `check` may be called from any thread (a mutex
+/// guards the host side), but the device work of steps shares the
+/// program's scratch buffers, side stream and error record: issue the steps
+/// of one program on one stream at a time, or order them with events.
+class GpuProgram {
+public:
+  /// Reads the manifest (manifest errors come first and need no GPU), then
+  /// loads the PTX for the device of `cuda::Context::get(device)`.
+  static StatusOr<std::unique_ptr<GpuProgram>> load(const std::string &dir,
+                                                    int device = -1);
+  static StatusOr<std::unique_ptr<GpuProgram>>
+  load(std::shared_ptr<cuda::Context> context, const std::string &dir);
+
+  GpuProgram(const GpuProgram &) = delete;
+  GpuProgram &operator=(const GpuProgram &) = delete;
+  /// Releases the module, streams, events and buffers; the caller must not
+  /// destroy the program while its steps (or graphs captured from them)
+  /// may still run.
+  ~GpuProgram();
+
+  const GpuManifest &manifest() const { return spec; }
+  const std::vector<ArgSpec> &signature() const { return spec.arguments; }
+  /// The PTX key that was loaded ("sm_90a").
+  const std::string &chip() const { return loadedChip; }
+  const std::shared_ptr<cuda::Context> &context() const { return ctx; }
+
+  /// The options of a state pool for this program (its `state` section)
+  /// with `numSlots` slots; an error for stateless programs.
+  StatusOr<StatePoolOptions> stateOptions(int64_t numSlots) const;
+
+  /// Issues one step on `stream`. `inputs` maps the graph inputs (and
+  /// "positions", "request_ids", optionally "reset") to device tensors,
+  /// `outputs` the results ("topk", ...) to caller-allocated device
+  /// tensors; `requestIds` is the host copy of the batch's request ids
+  /// (the kernels read the device "request_ids" input, which must hold the
+  /// same values: it is not read back). Checks names, element types and
+  /// shapes against the manifest, and every request against `pool` (live,
+  /// not twice in the batch, MTP commits as StatePool::beginStep); marks
+  /// the requests busy for the call; uploads their slots (and for MTP
+  /// programs the accepted counts recorded by `commit`) and launches the
+  /// kernels with the fork/join of docs/GPU-ABI.md. Nothing is issued for a
+  /// refused step.
+  ///
+  /// The slots and accepted counts are staged in page-locked host memory.
+  /// Outside a stream capture, four staging buffers are used in turn, each
+  /// guarded by an event recorded at the end of its step; reusing one
+  /// waits for that event (cuEventSynchronize) only if the host is four
+  /// steps ahead of the device. A step captured in a CUDA graph gets a
+  /// staging buffer of its own for the life of the program, so replays
+  /// upload the slots and accepted counts of the capture (replay a graph
+  /// only for the same requests, and capture MTP steps without pending
+  /// commits); `reserveCapturedSteps` adds buffers outside a capture.
+  Status run(GpuStatePool &pool,
+             const std::map<std::string, DeviceTensorRef> &inputs,
+             const std::map<std::string, DeviceTensorRef> &outputs,
+             const std::vector<int64_t> &requestIds, cuda::CUstream stream);
+
+  /// A step of a stateless (dense) program, which takes no state pool.
+  Status run(const std::map<std::string, DeviceTensorRef> &inputs,
+             const std::map<std::string, DeviceTensorRef> &outputs,
+             cuda::CUstream stream);
+
+  /// Waits for `stream` (the stream the steps were issued on), then reads
+  /// and clears the error record. Returns the first error a kernel found
+  /// since the last check, naming the code's meaning, the value, the
+  /// request and the row; the request was skipped and its state left as it
+  /// was. Also reports a failed step (a driver error found by the
+  /// synchronisation).
+  Status check(cuda::CUstream stream);
+
+  /// Allocates staging buffers for `count` more captured steps (call
+  /// outside any stream capture); `capturedStepsLeft` says how many remain.
+  Status reserveCapturedSteps(int64_t count);
+  int64_t capturedStepsLeft() const;
+
+private:
+  GpuProgram() = default;
+
+  /// One step's upload buffers: `host` (page-locked) is copied to `device`
+  /// (slots, then accepted counts).
+  struct Staging {
+    int32_t *host = nullptr;
+    cuda::CUdeviceptr device = 0;
+  };
+
+  Status loadOnDevice();
+  Status addStagingBlock(int64_t entries, std::vector<Staging> &out);
+  Status issue(GpuStatePool *pool,
+               const std::map<std::string, DeviceTensorRef> &inputs,
+               const std::map<std::string, DeviceTensorRef> &outputs,
+               const std::vector<int64_t> &requestIds, cuda::CUstream stream);
+
+  GpuManifest spec;
+  std::shared_ptr<cuda::Context> ctx;
+  std::string loadedChip;
+  cuda::CUmodule module = nullptr;
+  std::vector<cuda::CUfunction> functions;
+  std::vector<cuda::DeviceMemory> scratch;
+  cuda::DeviceMemory errorRecord;
+  cuda::PinnedMemory errorHost;
+  /// `batch` zero bytes: the `reset` argument when the caller gives none.
+  cuda::DeviceMemory noReset;
+  cuda::CUstream sideStream = nullptr;
+  std::vector<cuda::CUevent> events;
+  cuda::CUevent forkEvent = nullptr, joinEvent = nullptr;
+
+  /// Bytes of one staging entry: slots at 0, accepted at `acceptedOffset`.
+  int64_t stagingBytes = 0, acceptedOffset = 0;
+  std::vector<cuda::PinnedMemory> stagingHost;
+  std::vector<cuda::DeviceMemory> stagingDevice;
+  std::vector<Staging> ring;
+  std::vector<cuda::CUevent> ringEvents;
+  std::vector<bool> ringUsed;
+  size_t ringNext = 0;
+  std::vector<Staging> captureFree;
+
+  mutable std::mutex mutex;
+  /// Request ids of the steps issued since the last check (at most
+  /// `kHistory`), and how many steps that was.
+  std::deque<std::vector<int64_t>> history;
+  int64_t stepsSinceCheck = 0;
+};
+
+} // namespace spin::runtime
+
+#endif // SPIN_RUNTIME_GPUPROGRAM_H

@@ -1,0 +1,768 @@
+//===- GpuManifest.cpp - read and validate manifest.json ------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Strict reading of docs/GPU-ABI.md's manifest: every member of an
+// argument, kernel, launch and launch parameter must be known (a typo is an
+// error, not a silently defaulted field); only the top level may carry
+// extra metadata. Every error names the file and the field's path.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/GpuProgram.h"
+
+#include "spin/Runtime/Json.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace spin::runtime {
+
+int64_t DeviceTensorRef::numElements() const {
+  int64_t n = 1;
+  for (int64_t size : shape)
+    n *= size;
+  return n;
+}
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+std::string quoted(const std::string &text) { return "\"" + text + "\""; }
+
+std::string plural(int64_t n, const char *what) {
+  return str(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+std::string join(const std::string &path, const std::string &key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string at(const std::string &path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+/// The expected ABI element type and rank of each state field
+/// (docs/Runtime-ABI.md).
+struct StateField {
+  const char *name;
+  DType dtype;
+  size_t rank;
+};
+constexpr StateField kStateFields[] = {
+    {"v", DType::f32, 2},       {"d", DType::f32, 2},
+    {"it", DType::i64, 1},      {"obs_rows", DType::i32, 1},
+    {"obs_pos", DType::i32, 2}, {"obs_len", DType::i32, 2},
+    {"obs_mask", DType::i8, 2}, {"obs_z", DType::f32, 3},
+};
+
+/// Typed access to the members of the manifest with errors that name the
+/// file and the field.
+class Reader {
+public:
+  explicit Reader(std::string file) : file(std::move(file)) {}
+
+  Status error(const std::string &path, const std::string &what) const {
+    return Status::error(file + ": " + (path.empty() ? "" : path + ": ") +
+                         what);
+  }
+
+  /// `value` must be an object whose members are all in `allowed`.
+  Status object(const JsonValue &value, const std::string &path,
+                std::initializer_list<const char *> allowed) const {
+    if (!value.isObject())
+      return error(path.empty() ? "the manifest" : path,
+                   std::string("expected an object, got ") + value.describe());
+    for (const auto &[key, member] : value.asObject()) {
+      bool known = std::any_of(allowed.begin(), allowed.end(),
+                               [&](const char *a) { return key == a; });
+      if (!known) {
+        std::string list;
+        for (const char *a : allowed)
+          list += (list.empty() ? "" : ", ") + std::string(a);
+        return error(join(path, key),
+                     "unknown member (expected one of " + list + ")");
+      }
+    }
+    return Status::success();
+  }
+
+  /// The member `key` of object `obj`; null if absent and optional.
+  Status member(const JsonValue &obj, const std::string &path, const char *key,
+                bool required, const JsonValue *&out) const {
+    out = obj.find(key);
+    if (!out && required)
+      return error(path.empty() ? "the manifest" : path,
+                   "missing member " + quoted(key));
+    return Status::success();
+  }
+
+  Status integer(const JsonValue &obj, const std::string &path, const char *key,
+                 int64_t &out, int64_t min, int64_t max,
+                 std::optional<int64_t> fallback = std::nullopt) const {
+    const JsonValue *v = nullptr;
+    if (Status s = member(obj, path, key, !fallback, v); !s.ok())
+      return s;
+    if (!v) {
+      out = *fallback;
+      return Status::success();
+    }
+    return integerValue(*v, join(path, key), out, min, max);
+  }
+
+  Status integerValue(const JsonValue &v, const std::string &path, int64_t &out,
+                      int64_t min, int64_t max) const {
+    if (!v.isInt())
+      return error(path,
+                   std::string("expected an integer, got ") + v.describe());
+    out = v.asInt();
+    if (out < min || out > max)
+      return error(path, str(out) + " is outside [" + str(min) + ", " +
+                             str(max) + "]");
+    return Status::success();
+  }
+
+  Status string(const JsonValue &obj, const std::string &path, const char *key,
+                std::string &out,
+                std::optional<std::string> fallback = std::nullopt) const {
+    const JsonValue *v = nullptr;
+    if (Status s = member(obj, path, key, !fallback, v); !s.ok())
+      return s;
+    if (!v) {
+      out = *fallback;
+      return Status::success();
+    }
+    if (!v->isString())
+      return error(join(path, key),
+                   std::string("expected a string, got ") + v->describe());
+    out = v->asString();
+    if (out.empty() && !fallback)
+      return error(join(path, key), "must not be empty");
+    return Status::success();
+  }
+
+  Status array(const JsonValue &obj, const std::string &path, const char *key,
+               bool required, const std::vector<JsonValue> *&out) const {
+    static const std::vector<JsonValue> empty;
+    const JsonValue *v = nullptr;
+    if (Status s = member(obj, path, key, required, v); !s.ok())
+      return s;
+    if (!v) {
+      out = &empty;
+      return Status::success();
+    }
+    if (!v->isArray())
+      return error(join(path, key),
+                   std::string("expected an array, got ") + v->describe());
+    out = &v->asArray();
+    return Status::success();
+  }
+
+  /// Three positive integers, each at most the matching `limits` entry.
+  Status dims3(const JsonValue &obj, const std::string &path, const char *key,
+               const std::array<int64_t, 3> &limits,
+               std::array<uint32_t, 3> &out) const {
+    const std::vector<JsonValue> *values = nullptr;
+    if (Status s = array(obj, path, key, true, values); !s.ok())
+      return s;
+    if (values->size() != 3)
+      return error(join(path, key),
+                   "expected 3 sizes (x, y, z), got " + str(values->size()));
+    for (size_t i = 0; i < 3; ++i) {
+      int64_t size = 0;
+      if (Status s = integerValue((*values)[i], at(join(path, key), i), size, 1,
+                                  limits[i]);
+          !s.ok())
+        return s;
+      out[i] = static_cast<uint32_t>(size);
+    }
+    return Status::success();
+  }
+
+  const std::string file;
+};
+
+bool fileExists(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+/// Reads one argument of `arguments`.
+Status readArgument(const Reader &r, const JsonValue &value,
+                    const std::string &path, ArgSpec &arg) {
+  if (Status s =
+          r.object(value, path,
+                   {"role", "name", "layer", "dtype", "shape", "block_size"});
+      !s.ok())
+    return s;
+  std::string role, dtype;
+  if (Status s = r.string(value, path, "role", role); !s.ok())
+    return s;
+  std::optional<ArgSpec::Role> parsedRole = argRoleFromName(role);
+  if (!parsedRole)
+    return r.error(join(path, "role"),
+                   "unknown role " + quoted(role) +
+                       " (expected input, positions, request_ids, accepted, "
+                       "reset, slots, state or output)");
+  arg.role = *parsedRole;
+  if (Status s = r.string(value, path, "name", arg.name); !s.ok())
+    return s;
+  if (Status s = r.string(value, path, "dtype", dtype); !s.ok())
+    return s;
+  std::optional<DType> parsedType = dtypeFromName(dtype);
+  if (!parsedType)
+    return r.error(join(path, "dtype"),
+                   "unknown element type " + quoted(dtype) +
+                       " (expected f32, f16, bf16, fp8e4m3, i1, i8, i32 or "
+                       "i64)");
+  arg.dtype = *parsedType;
+  if (Status s = r.integer(value, path, "layer", arg.layer, -1,
+                           std::numeric_limits<int32_t>::max(), -1);
+      !s.ok())
+    return s;
+  if (Status s =
+          r.integer(value, path, "block_size", arg.blockSize, 0, kInt32Max, 0);
+      !s.ok())
+    return s;
+  const std::vector<JsonValue> *shape = nullptr;
+  if (Status s = r.array(value, path, "shape", true, shape); !s.ok())
+    return s;
+  if (shape->empty())
+    return r.error(join(path, "shape"),
+                   "rank 0 is not supported: arguments are tensors");
+  arg.shape.clear();
+  for (size_t d = 0; d < shape->size(); ++d) {
+    int64_t size = 0;
+    if (Status s = r.integerValue((*shape)[d], at(join(path, "shape"), d), size,
+                                  -1, std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    if (size == 0)
+      return r.error(at(join(path, "shape"), d),
+                     "sizes are positive, or -1 for a run-time size");
+    arg.shape.push_back(size);
+  }
+
+  // The ABI fixes the element type and rank of everything but the graph's
+  // own inputs and outputs.
+  auto expect = [&](DType dtype, size_t rank, const std::string &what,
+                    std::optional<DType> alternative = std::nullopt) -> Status {
+    if (arg.dtype != dtype && arg.dtype != alternative)
+      return r.error(join(path, "dtype"), what + " is " + dtypeName(dtype) +
+                                              " in the step ABI, got " +
+                                              dtypeName(arg.dtype));
+    if (arg.shape.size() != rank)
+      return r.error(join(path, "shape"), what + " has rank " + str(rank) +
+                                              " in the step ABI, got " +
+                                              shapeString(arg.shape));
+    return Status::success();
+  };
+  switch (arg.role) {
+  case ArgSpec::Role::Input:
+  case ArgSpec::Role::Output:
+    return Status::success();
+  case ArgSpec::Role::Positions:
+    return expect(DType::i32, 2, "positions");
+  case ArgSpec::Role::RequestIds:
+    return expect(DType::i64, 1, "request_ids");
+  case ArgSpec::Role::Accepted:
+    return expect(DType::i32, 1, "accepted");
+  case ArgSpec::Role::Reset:
+    return expect(DType::i1, 1, "reset", DType::i8);
+  case ArgSpec::Role::Slots:
+    return expect(DType::i32, 1, "slots");
+  case ArgSpec::Role::State: {
+    if (arg.layer < 0)
+      return r.error(join(path, "layer"),
+                     "state arguments need a layer >= 0, got " +
+                         str(arg.layer));
+    for (const StateField &field : kStateFields)
+      if (arg.name == field.name)
+        return expect(field.dtype, field.rank,
+                      "state field " + quoted(arg.name));
+    return r.error(join(path, "name"),
+                   "unknown state field " + quoted(arg.name) +
+                       " (expected v, d, it, obs_rows, obs_pos, obs_len, "
+                       "obs_mask or obs_z)");
+  }
+  }
+  return Status::success();
+}
+
+Status readLaunchArg(const Reader &r, const JsonValue &value,
+                     const std::string &path, const GpuManifest &m,
+                     GpuLaunchArg &arg) {
+  if (!value.isObject())
+    return r.error(path,
+                   std::string("expected an object, got ") + value.describe());
+  std::string kind;
+  if (Status s = r.string(value, path, "kind", kind); !s.ok())
+    return s;
+  const int64_t numArgs = static_cast<int64_t>(m.arguments.size());
+  if (kind == "argument" || kind == "scratch") {
+    if (Status s = r.object(value, path, {"kind", "index"}); !s.ok())
+      return s;
+    bool isArgument = kind == "argument";
+    arg.kind =
+        isArgument ? GpuLaunchArg::Kind::Argument : GpuLaunchArg::Kind::Scratch;
+    int64_t count =
+        isArgument ? numArgs : static_cast<int64_t>(m.scratch.size());
+    if (Status s = r.integer(value, path, "index", arg.index,
+                             std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    if (arg.index < 0 || arg.index >= count)
+      return r.error(
+          join(path, "index"),
+          str(arg.index) + " is out of range: the " +
+              (isArgument ? "step has " + plural(count, "argument")
+                          : "program has " + plural(count, "scratch buffer")));
+    return Status::success();
+  }
+  if (kind == "errors") {
+    arg.kind = GpuLaunchArg::Kind::Errors;
+    return r.object(value, path, {"kind"});
+  }
+  if (kind == "dim") {
+    arg.kind = GpuLaunchArg::Kind::Dim;
+    if (Status s = r.object(value, path, {"kind", "argument", "dim"}); !s.ok())
+      return s;
+    if (Status s = r.integer(value, path, "argument", arg.index,
+                             std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    if (arg.index < 0 || arg.index >= numArgs)
+      return r.error(join(path, "argument"),
+                     str(arg.index) + " is out of range: the step has " +
+                         plural(numArgs, "argument"));
+    const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
+    int64_t rank = static_cast<int64_t>(of.shape.size());
+    if (Status s = r.integer(value, path, "dim", arg.dim,
+                             std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    if (arg.dim < 0 || arg.dim >= rank)
+      return r.error(join(path, "dim"),
+                     str(arg.dim) + " is out of range: argument " +
+                         quoted(of.name) + " has rank " + str(rank));
+    return Status::success();
+  }
+  if (kind == "i32") {
+    arg.kind = GpuLaunchArg::Kind::I32;
+    if (Status s = r.object(value, path, {"kind", "value"}); !s.ok())
+      return s;
+    int64_t v = 0;
+    if (Status s = r.integer(value, path, "value", v, kInt32Min, kInt32Max);
+        !s.ok())
+      return s;
+    arg.value = static_cast<int32_t>(v);
+    return Status::success();
+  }
+  return r.error(join(path, "kind"),
+                 "unknown kind " + quoted(kind) +
+                     " (expected argument, scratch, errors, dim or i32)");
+}
+
+} // namespace
+
+StatusOr<GpuManifest> GpuManifest::read(const std::string &directory) {
+  std::string file = directory + "/manifest.json";
+  struct stat info;
+  if (::stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return Status::error("GPU artifact " + directory + " is not a directory");
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    return Status::error("GPU artifact " + directory +
+                         " has no manifest.json (cannot open " + file + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    return Status::error("cannot read " + file);
+  return parse(text.str(), directory);
+}
+
+StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
+                                         const std::string &directory) {
+  Reader r(directory + "/manifest.json");
+  StatusOr<JsonValue> parsed = parseJson(json);
+  if (!parsed.ok())
+    return r.error("", parsed.message());
+  const JsonValue &root = *parsed;
+  if (!root.isObject())
+    return r.error("", std::string("expected an object at the top level, "
+                                   "got ") +
+                           root.describe());
+
+  GpuManifest m;
+  m.directory = directory;
+
+  // Identity.
+  std::string format;
+  if (Status s = r.string(root, "", "format", format); !s.ok())
+    return s;
+  if (format != "spin-gpu-artifact")
+    return r.error("format", "expected \"spin-gpu-artifact\", got " +
+                                 quoted(format) + " (not a spin GPU artifact)");
+  int64_t version = 0;
+  if (Status s = r.integer(root, "", "version", version,
+                           std::numeric_limits<int64_t>::min(),
+                           std::numeric_limits<int64_t>::max());
+      !s.ok())
+    return s;
+  if (version != 1)
+    return r.error("version", "version " + str(version) +
+                                  " is not supported: this runtime reads "
+                                  "version 1");
+  if (Status s = r.string(root, "", "function", m.function); !s.ok())
+    return s;
+  if (Status s = r.string(root, "", "compiler_version", m.compilerVersion,
+                          std::string());
+      !s.ok())
+    return s;
+  if (const JsonValue *options = root.find("options")) {
+    if (!options->isObject())
+      return r.error("options", std::string("expected an object, got ") +
+                                    options->describe());
+    for (const auto &[key, value] : options->asObject()) {
+      std::string text;
+      if (value.isString())
+        text = value.asString();
+      else if (value.isInt())
+        text = str(value.asInt());
+      else if (value.isBool())
+        text = value.asBool() ? "true" : "false";
+      else if (value.isNumber()) {
+        std::ostringstream os;
+        os.imbue(std::locale::classic());
+        os << value.asDouble();
+        text = os.str();
+      } else
+        return r.error(join("options", key),
+                       std::string("expected a string, number or boolean, "
+                                   "got ") +
+                           value.describe());
+      m.options.emplace_back(key, text);
+    }
+  }
+
+  // PTX modules.
+  const JsonValue *ptx = nullptr;
+  if (Status s = r.member(root, "", "ptx", true, ptx); !s.ok())
+    return s;
+  if (!ptx->isObject() || ptx->asObject().empty())
+    return r.error("ptx", "expected an object mapping chips to PTX files, "
+                          "got " +
+                              std::string(ptx->isObject() ? "an empty object"
+                                                          : ptx->describe()));
+  for (const auto &[chip, value] : ptx->asObject()) {
+    std::string path = join("ptx", chip);
+    if (chip.rfind("sm_", 0) != 0 || chip.size() < 5)
+      return r.error(path, "chips are named sm_XY or sm_XYa (sm_90a, "
+                           "sm_100a), got " +
+                               quoted(chip));
+    if (!value.isString())
+      return r.error(path, std::string("expected a file name, got ") +
+                               value.describe());
+    const std::string &name = value.asString();
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos)
+      return r.error(path, "expected a file name in the artifact directory, "
+                           "got " +
+                               quoted(name));
+    if (!fileExists(directory + "/" + name))
+      return r.error(path,
+                     "PTX file " + quoted(name) + " is not in " + directory);
+    m.ptx.emplace_back(chip, name);
+  }
+  if (Status s = r.integer(root, "", "ptx_version", m.ptxVersion, 0, 1000, 0);
+      !s.ok())
+    return s;
+
+  // Shapes of the step.
+  if (Status s = r.integer(root, "", "batch", m.batch, 1, kInt32Max); !s.ok())
+    return s;
+  if (Status s = r.integer(root, "", "rows", m.rows, 1, kInt32Max); !s.ok())
+    return s;
+  if (const JsonValue *state = root.find("state")) {
+    if (Status s = r.object(*state, "state",
+                            {"layers", "capacity", "block_size", "max_rows"});
+        !s.ok())
+      return s;
+    GpuStateSpec spec;
+    if (Status s =
+            r.integer(*state, "state", "layers", spec.layers, 1, kInt32Max);
+        !s.ok())
+      return s;
+    if (Status s =
+            r.integer(*state, "state", "capacity", spec.capacity, 1, kInt32Max);
+        !s.ok())
+      return s;
+    if (Status s = r.integer(*state, "state", "block_size", spec.blockSize, 1,
+                             kInt32Max);
+        !s.ok())
+      return s;
+    if (Status s =
+            r.integer(*state, "state", "max_rows", spec.maxRows, 1, kInt32Max);
+        !s.ok())
+      return s;
+    if (spec.maxRows < m.rows)
+      return r.error("state.max_rows", str(spec.maxRows) +
+                                           " is less than the step's rows (" +
+                                           str(m.rows) + ")");
+    m.state = spec;
+  }
+
+  // Arguments.
+  const std::vector<JsonValue> *arguments = nullptr;
+  if (Status s = r.array(root, "", "arguments", true, arguments); !s.ok())
+    return s;
+  std::map<std::string, size_t> names;
+  std::set<std::pair<std::string, int64_t>> stateFields;
+  std::map<ArgSpec::Role, size_t> singletons;
+  for (size_t i = 0; i < arguments->size(); ++i) {
+    std::string path = at("arguments", i);
+    ArgSpec arg;
+    if (Status s = readArgument(r, (*arguments)[i], path, arg); !s.ok())
+      return s;
+    if (arg.role == ArgSpec::Role::State) {
+      if (!stateFields.emplace(arg.name, arg.layer).second)
+        return r.error(path, "state field " + quoted(arg.name) + " of layer " +
+                                 str(arg.layer) + " appears twice");
+      if (!m.state)
+        return r.error(path, "state arguments need the manifest's \"state\" "
+                             "section");
+      if (arg.layer >= m.state->layers)
+        return r.error(join(path, "layer"),
+                       str(arg.layer) + " is out of range: the state has " +
+                           plural(m.state->layers, "layer"));
+    } else {
+      auto [previous, inserted] = names.emplace(arg.name, i);
+      if (!inserted)
+        return r.error(join(path, "name"),
+                       quoted(arg.name) + " is also the name of arguments[" +
+                           str(previous->second) + "]");
+      if (arg.role != ArgSpec::Role::Input &&
+          arg.role != ArgSpec::Role::Output) {
+        auto [first, once] = singletons.emplace(arg.role, i);
+        if (!once)
+          return r.error(join(path, "role"),
+                         std::string("a second ") + argRoleName(arg.role) +
+                             " argument (the first is arguments[" +
+                             str(first->second) + "])");
+      }
+    }
+    m.arguments.push_back(std::move(arg));
+  }
+  if (m.stateful() && !singletons.count(ArgSpec::Role::Slots))
+    return r.error("arguments", "the step binds state but has no slots "
+                                "argument");
+  if (!m.stateful() && singletons.count(ArgSpec::Role::Slots))
+    return r.error("arguments", "a slots argument without state arguments");
+  if (m.commits() && !m.stateful())
+    return r.error("arguments", "an accepted argument needs state arguments "
+                                "to commit to");
+
+  // Scratch buffers, streams, events.
+  const std::vector<JsonValue> *scratch = nullptr;
+  if (Status s = r.array(root, "", "scratch", false, scratch); !s.ok())
+    return s;
+  for (size_t i = 0; i < scratch->size(); ++i) {
+    std::string path = at("scratch", i);
+    GpuScratchSpec buffer;
+    if (Status s = r.object((*scratch)[i], path, {"name", "bytes"}); !s.ok())
+      return s;
+    if (Status s = r.string((*scratch)[i], path, "name", buffer.name); !s.ok())
+      return s;
+    if (Status s = r.integer((*scratch)[i], path, "bytes", buffer.bytes, 1,
+                             std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    m.scratch.push_back(std::move(buffer));
+  }
+  if (Status s = r.integer(root, "", "streams", m.streams, 1, 2, 1); !s.ok())
+    return s;
+  if (Status s = r.integer(root, "", "events", m.events, 0, 1024, 0); !s.ok())
+    return s;
+
+  // Kernels.
+  const std::vector<JsonValue> *kernels = nullptr;
+  if (Status s = r.array(root, "", "kernels", true, kernels); !s.ok())
+    return s;
+  if (kernels->empty())
+    return r.error("kernels", "the program has no kernels");
+  std::map<std::string, size_t> kernelIndex;
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    std::string path = at("kernels", i);
+    const JsonValue &value = (*kernels)[i];
+    GpuKernelSpec kernel;
+    if (Status s = r.object(value, path, {"name", "block", "shared_bytes"});
+        !s.ok())
+      return s;
+    if (Status s = r.string(value, path, "name", kernel.name); !s.ok())
+      return s;
+    if (Status s =
+            r.dims3(value, path, "block", {1024, 1024, 64}, kernel.block);
+        !s.ok())
+      return s;
+    int64_t threads =
+        int64_t(kernel.block[0]) * kernel.block[1] * kernel.block[2];
+    if (threads > 1024)
+      return r.error(join(path, "block"),
+                     str(threads) + " threads per block, more than 1024");
+    if (Status s = r.integer(value, path, "shared_bytes", kernel.sharedBytes, 0,
+                             kInt32Max, 0);
+        !s.ok())
+      return s;
+    if (!kernelIndex.emplace(kernel.name, i).second)
+      return r.error(join(path, "name"),
+                     "kernel " + quoted(kernel.name) + " is listed twice");
+    m.kernels.push_back(std::move(kernel));
+  }
+
+  // Launches.
+  const std::vector<JsonValue> *launches = nullptr;
+  if (Status s = r.array(root, "", "launches", true, launches); !s.ok())
+    return s;
+  if (launches->empty())
+    return r.error("launches", "the step launches no kernel");
+  std::vector<bool> recorded(static_cast<size_t>(m.events), false);
+  for (size_t i = 0; i < launches->size(); ++i) {
+    std::string path = at("launches", i);
+    const JsonValue &value = (*launches)[i];
+    GpuLaunchSpec launch;
+    if (Status s =
+            r.object(value, path,
+                     {"kernel", "grid", "stream", "wait", "record", "args"});
+        !s.ok())
+      return s;
+    std::string kernel;
+    if (Status s = r.string(value, path, "kernel", kernel); !s.ok())
+      return s;
+    auto found = kernelIndex.find(kernel);
+    if (found == kernelIndex.end())
+      return r.error(join(path, "kernel"),
+                     "kernel " + quoted(kernel) +
+                         " is not in the manifest's \"kernels\"");
+    launch.kernel = found->second;
+    if (Status s = r.dims3(value, path, "grid", {kInt32Max, 65535, 65535},
+                           launch.grid);
+        !s.ok())
+      return s;
+    int64_t stream = 0;
+    if (Status s = r.integer(value, path, "stream", stream, 0,
+                             std::numeric_limits<int64_t>::max(), 0);
+        !s.ok())
+      return s;
+    if (stream >= m.streams)
+      return r.error(join(path, "stream"),
+                     str(stream) + " is out of range: the program has " +
+                         plural(m.streams, "stream"));
+    launch.stream = static_cast<int>(stream);
+    const std::vector<JsonValue> *wait = nullptr;
+    if (Status s = r.array(value, path, "wait", false, wait); !s.ok())
+      return s;
+    for (size_t w = 0; w < wait->size(); ++w) {
+      std::string waitPath = at(join(path, "wait"), w);
+      int64_t event = 0;
+      if (Status s = r.integerValue((*wait)[w], waitPath, event,
+                                    std::numeric_limits<int64_t>::min(),
+                                    std::numeric_limits<int64_t>::max());
+          !s.ok())
+        return s;
+      if (event < 0 || event >= m.events)
+        return r.error(waitPath, "event " + str(event) +
+                                     " is out of range: the program has " +
+                                     plural(m.events, "event"));
+      // A step must be capturable on its own: it may only wait for events
+      // it recorded itself.
+      if (!recorded[static_cast<size_t>(event)])
+        return r.error(waitPath, "event " + str(event) +
+                                     " is not recorded by an earlier launch "
+                                     "of the step");
+      launch.wait.push_back(event);
+    }
+    if (Status s = r.integer(value, path, "record", launch.record,
+                             std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max(), -1);
+        !s.ok())
+      return s;
+    if (launch.record < -1 || launch.record >= m.events)
+      return r.error(join(path, "record"),
+                     "event " + str(launch.record) +
+                         " is out of range: the program has " +
+                         plural(m.events, "event") + " (-1: none)");
+    if (launch.record >= 0)
+      recorded[static_cast<size_t>(launch.record)] = true;
+    const std::vector<JsonValue> *args = nullptr;
+    if (Status s = r.array(value, path, "args", true, args); !s.ok())
+      return s;
+    for (size_t a = 0; a < args->size(); ++a) {
+      GpuLaunchArg arg;
+      if (Status s =
+              readLaunchArg(r, (*args)[a], at(join(path, "args"), a), m, arg);
+          !s.ok())
+        return s;
+      launch.args.push_back(arg);
+    }
+    m.launches.push_back(std::move(launch));
+  }
+  return m;
+}
+
+StatusOr<std::string> GpuManifest::ptxFor(int major, int minor) const {
+  const int cc = major * 10 + minor;
+  const std::string exact = "sm_" + std::to_string(cc) + "a";
+  std::string portable, available;
+  int portableCc = -1;
+  for (const auto &[chip, file] : ptx) {
+    if (chip == exact)
+      return chip;
+    available += (available.empty() ? "" : ", ") + chip;
+    // A portable target: sm_ followed by digits only.
+    std::string digits = chip.substr(3);
+    if (digits.empty() || digits.size() > 4 ||
+        !std::all_of(digits.begin(), digits.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    int target = std::stoi(digits);
+    if (target <= cc && target > portableCc) {
+      portableCc = target;
+      portable = chip;
+    }
+  }
+  if (portableCc >= 0)
+    return portable;
+  return Status::error(directory +
+                       "/manifest.json has no PTX for this "
+                       "device (compute capability " +
+                       std::to_string(major) + "." + std::to_string(minor) +
+                       ": " + exact + ", or a portable sm_XY with XY <= " +
+                       std::to_string(cc) + "); available: " + available);
+}
+
+bool GpuManifest::commits() const {
+  return std::any_of(arguments.begin(), arguments.end(), [](const ArgSpec &a) {
+    return a.role == ArgSpec::Role::Accepted;
+  });
+}
+
+bool GpuManifest::stateful() const {
+  return std::any_of(arguments.begin(), arguments.end(), [](const ArgSpec &a) {
+    return a.role == ArgSpec::Role::State;
+  });
+}
+
+} // namespace spin::runtime

@@ -1,0 +1,795 @@
+//===- GpuProgram.cpp - load and launch a compiled GPU artifact -----------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/GpuProgram.h"
+
+#include "spin/Runtime/Span.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace spin::runtime {
+
+using namespace cuda;
+
+namespace {
+
+/// Staging buffers used in turn by steps issued outside a capture.
+constexpr size_t kRingSize = 4;
+/// Staging buffers for captured steps allocated at load time.
+constexpr int64_t kInitialCapturedSteps = 16;
+/// Steps whose request ids `check` remembers.
+constexpr size_t kHistory = 64;
+/// Bytes of each JIT log buffer.
+constexpr size_t kJitLogBytes = 16384;
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+int64_t roundUp(int64_t value, int64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+/// The meaning of an error-record code (docs/GPU-ABI.md).
+std::string describeDeviceError(int32_t code, int32_t value) {
+  switch (code) {
+  case 1:
+    return "block-table entry " + str(value) +
+           " is outside [0, pages) of the key cache";
+  case 2:
+    return "visible length " + str(value) +
+           " is outside [0, min(capacity, block-table width x page size)]";
+  case 3:
+    return "position " + str(value) +
+           " is before the last visible slot or beyond the state capacity";
+  default:
+    return "unknown error code " + str(code) + " (value " + str(value) + ")";
+  }
+}
+
+std::string trimLog(const std::vector<char> &log) {
+  std::string text(log.data(), strnlen(log.data(), log.size()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  return text;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Loading
+//===----------------------------------------------------------------------===//
+
+StatusOr<std::unique_ptr<GpuProgram>> GpuProgram::load(const std::string &dir,
+                                                       int device) {
+  StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
+  if (!manifest.ok())
+    return manifest.status();
+  StatusOr<std::shared_ptr<Context>> context = Context::get(device);
+  if (!context.ok())
+    return context.status();
+  std::unique_ptr<GpuProgram> program(new GpuProgram());
+  program->spec = std::move(manifest).value();
+  program->ctx = std::move(context).value();
+  if (Status s = program->loadOnDevice(); !s.ok())
+    return s;
+  return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
+}
+
+StatusOr<std::unique_ptr<GpuProgram>>
+GpuProgram::load(std::shared_ptr<Context> context, const std::string &dir) {
+  StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
+  if (!manifest.ok())
+    return manifest.status();
+  std::unique_ptr<GpuProgram> program(new GpuProgram());
+  program->spec = std::move(manifest).value();
+  program->ctx = std::move(context);
+  if (Status s = program->loadOnDevice(); !s.ok())
+    return s;
+  return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
+}
+
+Status GpuProgram::loadOnDevice() {
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &d = ctx->driver();
+
+  // The PTX for this device.
+  StatusOr<std::string> chip =
+      spec.ptxFor(ctx->computeMajor(), ctx->computeMinor());
+  if (!chip.ok())
+    return chip.status();
+  loadedChip = *chip;
+  std::string fileName;
+  for (const auto &[key, file] : spec.ptx)
+    if (key == loadedChip)
+      fileName = file;
+  const std::string path = spec.directory + "/" + fileName;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in)
+    return Status::error("cannot read " + path);
+  const std::string ptx = text.str(); // NUL-terminated by c_str()
+
+  std::vector<char> errorLog(kJitLogBytes, 0), infoLog(kJitLogBytes, 0);
+  int options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                   CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {
+      errorLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(kJitLogBytes)),
+      infoLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(kJitLogBytes))};
+  if (Status s =
+          d.check(d.moduleLoadDataEx(&module, ptx.c_str(), 4, options, values),
+                  "cuModuleLoadDataEx");
+      !s.ok()) {
+    module = nullptr;
+    std::string log = trimLog(errorLog);
+    return Status::error(path + ": " + s.message() +
+                         (log.empty() ? "" : "; JIT log: " + log));
+  }
+
+  // Kernels.
+  int sharedOptIn = -1;
+  for (const GpuKernelSpec &kernel : spec.kernels) {
+    CUfunction function = nullptr;
+    if (Status s =
+            d.check(d.moduleGetFunction(&function, module, kernel.name.c_str()),
+                    "cuModuleGetFunction");
+        !s.ok())
+      return Status::error("kernel \"" + kernel.name + "\" of " +
+                           spec.directory + "/manifest.json is not in " + path +
+                           ": " + s.message());
+    if (kernel.sharedBytes > kDefaultSharedBytes) {
+      if (sharedOptIn < 0)
+        if (Status s = d.check(
+                d.deviceGetAttribute(
+                    &sharedOptIn,
+                    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                    ctx->device()),
+                "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+            !s.ok())
+          return s;
+      if (kernel.sharedBytes > sharedOptIn)
+        return Status::error("kernel \"" + kernel.name + "\" needs " +
+                             str(kernel.sharedBytes) +
+                             " bytes of dynamic shared memory; the device "
+                             "allows at most " +
+                             str(sharedOptIn));
+      if (Status s = d.check(
+              d.funcSetAttribute(
+                  function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  static_cast<int>(kernel.sharedBytes)),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) of kernel \"" +
+                  kernel.name + "\"");
+          !s.ok())
+        return s;
+    }
+    functions.push_back(function);
+  }
+
+  // Buffers.
+  for (const GpuScratchSpec &buffer : spec.scratch) {
+    StatusOr<DeviceMemory> memory =
+        DeviceMemory::allocate(ctx, static_cast<size_t>(buffer.bytes),
+                               "scratch buffer \"" + buffer.name + "\"");
+    if (!memory.ok())
+      return memory.status();
+    scratch.push_back(std::move(memory).value());
+  }
+  StatusOr<DeviceMemory> record =
+      DeviceMemory::allocate(ctx, 4 * sizeof(int32_t), "the error record");
+  if (!record.ok())
+    return record.status();
+  errorRecord = std::move(record).value();
+  StatusOr<PinnedMemory> recordCopy =
+      PinnedMemory::allocate(ctx, 4 * sizeof(int32_t), "the error record");
+  if (!recordCopy.ok())
+    return recordCopy.status();
+  errorHost = std::move(recordCopy).value();
+  bool takesReset = std::any_of(
+      spec.arguments.begin(), spec.arguments.end(),
+      [](const ArgSpec &a) { return a.role == ArgSpec::Role::Reset; });
+  if (takesReset) {
+    StatusOr<DeviceMemory> zeros = DeviceMemory::allocate(
+        ctx, static_cast<size_t>(spec.batch), "the default reset flags");
+    if (!zeros.ok())
+      return zeros.status();
+    noReset = std::move(zeros).value();
+  }
+
+  // Streams and events.
+  if (spec.streams > 1)
+    if (Status s = d.check(d.streamCreate(&sideStream, CU_STREAM_NON_BLOCKING),
+                           "cuStreamCreate");
+        !s.ok())
+      return s;
+  auto newEvent = [&](CUevent &event) {
+    return d.check(d.eventCreate(&event, CU_EVENT_DISABLE_TIMING),
+                   "cuEventCreate");
+  };
+  events.assign(static_cast<size_t>(spec.events), nullptr);
+  for (CUevent &event : events)
+    if (Status s = newEvent(event); !s.ok())
+      return s;
+  if (sideStream) {
+    if (Status s = newEvent(forkEvent); !s.ok())
+      return s;
+    if (Status s = newEvent(joinEvent); !s.ok())
+      return s;
+  }
+
+  // Staging: slots at 0, accepted counts at `acceptedOffset`.
+  acceptedOffset =
+      roundUp(spec.batch * static_cast<int64_t>(sizeof(int32_t)), 256);
+  stagingBytes = 2 * acceptedOffset;
+  if (spec.stateful()) {
+    if (Status s = addStagingBlock(kRingSize, ring); !s.ok())
+      return s;
+    ringEvents.assign(kRingSize, nullptr);
+    for (CUevent &event : ringEvents)
+      if (Status s = newEvent(event); !s.ok())
+        return s;
+    ringUsed.assign(kRingSize, false);
+    if (Status s = addStagingBlock(kInitialCapturedSteps, captureFree); !s.ok())
+      return s;
+  }
+
+  // Zero what kernels read before writing.
+  CUstream setup = nullptr;
+  if (Status s = d.check(
+          d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), setup),
+          "cuMemsetD8Async");
+      !s.ok())
+    return s;
+  if (noReset.get())
+    if (Status s =
+            d.check(d.memsetD8Async(noReset.get(), 0, noReset.size(), setup),
+                    "cuMemsetD8Async");
+        !s.ok())
+      return s;
+  return d.check(d.streamSynchronize(setup), "cuStreamSynchronize");
+}
+
+Status GpuProgram::addStagingBlock(int64_t entries, std::vector<Staging> &out) {
+  size_t bytes = static_cast<size_t>(entries * stagingBytes);
+  StatusOr<PinnedMemory> host =
+      PinnedMemory::allocate(ctx, bytes, "the slots of steps");
+  if (!host.ok())
+    return host.status();
+  StatusOr<DeviceMemory> device =
+      DeviceMemory::allocate(ctx, bytes, "the slots of steps");
+  if (!device.ok())
+    return device.status();
+  for (int64_t e = 0; e < entries; ++e) {
+    Staging staging;
+    staging.host = reinterpret_cast<int32_t *>(
+        static_cast<char *>(host->get()) + e * stagingBytes);
+    staging.device = device->get() + e * stagingBytes;
+    out.push_back(staging);
+  }
+  stagingHost.push_back(std::move(host).value());
+  stagingDevice.push_back(std::move(device).value());
+  return Status::success();
+}
+
+GpuProgram::~GpuProgram() {
+  if (!ctx)
+    return;
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return;
+  const Driver &d = ctx->driver();
+  for (CUevent event : events)
+    if (event)
+      d.eventDestroy(event);
+  for (CUevent event : ringEvents)
+    if (event)
+      d.eventDestroy(event);
+  if (forkEvent)
+    d.eventDestroy(forkEvent);
+  if (joinEvent)
+    d.eventDestroy(joinEvent);
+  if (sideStream)
+    d.streamDestroy(sideStream);
+  if (module)
+    d.moduleUnload(module);
+}
+
+StatusOr<StatePoolOptions> GpuProgram::stateOptions(int64_t numSlots) const {
+  if (!spec.state)
+    return Status::error("the program " + spec.function + " of " +
+                         spec.directory +
+                         " has no state section: it needs no state pool");
+  StatePoolOptions options;
+  options.numLayers = spec.state->layers;
+  options.numSlots = numSlots;
+  options.capacity = spec.state->capacity;
+  options.maxRows = spec.state->maxRows;
+  options.blockSize = spec.state->blockSize;
+  options.hostState = false;
+  return options;
+}
+
+Status GpuProgram::reserveCapturedSteps(int64_t count) {
+  if (count <= 0)
+    return Status::error("reserveCapturedSteps needs a positive count, got " +
+                         str(count));
+  if (!spec.stateful())
+    return Status::success(); // Stateless steps stage nothing.
+  std::lock_guard<std::mutex> lock(mutex);
+  return addStagingBlock(count, captureFree);
+}
+
+int64_t GpuProgram::capturedStepsLeft() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return spec.stateful() ? static_cast<int64_t>(captureFree.size())
+                         : std::numeric_limits<int64_t>::max();
+}
+
+//===----------------------------------------------------------------------===//
+// Steps
+//===----------------------------------------------------------------------===//
+
+Status GpuProgram::run(GpuStatePool &pool,
+                       const std::map<std::string, DeviceTensorRef> &inputs,
+                       const std::map<std::string, DeviceTensorRef> &outputs,
+                       const std::vector<int64_t> &requestIds,
+                       CUstream stream) {
+  return issue(&pool, inputs, outputs, requestIds, stream);
+}
+
+Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
+                       const std::map<std::string, DeviceTensorRef> &outputs,
+                       CUstream stream) {
+  if (spec.stateful())
+    return Status::error("the program " + spec.function +
+                         " binds SPIN state: run it with a GpuStatePool and "
+                         "the batch's request ids");
+  return issue(nullptr, inputs, outputs, {}, stream);
+}
+
+Status GpuProgram::issue(GpuStatePool *pool,
+                         const std::map<std::string, DeviceTensorRef> &inputs,
+                         const std::map<std::string, DeviceTensorRef> &outputs,
+                         const std::vector<int64_t> &requestIds,
+                         CUstream stream) {
+  const bool stateful = spec.stateful();
+  const std::vector<ArgSpec> &args = spec.arguments;
+  const size_t n = args.size();
+  std::vector<CUdeviceptr> address(n, 0);
+  std::vector<std::vector<int64_t>> shapes(n);
+
+  //===--- Names, element types and shapes ------------------------------===//
+  int64_t batch = -1;
+  std::string batchFrom;
+  auto checkTensor = [&](const ArgSpec &arg, const DeviceTensorRef &tensor,
+                         const char *what) -> Status {
+    std::string name = std::string(what) + " '" + arg.name + "'";
+    if (tensor.dtype != arg.dtype)
+      return Status::error(name + " has element type " +
+                           dtypeName(tensor.dtype) + ", expected " +
+                           dtypeName(arg.dtype));
+    if (tensor.shape.size() != arg.shape.size())
+      return Status::error(name + " has shape " + shapeString(tensor.shape) +
+                           ", expected " + shapeString(arg.shape));
+    for (size_t d = 0; d < arg.shape.size(); ++d) {
+      if (tensor.shape[d] < 0)
+        return Status::error(name + " has a negative size in " +
+                             shapeString(tensor.shape));
+      if (arg.shape[d] >= 0 && tensor.shape[d] != arg.shape[d])
+        return Status::error(name + " has shape " + shapeString(tensor.shape) +
+                             ", expected " + shapeString(arg.shape));
+    }
+    if (!tensor.data && tensor.numElements() > 0)
+      return Status::error(name + " has no data (a null device pointer)");
+    if (!isPagedCacheInput(arg.name)) {
+      if (batch < 0) {
+        batch = tensor.shape[0];
+        batchFrom = name;
+      } else if (tensor.shape[0] != batch) {
+        return Status::error(name + " has batch size " + str(tensor.shape[0]) +
+                             " but " + batchFrom + " has " + str(batch));
+      }
+    }
+    return Status::success();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const ArgSpec &arg = args[i];
+    switch (arg.role) {
+    case ArgSpec::Role::Input:
+    case ArgSpec::Role::Positions:
+    case ArgSpec::Role::RequestIds:
+    case ArgSpec::Role::Reset: {
+      auto it = inputs.find(arg.name);
+      if (it == inputs.end()) {
+        if (arg.role == ArgSpec::Role::Reset) {
+          address[i] = noReset.get(); // shape set once the batch is known
+          break;
+        }
+        return Status::error("missing input '" + arg.name + "' " +
+                             shapeString(arg.shape) + " " +
+                             dtypeName(arg.dtype));
+      }
+      if (Status s = checkTensor(arg, it->second, "input"); !s.ok())
+        return s;
+      address[i] = it->second.data;
+      shapes[i] = it->second.shape;
+      break;
+    }
+    case ArgSpec::Role::Output: {
+      auto it = outputs.find(arg.name);
+      if (it == outputs.end())
+        return Status::error("missing output '" + arg.name + "' " +
+                             shapeString(arg.shape) + " " +
+                             dtypeName(arg.dtype));
+      if (Status s = checkTensor(arg, it->second, "output"); !s.ok())
+        return s;
+      address[i] = it->second.data;
+      shapes[i] = it->second.shape;
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  auto known = [&](const std::string &name, bool output) {
+    return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
+      bool isOutput = a.role == ArgSpec::Role::Output;
+      return a.name == name && isOutput == output &&
+             a.role != ArgSpec::Role::State;
+    });
+  };
+  for (const auto &entry : inputs)
+    if (!known(entry.first, false))
+      return Status::error("unknown input '" + entry.first + "'");
+  for (const auto &entry : outputs)
+    if (!known(entry.first, true))
+      return Status::error("unknown output '" + entry.first + "'");
+
+  if (batch < 0)
+    batch = stateful ? static_cast<int64_t>(requestIds.size()) : spec.batch;
+  if (batch > spec.batch)
+    return Status::error("the step has a batch of " + str(batch) +
+                         " requests but " + spec.directory +
+                         " was compiled for at most " + str(spec.batch));
+  int64_t rows = spec.rows;
+  for (size_t i = 0; i < n; ++i)
+    if (args[i].role == ArgSpec::Role::Positions && shapes[i].size() == 2)
+      rows = shapes[i][1];
+
+  //===--- The state pool ------------------------------------------------===//
+  std::vector<int64_t> layers, bufferingLayers;
+  if (stateful) {
+    if (!pool)
+      return Status::error("the program " + spec.function +
+                           " binds SPIN state: run it with a GpuStatePool");
+    if (pool->context()->handle() != ctx->handle())
+      return Status::error("the state pool lives in another CUDA context "
+                           "(device " +
+                           str(pool->context()->device()) +
+                           ") than the program (device " + str(ctx->device()) +
+                           ")");
+    if (static_cast<int64_t>(requestIds.size()) != batch)
+      return Status::error(str(static_cast<int64_t>(requestIds.size())) +
+                           " request ids given for a batch of " + str(batch));
+    const StatePoolOptions &o = pool->options();
+    if (rows > o.maxRows)
+      return Status::error("the step has " + str(rows) +
+                           " rows per request but the state pool buffers at "
+                           "most " +
+                           str(o.maxRows));
+    for (size_t i = 0; i < n; ++i) {
+      const ArgSpec &arg = args[i];
+      if (arg.role != ArgSpec::Role::State)
+        continue;
+      if (arg.layer >= o.numLayers)
+        return Status::error("the program uses state of layer " +
+                             str(arg.layer) + " but the pool has " +
+                             str(o.numLayers) + " layers");
+      if (arg.blockSize > 0 &&
+          pool->numBlocks() < (o.capacity + arg.blockSize - 1) / arg.blockSize)
+        return Status::error(
+            "the state pool's block size (" + str(o.blockSize) +
+            ") is larger than layer " + str(arg.layer) +
+            "'s SPIN block size (" + str(arg.blockSize) +
+            "): its per-block buffers cannot hold the program's blocks");
+      GpuLayerBuffers buffers = pool->layer(arg.layer);
+      buffers.field(arg.name, address[i], shapes[i]);
+      for (size_t d = 0; d < arg.shape.size(); ++d)
+        if (arg.shape[d] >= 0 && arg.shape[d] != shapes[i][d])
+          return Status::error("state field '" + arg.name + "' of layer " +
+                               str(arg.layer) + " is " +
+                               shapeString(shapes[i]) +
+                               " in the state pool, but the program expects " +
+                               shapeString(arg.shape));
+      if (std::find(layers.begin(), layers.end(), arg.layer) == layers.end())
+        layers.push_back(arg.layer);
+      if (arg.name == "obs_rows")
+        bufferingLayers.push_back(arg.layer);
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (args[i].role == ArgSpec::Role::Slots ||
+        args[i].role == ArgSpec::Role::Accepted ||
+        (args[i].role == ArgSpec::Role::Reset && shapes[i].empty()))
+      shapes[i] = {batch};
+
+  // Kernel parameters that are sizes must fit the kernels' i32.
+  for (size_t l = 0; l < spec.launches.size(); ++l)
+    for (const GpuLaunchArg &p : spec.launches[l].args)
+      if (p.kind == GpuLaunchArg::Kind::Dim &&
+          shapes[p.index][p.dim] > kInt32Max)
+        return Status::error("size " + str(p.dim) + " of argument '" +
+                             args[p.index].name + "' is " +
+                             str(shapes[p.index][p.dim]) +
+                             ", more than the i32 kernel parameter of launch " +
+                             str(l) + " can hold");
+
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &d = ctx->driver();
+
+  //===--- Admission and staging -----------------------------------------===//
+  std::lock_guard<std::mutex> lock(mutex);
+  const Span<int64_t> ids(requestIds);
+  const Span<int64_t> stepLayers(layers);
+  if (stateful)
+    if (Status s =
+            pool->bookkeeping().beginStep(ids, spec.commits(), stepLayers);
+        !s.ok())
+      return s;
+  bool issued = false;
+  auto fail = [&](const Status &s) {
+    if (stateful)
+      pool->bookkeeping().endStep(ids, stepLayers);
+    if (!issued)
+      return s;
+    return Status::error(s.message() +
+                         " (the step was partly issued: reset its requests)");
+  };
+
+  Staging staging;
+  size_t ringEntry = kRingSize;
+  if (stateful) {
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = d.check(d.streamIsCapturing(stream, &status),
+                           "cuStreamIsCapturing");
+        !s.ok())
+      return fail(s);
+    if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+      return fail(Status::error("the stream's capture was invalidated by an "
+                                "earlier error"));
+    if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      if (captureFree.empty())
+        return fail(
+            Status::error("no staging buffer left for a captured step: call "
+                          "reserveCapturedSteps outside the capture first"));
+      staging = captureFree.back();
+      captureFree.pop_back();
+    } else {
+      ringEntry = ringNext;
+      ringNext = (ringNext + 1) % kRingSize;
+      staging = ring[ringEntry];
+      if (ringUsed[ringEntry]) {
+        // The step that used this buffer four steps ago may still be
+        // pending: wait for it (the host is then far ahead of the device).
+        CUresult done = d.eventQuery(ringEvents[ringEntry]);
+        if (done == CUDA_ERROR_NOT_READY)
+          done = d.eventSynchronize(ringEvents[ringEntry]);
+        if (Status s = d.check(done, "cuEventSynchronize"); !s.ok())
+          return fail(s);
+      }
+    }
+    int32_t *accepted = reinterpret_cast<int32_t *>(
+        reinterpret_cast<char *>(staging.host) + acceptedOffset);
+    for (int64_t b = 0; b < batch; ++b) {
+      StatusOr<int32_t> slot = pool->slotOf(requestIds[b]);
+      if (!slot.ok())
+        return fail(slot.status());
+      staging.host[b] = *slot;
+      accepted[b] = pool->recordedCommit(requestIds[b]).value_or(0);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (args[i].role == ArgSpec::Role::Slots)
+        address[i] = staging.device;
+      else if (args[i].role == ArgSpec::Role::Accepted)
+        address[i] = staging.device + acceptedOffset;
+    }
+    size_t bytes = static_cast<size_t>(acceptedOffset + batch * 4);
+    if (Status s = d.check(
+            d.memcpyHtoDAsync(staging.device, staging.host, bytes, stream),
+            "cuMemcpyHtoDAsync");
+        !s.ok())
+      return fail(s);
+    issued = true;
+  }
+
+  //===--- Fork, launches, join ------------------------------------------===//
+  // The ring buffer's event covers the whole step, so that its device
+  // buffer is not overwritten while kernels of the step may read it.
+  auto finish = [&]() -> Status {
+    if (ringEntry < kRingSize) {
+      if (Status s = d.check(d.eventRecord(ringEvents[ringEntry], stream),
+                             "cuEventRecord");
+          !s.ok())
+        return s;
+      ringUsed[ringEntry] = true;
+    }
+    return Status::success();
+  };
+  auto streamOf = [&](int index) { return index == 0 ? stream : sideStream; };
+  if (sideStream) {
+    if (Status s = d.check(d.eventRecord(forkEvent, stream), "cuEventRecord");
+        !s.ok())
+      return fail(s);
+    if (Status s = d.check(d.streamWaitEvent(sideStream, forkEvent, 0),
+                           "cuStreamWaitEvent");
+        !s.ok())
+      return fail(s);
+  }
+  std::vector<uint64_t> values;
+  std::vector<void *> params;
+  for (size_t l = 0; l < spec.launches.size(); ++l) {
+    const GpuLaunchSpec &launch = spec.launches[l];
+    const GpuKernelSpec &kernel = spec.kernels[launch.kernel];
+    CUstream on = streamOf(launch.stream);
+    for (int64_t event : launch.wait)
+      if (Status s = d.check(d.streamWaitEvent(on, events[event], 0),
+                             "cuStreamWaitEvent");
+          !s.ok()) {
+        finish().ignore();
+        return fail(s);
+      }
+    values.assign(launch.args.size(), 0);
+    params.assign(launch.args.size(), nullptr);
+    for (size_t a = 0; a < launch.args.size(); ++a) {
+      const GpuLaunchArg &p = launch.args[a];
+      int32_t word = 0;
+      switch (p.kind) {
+      case GpuLaunchArg::Kind::Argument:
+        values[a] = address[p.index];
+        break;
+      case GpuLaunchArg::Kind::Scratch:
+        values[a] = scratch[p.index].get();
+        break;
+      case GpuLaunchArg::Kind::Errors:
+        values[a] = errorRecord.get();
+        break;
+      case GpuLaunchArg::Kind::Dim:
+        word = static_cast<int32_t>(shapes[p.index][p.dim]);
+        std::memcpy(&values[a], &word, sizeof(word));
+        break;
+      case GpuLaunchArg::Kind::I32:
+        word = p.value;
+        std::memcpy(&values[a], &word, sizeof(word));
+        break;
+      }
+      params[a] = &values[a];
+    }
+    if (Status s = d.check(
+            d.launchKernel(functions[launch.kernel], launch.grid[0],
+                           launch.grid[1], launch.grid[2], kernel.block[0],
+                           kernel.block[1], kernel.block[2],
+                           static_cast<unsigned>(kernel.sharedBytes), on,
+                           params.data(), nullptr),
+            "cuLaunchKernel");
+        !s.ok()) {
+      finish().ignore();
+      return fail(Status::error("launch " + str(l) + " (kernel \"" +
+                                kernel.name + "\"): " + s.message()));
+    }
+    issued = true;
+    if (launch.record >= 0)
+      if (Status s = d.check(d.eventRecord(events[launch.record], on),
+                             "cuEventRecord");
+          !s.ok()) {
+        finish().ignore();
+        return fail(s);
+      }
+  }
+  if (sideStream) {
+    if (Status s =
+            d.check(d.eventRecord(joinEvent, sideStream), "cuEventRecord");
+        !s.ok()) {
+      finish().ignore();
+      return fail(s);
+    }
+    if (Status s = d.check(d.streamWaitEvent(stream, joinEvent, 0),
+                           "cuStreamWaitEvent");
+        !s.ok()) {
+      finish().ignore();
+      return fail(s);
+    }
+  }
+  if (Status s = finish(); !s.ok())
+    return fail(s);
+
+  //===--- Bookkeeping ---------------------------------------------------===//
+  if (stateful) {
+    // MTP layers buffered this step's rows (docs/Runtime-ABI.md).
+    if (!bufferingLayers.empty())
+      if (Status s = pool->bookkeeping().setBufferedRows(
+              ids, Span<int64_t>(bufferingLayers), static_cast<int32_t>(rows));
+          !s.ok())
+        return fail(s);
+    pool->bookkeeping().endStep(ids, stepLayers);
+  }
+  ++stepsSinceCheck;
+  if (history.size() == kHistory)
+    history.pop_front();
+  history.push_back(requestIds);
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Errors found on the device
+//===----------------------------------------------------------------------===//
+
+Status GpuProgram::check(CUstream stream) {
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &d = ctx->driver();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (Status s = d.check(d.streamSynchronize(stream), "cuStreamSynchronize");
+      !s.ok())
+    return Status::error("a step of " + spec.function +
+                         " failed on the device: " + s.message());
+  auto *record = static_cast<int32_t *>(errorHost.get());
+  if (Status s = d.check(d.memcpyDtoHAsync(record, errorRecord.get(),
+                                           4 * sizeof(int32_t), stream),
+                         "cuMemcpyDtoHAsync");
+      !s.ok())
+    return s;
+  if (Status s = d.check(d.streamSynchronize(stream), "cuStreamSynchronize");
+      !s.ok())
+    return s;
+  const int32_t code = record[0], value = record[1], index = record[2],
+                row = record[3];
+  const int64_t steps = stepsSinceCheck;
+  std::vector<int64_t> lastIds =
+      history.empty() ? std::vector<int64_t>() : history.back();
+  stepsSinceCheck = 0;
+  history.clear();
+  if (code == 0)
+    return Status::success();
+
+  if (Status s = d.check(
+          d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), stream),
+          "cuMemsetD8Async");
+      !s.ok())
+    return s;
+  if (Status s = d.check(d.streamSynchronize(stream), "cuStreamSynchronize");
+      !s.ok())
+    return s;
+  std::string who;
+  if (steps == 1 && index >= 0 && index < static_cast<int64_t>(lastIds.size()))
+    who =
+        "request " + str(lastIds[index]) + " (batch index " + str(index) + ")";
+  else if (steps > 1)
+    who = "batch index " + str(index) + " of one of the " + str(steps) +
+          " steps since the last check";
+  else
+    who = "batch index " + str(index) +
+          " (of a step replayed from a CUDA "
+          "graph, or issued before the last check)";
+  return Status::error(
+      "a step of " + spec.function + " found bad input on the device: " + who +
+      ", row " + str(row) + ": " + describeDeviceError(code, value) +
+      "; the request was skipped and its state left as it was (reset it "
+      "before its next step)");
+}
+
+} // namespace spin::runtime

@@ -1,0 +1,241 @@
+//===- GpuStatePool.cpp - per-request SPIN state in device memory ---------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spin/Runtime/GpuStatePool.h"
+
+#include <utility>
+
+namespace spin::runtime {
+
+using namespace cuda;
+
+bool GpuLayerBuffers::field(const std::string &name, CUdeviceptr &address,
+                            std::vector<int64_t> &shape) const {
+  struct Entry {
+    const char *name;
+    CUdeviceptr GpuLayerBuffers::*member;
+    std::vector<int64_t> shape;
+  };
+  const Entry entries[] = {
+      {"v", &GpuLayerBuffers::v, {numSlots, capacity}},
+      {"d", &GpuLayerBuffers::d, {numSlots, capacity}},
+      {"it", &GpuLayerBuffers::it, {numSlots}},
+      {"obs_rows", &GpuLayerBuffers::obsRows, {numSlots}},
+      {"obs_pos", &GpuLayerBuffers::obsPos, {numSlots, maxRows}},
+      {"obs_len", &GpuLayerBuffers::obsLen, {numSlots, maxRows}},
+      {"obs_mask", &GpuLayerBuffers::obsMask, {numSlots, numBlocks}},
+      {"obs_z", &GpuLayerBuffers::obsZ, {numSlots, maxRows, capacity}},
+  };
+  for (const Entry &entry : entries)
+    if (name == entry.name) {
+      address = this->*entry.member;
+      shape = entry.shape;
+      return true;
+    }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Creation
+//===----------------------------------------------------------------------===//
+
+StatusOr<std::unique_ptr<GpuStatePool>>
+GpuStatePool::create(const StatePoolOptions &options, CUstream stream,
+                     int device) {
+  StatusOr<std::shared_ptr<Context>> context = Context::get(device);
+  if (!context.ok())
+    return context.status();
+  return create(*context, options, stream);
+}
+
+StatusOr<std::unique_ptr<GpuStatePool>>
+GpuStatePool::create(std::shared_ptr<Context> context,
+                     const StatePoolOptions &options, CUstream stream) {
+  StatePoolOptions hostOptions = options;
+  hostOptions.hostState = false;
+  StatusOr<StateLayout> layout = StatePool::layoutOf(hostOptions);
+  if (!layout.ok())
+    return layout.status();
+  StatusOr<std::unique_ptr<StatePool>> host = StatePool::create(hostOptions);
+  if (!host.ok())
+    return host.status();
+
+  StatusOr<DeviceMemory> memory = DeviceMemory::allocate(
+      context, static_cast<size_t>(layout->bytes), "a state pool");
+  if (!memory.ok())
+    return memory.status();
+  ContextScope scope(*context);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &d = context->driver();
+  if (Status s =
+          d.check(d.memsetD8Async(memory->get(), 0,
+                                  static_cast<size_t>(layout->bytes), stream),
+                  "cuMemsetD8Async");
+      !s.ok())
+    return s;
+  return std::unique_ptr<GpuStatePool>(
+      new GpuStatePool(std::move(context), std::move(host).value(), *layout,
+                       std::move(memory).value()));
+}
+
+GpuStatePool::GpuStatePool(std::shared_ptr<Context> context,
+                           std::unique_ptr<StatePool> hostPool,
+                           StateLayout stateLayout, DeviceMemory deviceMemory)
+    : ctx(std::move(context)), host(std::move(hostPool)), layout(stateLayout),
+      memory(std::move(deviceMemory)) {}
+
+GpuStatePool::~GpuStatePool() = default;
+
+GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
+  const StatePoolOptions &o = options();
+  if (layer < 0 || layer >= o.numLayers)
+    return GpuLayerBuffers();
+  CUdeviceptr start = memory.get() + layer * layout.layerStride;
+  GpuLayerBuffers b;
+  b.v = start + layout.v;
+  b.d = start + layout.d;
+  b.it = start + layout.it;
+  b.obsRows = start + layout.obsRows;
+  b.obsPos = start + layout.obsPos;
+  b.obsLen = start + layout.obsLen;
+  b.obsMask = start + layout.obsMask;
+  b.obsZ = start + layout.obsZ;
+  b.numSlots = o.numSlots;
+  b.capacity = o.capacity;
+  b.maxRows = o.maxRows;
+  b.numBlocks = layout.numBlocks;
+  return b;
+}
+
+//===----------------------------------------------------------------------===//
+// Request lifecycle
+//===----------------------------------------------------------------------===//
+
+Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &drv = ctx->driver();
+  const int64_t c = options().capacity;
+  const size_t rowBytes = static_cast<size_t>(c) * sizeof(float);
+  for (int64_t l = 0; l < options().numLayers; ++l) {
+    GpuLayerBuffers b = layer(l);
+    const std::pair<CUdeviceptr, size_t> ranges[] = {
+        {b.v + slot * rowBytes, rowBytes},
+        {b.d + slot * rowBytes, rowBytes},
+        {b.it + slot * sizeof(int64_t), sizeof(int64_t)},
+        {b.obsRows + slot * sizeof(int32_t), sizeof(int32_t)},
+    };
+    for (const auto &[address, bytes] : ranges)
+      if (Status s = drv.check(drv.memsetD8Async(address, 0, bytes, stream),
+                               "cuMemsetD8Async");
+          !s.ok())
+        return s;
+  }
+  return Status::success();
+}
+
+StatusOr<int32_t> GpuStatePool::acquire(int64_t requestId, CUstream stream) {
+  StatusOr<int32_t> slot = host->acquire(requestId);
+  if (!slot.ok())
+    return slot;
+  if (Status s = zeroSlot(*slot, stream); !s.ok()) {
+    host->release(requestId).ignore();
+    return Status::error("cannot reset the state of request " +
+                         std::to_string(requestId) + ": " + s.message());
+  }
+  return slot;
+}
+
+Status GpuStatePool::release(int64_t requestId) {
+  return host->release(requestId);
+}
+
+Status GpuStatePool::reset(int64_t requestId, CUstream stream) {
+  // The host reset validates the request and drops buffered rows and the
+  // recorded commit; the device arrays follow on the stream.
+  if (Status s = host->reset(requestId); !s.ok())
+    return s;
+  StatusOr<int32_t> slot = host->slotOf(requestId);
+  if (!slot.ok())
+    return slot.status();
+  if (Status s = zeroSlot(*slot, stream); !s.ok())
+    return Status::error("cannot reset the state of request " +
+                         std::to_string(requestId) + ": " + s.message());
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Inspection
+//===----------------------------------------------------------------------===//
+
+Status GpuStatePool::read(int64_t requestId, int64_t layerIndex,
+                          CUdeviceptr GpuLayerBuffers::*field, int64_t rowBytes,
+                          void *out, CUstream stream) const {
+  StatusOr<int32_t> slot = host->slotOf(requestId);
+  if (!slot.ok())
+    return slot.status();
+  if (layerIndex < 0 || layerIndex >= options().numLayers)
+    return Status::error("layer " + std::to_string(layerIndex) +
+                         " is out of range: the pool has " +
+                         std::to_string(options().numLayers) + " layers");
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  const Driver &d = ctx->driver();
+  CUdeviceptr address = layer(layerIndex).*field + *slot * rowBytes;
+  if (Status s =
+          d.check(d.memcpyDtoHAsync(out, address, static_cast<size_t>(rowBytes),
+                                    stream),
+                  "cuMemcpyDtoHAsync");
+      !s.ok())
+    return s;
+  return d.check(d.streamSynchronize(stream), "cuStreamSynchronize");
+}
+
+StatusOr<std::vector<float>> GpuStatePool::v(int64_t requestId, int64_t layer,
+                                             CUstream stream) const {
+  std::vector<float> row(static_cast<size_t>(options().capacity));
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::v,
+                      options().capacity * sizeof(float), row.data(), stream);
+      !s.ok())
+    return s;
+  return row;
+}
+
+StatusOr<std::vector<float>> GpuStatePool::d(int64_t requestId, int64_t layer,
+                                             CUstream stream) const {
+  std::vector<float> row(static_cast<size_t>(options().capacity));
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::d,
+                      options().capacity * sizeof(float), row.data(), stream);
+      !s.ok())
+    return s;
+  return row;
+}
+
+StatusOr<int64_t> GpuStatePool::iteration(int64_t requestId, int64_t layer,
+                                          CUstream stream) const {
+  int64_t value = 0;
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::it, sizeof(int64_t),
+                      &value, stream);
+      !s.ok())
+    return s;
+  return value;
+}
+
+StatusOr<int32_t> GpuStatePool::bufferedRows(int64_t requestId, int64_t layer,
+                                             CUstream stream) const {
+  int32_t value = 0;
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::obsRows,
+                      sizeof(int32_t), &value, stream);
+      !s.ok())
+    return s;
+  return value;
+}
+
+} // namespace spin::runtime
