@@ -14,6 +14,10 @@ numpy arrays or torch tensors, and keeps the per-request SPIN state::
     top = indexer(q, w, keys, block_table, lengths, positions, state,
                   request_ids=np.array([7]))
 
+Compiled GPU artifacts (manifest.json + PTX, docs/GPU-ABI.md) run on CUDA
+torch tensors through :func:`load` (see :mod:`spin.cuda`); that needs no
+CUDA toolkit, only the driver, and ``import spin`` works without a GPU.
+
 Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
 ``ValueError`` naming the argument; nothing is changed by a refused step.
 """
@@ -25,8 +29,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 
 from . import _spin
+from .cuda import CudaProgram, CudaState, load, read_manifest
 
-__all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler"]
+__all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
+           "load", "read_manifest", "CudaProgram", "CudaState"]
 
 #: True when the extension was built with the compiler (JIT) part.
 has_compiler: bool = bool(_spin.has_compiler)
@@ -250,8 +256,8 @@ class Indexer:
         if page_size <= 0 or page_size % block_size:
             raise ValueError(f"block_size {block_size} must divide page_size {page_size}")
         if device != "cpu":
-            raise ValueError(f"device {device!r} is not available: this build "
-                             "runs the CPU path only (the CUDA backend is not built)")
+            raise ValueError(f"device {device!r} is not available: Indexer runs "
+                             "the CPU path only; run GPU artifacts with spin.load")
         if not has_compiler:
             raise RuntimeError("spin was built without the compiler: Indexer "
                                "needs -DSPIN_ENABLE_COMPILER=ON")

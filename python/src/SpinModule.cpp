@@ -3,13 +3,19 @@
 // Part of the spin project: SPIN (Shadow Predictive Indexer) for
 // indexer-based sparse attention.
 //
-// Thin bindings: the state pool and step programs of the runtime, and (with
-// the compiler) JIT compilation through the project's pipelines. Argument
-// checking with Python-level messages lives in spin/__init__.py; everything
-// the runtime checks comes back as ValueError with the runtime's message.
+// Thin bindings: the state pool and step programs of the runtime (CPU and
+// CUDA), and (with the compiler) JIT compilation through the project's
+// pipelines. Argument checking with Python-level messages lives in
+// spin/__init__.py; everything the runtime checks comes back as ValueError
+// with the runtime's message (RuntimeError for driver and device failures).
+// The CUDA part passes device pointers and streams as integers and never
+// links libcuda: the runtime opens it on first use, so `import spin` works
+// on machines without a GPU.
 //
 //===----------------------------------------------------------------------===//
 
+#include "spin/Runtime/GpuProgram.h"
+#include "spin/Runtime/GpuStatePool.h"
 #include "spin/Runtime/StatePool.h"
 #include "spin/Runtime/StepProgram.h"
 
@@ -20,8 +26,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 
 namespace py = pybind11;
 namespace rt = ::spin::runtime;
@@ -44,16 +53,89 @@ void check(const rt::Status &status) {
     raise(status.message());
 }
 
+[[noreturn]] void raiseRuntime(const std::string &message) {
+  throw std::runtime_error(message);
+}
+
+template <typename T>
+T unwrapRuntime(rt::StatusOr<T> value) {
+  if (!value.ok())
+    raiseRuntime(value.message());
+  return std::move(*value);
+}
+
 rt::DType dtypeFromName(const std::string &name) {
-  static const std::map<std::string, rt::DType> names = {
-      {"f32", rt::DType::f32},   {"f16", rt::DType::f16},
-      {"bf16", rt::DType::bf16}, {"fp8e4m3", rt::DType::fp8e4m3},
-      {"i1", rt::DType::i1},     {"i8", rt::DType::i8},
-      {"i32", rt::DType::i32},   {"i64", rt::DType::i64}};
-  auto it = names.find(name);
-  if (it == names.end())
+  std::optional<rt::DType> dtype = rt::dtypeFromName(name);
+  if (!dtype)
     raise("unknown element type '" + name + "'");
-  return it->second;
+  return *dtype;
+}
+
+rt::cuda::CUstream streamFrom(uintptr_t stream) {
+  return reinterpret_cast<rt::cuda::CUstream>(stream);
+}
+
+/// {name: (device pointer, shape, dtype name)} -> device tensors.
+std::map<std::string, rt::DeviceTensorRef>
+deviceTensors(const py::dict &arrays) {
+  std::map<std::string, rt::DeviceTensorRef> out;
+  for (auto item : arrays) {
+    auto name = item.first.cast<std::string>();
+    auto triple = item.second.cast<py::tuple>();
+    if (triple.size() != 3)
+      raise("'" + name + "' must be (data pointer, shape, dtype)");
+    rt::DeviceTensorRef ref;
+    ref.data = triple[0].cast<uint64_t>();
+    ref.shape = triple[1].cast<std::vector<int64_t>>();
+    ref.dtype = dtypeFromName(triple[2].cast<std::string>());
+    out[name] = ref;
+  }
+  return out;
+}
+
+py::dict argumentDict(const rt::ArgSpec &arg) {
+  py::dict d;
+  d["role"] = rt::argRoleName(arg.role);
+  d["name"] = arg.name;
+  d["layer"] = arg.layer;
+  d["dtype"] = rt::dtypeName(arg.dtype);
+  d["shape"] = arg.shape;
+  return d;
+}
+
+/// The parts of a manifest that Python uses, as plain data.
+py::dict manifestDict(const rt::GpuManifest &m) {
+  py::dict d;
+  d["directory"] = m.directory;
+  d["function"] = m.function;
+  d["compiler_version"] = m.compilerVersion;
+  py::dict options, ptx;
+  for (const auto &[key, value] : m.options)
+    options[py::str(key)] = value;
+  for (const auto &[chip, file] : m.ptx)
+    ptx[py::str(chip)] = file;
+  d["options"] = options;
+  d["ptx"] = ptx;
+  d["batch"] = m.batch;
+  d["rows"] = m.rows;
+  if (m.state) {
+    py::dict state;
+    state["layers"] = m.state->layers;
+    state["capacity"] = m.state->capacity;
+    state["block_size"] = m.state->blockSize;
+    state["max_rows"] = m.state->maxRows;
+    d["state"] = state;
+  } else {
+    d["state"] = py::none();
+  }
+  py::list arguments, kernels;
+  for (const rt::ArgSpec &arg : m.arguments)
+    arguments.append(argumentDict(arg));
+  for (const rt::GpuKernelSpec &kernel : m.kernels)
+    kernels.append(kernel.name);
+  d["arguments"] = arguments;
+  d["kernels"] = kernels;
+  return d;
 }
 
 /// {name: (buffer, dtype name)} -> tensors viewing the buffers (no copy).
@@ -87,17 +169,10 @@ tensors(const py::dict &arrays, std::vector<py::buffer_info> &keep,
   return out;
 }
 
-py::list signatureOf(const rt::StepProgram &program) {
+py::list signatureOf(const std::vector<rt::ArgSpec> &signature) {
   py::list list;
-  for (const rt::ArgSpec &arg : program.signature()) {
-    py::dict d;
-    d["role"] = rt::argRoleName(arg.role);
-    d["name"] = arg.name;
-    d["layer"] = arg.layer;
-    d["dtype"] = rt::dtypeName(arg.dtype);
-    d["shape"] = arg.shape;
-    list.append(d);
-  }
+  for (const rt::ArgSpec &arg : signature)
+    list.append(argumentDict(arg));
   return list;
 }
 
@@ -168,11 +243,144 @@ PYBIND11_MODULE(_spin, m) {
       .def("run", &Program::run, py::arg("pool"), py::arg("inputs"),
            py::arg("outputs"))
       .def_property_readonly("signature", [](const Program &p) {
-        return signatureOf(*p.program);
+        return signatureOf(p.program->signature());
       })
       .def_property_readonly("graph_ir", [](const Program &p) { return p.graphIR; })
       .def_property_readonly("from_disk_cache",
                              [](const Program &p) { return p.fromDiskCache; });
+
+  //===--------------------------------------------------------------------===//
+  // CUDA
+  //===--------------------------------------------------------------------===//
+
+  m.def(
+      "read_manifest",
+      [](const std::string &dir) {
+        return manifestDict(unwrap(rt::GpuManifest::read(dir)));
+      },
+      py::arg("directory"),
+      "Reads and validates DIR/manifest.json of a GPU artifact (no GPU "
+      "needed); ValueError names the file and the field");
+
+  py::class_<rt::GpuStatePool>(m, "GpuStatePool")
+      .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
+                       int64_t rows, int64_t blockSize, uintptr_t stream,
+                       int device) {
+             rt::StatePoolOptions options;
+             options.numLayers = layers;
+             options.numSlots = slots;
+             options.capacity = capacity;
+             options.maxRows = rows;
+             options.blockSize = blockSize;
+             // Bad options are input errors; the rest is the device's.
+             unwrap(rt::StatePool::layoutOf(options));
+             return unwrapRuntime(
+                 rt::GpuStatePool::create(options, streamFrom(stream), device));
+           }),
+           py::arg("layers"), py::arg("slots"), py::arg("capacity"),
+           py::arg("rows"), py::arg("block_size"), py::arg("stream"),
+           py::arg("device"))
+      .def("acquire",
+           [](rt::GpuStatePool &p, int64_t id, uintptr_t stream) {
+             return unwrap(p.acquire(id, streamFrom(stream)));
+           })
+      .def("release",
+           [](rt::GpuStatePool &p, int64_t id) { check(p.release(id)); })
+      .def("reset",
+           [](rt::GpuStatePool &p, int64_t id, uintptr_t stream) {
+             check(p.reset(id, streamFrom(stream)));
+           })
+      .def("commit", [](rt::GpuStatePool &p, int64_t id,
+                        int32_t accepted) { check(p.commit(id, accepted)); })
+      .def("contains", &rt::GpuStatePool::contains)
+      .def("has_pending_rows", &rt::GpuStatePool::hasPendingRows)
+      .def("live_requests", &rt::GpuStatePool::liveRequests)
+      .def("slot_of",
+           [](rt::GpuStatePool &p, int64_t id) { return unwrap(p.slotOf(id)); })
+      .def(
+          "iteration",
+          [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
+            rt::StatusOr<int64_t> it{rt::Status::error("not read")};
+            {
+              py::gil_scoped_release release;
+              it = p.iteration(id, layer, streamFrom(stream));
+            }
+            return unwrap(std::move(it));
+          })
+      .def(
+          "state",
+          [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
+            rt::StatusOr<std::vector<float>> v{rt::Status::error("not read")},
+                d{rt::Status::error("not read")};
+            {
+              py::gil_scoped_release release;
+              v = p.v(id, layer, streamFrom(stream));
+              if (v.ok())
+                d = p.d(id, layer, streamFrom(stream));
+            }
+            return py::make_tuple(unwrap(std::move(v)), unwrap(std::move(d)));
+          },
+          "Copies of (V, D) of one request and layer (synchronises the "
+          "stream)")
+      .def_property_readonly("device", [](const rt::GpuStatePool &p) {
+        return p.context()->device();
+      });
+
+  py::class_<rt::GpuProgram>(m, "GpuProgram")
+      .def_static(
+          "load",
+          [](const std::string &dir, int device) {
+            // Manifest errors are input errors; the rest is the device's.
+            unwrap(rt::GpuManifest::read(dir));
+            return unwrapRuntime(rt::GpuProgram::load(dir, device));
+          },
+          py::arg("directory"), py::arg("device"))
+      .def(
+          "run",
+          [](rt::GpuProgram &program, rt::GpuStatePool *pool,
+             const py::dict &inputs, const py::dict &outputs,
+             const std::vector<int64_t> &requestIds, uintptr_t stream) {
+            auto in = deviceTensors(inputs);
+            auto out = deviceTensors(outputs);
+            rt::Status status;
+            {
+              py::gil_scoped_release release;
+              status = pool ? program.run(*pool, in, out, requestIds,
+                                          streamFrom(stream))
+                            : program.run(in, out, streamFrom(stream));
+            }
+            check(status);
+          },
+          py::arg("pool").none(true), py::arg("inputs"), py::arg("outputs"),
+          py::arg("request_ids"), py::arg("stream"))
+      .def(
+          "check",
+          [](rt::GpuProgram &program, uintptr_t stream) {
+            rt::Status status;
+            {
+              py::gil_scoped_release release;
+              status = program.check(streamFrom(stream));
+            }
+            if (!status.ok())
+              raiseRuntime(status.message());
+          },
+          py::arg("stream"))
+      .def("reserve_captured_steps",
+           [](rt::GpuProgram &program, int64_t count) {
+             check(program.reserveCapturedSteps(count));
+           })
+      .def_property_readonly("captured_steps_left",
+                             &rt::GpuProgram::capturedStepsLeft)
+      .def_property_readonly(
+          "signature",
+          [](const rt::GpuProgram &p) { return signatureOf(p.signature()); })
+      .def_property_readonly(
+          "manifest",
+          [](const rt::GpuProgram &p) { return manifestDict(p.manifest()); })
+      .def_property_readonly("chip", &rt::GpuProgram::chip)
+      .def_property_readonly("device", [](const rt::GpuProgram &p) {
+        return p.context()->device();
+      });
 
 #ifdef SPIN_HAS_COMPILER
   auto fromExecutable = [](std::shared_ptr<mlir::spin::CpuExecutable> exe) {

@@ -19,3 +19,9 @@ def rng(request):
     seed = int(os.environ.get("SPIN_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
     print(f"{request.node.name}: SPIN_TEST_SEED={seed}")
     return np.random.default_rng(seed)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cuda: needs a CUDA device through torch (skipped when "
+                   "torch.cuda.is_available() is False); select with -m cuda")

@@ -1,0 +1,357 @@
+"""Running compiled GPU artifacts on CUDA torch tensors.
+
+A GPU artifact is the directory ``spin-compile --target=sm_90a,...`` writes:
+``manifest.json`` plus one PTX module per chip (docs/GPU-ABI.md). The
+runtime loads the PTX for the current device through the CUDA driver (no
+toolkit needed) and launches a step on torch's current stream, without
+synchronising with the host, so steps can be captured in CUDA graphs::
+
+    import torch, spin
+
+    program = spin.load("artifact/")            # torch's current device
+    state = program.new_state(slots=64)         # capacity etc. from the manifest
+    state.add(7)                                # after prefill
+    out = program({"q": q, "w": w, "keys": keys, "block_table": table,
+                   "lengths": lengths, "positions": positions},
+                  state, request_ids=[7])
+    top = out["topk"]                           # a CUDA tensor, same device
+    program.check()                             # synchronises; raises on bad data
+
+Argument errors raise ``TypeError``/``ValueError`` naming the argument
+before anything is issued; driver and device failures raise
+``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _spin
+
+try:  # torch is optional for the package, required here
+    import torch as _torch
+except ImportError:  # pragma: no cover - depends on the machine
+    _torch = None
+
+__all__ = ["load", "read_manifest", "CudaProgram", "CudaState"]
+
+#: Roles whose tensors the caller passes in ``inputs``.
+_INPUT_ROLES = ("input", "positions", "request_ids", "reset")
+
+
+def read_manifest(artifact_dir: str) -> Dict[str, Any]:
+    """The validated manifest of a GPU artifact as a dict (no GPU needed).
+
+    Raises ``ValueError`` naming the file and the field for a missing
+    directory or manifest, invalid JSON, or any field outside
+    docs/GPU-ABI.md.
+    """
+    return _spin.read_manifest(str(artifact_dir))
+
+
+def _require_torch_cuda(what: str):
+    if _torch is None:
+        raise RuntimeError(f"{what} needs PyTorch with CUDA: torch is not installed")
+    if not _torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs PyTorch with CUDA: "
+                           "torch.cuda.is_available() is False on this machine")
+    return _torch
+
+
+def _torch_dtypes(dtype: str) -> Tuple[Any, ...]:
+    """The torch dtypes accepted for a runtime element type; the first is the
+    one outputs are allocated with."""
+    t = _torch
+    fp8 = getattr(t, "float8_e4m3fn", None)
+    table = {
+        "f32": (t.float32,), "f16": (t.float16,), "bf16": (t.bfloat16,),
+        "fp8e4m3": ((fp8, t.uint8) if fp8 is not None else (t.uint8,)),
+        "i1": (t.bool,), "i8": (t.int8,), "i32": (t.int32,), "i64": (t.int64,),
+    }
+    return table[dtype]
+
+
+def _device_of(device) -> "Any":
+    torch = _torch
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if device.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _stream(device) -> int:
+    return _torch.cuda.current_stream(device).cuda_stream
+
+
+def load(artifact_dir: str, device=None) -> "CudaProgram":
+    """Loads a GPU artifact for running on ``device`` (default: torch's
+    current CUDA device).
+
+    The manifest is validated first (``ValueError`` naming the file and the
+    field, also on machines without a GPU); then ``RuntimeError`` if torch
+    has no CUDA, the driver or device is unusable, or no PTX of the artifact
+    fits the device.
+    """
+    manifest = read_manifest(artifact_dir)
+    torch = _require_torch_cuda("spin.load")
+    device = _device_of(device)
+    torch.cuda.init()  # torch's primary context exists before ours retains it
+    native = _spin.GpuProgram.load(str(artifact_dir), int(device.index))
+    return CudaProgram(native, manifest, device)
+
+
+class CudaState:
+    """SPIN state in device memory for the requests of one or more programs.
+
+    As :class:`spin.State`: ``add`` a request after prefill, ``reset`` it at
+    a new turn, ``commit`` the accepted draft count of an MTP verification
+    step, ``release`` it when done. Zeroing is issued on torch's current
+    stream. ``iteration`` and ``ema`` copy from the device (synchronising).
+    """
+
+    def __init__(self, pool: "_spin.GpuStatePool", device, slots: int,
+                 capacity: int, layers: int, rows: int, block_size: int):
+        self._pool = pool
+        self.device = device
+        self.slots = slots
+        self.capacity = capacity
+        self.layers = layers
+        self.rows = rows
+        self.block_size = block_size
+
+    def _native(self) -> "_spin.GpuStatePool":
+        if self._pool is None:
+            raise RuntimeError("this CudaState is closed")
+        return self._pool
+
+    def add(self, request_id: int) -> int:
+        """Starts tracking a request (fresh state); returns its slot."""
+        return self._native().acquire(int(request_id), _stream(self.device))
+
+    def reset(self, request_id: int) -> None:
+        """Zeroes a request's state: after prefill or at a new turn."""
+        self._native().reset(int(request_id), _stream(self.device))
+
+    def commit(self, request_id: int, accepted: int) -> None:
+        """Records how many draft tokens of the last MTP step were accepted."""
+        self._native().commit(int(request_id), int(accepted))
+
+    def release(self, request_id: int) -> None:
+        """Forgets a finished request and frees its slot."""
+        self._native().release(int(request_id))
+
+    def slot(self, request_id: int) -> int:
+        """The request's slot in the state arrays."""
+        return self._native().slot_of(int(request_id))
+
+    def has_pending_rows(self, request_id: int) -> bool:
+        """True if an MTP step of the request awaits its commit."""
+        return self._native().has_pending_rows(int(request_id))
+
+    def iteration(self, request_id: int, layer: int = 0) -> int:
+        """Decode steps since the request's last reset on ``layer``."""
+        return self._native().iteration(int(request_id), int(layer), _stream(self.device))
+
+    def ema(self, request_id: int, layer: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """Copies of the request's (V, D) vectors on ``layer``."""
+        v, d = self._native().state(int(request_id), int(layer), _stream(self.device))
+        return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
+
+    def __contains__(self, request_id: int) -> bool:
+        return self._native().contains(int(request_id))
+
+    def __len__(self) -> int:
+        return self._native().live_requests()
+
+    def close(self) -> None:
+        """Frees the device memory once nothing references it; later use
+        raises RuntimeError."""
+        self._pool = None
+
+
+class CudaProgram:
+    """A loaded GPU artifact (see :func:`load`)."""
+
+    def __init__(self, native: "_spin.GpuProgram", manifest: Dict[str, Any], device):
+        self._native = native
+        self.manifest = manifest
+        self.device = device
+
+    @property
+    def signature(self) -> List[Dict[str, Any]]:
+        """The step's arguments, in call order (as in manifest.json)."""
+        return self._native.signature
+
+    @property
+    def chip(self) -> str:
+        """The PTX that was loaded ("sm_90a", or a portable "sm_90")."""
+        return self._native.chip
+
+    def new_state(self, slots: int = 64, capacity: Optional[int] = None,
+                  layers: Optional[int] = None, rows: Optional[int] = None,
+                  block_size: Optional[int] = None) -> CudaState:
+        """Device state for up to ``slots`` requests. The other sizes default
+        to the manifest's ``state`` section."""
+        section = self.manifest.get("state") or {}
+        values = {"capacity": capacity, "layers": layers, "rows": rows,
+                  "block_size": block_size}
+        keys = {"capacity": "capacity", "layers": "layers", "rows": "max_rows",
+                "block_size": "block_size"}
+        for name, value in list(values.items()):
+            if value is None:
+                if keys[name] not in section:
+                    raise ValueError(f"{name} is required: the artifact's manifest "
+                                     "has no state section")
+                values[name] = section[keys[name]]
+        values["slots"] = slots
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        pool = _spin.GpuStatePool(layers=int(values["layers"]), slots=int(slots),
+                                  capacity=int(values["capacity"]),
+                                  rows=int(values["rows"]),
+                                  block_size=int(values["block_size"]),
+                                  stream=_stream(self.device),
+                                  device=int(self.device.index))
+        return CudaState(pool, self.device, int(slots), int(values["capacity"]),
+                         int(values["layers"]), int(values["rows"]),
+                         int(values["block_size"]))
+
+    def _tensor(self, what: str, name: str, value, arg: Dict[str, Any]):
+        torch = _torch
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{what} {name!r} must be a torch.Tensor, got "
+                            f"{type(value).__name__}")
+        if value.device != self.device:
+            raise ValueError(f"{what} {name!r} is on {value.device}, but the program "
+                             f"runs on {self.device}")
+        allowed = _torch_dtypes(arg["dtype"])
+        if value.dtype not in allowed:
+            names = " or ".join(str(t) for t in allowed)
+            raise TypeError(f"{what} {name!r} has dtype {value.dtype}, expected "
+                            f"{names} ({arg['dtype']})")
+        if value.dim() != len(arg["shape"]):
+            want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
+            raise ValueError(f"{what} {name!r} has shape {tuple(value.shape)}, "
+                             f"expected [{want}]")
+        if not value.is_contiguous():
+            raise ValueError(f"{what} {name!r} is not contiguous; call .contiguous() first")
+        return (value.data_ptr(), list(value.shape), arg["dtype"])
+
+    def __call__(self, inputs: Dict[str, Any], state: Optional[CudaState] = None,
+                 request_ids: Optional[Iterable[int]] = None,
+                 outputs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Issues one step on torch's current stream; returns the outputs.
+
+        ``inputs`` maps the graph's input names (and "positions",
+        "request_ids", optionally "reset") to contiguous CUDA tensors on the
+        program's device; a missing "request_ids" input is made from
+        ``request_ids`` (pass it explicitly when capturing a CUDA graph).
+        ``request_ids`` is the host copy of the batch's ids, which finds the
+        requests' slots in ``state``. ``outputs`` (optional) are
+        caller-allocated result tensors; missing ones are allocated with
+        ``torch.empty`` on the device. Nothing is synchronised: call
+        :meth:`check` to learn about bad device data (block-table entries,
+        lengths, positions).
+        """
+        torch = _require_torch_cuda("running a GPU artifact")
+        if not isinstance(inputs, dict):
+            raise TypeError(f"inputs must be a dict of tensors, got {type(inputs).__name__}")
+        inputs = dict(inputs)
+        outputs = dict(outputs or {})
+        stateful = any(a["role"] == "state" for a in self.signature)
+        if stateful and not isinstance(state, CudaState):
+            raise TypeError("state must be a spin.CudaState (from new_state), got "
+                            f"{type(state).__name__}")
+        if state is not None and not isinstance(state, CudaState):
+            raise TypeError(f"state must be a spin.CudaState, got {type(state).__name__}")
+        if state is not None and state.device != self.device:
+            raise ValueError(f"state is on {state.device}, but the program runs on "
+                             f"{self.device}")
+        ids = self._request_ids(request_ids, stateful)
+
+        native_in, batch = {}, None
+        for arg in self.signature:
+            role, name = arg["role"], arg["name"]
+            if role not in _INPUT_ROLES:
+                continue
+            if name not in inputs:
+                if role == "reset":
+                    continue
+                if role == "request_ids" and ids is not None:
+                    if torch.cuda.is_current_stream_capturing():
+                        raise ValueError("pass the 'request_ids' input tensor when "
+                                         "capturing a CUDA graph")
+                    inputs[name] = torch.tensor(ids, dtype=torch.int64, device=self.device)
+                else:
+                    want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
+                    raise ValueError(f"missing input {name!r} [{want}] {arg['dtype']}")
+            native_in[name] = self._tensor("input", name, inputs[name], arg)
+            if batch is None and not name.startswith(("keys", "scales")):
+                batch = inputs[name].shape[0]
+        known = {a["name"] for a in self.signature if a["role"] in _INPUT_ROLES}
+        unknown = sorted(set(inputs) - known)
+        if unknown:
+            raise ValueError(f"unknown inputs {unknown}")
+        if batch is None:
+            batch = len(ids) if ids is not None else self.manifest["batch"]
+
+        native_out = {}
+        for arg in self.signature:
+            if arg["role"] != "output":
+                continue
+            name = arg["name"]
+            if name not in outputs:
+                shape = [batch if d < 0 else d for d in arg["shape"]]
+                outputs[name] = torch.empty(shape, dtype=_torch_dtypes(arg["dtype"])[0],
+                                            device=self.device)
+            native_out[name] = self._tensor("output", name, outputs[name], arg)
+        unknown = sorted(set(outputs) - {a["name"] for a in self.signature
+                                         if a["role"] == "output"})
+        if unknown:
+            raise ValueError(f"unknown outputs {unknown}")
+
+        pool = state._native() if state is not None and stateful else None
+        self._native.run(pool, native_in, native_out, ids or [], _stream(self.device))
+        return outputs
+
+    run = __call__
+
+    @staticmethod
+    def _request_ids(request_ids, stateful: bool) -> Optional[List[int]]:
+        if request_ids is None:
+            if stateful:
+                raise ValueError("request_ids is required for a program with state")
+            return None
+        if _torch is not None and isinstance(request_ids, _torch.Tensor):
+            if request_ids.is_cuda and _torch.cuda.is_current_stream_capturing():
+                raise ValueError("request_ids must be a host sequence (a list, a numpy "
+                                 "array or a CPU tensor) while capturing a CUDA graph")
+            request_ids = request_ids.cpu().numpy()
+        array = np.asarray(request_ids)
+        if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
+            raise ValueError("request_ids must be a 1-D sequence of integers, got "
+                             f"{request_ids!r}")
+        return [int(i) for i in array]
+
+    def check(self) -> None:
+        """Waits for torch's current stream and raises ``RuntimeError`` if a
+        kernel found bad data since the last check (naming the request, row
+        and value), or if a step failed on the device."""
+        self._native.check(_stream(self.device))
+
+    def reserve_captured_steps(self, count: int) -> None:
+        """Staging buffers for ``count`` more steps captured in CUDA graphs
+        (each captured step keeps one for the life of the program)."""
+        self._native.reserve_captured_steps(int(count))
+
+    @property
+    def captured_steps_left(self) -> int:
+        """Steps that can still be captured without reserving more."""
+        return self._native.captured_steps_left
