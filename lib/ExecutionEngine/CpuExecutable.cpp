@@ -153,6 +153,20 @@ static void markIndexerInputs(func::FuncOp func, IndexerOp op, unsigned k) {
   }
 }
 
+void mlir::spin::nameGraphInputs(func::FuncOp func) {
+  // Graphs written by hand name their inputs by use: an unmarked argument
+  // that an indexer op reads as q, w, keys, ... becomes that input.
+  unsigned indexers = 0;
+  func.walk([&](Operation *op) {
+    if (auto dense = dyn_cast<DenseIndexerOp>(op))
+      markIndexerInputs(func, dense, indexers++);
+    else if (auto sparse = dyn_cast<SparseIndexerOp>(op))
+      markIndexerInputs(func, sparse, indexers++);
+    else if (auto fused = dyn_cast<FusedScoreOp>(op))
+      markIndexerInputs(func, fused, indexers++);
+  });
+}
+
 /// The SPIN block size each state layer is used with in `func`.
 static std::map<int64_t, int64_t> stateBlockSizes(func::FuncOp func) {
   std::map<int64_t, int64_t> sizes;
@@ -259,17 +273,7 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
     if (failed(pm.run(*module)))
       return fail("spin-sparsify-pipeline failed");
   }
-  // Graphs written by hand name their inputs by use: an unmarked argument
-  // that an indexer op reads as q, w, keys, ... becomes that input.
-  unsigned indexers = 0;
-  func.walk([&](Operation *op) {
-    if (auto dense = dyn_cast<DenseIndexerOp>(op))
-      markIndexerInputs(func, dense, indexers++);
-    else if (auto sparse = dyn_cast<SparseIndexerOp>(op))
-      markIndexerInputs(func, sparse, indexers++);
-    else if (auto fused = dyn_cast<FusedScoreOp>(op))
-      markIndexerInputs(func, fused, indexers++);
-  });
+  nameGraphInputs(func);
   {
     llvm::raw_string_ostream os(exe->graphIR_);
     module->print(os);

@@ -15,6 +15,10 @@
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+
+#include "llvm/ADT/StringSwitch.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -118,7 +122,116 @@ void mlir::spin::buildLowerBuffersToLLVMPipeline(OpPassManager &pm) {
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+int64_t mlir::spin::minimumPtxVersion(llvm::StringRef chip) {
+  return llvm::StringSwitch<int64_t>(chip)
+      .Case("sm_90a", 78)
+      .Case("sm_100a", 86)
+      .Case("sm_103a", 88)
+      .Default(-1);
+}
+
+/// The PTX version the options ask for, or the lowest all chips accept.
+static int64_t effectivePtxVersion(const LowerToNVVMOptions &options) {
+  int64_t version = options.ptxVersion;
+  if (version == 0) {
+    version = 86;
+    for (const std::string &chip : options.chips)
+      version = std::max(version, minimumPtxVersion(chip));
+  }
+  return version;
+}
+
+LogicalResult
+mlir::spin::verifyLowerToNVVMOptions(const LowerToNVVMOptions &options,
+                                     std::string &message) {
+  if (options.chips.empty()) {
+    message = "no target chip given (chips=sm_90a,sm_100a,sm_103a)";
+    return failure();
+  }
+  int64_t version = effectivePtxVersion(options);
+  for (const std::string &chip : options.chips) {
+    int64_t minimum = minimumPtxVersion(chip);
+    if (minimum < 0) {
+      message = "unknown chip '" + chip +
+                "' (known: sm_90a, sm_100a, sm_103a)";
+      return failure();
+    }
+    if (version < minimum) {
+      message = chip + " needs PTX version " + std::to_string(minimum / 10) +
+                "." + std::to_string(minimum % 10) + " or later (got " +
+                std::to_string(version / 10) + "." +
+                std::to_string(version % 10) + ")";
+      return failure();
+    }
+  }
+  if (version > 90) {
+    message = "PTX version " + std::to_string(version) +
+              " is newer than LLVM 22 can emit (at most 90)";
+    return failure();
+  }
+  if (options.optLevel < 0 || options.optLevel > 3) {
+    message = "opt-level must be 0-3 (got " +
+              std::to_string(options.optLevel) + ")";
+    return failure();
+  }
+  return success();
+}
+
+void mlir::spin::buildLowerToNVVMPipeline(OpPassManager &pm,
+                                          const LowerToNVVMOptions &options) {
+  ConvertSpinToGPUOptions gpu;
+  gpu.capacity = options.capacity;
+  pm.addPass(createConvertSpinToGPU(gpu));
+  buildLowerToNVVMPipelineAfterPlan(pm, options);
+}
+
+void mlir::spin::buildLowerToNVVMPipelineAfterPlan(
+    OpPassManager &pm, const LowerToNVVMOptions &options) {
+  int64_t version = effectivePtxVersion(options);
+  for (const std::string &chip : options.chips) {
+    GpuNVVMAttachTargetOptions target;
+    target.chip = chip;
+    target.features = "+ptx" + std::to_string(version);
+    target.optLevel = options.optLevel;
+    pm.addPass(createGpuNVVMAttachTarget(target));
+  }
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createSCFToControlFlowPass());
+  ConvertGpuOpsToNVVMOpsOptions toNVVM;
+  kernels.addPass(createConvertGpuOpsToNVVMOps(toNVVM));
+  kernels.addPass(createConvertNVVMToLLVMPass());
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
 void mlir::spin::registerSpinPipelines() {
+  // Registered by hand rather than with PassPipelineRegistration so that
+  // bad options (an unknown chip, sm_103a below PTX 8.8) are a diagnostic
+  // when the pipeline is parsed, never a fatal error inside LLVM.
+  registerPassPipeline(
+      "spin-lower-to-nvvm",
+      "Lower spin graphs to GPU kernels and PTX for each chip (with a launch "
+      "plan for the runtime)",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        std::unique_ptr<LowerToNVVMOptions> options =
+            LowerToNVVMOptions::createFromString(text);
+        if (!options)
+          return errorHandler("spin-lower-to-nvvm: cannot parse options '" +
+                              text + "'");
+        std::string message;
+        if (failed(verifyLowerToNVVMOptions(*options, message)))
+          return errorHandler("spin-lower-to-nvvm: " + message);
+        buildLowerToNVVMPipeline(pm, *options);
+        return success();
+      },
+      [](function_ref<void(const mlir::detail::PassOptions &)> printer) {
+        printer(LowerToNVVMOptions());
+      });
   PassPipelineRegistration<LowerToCPUOptions>(
       "spin-lower-to-cpu",
       "Lower spin programs to the LLVM dialect for CPU execution",

@@ -76,4 +76,47 @@ def ConvertSpinToSCF : Pass<"convert-spin-to-scf", "ModuleOp"> {
   ];
 }
 
+def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
+  let summary = "Lower spin ops to generated GPU kernels and a launch plan";
+  let description = [{
+    Replaces the body of every function that holds spin ops by a launch
+    plan: a sequence of `gpu.launch_func` ops on kernels generated into one
+    `gpu.module @spin_kernels` (docs/GPU-ABI.md). Each op becomes one or
+    more kernels specialised for its static shapes and options:
+
+    * `spin.dense_indexer` -> tensor-core scoring of every visible slot;
+    * `spin.fused_select` -> prediction, pooling and block selection (one
+      CTA per request), writing the mask and the ascending block list;
+    * `spin.fused_score` -> tensor-core scoring of the selected blocks and
+      top-K over them;
+    * `spin.topk` -> radix-select top-K, one CTA per row;
+    * `spin.ema_update` -> the EMA update of the scored slots and `it += 1`,
+      on the side stream (`spin.stream = 1`) when spin-schedule-async put
+      it in an `async.execute` region, ordered after the scores by an event;
+    * `spin.reset` -> zeroing of the flagged requests' state.
+
+    The function's arguments become device pointers (`!llvm.ptr<1>`) that
+    keep their role in attributes (`spin.role`, `spin.name`, `spin.dtype`,
+    `spin.shape`); the pass adds the runtime-owned arguments (`slots`, the
+    state fields per layer), one pointer per result (`spin.role = "output"`),
+    the scratch buffers (`spin.role = "scratch"`, `spin.bytes`), the error
+    record and one i32 per dynamic size of an input (`spin.role = "dim"`).
+    Graphs this path cannot run yet (MTP observation buffering, A0/A2
+    reductions, f32 keys) are rejected with a diagnostic naming the op.
+  }];
+  let options = [
+    Option<"capacity", "capacity", "int64_t", "0",
+           "slots of state per request (0: the block table's reach)">,
+    Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
+           "warps per CTA of the scoring kernels">,
+    Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "8",
+           "16-slot tiles each scoring warp handles">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect", "::mlir::math::MathDialect"
+  ];
+}
+
 #endif // SPIN_CONVERSION_PASSES_TD

@@ -14,6 +14,7 @@
 #include "spin/Dialect/Spin/IR/SpinAttrs.h"
 
 #include "mlir/Pass/PassOptions.h"
+#include "mlir/Support/LLVM.h"
 
 #include <string>
 
@@ -138,6 +139,48 @@ void buildLowerSpinToBuffersPipeline(OpPassManager &pm,
 void buildLowerBuffersToLLVMPipeline(OpPassManager &pm);
 
 /// Registers the spin pipelines for textual pass pipelines (spin-opt).
+/// Options of `spin-lower-to-nvvm`: the kernels of convert-spin-to-gpu to
+/// PTX for each chip.
+struct LowerToNVVMOptions : public PassPipelineOptions<LowerToNVVMOptions> {
+  PassOptions::ListOption<std::string> chips{
+      *this, "chips",
+      llvm::cl::desc("Target chips: sm_90a (H100/H200), sm_100a (B200), "
+                     "sm_103a (B300)")};
+  PassOptions::Option<int64_t> ptxVersion{
+      *this, "ptx-version",
+      llvm::cl::desc("PTX ISA version times 10 (0: the lowest every chip "
+                     "accepts: 86, or 88 with sm_103a)"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> optLevel{
+      *this, "opt-level", llvm::cl::desc("LLVM optimisation level 0-3"),
+      llvm::cl::init(3)};
+  PassOptions::Option<int64_t> capacity{
+      *this, "capacity",
+      llvm::cl::desc("Slots of state per request (0: the block table's reach)"),
+      llvm::cl::init(0)};
+};
+
+/// The chips spin generates PTX for, and the lowest PTX version of each.
+int64_t minimumPtxVersion(llvm::StringRef chip);
+
+/// Checks `options` (known chips, a PTX version every chip accepts, an
+/// optimisation level 0-3); the message names the offending value.
+LogicalResult verifyLowerToNVVMOptions(const LowerToNVVMOptions &options,
+                                       std::string &message);
+
+/// convert-spin-to-gpu, then per gpu.module: one #nvvm.target per chip, the
+/// kernels to the NVVM/LLVM dialects, and gpu-module-to-binary producing
+/// PTX text (`#gpu.object<#nvvm.target<chip = ...>, assembly = "...">`).
+/// Options must have been verified (verifyLowerToNVVMOptions): an unknown
+/// chip or a PTX version a chip rejects aborts inside LLVM.
+void buildLowerToNVVMPipeline(OpPassManager &pm,
+                              const LowerToNVVMOptions &options);
+
+/// The stages of spin-lower-to-nvvm after convert-spin-to-gpu (for callers
+/// that inspect the launch plan first).
+void buildLowerToNVVMPipelineAfterPlan(OpPassManager &pm,
+                                       const LowerToNVVMOptions &options);
+
 void registerSpinPipelines();
 
 } // namespace spin

@@ -1,0 +1,55 @@
+//===- GpuCompiler.h - graphs to GPU artifacts (PTX + manifest) -*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The one entry point behind `spin-compile` and `spin.compile(...,
+// target="cuda")`: an indexer graph in, PTX per chip and the manifest the
+// runtime's GpuProgram loads out (docs/GPU-ABI.md). Compiling needs no GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_EXECUTIONENGINE_GPUCOMPILER_H
+#define SPIN_EXECUTIONENGINE_GPUCOMPILER_H
+
+#include "spin/Pipelines/Pipelines.h"
+#include "spin/Runtime/Status.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mlir::spin {
+
+struct GpuCompileOptions {
+  /// sm_90a, sm_100a, sm_103a.
+  std::vector<std::string> chips = {"sm_90a"};
+  /// PTX ISA version x 10; 0 picks the lowest every chip accepts.
+  int64_t ptxVersion = 0;
+  int64_t optLevel = 3;
+  /// Slots of state per request; 0: the block table's reach.
+  int64_t capacity = 0;
+};
+
+/// A compiled GPU program: the manifest text and the PTX of each chip.
+struct GpuArtifact {
+  std::string manifest;
+  std::map<std::string, std::string> ptx; ///< chip -> PTX text
+  std::string planIR; ///< the launch plan (for tools and tests)
+};
+
+/// Compiles function `function` of `source` (with `sparsify` set, after
+/// spin-sparsify-pipeline with those options and report-sparsity).
+::spin::runtime::StatusOr<GpuArtifact>
+compileGpuArtifact(const std::string &source, const std::string &function,
+                   const SparsifyPipelineOptions *sparsify,
+                   const GpuCompileOptions &options);
+
+/// Writes `artifact` into directory `dir` (created if missing):
+/// manifest.json and <chip>.ptx.
+::spin::runtime::Status writeGpuArtifact(const GpuArtifact &artifact,
+                                         const std::string &dir);
+
+} // namespace mlir::spin
+
+#endif // SPIN_EXECUTIONENGINE_GPUCOMPILER_H

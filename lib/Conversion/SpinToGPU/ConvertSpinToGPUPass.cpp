@@ -1,0 +1,809 @@
+//===- ConvertSpinToGPUPass.cpp - spin ops to kernels + launch plan -------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Walks a sparsified graph function in program order, generates one kernel
+// per op (Kernels.h) and rewrites the function into its launch plan: device
+// pointer arguments with their roles, and `gpu.launch_func` ops in stream
+// order. The plan is what spin-compile serialises into manifest.json.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelBuilder.h"
+#include "Kernels.h"
+
+#include "spin/Conversion/Passes.h"
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+
+#include "mlir/Dialect/Async/IR/Async.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+
+#define DEBUG_TYPE "convert-spin-to-gpu"
+
+namespace mlir::spin {
+#define GEN_PASS_DEF_CONVERTSPINTOGPU
+#include "spin/Conversion/Passes.h.inc"
+} // namespace mlir::spin
+
+using namespace mlir;
+using namespace mlir::spin;
+using namespace mlir::spin::gpu_codegen;
+
+namespace {
+
+/// The runtime's name of an element type (docs/Runtime-ABI.md).
+std::optional<StringRef> dtypeName(Type type) {
+  if (type.isF32())
+    return StringRef("f32");
+  if (type.isF16())
+    return StringRef("f16");
+  if (type.isBF16())
+    return StringRef("bf16");
+  if (isa<Float8E4M3FNType>(type))
+    return StringRef("fp8e4m3");
+  if (type.isInteger(1))
+    return StringRef("i1");
+  if (type.isInteger(8))
+    return StringRef("i8");
+  if (type.isInteger(32))
+    return StringRef("i32");
+  if (type.isInteger(64))
+    return StringRef("i64");
+  return std::nullopt;
+}
+
+std::optional<ElementFormat> elementFormat(Type type) {
+  if (type.isBF16())
+    return ElementFormat::bf16;
+  if (type.isF16())
+    return ElementFormat::f16;
+  if (isa<Float8E4M3FNType>(type))
+    return ElementFormat::fp8e4m3;
+  return std::nullopt;
+}
+
+/// The users of `value`, looking through async.execute/yield/await (which
+/// spin-schedule-async wraps around state work).
+SmallVector<Operation *> usersThroughAsync(Value value) {
+  SmallVector<Operation *> users;
+  SmallVector<Value> work = {value};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto yield = dyn_cast<async::YieldOp>(user)) {
+        auto exec = cast<async::ExecuteOp>(yield->getParentOp());
+        work.push_back(exec.getBodyResults()[use.getOperandNumber()]);
+      } else if (auto await = dyn_cast<async::AwaitOp>(user)) {
+        if (await.getResult())
+          work.push_back(await.getResult());
+      } else {
+        users.push_back(user);
+      }
+    }
+  }
+  return users;
+}
+
+/// A device buffer of the plan: a host argument of the new function.
+using Buffer = unsigned;
+
+/// What a block mask value is on the device: the mask bytes plus the
+/// ascending list of selected blocks and its length per request.
+struct MaskBuffers {
+  Buffer mask, blocks, counts;
+  int64_t maxBlocks, blockSize;
+};
+
+/// Builds the launch plan of one function.
+class PlanBuilder {
+public:
+  PlanBuilder(func::FuncOp func, gpu::GPUModuleOp kernels,
+              const ConvertSpinToGPUOptions &options)
+      : func(func), kernels(kernels), options(options),
+        b(func.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  // Host arguments of the plan, collected before the new function exists.
+  struct HostArg {
+    Type type;
+    NamedAttrList attrs;
+  };
+  Buffer addArg(Type type, NamedAttrList attrs) {
+    args.push_back({type, std::move(attrs)});
+    return args.size() - 1;
+  }
+  Buffer addPointer(StringRef role, StringRef name, StringRef dtype,
+                    ArrayRef<int64_t> shape, int64_t layer = -1) {
+    NamedAttrList attrs;
+    attrs.append("spin.role", b.getStringAttr(role));
+    attrs.append("spin.name", b.getStringAttr(name));
+    attrs.append("spin.dtype", b.getStringAttr(dtype));
+    attrs.append("spin.shape", b.getI64ArrayAttr(shape));
+    if (layer >= 0)
+      attrs.append("spin.layer", b.getI64IntegerAttr(layer));
+    return addArg(pointer(), attrs);
+  }
+  Buffer addScratch(StringRef name, int64_t bytes) {
+    NamedAttrList attrs;
+    attrs.append("spin.role", b.getStringAttr("scratch"));
+    attrs.append("spin.name", b.getStringAttr(name));
+    attrs.append("spin.bytes", b.getI64IntegerAttr(bytes));
+    return addArg(pointer(), attrs);
+  }
+  Type pointer() { return LLVM::LLVMPointerType::get(b.getContext(), Global); }
+
+  /// The plan buffer of a tensor value that lives in device memory.
+  FailureOr<Buffer> bufferOf(Operation *user, Value value);
+  /// The run-time page count of a key cache (an i32 `dim` argument).
+  Buffer pagesOf(Value keys);
+  /// The state fields of `layer`, bound on first use.
+  std::array<Buffer, 3> stateOf(Operation *user, Value state);
+
+  /// Records one launch: kernel `name`, with arguments (buffers).
+  struct Launch {
+    std::string kernel;
+    LaunchShape shape;
+    SmallVector<Buffer> operands;
+    int64_t stream = 0;
+    SmallVector<int64_t> wait;
+    int64_t record = -1;
+  };
+  Launch &launch(StringRef kernel, LaunchShape shape,
+                 ArrayRef<Buffer> operands, Operation *op) {
+    Launch l{kernel.str(), shape, SmallVector<Buffer>(operands)};
+    l.stream = op->getParentOfType<async::ExecuteOp>() &&
+                       isa<EmaUpdateOp>(op)
+                   ? 1
+                   : 0;
+    launches.push_back(std::move(l));
+    return launches.back();
+  }
+  std::string kernelName(StringRef what) {
+    return ("spin_" + what + "_" + Twine(counter++)).str();
+  }
+
+  LogicalResult lower(DenseIndexerOp op);
+  LogicalResult lower(TopKOp op);
+  LogicalResult lower(FusedSelectOp op);
+  LogicalResult lower(FusedScoreOp op);
+  LogicalResult lower(EmaUpdateOp op);
+  LogicalResult lower(ResetOp op);
+  LogicalResult lower(BlockSparsityOp op);
+  LogicalResult lowerUpdate(Operation *op, Value state, int64_t batch,
+                            Buffer scores, Buffer positions, Buffer lengths,
+                            const MaskBuffers &mask, double decay,
+                            int64_t stream, int64_t wait);
+  LogicalResult lowerOne(Operation *op);
+  /// `to` stands for the same device data as `from` (async values).
+  void alias(Value to, Value from) {
+    if (auto it = buffers.find(from); it != buffers.end())
+      buffers[to] = it->second;
+    if (auto it = masks.find(from); it != masks.end())
+      masks[to] = it->second;
+    if (auto it = scoreEvents.find(from); it != scoreEvents.end())
+      scoreEvents[to] = it->second;
+  }
+  /// Slots of state per request of `layer`: the option, else the reach of
+  /// the layer's selections (blocks x block size).
+  int64_t capacityOf(int64_t layer) {
+    if (options.capacity > 0)
+      return options.capacity;
+    auto it = capacities.find(layer);
+    return it == capacities.end() ? 0 : it->second;
+  }
+  void emit();
+
+  func::FuncOp func;
+  gpu::GPUModuleOp kernels;
+  const ConvertSpinToGPUOptions &options;
+  OpBuilder b;
+  unsigned counter = 0;
+
+  SmallVector<HostArg> args;
+  DenseMap<Value, Buffer> buffers;     // tensors in device memory
+  DenseMap<Value, MaskBuffers> masks;  // selections
+  DenseMap<Value, Buffer> pageCounts;  // key caches -> dim arguments
+  std::map<int64_t, std::array<Buffer, 3>> states;
+  std::map<int64_t, int64_t> capacities;
+  int64_t stateBlockSize = 0;
+  DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
+  std::optional<Buffer> slots, errors;
+  SmallVector<Launch> launches;
+  int64_t events = 0;
+};
+
+FailureOr<Buffer> PlanBuilder::bufferOf(Operation *user, Value value) {
+  auto it = buffers.find(value);
+  if (it != buffers.end())
+    return it->second;
+  return user->emitOpError("operand is not available on the GPU path "
+                           "(produced by an op convert-spin-to-gpu does not "
+                           "lower)"),
+         failure();
+}
+
+Buffer PlanBuilder::pagesOf(Value keys) {
+  auto it = pageCounts.find(keys);
+  if (it != pageCounts.end())
+    return it->second;
+  auto type = cast<RankedTensorType>(keys.getType());
+  NamedAttrList attrs;
+  attrs.append("spin.role", b.getStringAttr("dim"));
+  attrs.append("spin.argument",
+               b.getI64IntegerAttr(cast<BlockArgument>(keys).getArgNumber()));
+  attrs.append("spin.dim", b.getI64IntegerAttr(0));
+  (void)type;
+  Buffer dim = addArg(b.getI32Type(), attrs);
+  pageCounts[keys] = dim;
+  return dim;
+}
+
+std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
+  int64_t layer = cast<StateType>(state.getType()).getLayer();
+  auto it = states.find(layer);
+  if (it != states.end())
+    return it->second;
+  (void)user;
+  if (!slots)
+    slots = addPointer("slots", "slots", "i32", {-1});
+  std::array<Buffer, 3> fields = {
+      addPointer("state", "v", "f32", {-1, -1}, layer),
+      addPointer("state", "d", "f32", {-1, -1}, layer),
+      addPointer("state", "it", "i64", {-1}, layer)};
+  states[layer] = fields;
+  return fields;
+}
+
+/// The scoring kernel's spec for an indexer-like op, or a diagnostic for
+/// what the GPU path cannot score.
+template <typename IndexerLike>
+static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
+                                            const ConvertSpinToGPUOptions &o) {
+  auto q = cast<RankedTensorType>(op.getQ().getType());
+  auto keys = cast<RankedTensorType>(op.getKeys().getType());
+  auto table = cast<RankedTensorType>(op.getBlockTable().getType());
+  if (!q.hasStaticShape() || !table.hasStaticShape() ||
+      keys.isDynamicDim(1) || keys.isDynamicDim(2))
+    return op.emitOpError("needs static query, block-table, page and "
+                          "head-dim sizes on the GPU path"),
+           failure();
+  std::optional<ElementFormat> keyFormat = elementFormat(keys.getElementType());
+  std::optional<ElementFormat> queryFormat = elementFormat(q.getElementType());
+  if (!keyFormat || !queryFormat || *queryFormat == ElementFormat::fp8e4m3)
+    return op.emitOpError("GPU path: keys must be bf16, f16 or fp8 e4m3 and "
+                          "queries bf16 or f16 (got ")
+               << keys.getElementType() << " keys, " << q.getElementType()
+               << " queries)",
+           failure();
+  if (*keyFormat == ElementFormat::bf16 && *queryFormat != ElementFormat::bf16)
+    return op.emitOpError("GPU path: bf16 keys need bf16 queries"), failure();
+  ScoreKernelSpec spec;
+  spec.batch = q.getDimSize(0);
+  spec.rows = q.getDimSize(1);
+  spec.heads = q.getDimSize(2);
+  spec.headDim = q.getDimSize(3);
+  spec.pageSize = keys.getDimSize(1);
+  spec.tablePages = table.getDimSize(1);
+  spec.keyFormat = *keyFormat;
+  spec.queryFormat = *queryFormat;
+  spec.scales = static_cast<bool>(op.getScales());
+  spec.warps = o.warpsPerCta;
+  spec.tilesPerWarp = o.tilesPerWarp;
+  int64_t chunk = *keyFormat == ElementFormat::fp8e4m3 ? 64 : 32;
+  if (spec.heads % 8 != 0 || spec.headDim % chunk != 0)
+    return op.emitOpError("GPU path: heads must be a multiple of 8 and the "
+                          "head dim a multiple of ")
+               << chunk << " (got H = " << spec.heads
+               << ", Dh = " << spec.headDim << ")",
+           failure();
+  return spec;
+}
+
+/// The plan operands of an indexer's inputs, in the scoring kernel's order
+/// up to (excluding) the optional block list.
+template <typename IndexerLike>
+static FailureOr<SmallVector<Buffer>>
+indexerOperands(IndexerLike op,
+                function_ref<FailureOr<Buffer>(Value)> bufferOf) {
+  SmallVector<Buffer> operands;
+  SmallVector<Value> values = {op.getQ(), op.getW(), op.getKeys()};
+  if (op.getScales())
+    values.push_back(op.getScales());
+  values.append({op.getBlockTable(), op.getLengths()});
+  for (Value v : values) {
+    FailureOr<Buffer> buffer = bufferOf(v);
+    if (failed(buffer))
+      return failure();
+    operands.push_back(*buffer);
+  }
+  return operands;
+}
+
+LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
+  FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
+  if (failed(spec))
+    return failure();
+  spec->name = kernelName("score_dense");
+  auto operands = indexerOperands(
+      op, [&](Value v) { return bufferOf(op, v); });
+  if (failed(operands))
+    return failure();
+  Buffer out = addScratch(spec->name + "_scores",
+                          spec->batch * spec->rows * spec->outWidth() * 4);
+  LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
+  operands->append({out, pagesOf(op.getKeys()), *errors});
+  launch(spec->name, shape, *operands, op);
+  buffers[op.getScores()] = out;
+  return success();
+}
+
+LogicalResult PlanBuilder::lower(TopKOp op) {
+  if (op.getMask())
+    return op.emitOpError("with a mask is not supported on the GPU path "
+                          "(fuse it with spin-fuse)");
+  auto scores = cast<RankedTensorType>(op.getScores().getType());
+  TopKKernelSpec spec;
+  spec.name = kernelName("topk");
+  spec.batch = scores.getDimSize(0);
+  spec.rows = scores.getDimSize(1);
+  spec.width = scores.getDimSize(2);
+  spec.k = op.getK();
+  FailureOr<Buffer> in = bufferOf(op, op.getScores());
+  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
+  FailureOr<Buffer> out = bufferOf(op, op.getIndices());
+  if (failed(in) || failed(lengths) || failed(out))
+    return failure();
+  LaunchShape shape = buildTopKKernel(b, op.getLoc(), kernels, spec);
+  launch(spec.name, shape, {*in, *lengths, *out}, op);
+  return success();
+}
+
+LogicalResult PlanBuilder::lower(FusedSelectOp op) {
+  if (op.getReduction() != Reduction::a1)
+    return op.emitOpError("GPU path: only the A1 block reduction is "
+                          "supported (got ")
+           << stringifyReduction(op.getReduction()) << ")";
+  auto maskType = cast<RankedTensorType>(op.getMask().getType());
+  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
+  auto layerState = op.getState().getDefiningOp<LayerStateOp>();
+  if (!layerState)
+    return op.emitOpError("GPU path: the state must come from "
+                          "spin.layer_state");
+  SelectKernelSpec spec;
+  spec.name = kernelName("select");
+  spec.batch = maskType.getDimSize(0);
+  spec.rows = lengthsType.getDimSize(1);
+  spec.maxBlocks = maskType.getDimSize(1);
+  spec.blockSize = op.getBlockSize();
+  spec.capacity = capacityOf(spec.layer);
+  spec.topk = op.getTopk();
+  spec.layer = cast<StateType>(op.getState().getType()).getLayer();
+  spec.sparsity = op.getSparsity().convertToDouble();
+  spec.explore = op.getExplore().convertToDouble();
+  spec.seed = static_cast<uint64_t>(op.getSeed());
+  spec.pooling = op.getPooling() ? *op.getPooling() : PoolingKind::max;
+  spec.rowZeroOnly = op.getMtpMask() == MtpMask::row0;
+  // A block_sparsity of this mask is computed by the select kernel itself.
+  std::optional<Buffer> sparsity;
+  for (Operation *user : usersThroughAsync(op.getMask()))
+    if (auto report = dyn_cast<BlockSparsityOp>(user)) {
+      FailureOr<Buffer> out = bufferOf(report, report.getSparsity());
+      if (failed(out))
+        return failure();
+      sparsity = *out;
+    }
+  spec.reportSparsity = sparsity.has_value();
+  FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
+  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
+  FailureOr<Buffer> ids = bufferOf(op, layerState.getRequestIds());
+  if (failed(positions) || failed(lengths) || failed(ids))
+    return failure();
+  auto [v, d, it] = stateOf(op, op.getState());
+  int64_t cells = spec.batch * spec.maxBlocks;
+  MaskBuffers mask{addScratch(spec.name + "_mask", cells),
+                   addScratch(spec.name + "_blocks", cells * 4),
+                   addScratch(spec.name + "_counts", spec.batch * 4),
+                   spec.maxBlocks, spec.blockSize};
+  LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
+  SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots, v, d,
+                                  it, mask.blocks, mask.counts, mask.mask};
+  if (sparsity)
+    operands.push_back(*sparsity);
+  operands.push_back(*errors);
+  launch(spec.name, shape, operands, op);
+  masks[op.getMask()] = mask;
+  stateBlockSize = spec.blockSize;
+  return success();
+}
+
+LogicalResult PlanBuilder::lower(BlockSparsityOp op) {
+  if (!masks.count(op.getMask()))
+    return op.emitOpError("GPU path: the mask must come from "
+                          "spin.fused_select");
+  return success(); // computed by the select kernel
+}
+
+LogicalResult PlanBuilder::lower(FusedScoreOp op) {
+  auto maskIt = masks.find(op.getMask());
+  if (maskIt == masks.end())
+    return op.emitOpError("GPU path: the mask must come from "
+                          "spin.fused_select");
+  const MaskBuffers &mask = maskIt->second;
+  if (mask.blockSize != static_cast<int64_t>(op.getBlockSize()))
+    return op.emitOpError("GPU path: block size differs from the selection's");
+  FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
+  if (failed(spec))
+    return failure();
+  if (op.getState() && spec->rows != 1)
+    return op.emitOpError("GPU path: MTP observation buffering is not "
+                          "supported yet");
+  spec->name = kernelName("score_sparse");
+  spec->sparse = true;
+  spec->blockSize = mask.blockSize;
+  spec->maxBlocks = mask.maxBlocks;
+  auto operands = indexerOperands(
+      op, [&](Value v) { return bufferOf(op, v); });
+  if (failed(operands))
+    return failure();
+  Buffer scores = addScratch(spec->name + "_scores",
+                             spec->batch * spec->rows * spec->outWidth() * 4);
+  LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
+  operands->append({mask.blocks, mask.counts, scores, pagesOf(op.getKeys()),
+                    *errors});
+  Launch &scoring = launch(spec->name, shape, *operands, op);
+  buffers[op.getScores()] = scores;
+  masks[op.getScores()] = mask; // the scores' entries follow the list
+  for (Operation *user : usersThroughAsync(op.getScores()))
+    if (isa<EmaUpdateOp>(user) && user->getParentOfType<async::ExecuteOp>()) {
+      scoring.record = events;
+      scoreEvents[op.getScores()] = events++;
+      break;
+    }
+
+  TopKKernelSpec topk;
+  topk.name = kernelName("topk_sparse");
+  topk.batch = spec->batch;
+  topk.rows = spec->rows;
+  topk.width = spec->outWidth();
+  topk.k = op.getK();
+  topk.sparse = true;
+  topk.blockSize = mask.blockSize;
+  topk.maxBlocks = mask.maxBlocks;
+  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
+  FailureOr<Buffer> out = bufferOf(op, op.getIndices());
+  if (failed(lengths) || failed(out))
+    return failure();
+  LaunchShape topkShape = buildTopKKernel(b, op.getLoc(), kernels, topk);
+  launch(topk.name, topkShape,
+         {scores, *lengths, mask.blocks, mask.counts, *out}, op);
+
+  if (op.getState()) {
+    FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
+    if (failed(positions))
+      return failure();
+    return lowerUpdate(op, op.getState(), spec->batch, scores, *positions,
+                       *lengths, mask,
+                       op.getDecay() ? op.getDecay()->convertToDouble() : 0.5,
+                       /*stream=*/0, /*wait=*/-1);
+  }
+  return success();
+}
+
+LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
+                                       int64_t batch, Buffer scores,
+                                       Buffer positions, Buffer lengths,
+                                       const MaskBuffers &mask, double decay,
+                                       int64_t stream, int64_t wait) {
+  int64_t layer = cast<StateType>(state.getType()).getLayer();
+  UpdateKernelSpec spec;
+  spec.name = kernelName("update");
+  spec.batch = batch;
+  spec.capacity = capacityOf(layer);
+  spec.blockSize = mask.blockSize;
+  spec.maxBlocks = mask.maxBlocks;
+  spec.decay = decay;
+  spec.ctasPerRequest = std::max<int64_t>(
+      1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
+  auto [v, d, it] = stateOf(op, state);
+  LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
+  Launch &l = launch(spec.name, shape,
+                     {scores, positions, lengths, *slots, mask.blocks,
+                      mask.counts, v, d, it},
+                     op);
+  l.stream = stream;
+  if (wait >= 0)
+    l.wait.push_back(wait);
+  return success();
+}
+
+LogicalResult PlanBuilder::lower(EmaUpdateOp op) {
+  auto maskIt = masks.find(op.getScores());
+  if (maskIt == masks.end())
+    return op.emitOpError("GPU path: the scores must come from "
+                          "spin.fused_score");
+  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
+  if (lengthsType.getDimSize(1) != 1)
+    return op.emitOpError("GPU path: MTP updates are not supported yet");
+  FailureOr<Buffer> scores = bufferOf(op, op.getScores());
+  FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
+  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
+  if (failed(scores) || failed(positions) || failed(lengths))
+    return failure();
+  bool async = static_cast<bool>(op->getParentOfType<async::ExecuteOp>());
+  auto event = scoreEvents.find(op.getScores());
+  return lowerUpdate(op, op.getState(), lengthsType.getDimSize(0), *scores,
+                     *positions, *lengths,
+                     maskIt->second, op.getDecay().convertToDouble(),
+                     async ? 1 : 0,
+                     async && event != scoreEvents.end() ? event->second : -1);
+}
+
+LogicalResult PlanBuilder::lower(ResetOp op) {
+  if (!op.getRequests())
+    return op.emitOpError("GPU path: needs the per-request reset flags");
+  FailureOr<Buffer> flags = bufferOf(op, op.getRequests());
+  if (failed(flags))
+    return failure();
+  int64_t layer = cast<StateType>(op.getState().getType()).getLayer();
+  ResetKernelSpec spec;
+  spec.name = kernelName("reset");
+  spec.batch = cast<RankedTensorType>(op.getRequests().getType()).getDimSize(0);
+  spec.capacity = capacityOf(layer);
+  spec.ctasPerRequest =
+      std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
+  auto [v, d, it] = stateOf(op, op.getState());
+  LaunchShape shape = buildResetKernel(b, op.getLoc(), kernels, spec);
+  launch(spec.name, shape, {*flags, *slots, v, d, it}, op);
+  return success();
+}
+
+LogicalResult PlanBuilder::lowerOne(Operation *op) {
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<DenseIndexerOp, TopKOp, FusedSelectOp, FusedScoreOp, EmaUpdateOp,
+            ResetOp, BlockSparsityOp>([&](auto typed) { return lower(typed); })
+      .Case<LayerStateOp, async::YieldOp, func::ReturnOp>(
+          [](Operation *) { return success(); })
+      .Case<async::AwaitOp>([&](async::AwaitOp await) {
+        if (await.getResult())
+          alias(await.getResult(), await.getOperand());
+        return success();
+      })
+      .Case<async::ExecuteOp>([&](async::ExecuteOp exec) {
+        // The body runs in program order; its results are its yields'.
+        for (Operation &inner : exec.getBodyRegion().front())
+          if (failed(lowerOne(&inner)))
+            return failure();
+        auto yield =
+            cast<async::YieldOp>(exec.getBodyRegion().front().getTerminator());
+        for (auto [result, value] :
+             llvm::zip_equal(exec.getBodyResults(), yield.getOperands()))
+          alias(result, value);
+        return success();
+      })
+      .Default([](Operation *other) {
+        return other->emitOpError("is not supported by convert-spin-to-gpu");
+      });
+}
+
+} // namespace
+
+namespace {
+/// The order of argument groups in the plan (docs/GPU-ABI.md): the graph's
+/// own arguments, slots, state fields by layer, results, then what only the
+/// runtime binds (scratch, the error record, dimensions).
+int64_t groupOf(const NamedAttrList &attrs) {
+  StringRef role = cast<StringAttr>(attrs.get("spin.role")).getValue();
+  return llvm::StringSwitch<int64_t>(role)
+      .Case("slots", 1)
+      .Case("state", 2)
+      .Case("output", 3)
+      .Case("scratch", 4)
+      .Case("errors", 5)
+      .Case("dim", 6)
+      .Default(0);
+}
+} // namespace
+
+void PlanBuilder::emit() {
+  // Stable order by group; state fields by layer within theirs.
+  SmallVector<unsigned> order(args.size());
+  for (unsigned i = 0; i < args.size(); ++i)
+    order[i] = i;
+  auto key = [&](unsigned i) {
+    int64_t layer = 0;
+    if (auto l = args[i].attrs.get("spin.layer"))
+      layer = cast<IntegerAttr>(l).getInt();
+    return std::make_tuple(groupOf(args[i].attrs), layer, i);
+  };
+  llvm::stable_sort(order, [&](unsigned x, unsigned y) { return key(x) < key(y); });
+  SmallVector<unsigned> position(args.size());
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  for (auto [pos, i] : llvm::enumerate(order)) {
+    position[i] = pos;
+    types.push_back(args[i].type);
+    attrs.push_back(args[i].attrs.getDictionary(b.getContext()));
+  }
+  // Dimension arguments name their tensor by its original index; remap.
+  for (DictionaryAttr &dict : attrs) {
+    NamedAttrList list(dict);
+    if (auto arg = list.get("spin.argument")) {
+      list.set("spin.argument",
+               b.getI64IntegerAttr(position[cast<IntegerAttr>(arg).getInt()]));
+      dict = list.getDictionary(b.getContext());
+    }
+  }
+
+  b.setInsertionPoint(func);
+  auto plan = func::FuncOp::create(b, func.getLoc(), func.getSymName(),
+                                   b.getFunctionType(types, {}));
+  plan.setAllArgAttrs(attrs);
+  plan->setAttr("spin.launch_plan", b.getUnitAttr());
+  plan->setAttr("spin.events", b.getI64IntegerAttr(events));
+  // The state the runtime's pool must be created with.
+  int64_t capacity = 0;
+  for (auto [layer, c] : capacities)
+    capacity = std::max(capacity, capacityOf(layer));
+  plan->setAttr("spin.capacity", b.getI64IntegerAttr(capacity));
+  plan->setAttr("spin.block_size", b.getI64IntegerAttr(stateBlockSize));
+  plan->setAttr("spin.layers", b.getI64IntegerAttr(states.size()));
+  Block *body = plan.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  Location loc = func.getLoc();
+  auto index = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  };
+  for (const Launch &l : launches) {
+    SmallVector<Value> operands;
+    for (Buffer buffer : l.operands)
+      operands.push_back(body->getArgument(position[buffer]));
+    auto kernel = SymbolRefAttr::get(
+        kernels.getSymNameAttr(),
+        {SymbolRefAttr::get(b.getContext(), l.kernel)});
+    auto op = gpu::LaunchFuncOp::create(
+        b, loc, kernel,
+        gpu::KernelDim3{index(l.shape.grid[0]), index(l.shape.grid[1]),
+                        index(l.shape.grid[2])},
+        gpu::KernelDim3{index(l.shape.blockThreads), index(1), index(1)},
+        l.shape.sharedBytes
+            ? arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                           l.shape.sharedBytes)
+                  .getResult()
+            : Value(),
+        operands);
+    op->setAttr("spin.stream", b.getI64IntegerAttr(l.stream));
+    op->setAttr("spin.wait", b.getI64ArrayAttr(l.wait));
+    op->setAttr("spin.record", b.getI64IntegerAttr(l.record));
+  }
+  func::ReturnOp::create(b, loc);
+  func.erase();
+}
+
+LogicalResult PlanBuilder::run() {
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError("GPU path: needs a single-block function");
+  // Capacities first: a reset precedes the selection that fixes them.
+  func.walk([&](FusedSelectOp op) {
+    int64_t layer = cast<StateType>(op.getState().getType()).getLayer();
+    capacities[layer] = cast<RankedTensorType>(op.getMask().getType())
+                            .getDimSize(1) *
+                        static_cast<int64_t>(op.getBlockSize());
+  });
+  // The graph's arguments, with their roles.
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    std::optional<StringRef> dtype =
+        type ? dtypeName(type.getElementType()) : std::nullopt;
+    if (!dtype)
+      return func.emitOpError("GPU path: argument ")
+             << i << " is not a tensor of a runtime element type";
+    SmallVector<int64_t> shape;
+    for (int64_t size : type.getShape())
+      shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
+    StringRef role, name;
+    if (auto input = func.getArgAttrOfType<StringAttr>(i, "spin.input")) {
+      role = "input";
+      name = input.getValue();
+    } else {
+      for (StringRef marker :
+           {"positions", "request_ids", "accepted", "reset"})
+        if (func.getArgAttr(i, ("spin." + marker).str())) {
+          role = name = marker;
+          break;
+        }
+    }
+    if (role.empty())
+      return func.emitOpError("GPU path: argument ")
+             << i << " has no spin role attribute (spin.input, ...)";
+    if (role == "accepted")
+      return func.emitOpError("GPU path: MTP commits are not supported yet");
+    buffers[arg] = addPointer(role, name, *dtype, shape);
+  }
+  errors = addArg(pointer(), NamedAttrList(b.getNamedAttr(
+                                 "spin.role", b.getStringAttr("errors"))));
+  // Results: "topk", "topk_1", ..., "sparsity", ...
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  std::map<std::string, unsigned> seen;
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    std::string base =
+        func.getResultAttr(i, "spin.sparsity") ? "sparsity" : "topk";
+    unsigned k = seen[base]++;
+    std::string name = k ? base + "_" + std::to_string(k) : base;
+    auto type = cast<RankedTensorType>(value.getType());
+    if (buffers.count(value))
+      return func.emitOpError("GPU path: result ")
+             << i << " is an argument or repeated";
+    buffers[value] = addPointer("output", name,
+                                *dtypeName(type.getElementType()),
+                                type.getShape());
+  }
+  // Intermediate top-K results (not returned) still need a buffer.
+  WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
+    if (isa<TopKOp, FusedScoreOp>(op)) {
+      Value indices = op->getResult(0);
+      if (!buffers.count(indices)) {
+        auto type = cast<RankedTensorType>(indices.getType());
+        buffers[indices] =
+            addScratch("unused_topk", type.getNumElements() * 4);
+      }
+    }
+    return WalkResult::advance();
+  });
+  (void)walk;
+  for (Operation &op : llvm::make_early_inc_range(func.getBody().front()))
+    if (failed(lowerOne(&op)))
+      return failure();
+  emit();
+  return success();
+}
+
+namespace {
+struct ConvertSpinToGPUPass
+    : public mlir::spin::impl::ConvertSpinToGPUBase<ConvertSpinToGPUPass> {
+  using ConvertSpinToGPUBase::ConvertSpinToGPUBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> graphs;
+    module.walk([&](func::FuncOp func) {
+      bool hasSpin = false;
+      func.walk([&](Operation *op) {
+        if (isa<SpinDialect>(op->getDialect()))
+          hasSpin = true;
+      });
+      if (hasSpin)
+        graphs.push_back(func);
+    });
+    if (graphs.empty())
+      return;
+    OpBuilder b(module.getContext());
+    b.setInsertionPointToEnd(module.getBody());
+    auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    b.getUnitAttr());
+    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp};
+    for (func::FuncOp func : graphs) {
+      if (SymbolTable::getSymbolUses(func, module) &&
+          !SymbolTable::getSymbolUses(func, module)->empty()) {
+        func.emitOpError("GPU path: functions with callers are not supported");
+        return signalPassFailure();
+      }
+      PlanBuilder plan(func, kernels, opts);
+      if (failed(plan.run()))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace

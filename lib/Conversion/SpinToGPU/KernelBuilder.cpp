@@ -1,0 +1,344 @@
+//===- KernelBuilder.cpp - thread-level code for generated kernels --------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelBuilder.h"
+
+#include "mlir/Dialect/Math/IR/Math.h"
+
+using namespace mlir;
+using namespace mlir::spin::gpu_codegen;
+using arith::CmpFPredicate;
+using arith::CmpIPredicate;
+
+//===----------------------------------------------------------------------===//
+// Constants and special registers
+//===----------------------------------------------------------------------===//
+
+Value KernelBuilder::i1(bool v) {
+  return arith::ConstantIntOp::create(b, loc, i1T(), v);
+}
+Value KernelBuilder::i32(int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, i32T(), v);
+}
+Value KernelBuilder::i64(int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, i64T(), v);
+}
+Value KernelBuilder::f32(double v) {
+  return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                        APFloat(static_cast<float>(v)));
+}
+Value KernelBuilder::f32Bits(uint32_t bits) {
+  return bitcast(i32(static_cast<int32_t>(bits)), f32T());
+}
+
+Value KernelBuilder::threadIdX() {
+  return NVVM::ThreadIdXOp::create(b, loc, i32T());
+}
+Value KernelBuilder::blockIdX() {
+  return NVVM::BlockIdXOp::create(b, loc, i32T());
+}
+Value KernelBuilder::blockIdY() {
+  return NVVM::BlockIdYOp::create(b, loc, i32T());
+}
+
+//===----------------------------------------------------------------------===//
+// Arithmetic
+//===----------------------------------------------------------------------===//
+
+Value KernelBuilder::add(Value a, Value c) {
+  if (isa<FloatType>(a.getType()))
+    return arith::AddFOp::create(b, loc, a, c);
+  return arith::AddIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::sub(Value a, Value c) {
+  if (isa<FloatType>(a.getType()))
+    return arith::SubFOp::create(b, loc, a, c);
+  return arith::SubIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::mul(Value a, Value c) {
+  if (isa<FloatType>(a.getType()))
+    return arith::MulFOp::create(b, loc, a, c);
+  return arith::MulIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::divU(Value a, Value c) {
+  return arith::DivUIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::remU(Value a, Value c) {
+  return arith::RemUIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::andI(Value a, Value c) {
+  return arith::AndIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::orI(Value a, Value c) {
+  return arith::OrIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::xorI(Value a, Value c) {
+  return arith::XOrIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::shl(Value a, Value c) {
+  return arith::ShLIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::shrU(Value a, Value c) {
+  return arith::ShRUIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::minS(Value a, Value c) {
+  return arith::MinSIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::maxS(Value a, Value c) {
+  return arith::MaxSIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::minU(Value a, Value c) {
+  return arith::MinUIOp::create(b, loc, a, c);
+}
+Value KernelBuilder::cmp(CmpIPredicate pred, Value a, Value c) {
+  return arith::CmpIOp::create(b, loc, pred, a, c);
+}
+Value KernelBuilder::cmpF(CmpFPredicate pred, Value a, Value c) {
+  return arith::CmpFOp::create(b, loc, pred, a, c);
+}
+Value KernelBuilder::select(Value cond, Value a, Value c) {
+  return arith::SelectOp::create(b, loc, cond, a, c);
+}
+Value KernelBuilder::maxF(Value a, Value c) {
+  return arith::MaximumFOp::create(b, loc, a, c);
+}
+Value KernelBuilder::extU64(Value v) {
+  return arith::ExtUIOp::create(b, loc, i64T(), v);
+}
+Value KernelBuilder::extS64(Value v) {
+  return arith::ExtSIOp::create(b, loc, i64T(), v);
+}
+Value KernelBuilder::trunc32(Value v) {
+  return arith::TruncIOp::create(b, loc, i32T(), v);
+}
+Value KernelBuilder::bitcast(Value v, Type type) {
+  if (v.getType() == type)
+    return v;
+  if (isa<VectorType>(type) != isa<VectorType>(v.getType()))
+    return LLVM::BitcastOp::create(b, loc, type, v);
+  return arith::BitcastOp::create(b, loc, type, v);
+}
+Value KernelBuilder::extract(Value vec, int64_t i) {
+  return LLVM::ExtractElementOp::create(b, loc, vec, i32(i));
+}
+Value KernelBuilder::absF(Value v) { return math::AbsFOp::create(b, loc, v); }
+Value KernelBuilder::truncF16(Value v) {
+  return arith::TruncFOp::create(b, loc, b.getF16Type(), v);
+}
+Value KernelBuilder::zext(Value v, Type type) {
+  return arith::ExtUIOp::create(b, loc, type, v);
+}
+Value KernelBuilder::sitofp(Value v) {
+  return arith::SIToFPOp::create(b, loc, f32T(), v);
+}
+
+Value KernelBuilder::mix(Value x) {
+  auto c = [&](uint64_t v) { return i64(static_cast<int64_t>(v)); };
+  x = add(x, c(0x9e3779b97f4a7c15ULL));
+  x = mul(xorI(x, shrU(x, i64(30))), c(0xbf58476d1ce4e5b9ULL));
+  x = mul(xorI(x, shrU(x, i64(27))), c(0x94d049bb133111ebULL));
+  return xorI(x, shrU(x, i64(31)));
+}
+
+Value KernelBuilder::orderedKey(Value f) {
+  // Positive floats: flip the sign bit; negative: flip every bit.
+  Value bits = bitcast(f, i32T());
+  Value negative = cmp(CmpIPredicate::slt, bits, i32(0));
+  return select(negative, xorI(bits, i32(-1)),
+                xorI(bits, i32(static_cast<int32_t>(0x80000000u))));
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+Value KernelBuilder::gep(Value base, Type element, Value index) {
+  return LLVM::GEPOp::create(b, loc, base.getType(), element, base,
+                             ValueRange{index});
+}
+Value KernelBuilder::load(Type type, Value ptr, unsigned align,
+                          bool invariant) {
+  return LLVM::LoadOp::create(b, loc, type, ptr, align, /*isVolatile=*/false,
+                              /*isNonTemporal=*/false, invariant);
+}
+void KernelBuilder::store(Value value, Value ptr, unsigned align) {
+  LLVM::StoreOp::create(b, loc, value, ptr, align);
+}
+static unsigned naturalAlign(Type type) {
+  if (auto vec = dyn_cast<VectorType>(type))
+    return naturalAlign(vec.getElementType()) * vec.getNumElements();
+  return std::max(1u, type.getIntOrFloatBitWidth() / 8);
+}
+Value KernelBuilder::loadAt(Type type, Value base, Value index,
+                            bool invariant) {
+  return load(type, gep(base, type, index), naturalAlign(type), invariant);
+}
+void KernelBuilder::storeAt(Value value, Value base, Value index) {
+  store(value, gep(base, value.getType(), index),
+        naturalAlign(value.getType()));
+}
+
+Value KernelBuilder::sharedArray(StringRef name, Type element, int64_t count) {
+  auto arrayType = LLVM::LLVMArrayType::get(element, count);
+  if (!module.lookupSymbol(name)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(module.getBody());
+    LLVM::GlobalOp::create(b, loc, arrayType, /*isConstant=*/false,
+                           LLVM::Linkage::Internal, name, Attribute(),
+                           /*alignment=*/16, /*addrSpace=*/Shared);
+  }
+  return LLVM::AddressOfOp::create(b, loc, ptrT(Shared), name);
+}
+
+Value KernelBuilder::atomicAdd(Value ptr, Value v) {
+  return LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, ptr, v,
+                                   LLVM::AtomicOrdering::monotonic);
+}
+Value KernelBuilder::atomicMax(Value ptr, Value v) {
+  return LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::max, ptr, v,
+                                   LLVM::AtomicOrdering::monotonic);
+}
+Value KernelBuilder::atomicCAS(Value ptr, Value expected, Value desired) {
+  auto pair = LLVM::AtomicCmpXchgOp::create(
+      b, loc, ptr, expected, desired, LLVM::AtomicOrdering::monotonic,
+      LLVM::AtomicOrdering::monotonic);
+  return LLVM::ExtractValueOp::create(b, loc, pair, ArrayRef<int64_t>{0});
+}
+
+//===----------------------------------------------------------------------===//
+// Synchronisation, warps and tensor cores
+//===----------------------------------------------------------------------===//
+
+void KernelBuilder::barrier() { gpu::BarrierOp::create(b, loc); }
+
+Value KernelBuilder::shflXor(Value v, int64_t laneMask) {
+  return NVVM::ShflOp::create(b, loc, v.getType(), i32(-1), v, i32(laneMask),
+                              i32(31), NVVM::ShflKind::bfly, UnitAttr());
+}
+Value KernelBuilder::shflIdx(Value v, Value lane) {
+  return NVVM::ShflOp::create(b, loc, v.getType(), i32(-1), v, lane, i32(31),
+                              NVVM::ShflKind::idx, UnitAttr());
+}
+
+Value KernelBuilder::shflUp(Value v, int64_t delta) {
+  return NVVM::ShflOp::create(b, loc, v.getType(), i32(-1), v, i32(delta),
+                              i32(0), NVVM::ShflKind::up, UnitAttr());
+}
+Value KernelBuilder::ballot(Value pred) {
+  return NVVM::VoteSyncOp::create(b, loc, i32T(), i32(-1), pred,
+                                  NVVM::VoteSyncKind::ballot);
+}
+Value KernelBuilder::cttz(Value v) {
+  return LLVM::CountTrailingZerosOp::create(b, loc, i32T(), v, b.getBoolAttr(false));
+}
+Value KernelBuilder::constant(Type type, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, type, v);
+}
+
+SmallVector<Value, 4> KernelBuilder::mma16816(bool bf16, ArrayRef<Value> a,
+                                              ArrayRef<Value> bv,
+                                              ArrayRef<Value> acc) {
+  SmallVector<Value> aOps(a), bOps(bv);
+  if (!bf16) {
+    // f16 operands are f16x2 vectors; bf16 ones are plain i32 registers.
+    Type pair = VectorType::get({2}, b.getF16Type());
+    for (Value &v : aOps)
+      v = bitcast(v, pair);
+    for (Value &v : bOps)
+      v = bitcast(v, pair);
+  }
+  Type f = f32T();
+  auto resultType =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f, f, f, f});
+  NVVM::MMATypes type = bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  auto op = NVVM::MmaOp::create(
+      b, loc, resultType, aOps, bOps, acc, ArrayRef<int64_t>{16, 8, 16},
+      std::nullopt, std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i}));
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Control flow
+//===----------------------------------------------------------------------===//
+
+void KernelBuilder::forLoop(Value lb, Value ub, Value step,
+                            function_ref<void(Value)> body) {
+  scf::ForOp::create(b, loc, lb, ub, step, ValueRange{},
+                     [&](OpBuilder &nested, Location, Value iv, ValueRange) {
+                       OpBuilder::InsertionGuard guard(b);
+                       b.setInsertionPoint(nested.getInsertionBlock(),
+                                           nested.getInsertionPoint());
+                       body(iv);
+                       scf::YieldOp::create(b, loc);
+                     });
+}
+
+SmallVector<Value> KernelBuilder::forLoopWith(
+    Value lb, Value ub, Value step, ValueRange init,
+    function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+  auto loop = scf::ForOp::create(
+      b, loc, lb, ub, step, init,
+      [&](OpBuilder &nested, Location, Value iv, ValueRange args) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        SmallVector<Value> next = body(iv, args);
+        scf::YieldOp::create(b, loc, next);
+      });
+  return SmallVector<Value>(loop.getResults());
+}
+
+void KernelBuilder::ifThen(Value cond, function_ref<void()> thenBody) {
+  auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op.thenBlock()->getTerminator());
+  thenBody();
+}
+
+SmallVector<Value>
+KernelBuilder::ifThenElse(TypeRange types, Value cond,
+                          function_ref<SmallVector<Value>()> thenBody,
+                          function_ref<SmallVector<Value>()> elseBody) {
+  auto op = scf::IfOp::create(
+      b, loc, cond,
+      [&](OpBuilder &nested, Location) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, loc, thenBody());
+      },
+      [&](OpBuilder &nested, Location) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, loc, elseBody());
+      });
+  (void)types;
+  return SmallVector<Value>(op.getResults());
+}
+
+gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
+                                                     gpu::GPUModuleOp module,
+                                                     StringRef name,
+                                                     TypeRange params,
+                                                     int64_t blockThreads) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = gpu::GPUFuncOp::create(b, loc, name,
+                                     b.getFunctionType(params, {}));
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
+  b.setInsertionPointToStart(&func.getBody().front());
+  gpu::ReturnOp::create(b, loc);
+  return func;
+}

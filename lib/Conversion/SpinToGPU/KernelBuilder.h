@@ -1,0 +1,164 @@
+//===- KernelBuilder.h - thread-level code for generated kernels -*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The GPU lowering writes each kernel as thread-level code: arith for the
+// arithmetic, scf for control flow, the LLVM dialect for global and shared
+// memory (explicit address spaces and alignments, so that 16-byte vector
+// loads stay 16-byte loads) and NVVM for special registers, warp shuffles,
+// barriers and tensor-core MMAs. This builder keeps that code short; the
+// CTA-wide building blocks (scans, reductions, radix select, bitonic sort)
+// that several kernels share live in KernelLibrary.h on top of it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H
+#define SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+namespace mlir::spin::gpu_codegen {
+
+/// LLVM address spaces of the NVPTX target.
+enum AddressSpace : unsigned { Generic = 0, Global = 1, Shared = 3 };
+
+/// Builds the body of one `gpu.func` kernel at an insertion point; nested
+/// regions (loops, ifs) move the insertion point in and restore it on exit.
+class KernelBuilder {
+public:
+  KernelBuilder(OpBuilder &b, Location loc, gpu::GPUModuleOp module)
+      : b(b), loc(loc), module(module) {}
+
+  OpBuilder &builder() { return b; }
+  Location location() const { return loc; }
+
+  //===--- types ---------------------------------------------------------===//
+  Type i1T() { return b.getI1Type(); }
+  Type i8T() { return b.getI8Type(); }
+  Type i16T() { return b.getI16Type(); }
+  Type i32T() { return b.getI32Type(); }
+  Type i64T() { return b.getI64Type(); }
+  Type f32T() { return b.getF32Type(); }
+  Type vecT(Type element, int64_t n) { return VectorType::get({n}, element); }
+  Type ptrT(unsigned space) {
+    return LLVM::LLVMPointerType::get(b.getContext(), space);
+  }
+
+  //===--- constants -----------------------------------------------------===//
+  Value i1(bool v);
+  Value i32(int64_t v);
+  Value i64(int64_t v);
+  Value f32(double v);
+  Value f32Bits(uint32_t bits); ///< an f32 with exactly these bits
+
+  //===--- special registers ---------------------------------------------===//
+  Value threadIdX();
+  Value blockIdX();
+  Value blockIdY();
+  Value laneId() { return andI(threadIdX(), i32(31)); }
+  Value warpId() { return shrU(threadIdX(), i32(5)); }
+
+  //===--- integer and float arithmetic -----------------------------------===//
+  Value add(Value a, Value c);
+  Value sub(Value a, Value c);
+  Value mul(Value a, Value c);
+  Value divU(Value a, Value c);
+  Value remU(Value a, Value c);
+  Value andI(Value a, Value c);
+  Value orI(Value a, Value c);
+  Value xorI(Value a, Value c);
+  Value shl(Value a, Value c);
+  Value shrU(Value a, Value c);
+  Value minS(Value a, Value c);
+  Value maxS(Value a, Value c);
+  Value minU(Value a, Value c);
+  Value cmp(arith::CmpIPredicate pred, Value a, Value c);
+  Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
+  Value select(Value cond, Value a, Value c);
+  Value not1(Value v) { return xorI(v, i1(true)); }
+  Value maxF(Value a, Value c); ///< NaN-propagating maximum (arith.maximumf)
+  Value extU64(Value v);
+  Value extS64(Value v);
+  Value trunc32(Value v);
+  Value bitcast(Value v, Type type);
+  /// Element `i` (a constant) of an LLVM-compatible vector value.
+  Value extract(Value vec, int64_t i);
+  Value absF(Value v);
+  Value truncF16(Value v);
+  Value zext(Value v, Type type);
+  Value sitofp(Value v);
+  /// splitmix64's finalizer (SPIN_SPEC §3.7) on an i64.
+  Value mix(Value x);
+  /// A u32 key whose unsigned order is the f32 order (-0 < +0; NaN after
+  /// +inf). Callers exclude NaN themselves.
+  Value orderedKey(Value f);
+
+  //===--- memory ---------------------------------------------------------===//
+  /// `base + index * sizeof(element)` (index i32 or i64, sign-extended).
+  Value gep(Value base, Type element, Value index);
+  Value load(Type type, Value ptr, unsigned align, bool invariant = false);
+  void store(Value value, Value ptr, unsigned align);
+  /// Loads `ptr[index]` of an element type.
+  Value loadAt(Type type, Value base, Value index, bool invariant = false);
+  void storeAt(Value value, Value base, Value index);
+  /// A shared-memory array of `count` elements, unique by `name` within the
+  /// kernel module, as a pointer in address space 3.
+  Value sharedArray(StringRef name, Type element, int64_t count);
+  Value atomicAdd(Value ptr, Value v);
+  Value atomicMax(Value ptr, Value v); ///< signed i32
+  Value atomicCAS(Value ptr, Value expected, Value desired);
+
+  //===--- synchronisation and warps ---------------------------------------===//
+  void barrier();
+  /// `shfl.sync.bfly` / `.idx` over the full warp for i32 or f32 values.
+  Value shflXor(Value v, int64_t laneMask);
+  Value shflIdx(Value v, Value lane);
+  Value shflUp(Value v, int64_t delta);
+  /// `vote.sync.ballot` over the full warp.
+  Value ballot(Value pred);
+  /// Count of trailing zeros of an i32.
+  Value cttz(Value v);
+  /// An integer constant of `type` (i32 or i64).
+  Value constant(Type type, int64_t v);
+
+  //===--- tensor cores ----------------------------------------------------===//
+  /// One `mma.sync.m16n8k16.row.col.f32.{bf16,f16}` step: `a` four i32
+  /// registers (pairs), `b` two, `acc` four f32; returns the new four.
+  SmallVector<Value, 4> mma16816(bool bf16, ArrayRef<Value> a, ArrayRef<Value> bv,
+                                 ArrayRef<Value> acc);
+
+  //===--- control flow ----------------------------------------------------===//
+  void forLoop(Value lb, Value ub, Value step,
+               function_ref<void(Value)> body);
+  SmallVector<Value> forLoopWith(Value lb, Value ub, Value step,
+                                 ValueRange init,
+                                 function_ref<SmallVector<Value>(Value, ValueRange)>
+                                     body);
+  void ifThen(Value cond, function_ref<void()> thenBody);
+  SmallVector<Value> ifThenElse(TypeRange types, Value cond,
+                                function_ref<SmallVector<Value>()> thenBody,
+                                function_ref<SmallVector<Value>()> elseBody);
+
+private:
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+};
+
+/// Creates an empty kernel `name` in `module` with the given parameter types
+/// and a fixed block size; callers build its body before the terminator.
+gpu::GPUFuncOp createKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                            StringRef name, TypeRange params,
+                            int64_t blockThreads);
+
+} // namespace mlir::spin::gpu_codegen
+
+#endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H

@@ -1,0 +1,257 @@
+//===- KernelLibrary.cpp - CTA-wide building blocks of the kernels --------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelLibrary.h"
+
+#include "llvm/ADT/Twine.h"
+
+using namespace mlir;
+using namespace mlir::spin::gpu_codegen;
+using arith::CmpIPredicate;
+
+void mlir::spin::gpu_codegen::forEachThreadStrided(
+    KernelBuilder &kb, Value n, int64_t blockThreads,
+    function_ref<void(Value)> body) {
+  kb.forLoop(kb.threadIdX(), n, kb.i32(blockThreads), body);
+}
+
+/// Inclusive prefix sum within each warp (shfl.up).
+static Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane) {
+  for (int64_t d = 1; d < 32; d *= 2) {
+    Value up = kb.shflUp(value, d);
+    value = kb.select(kb.cmp(CmpIPredicate::uge, lane, kb.i32(d)),
+                      kb.add(value, up), value);
+  }
+  return value;
+}
+
+std::pair<Value, Value>
+mlir::spin::gpu_codegen::blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
+                                            Value value, int64_t blockThreads) {
+  int64_t warps = blockThreads / 32;
+  Value sums =
+      kb.sharedArray((prefix + "_warp_sums").str(), kb.i32T(), warps);
+  Value lane = kb.laneId(), warp = kb.warpId();
+  Value inclusive = warpInclusiveScan(kb, value, lane);
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(31)),
+            [&] { kb.storeAt(inclusive, sums, warp); });
+  kb.barrier();
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, warp, kb.i32(0)), [&] {
+    Value inRange = kb.cmp(CmpIPredicate::ult, lane, kb.i32(warps));
+    Value mine = kb.ifThenElse(
+        {kb.i32T()}, inRange,
+        [&]() -> SmallVector<Value> { return {kb.loadAt(kb.i32T(), sums, lane)}; },
+        [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+    Value scanned = warpInclusiveScan(kb, mine, lane);
+    kb.ifThen(inRange, [&] { kb.storeAt(scanned, sums, lane); });
+  });
+  kb.barrier();
+  Value before = kb.ifThenElse(
+      {kb.i32T()}, kb.cmp(CmpIPredicate::ugt, warp, kb.i32(0)),
+      [&]() -> SmallVector<Value> {
+        return {kb.loadAt(kb.i32T(), sums, kb.sub(warp, kb.i32(1)))};
+      },
+      [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+  Value total = kb.loadAt(kb.i32T(), sums, kb.i32(warps - 1));
+  kb.barrier();
+  return {kb.add(kb.sub(inclusive, value), before), total};
+}
+
+Value mlir::spin::gpu_codegen::blockMaxF(KernelBuilder &kb, StringRef prefix,
+                                         Value value, int64_t blockThreads) {
+  int64_t warps = blockThreads / 32;
+  Value cells = kb.sharedArray((prefix + "_warp_max").str(), kb.f32T(), warps);
+  for (int64_t d = 16; d >= 1; d /= 2)
+    value = kb.maxF(value, kb.shflXor(value, d));
+  Value lane = kb.laneId(), warp = kb.warpId();
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+            [&] { kb.storeAt(value, cells, warp); });
+  kb.barrier();
+  Value result = kb.loadAt(kb.f32T(), cells, kb.i32(0));
+  for (int64_t w = 1; w < warps; ++w)
+    result = kb.maxF(result, kb.loadAt(kb.f32T(), cells, kb.i32(w)));
+  kb.barrier();
+  return result;
+}
+
+namespace {
+/// One radix pass's outcome, uniform over the CTA.
+struct DigitChoice {
+  Value digit;    ///< i32, the digit of the k-th largest (or -1: fewer)
+  Value above;    ///< i32, matching keys with a larger digit
+  Value inBin;    ///< i32, matching keys with exactly that digit
+  Value matching; ///< i32, keys matching the prefix
+};
+} // namespace
+
+/// Histograms the digit at `shift` of the eligible keys that match
+/// `prefix` under `mask`, then picks the digit holding the `remaining`-th
+/// largest.
+static DigitChoice chooseDigit(KernelBuilder &kb, StringRef prefix,
+                               Type keyType, Value n, int64_t blockThreads,
+                               KeyFunction keyOf, Value keyPrefix,
+                               Value keyMask, int64_t shift, Value remaining) {
+  Value hist = kb.sharedArray((prefix + "_hist").str(), kb.i32T(), 256);
+  Value cells = kb.sharedArray((prefix + "_cells").str(), kb.i32T(), 4);
+  Value tid = kb.threadIdX();
+  forEachThreadStrided(kb, kb.i32(256), blockThreads,
+                       [&](Value i) { kb.storeAt(kb.i32(0), hist, i); });
+  kb.barrier();
+  forEachThreadStrided(kb, n, blockThreads, [&](Value i) {
+    auto [eligible, key] = keyOf(i);
+    Value match = kb.andI(eligible, kb.cmp(CmpIPredicate::eq,
+                                           kb.andI(key, keyMask), keyPrefix));
+    kb.ifThen(match, [&] {
+      Value digit = kb.andI(kb.shrU(key, kb.constant(keyType, shift)),
+                            kb.constant(keyType, 255));
+      if (keyType != kb.i32T())
+        digit = kb.trunc32(digit);
+      kb.atomicAdd(kb.gep(hist, kb.i32T(), digit), kb.i32(1));
+    });
+  });
+  kb.barrier();
+  kb.ifThen(kb.cmp(CmpIPredicate::ult, tid, kb.i32(32)), [&] {
+    // Lane l owns the digits 255-8l down to 248-8l.
+    Value lane = tid;
+    Value top = kb.sub(kb.i32(255), kb.mul(lane, kb.i32(8)));
+    SmallVector<Value> counts;
+    Value own = kb.i32(0);
+    for (int64_t q = 0; q < 8; ++q) {
+      counts.push_back(kb.loadAt(kb.i32T(), hist, kb.sub(top, kb.i32(q))));
+      own = kb.add(own, counts.back());
+    }
+    Value inclusive = warpInclusiveScan(kb, own, lane);
+    Value acc = kb.sub(inclusive, own);
+    Value digit = kb.i32(-1), above = kb.i32(0), inBin = kb.i32(0);
+    for (int64_t q = 0; q < 8; ++q) {
+      Value reach = kb.add(acc, counts[q]);
+      Value hit = kb.andI(kb.cmp(CmpIPredicate::slt, digit, kb.i32(0)),
+                          kb.cmp(CmpIPredicate::sge, reach, remaining));
+      digit = kb.select(hit, kb.sub(top, kb.i32(q)), digit);
+      above = kb.select(hit, acc, above);
+      inBin = kb.select(hit, counts[q], inBin);
+      acc = reach;
+    }
+    Value found = kb.cmp(CmpIPredicate::sge, digit, kb.i32(0));
+    Value votes = kb.ballot(found);
+    Value any = kb.cmp(CmpIPredicate::ne, votes, kb.i32(0));
+    Value owner = kb.select(any, kb.cttz(votes), kb.i32(0));
+    Value total = kb.shflIdx(inclusive, kb.i32(31));
+    Value chosenDigit =
+        kb.select(any, kb.shflIdx(digit, owner), kb.i32(-1));
+    Value chosenAbove = kb.shflIdx(above, owner);
+    Value chosenInBin = kb.shflIdx(inBin, owner);
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+      kb.storeAt(chosenDigit, cells, kb.i32(0));
+      kb.storeAt(chosenAbove, cells, kb.i32(1));
+      kb.storeAt(chosenInBin, cells, kb.i32(2));
+      kb.storeAt(total, cells, kb.i32(3));
+    });
+  });
+  kb.barrier();
+  DigitChoice choice{kb.loadAt(kb.i32T(), cells, kb.i32(0)),
+                     kb.loadAt(kb.i32T(), cells, kb.i32(1)),
+                     kb.loadAt(kb.i32T(), cells, kb.i32(2)),
+                     kb.loadAt(kb.i32T(), cells, kb.i32(3))};
+  kb.barrier();
+  return choice;
+}
+
+/// The radix passes over all digits of `keyType`; returns the threshold,
+/// how many keys equal to it are still needed, the count of such keys and
+/// whether the eligible keys number at most `k`.
+static std::tuple<Value, Value, Value, Value>
+radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
+            Value k, int64_t blockThreads, KeyFunction keyOf) {
+  int64_t bits = keyType.getIntOrFloatBitWidth();
+  Value keyPrefix = kb.constant(keyType, 0), keyMask = kb.constant(keyType, 0);
+  Value remaining = k, inBin = kb.i32(0), takeAll;
+  for (int64_t shift = bits - 8; shift >= 0; shift -= 8) {
+    DigitChoice choice = chooseDigit(kb, prefix, keyType, n, blockThreads,
+                                     keyOf, keyPrefix, keyMask, shift,
+                                     remaining);
+    if (shift == bits - 8)
+      takeAll = kb.cmp(CmpIPredicate::sle, choice.matching, k);
+    Value digit = kb.maxS(choice.digit, kb.i32(0));
+    Value wide = keyType == kb.i32T() ? digit : kb.extU64(digit);
+    keyPrefix =
+        kb.orI(keyPrefix, kb.shl(wide, kb.constant(keyType, shift)));
+    keyMask = kb.orI(keyMask, kb.constant(keyType, int64_t(255) << shift));
+    remaining = kb.sub(remaining, choice.above);
+    inBin = choice.inBin;
+  }
+  return {keyPrefix, remaining, inBin, takeAll};
+}
+
+RadixSelection mlir::spin::gpu_codegen::selectLargest(
+    KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
+    int64_t blockThreads, KeyFunction keyOf) {
+  auto [threshold, need, ties, takeAll] =
+      radixPasses(kb, prefix, keyType, n, k, blockThreads, keyOf);
+  // Ties at the threshold: the `need` lowest indices, i.e. the `need`
+  // largest `~i` among the keys equal to the threshold. Skipped (uniformly)
+  // when every tie is needed.
+  Value resolve = kb.andI(kb.not1(takeAll),
+                          kb.cmp(CmpIPredicate::slt, need, ties));
+  Value limit = kb.ifThenElse(
+      {kb.i32T()}, resolve,
+      [&]() -> SmallVector<Value> {
+        auto tieKey = [&](Value i) -> std::pair<Value, Value> {
+          auto [eligible, key] = keyOf(i);
+          Value tie = kb.andI(eligible,
+                              kb.cmp(CmpIPredicate::eq, key, threshold));
+          return {tie, kb.xorI(i, kb.i32(-1))};
+        };
+        auto [inverted, needLeft, unusedTies, unusedAll] = radixPasses(
+            kb, (prefix + "_ties").str(), kb.i32T(), n, need, blockThreads,
+            tieKey);
+        (void)needLeft;
+        (void)unusedTies;
+        (void)unusedAll;
+        return {kb.xorI(inverted, kb.i32(-1))};
+      },
+      [&]() -> SmallVector<Value> { return {kb.i32(0x7fffffff)}; })[0];
+  return {takeAll, threshold, need, limit};
+}
+
+Value mlir::spin::gpu_codegen::isSelected(KernelBuilder &kb,
+                                          const RadixSelection &s,
+                                          Value eligible, Value key,
+                                          Value index) {
+  Value above = kb.cmp(CmpIPredicate::ugt, key, s.threshold);
+  Value tie = kb.andI(kb.cmp(CmpIPredicate::eq, key, s.threshold),
+                      kb.andI(kb.cmp(CmpIPredicate::sgt, s.needFromTies,
+                                     kb.i32(0)),
+                              kb.cmp(CmpIPredicate::sle, index, s.indexLimit)));
+  return kb.andI(eligible, kb.orI(s.takeAll, kb.orI(above, tie)));
+}
+
+void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
+                                             int64_t size,
+                                             int64_t blockThreads) {
+  Type i64 = kb.i64T();
+  for (int64_t width = 2; width <= size; width *= 2) {
+    for (int64_t stride = width / 2; stride > 0; stride /= 2) {
+      forEachThreadStrided(kb, kb.i32(size / 2), blockThreads, [&](Value t) {
+        Value lo = kb.add(kb.mul(kb.divU(t, kb.i32(stride)), kb.i32(2 * stride)),
+                          kb.remU(t, kb.i32(stride)));
+        Value hi = kb.add(lo, kb.i32(stride));
+        Value ascending = kb.cmp(CmpIPredicate::eq,
+                                 kb.andI(lo, kb.i32(width)), kb.i32(0));
+        Value a = kb.loadAt(i64, keys, lo), c = kb.loadAt(i64, keys, hi);
+        Value outOfOrder = kb.select(ascending,
+                                     kb.cmp(CmpIPredicate::ugt, a, c),
+                                     kb.cmp(CmpIPredicate::ult, a, c));
+        kb.ifThen(outOfOrder, [&] {
+          kb.storeAt(c, keys, lo);
+          kb.storeAt(a, keys, hi);
+        });
+      });
+      kb.barrier();
+    }
+  }
+}

@@ -1,0 +1,66 @@
+//===- KernelLibrary.h - CTA-wide building blocks of the kernels -*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// Building blocks that several generated kernels share: a block-wide prefix
+// sum, a radix select that finds the k largest keys of a CTA-wide sequence
+// with SPIN's tie rule (equal keys: lower index first), and a bitonic sort of
+// 64-bit keys in shared memory. Each takes the block size the kernel is
+// launched with; all threads of the CTA must call them (they synchronise).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_LIB_CONVERSION_SPINTOGPU_KERNELLIBRARY_H
+#define SPIN_LIB_CONVERSION_SPINTOGPU_KERNELLIBRARY_H
+
+#include "KernelBuilder.h"
+
+namespace mlir::spin::gpu_codegen {
+
+/// Exclusive prefix sum of one i32 per thread over the CTA, plus the total.
+std::pair<Value, Value> blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
+                                           Value value, int64_t blockThreads);
+
+/// Block-wide maximum of one f32 per thread (NaN-propagating).
+Value blockMaxF(KernelBuilder &kb, StringRef prefix, Value value,
+                int64_t blockThreads);
+
+/// The outcome of `selectLargest`: the selected elements are the eligible
+/// ones with `key > threshold`, plus, when `needFromTies > 0`, the
+/// `needFromTies` lowest-index ones with `key == threshold`; with `takeAll`
+/// every eligible element is selected (there are at most k).
+struct RadixSelection {
+  Value takeAll;       ///< i1
+  Value threshold;     ///< key type
+  Value needFromTies;  ///< i32
+  Value indexLimit;    ///< i32: ties with index <= indexLimit are selected
+};
+
+/// Key of element `i`: {eligible (i1), key (i32 or i64, unsigned order)}.
+using KeyFunction = function_ref<std::pair<Value, Value>(Value)>;
+
+/// Finds the `k` largest eligible keys among elements `[0, n)` (elements are
+/// visited as `i = tid + t * blockThreads`) by an 8-bit-digit radix select
+/// with a shared-memory histogram, then resolves ties at the threshold by
+/// index with a second select over `~i`.
+RadixSelection selectLargest(KernelBuilder &kb, StringRef prefix, Type keyType,
+                             Value n, Value k, int64_t blockThreads,
+                             KeyFunction keyOf);
+
+/// True for an element that `selection` selects.
+Value isSelected(KernelBuilder &kb, const RadixSelection &selection,
+                 Value eligible, Value key, Value index);
+
+/// Sorts `size` (a power of two) i64 keys in shared memory ascending as
+/// unsigned numbers.
+void bitonicSortU64(KernelBuilder &kb, Value keys, int64_t size,
+                    int64_t blockThreads);
+
+/// `for (i = tid; i < n; i += blockThreads) body(i)`.
+void forEachThreadStrided(KernelBuilder &kb, Value n, int64_t blockThreads,
+                          function_ref<void(Value)> body);
+
+} // namespace mlir::spin::gpu_codegen
+
+#endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELLIBRARY_H

@@ -1,0 +1,156 @@
+//===- Kernels.h - the generated GPU kernels of SPIN -------------*- C++ -*-===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// One builder per kernel. Each spec holds the static shapes and options the
+// kernel is specialised for; each builder adds a `gpu.func` to the kernel
+// module and documents its parameters, grid and block shape, which the
+// launch plan of convert-spin-to-gpu must follow.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPIN_LIB_CONVERSION_SPINTOGPU_KERNELS_H
+#define SPIN_LIB_CONVERSION_SPINTOGPU_KERNELS_H
+
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+#include <array>
+#include <string>
+
+namespace mlir::spin::gpu_codegen {
+
+/// Element formats of keys and queries on the GPU path.
+enum class ElementFormat { bf16, f16, fp8e4m3 };
+
+/// The launch geometry of a generated kernel.
+struct LaunchShape {
+  std::array<int64_t, 3> grid{1, 1, 1};
+  int64_t blockThreads = 128;
+  int64_t sharedBytes = 0; ///< dynamic shared memory (0: static only)
+};
+
+/// Error codes written to the error record (docs/GPU-ABI.md).
+enum ErrorCode : int32_t {
+  ErrorBadPage = 1,
+  ErrorBadLength = 2,
+  ErrorBadPosition = 3,
+};
+
+//===----------------------------------------------------------------------===//
+// Scoring (SPIN_SPEC §1, §3.8)
+//===----------------------------------------------------------------------===//
+
+/// Scores every visible slot (dense) or every slot of the selected blocks
+/// (sparse) of each row with tensor-core MMAs: 16 slots per warp tile in M,
+/// 8 heads per MMA in N, keys gathered through the block table with 16-byte
+/// loads straight into A fragments (the K dimension is permuted identically
+/// in keys and queries, which leaves every dot product unchanged).
+///
+/// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts],
+/// out (ptrs), pages (i32), errors (ptr).
+/// Grid: (ctasPerRow, batch * rows). `out` is f32 [batch * rows, outWidth]:
+/// dense rows by slot (entries >= N unwritten); sparse rows in selected-block
+/// order (entry e = slot blocks[e / blockSize] * blockSize + e % blockSize),
+/// NaN for entries past the row's visible length.
+struct ScoreKernelSpec {
+  std::string name;
+  int64_t batch = 1, rows = 1, heads = 64, headDim = 128;
+  int64_t pageSize = 64, tablePages = 1;
+  ElementFormat keyFormat = ElementFormat::bf16;
+  ElementFormat queryFormat = ElementFormat::bf16;
+  bool scales = false;
+  bool sparse = false;
+  int64_t blockSize = 64, maxBlocks = 1; ///< sparse only
+  int64_t warps = 8, tilesPerWarp = 8;
+
+  int64_t outWidth() const { return tablePages * pageSize; }
+};
+LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
+                             gpu::GPUModuleOp module,
+                             const ScoreKernelSpec &spec);
+
+//===----------------------------------------------------------------------===//
+// Top-K (SPIN_SPEC §1, §3.9)
+//===----------------------------------------------------------------------===//
+
+/// One CTA per row: radix select of the K largest scores (NaN never, ties to
+/// the lower slot), then a bitonic sort of the winners by (score desc, slot
+/// asc) and -1 padding.
+///
+/// Parameters: scores, lengths, [blocks, counts], out (ptrs).
+/// Grid: (batch * rows). Dense rows read entries [0, N); sparse rows read
+/// entries [0, count * blockSize) and map them back to slots.
+struct TopKKernelSpec {
+  std::string name;
+  int64_t batch = 1, rows = 1, width = 1, k = 1;
+  bool sparse = false;
+  int64_t blockSize = 64, maxBlocks = 1;
+  int64_t threads = 1024;
+};
+LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                            const TopKKernelSpec &spec);
+
+//===----------------------------------------------------------------------===//
+// Prediction and block selection (SPIN_SPEC §3.1-3.7, §4)
+//===----------------------------------------------------------------------===//
+
+/// One CTA per request: predicted block scores from V and D (pooled per
+/// block in shared memory), then per row warm-up / budget / forced blocks /
+/// exploit / explore, the union over rows, and the compacted ascending list
+/// of selected blocks. Optionally the realized block sparsity per row.
+///
+/// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
+/// counts, mask (ptrs), [sparsity (ptr)], errors (ptr).
+/// Grid: (batch).
+struct SelectKernelSpec {
+  std::string name;
+  int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
+  int64_t topk = 1, layer = 0;
+  double sparsity = 0.5, explore = 0.0;
+  uint64_t seed = 0;
+  PoolingKind pooling = PoolingKind::max;
+  bool rowZeroOnly = false;
+  bool reportSparsity = false;
+  int64_t threads = 1024;
+};
+LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
+                              gpu::GPUModuleOp module,
+                              const SelectKernelSpec &spec);
+
+//===----------------------------------------------------------------------===//
+// State updates (SPIN_SPEC §2, §3.10, §4)
+//===----------------------------------------------------------------------===//
+
+/// EMA update of V and D from one row's scores of the selected blocks (the
+/// sparse score layout above), then `it += 1`.
+///
+/// Parameters: scores, positions, lengths, slots, blocks, counts, v, d, it
+/// (ptrs). Grid: (ctasPerRequest, batch).
+struct UpdateKernelSpec {
+  std::string name;
+  int64_t batch = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
+  double decay = 0.5;
+  int64_t threads = 256, ctasPerRequest = 1;
+};
+LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
+                              gpu::GPUModuleOp module,
+                              const UpdateKernelSpec &spec);
+
+/// Zeroes V and D and sets `it = 0` for the requests whose reset flag is
+/// set. Parameters: reset (i8), slots, v, d, it (ptrs). Grid:
+/// (ctasPerRequest, batch).
+struct ResetKernelSpec {
+  std::string name;
+  int64_t batch = 1, capacity = 1;
+  int64_t threads = 256, ctasPerRequest = 1;
+};
+LaunchShape buildResetKernel(OpBuilder &b, Location loc,
+                             gpu::GPUModuleOp module,
+                             const ResetKernelSpec &spec);
+
+} // namespace mlir::spin::gpu_codegen
+
+#endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELS_H

@@ -1,0 +1,384 @@
+//===- ScoreKernel.cpp - tensor-core scoring of paged keys ----------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// z[i] = sum_h w[h] * ReLU(dot(q[h], k[i]) * scale[i]) on mma.sync.m16n8k16:
+// A = 16 slots x 16 key elements (row-major, straight from global memory),
+// B = 16 key elements x 8 heads (queries staged once per CTA in shared
+// memory), C = f32. Each thread loads 16 contiguous bytes of a key row per
+// chunk, which is 8 (bf16/f16) or 16 (fp8) elements; the K order inside a
+// chunk is permuted the same way for queries, so every dot product is the
+// same sum of the same products.
+//
+// fp8 e4m3 keys become f16 exactly by moving their bits (value * 2^-8,
+// subnormals included); bf16 queries of fp8/f16 keys become f16 after an
+// exact power-of-two prescale that puts the row's largest |q| in
+// [2^14, 2^15). Both factors are undone on the f32 accumulator.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelLibrary.h"
+#include "Kernels.h"
+
+using namespace mlir;
+using namespace mlir::spin;
+using namespace mlir::spin::gpu_codegen;
+using arith::CmpFPredicate;
+using arith::CmpIPredicate;
+
+namespace {
+
+/// Writes the first error of a step into the error record (code, value,
+/// request, row); later errors keep the first.
+void recordError(KernelBuilder &kb, Value errors, int32_t code, Value value,
+                 Value request, Value row) {
+  Value old = kb.atomicCAS(errors, kb.i32(0), kb.i32(code));
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, old, kb.i32(0)), [&] {
+    kb.storeAt(value, errors, kb.i32(1));
+    kb.storeAt(request, errors, kb.i32(2));
+    kb.storeAt(row, errors, kb.i32(3));
+  });
+}
+
+/// Two f16x2 registers from four e4m3 bytes: (b0, b2) and (b1, b3), each
+/// the fp8 value times 2^-8 (sign, then exponent and mantissa moved under
+/// the f16 exponent field).
+std::pair<Value, Value> fp8QuadToF16(KernelBuilder &kb, Value x) {
+  Value lo = kb.orI(kb.shl(kb.andI(x, kb.i32(0x00800080)), kb.i32(8)),
+                    kb.shl(kb.andI(x, kb.i32(0x007f007f)), kb.i32(7)));
+  Value hi = kb.orI(kb.andI(x, kb.i32(static_cast<int32_t>(0x80008000u))),
+                    kb.shrU(kb.andI(x, kb.i32(0x7f007f00)), kb.i32(1)));
+  return {lo, hi};
+}
+
+/// True if any byte of `x` is an e4m3 NaN (exponent and mantissa all ones).
+Value fp8QuadHasNaN(KernelBuilder &kb, Value x) {
+  Value magnitude = kb.andI(x, kb.i32(0x7f7f7f7f));
+  Value carry = kb.andI(kb.add(magnitude, kb.i32(0x01010101)),
+                        kb.i32(static_cast<int32_t>(0x80808080u)));
+  return kb.cmp(CmpIPredicate::ne, carry, kb.i32(0));
+}
+
+} // namespace
+
+LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const ScoreKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
+  Type i16 = kb.i16T(), words = kb.vecT(i32, 4);
+  const bool fp8 = spec.keyFormat == ElementFormat::fp8e4m3;
+  const bool bf16Mma = spec.keyFormat == ElementFormat::bf16;
+  const bool prescale = !bf16Mma && spec.queryFormat == ElementFormat::bf16;
+  const int64_t H = spec.heads, Dh = spec.headDim, R = spec.rows;
+  const int64_t keyBytes = fp8 ? 1 : 2;
+  const int64_t chunkElems = fp8 ? 64 : 32; // 4 threads x 16 bytes
+  const int64_t chunks = Dh / chunkElems;
+  const int64_t ksteps = chunkElems / 16;
+  const int64_t nTiles = H / 8;
+  const int64_t qStride = Dh + 8; // 16-bit elements per staged query row
+  const int64_t threads = spec.warps * 32;
+
+  SmallVector<Type> params = {ptr, ptr, ptr};
+  if (spec.scales)
+    params.push_back(ptr);
+  params.append({ptr, ptr});
+  if (spec.sparse)
+    params.append({ptr, ptr});
+  params.append({ptr, i32, ptr});
+  gpu::GPUFuncOp func =
+      createKernel(b, loc, module, spec.name, params, threads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+
+  unsigned a = 0;
+  Value q = func.getArgument(a++), w = func.getArgument(a++);
+  Value keys = func.getArgument(a++);
+  Value scales = spec.scales ? func.getArgument(a++) : Value();
+  Value table = func.getArgument(a++), lengths = func.getArgument(a++);
+  Value blocks = spec.sparse ? func.getArgument(a++) : Value();
+  Value counts = spec.sparse ? func.getArgument(a++) : Value();
+  Value out = func.getArgument(a++), pages = func.getArgument(a++);
+  Value errors = func.getArgument(a++);
+
+  Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
+  Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
+  Value rowId = kb.blockIdY();
+  Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
+  Value visible = kb.loadAt(i32, lengths, rowId, true);
+  Value lengthOk =
+      kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
+              kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
+  kb.ifThen(kb.andI(kb.not1(lengthOk),
+                    kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                            kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
+            [&] {
+              recordError(kb, errors, ErrorBadLength, visible, request, row);
+            });
+  Value total =
+      spec.sparse ? kb.mul(kb.loadAt(i32, counts, request, true),
+                           kb.i32(spec.blockSize))
+                  : visible;
+  int64_t tilesPerCta = spec.warps * spec.tilesPerWarp;
+  Value ctaStart = kb.mul(kb.blockIdX(), kb.i32(tilesPerCta * 16));
+  Value active =
+      kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
+
+  kb.ifThen(active, [&] {
+    //===--- stage the row's queries in shared memory ---------------------===//
+    Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
+    Value qBase = kb.mul(rowId, kb.i32(H * Dh));
+    Value unscale = kb.f32(fp8 ? 256.0 : 1.0);
+    if (!prescale && !fp8) {
+      // Same element type as the keys, natural order: 16-byte copies.
+      forEachThreadStrided(kb, kb.i32(H * Dh / 8), threads, [&](Value v) {
+        Value h = kb.divU(v, kb.i32(Dh / 8)), c = kb.remU(v, kb.i32(Dh / 8));
+        Value data = kb.loadAt(words, q, kb.add(kb.divU(qBase, kb.i32(8)), v),
+                               true);
+        Value at = kb.add(kb.mul(h, kb.i32(qStride / 8)), c);
+        kb.storeAt(data, qs, at);
+      });
+    } else {
+      auto toF32 = [&](Value bits16) -> Value {
+        if (spec.queryFormat == ElementFormat::bf16)
+          return kb.bitcast(kb.shl(kb.zext(bits16, i32), kb.i32(16)), f32);
+        return arith::ExtFOp::create(
+            b, loc, f32, kb.bitcast(bits16, b.getF16Type()));
+      };
+      Value scale = kb.f32(1.0);
+      if (prescale) {
+        Value localMax = kb.forLoopWith(
+            tid, kb.i32(H * Dh), kb.i32(threads), {kb.f32(0.0)},
+            [&](Value i, ValueRange acc) -> SmallVector<Value> {
+              Value x = toF32(kb.loadAt(i16, q, kb.add(qBase, i), true));
+              return {kb.maxF(acc[0], kb.absF(x))};
+            })[0];
+        Value maxAbs = blockMaxF(kb, spec.name + "_qmax", localMax, threads);
+        Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
+                                 kb.i32(255));
+        exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
+                             kb.i32(127 - 14), exponent);
+        // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
+        Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
+                                         kb.i32(1)),
+                                 kb.i32(254));
+        scale = kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32);
+        // unscale = 2^(fp8 ? 8 : 0) / scale.
+        Value unscaleExp = kb.sub(kb.i32(fp8 ? 262 : 254), scaleExp);
+        unscaleExp = kb.minS(kb.maxS(unscaleExp, kb.i32(1)), kb.i32(254));
+        unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
+      }
+      forEachThreadStrided(kb, kb.i32(H * Dh), threads, [&](Value i) {
+        Value x = toF32(kb.loadAt(i16, q, kb.add(qBase, i), true));
+        Value half = kb.bitcast(kb.truncF16(kb.mul(x, scale)), i16);
+        Value h = kb.divU(i, kb.i32(Dh)), d = kb.remU(i, kb.i32(Dh));
+        if (fp8) {
+          // Within each quad the order (0, 2, 1, 3) of fp8QuadToF16.
+          Value quad = kb.andI(d, kb.i32(3));
+          Value moved = kb.select(
+              kb.cmp(CmpIPredicate::eq, quad, kb.i32(1)), kb.i32(2),
+              kb.select(kb.cmp(CmpIPredicate::eq, quad, kb.i32(2)), kb.i32(1),
+                        quad));
+          d = kb.orI(kb.andI(d, kb.i32(~3)), moved);
+        }
+        kb.storeAt(half, qs, kb.add(kb.mul(h, kb.i32(qStride)), d));
+      });
+    }
+    kb.barrier();
+
+    // Head weights of this thread's accumulator columns: 2t and 2t+1 of
+    // every 8-head tile.
+    SmallVector<Value> weights;
+    Value wBase = kb.mul(rowId, kb.i32(H));
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t j = 0; j < 2; ++j)
+        weights.push_back(kb.loadAt(
+            f32, w,
+            kb.add(wBase, kb.add(kb.mul(t, kb.i32(2)), kb.i32(nt * 8 + j))),
+            true));
+
+    //===--- warp tiles of 16 entries ------------------------------------===//
+    Value zeroWords = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(cast<ShapedType>(words),
+                                       b.getI32IntegerAttr(0).getValue()));
+    kb.forLoop(kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), [&](Value j) {
+      Value tile = kb.add(
+          kb.mul(kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.tilesPerWarp)), j),
+                 kb.i32(spec.warps)),
+          warp);
+      Value e0 = kb.mul(tile, kb.i32(16));
+      kb.ifThen(kb.cmp(CmpIPredicate::slt, e0, total), [&] {
+        // The two rows (entries) this thread loads: g and g + 8.
+        struct RowData {
+          Value entry, valid;
+          SmallVector<Value> regs; // i32 pairs, in k-step order
+          Value scale, nan;
+        };
+        auto loadRow = [&](Value entry) {
+          RowData r;
+          r.entry = entry;
+          Value inRange = kb.cmp(CmpIPredicate::slt, entry, total);
+          Value slot = entry;
+          if (spec.sparse) {
+            Value bs = kb.i32(spec.blockSize);
+            Value listAt = kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
+                                  kb.divU(entry, bs));
+            Value block = kb.ifThenElse(
+                {i32}, inRange,
+                [&]() -> SmallVector<Value> {
+                  return {kb.loadAt(i32, blocks, listAt, true)};
+                },
+                [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+            slot = kb.add(kb.mul(block, bs), kb.remU(entry, bs));
+            inRange = kb.andI(inRange,
+                              kb.cmp(CmpIPredicate::slt, slot, visible));
+          }
+          Value pageIdx = kb.divU(slot, kb.i32(spec.pageSize));
+          Value offset = kb.remU(slot, kb.i32(spec.pageSize));
+          Value page = kb.ifThenElse(
+              {i32}, inRange,
+              [&]() -> SmallVector<Value> {
+                return {kb.loadAt(
+                    i32, table,
+                    kb.add(kb.mul(request, kb.i32(spec.tablePages)), pageIdx),
+                    true)};
+              },
+              [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+          Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
+                                 kb.cmp(CmpIPredicate::slt, page, pages));
+          kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
+            recordError(kb, errors, ErrorBadPage, page, request, row);
+          });
+          r.valid = kb.andI(inRange, pageOk);
+          Value slotIndex = kb.add(kb.mul(kb.extS64(page),
+                                          kb.i64(spec.pageSize)),
+                                   kb.extS64(offset));
+          SmallVector<Type> types(chunks, words);
+          if (spec.scales)
+            types.push_back(f32);
+          SmallVector<Value> loaded = kb.ifThenElse(
+              types, r.valid,
+              [&]() -> SmallVector<Value> {
+                Value rowByte = kb.add(
+                    kb.mul(slotIndex, kb.i64(Dh * keyBytes)),
+                    kb.extS64(kb.mul(t, kb.i32(16))));
+                SmallVector<Value> v;
+                for (int64_t c = 0; c < chunks; ++c) {
+                  Value at = kb.add(rowByte, kb.i64(c * chunkElems * keyBytes));
+                  v.push_back(kb.load(words, kb.gep(keys, kb.i8T(), at), 16,
+                                      true));
+                }
+                if (spec.scales)
+                  v.push_back(kb.loadAt(f32, scales, slotIndex, true));
+                return v;
+              },
+              [&]() -> SmallVector<Value> {
+                SmallVector<Value> v(chunks, zeroWords);
+                if (spec.scales)
+                  v.push_back(kb.f32(0.0));
+                return v;
+              });
+          r.nan = kb.i1(false);
+          for (int64_t c = 0; c < chunks; ++c) {
+            for (int64_t x = 0; x < 4; ++x) {
+              Value word = kb.extract(loaded[c], x);
+              if (fp8) {
+                auto [lo, hi] = fp8QuadToF16(kb, word);
+                r.regs.append({lo, hi});
+                r.nan = kb.orI(r.nan, fp8QuadHasNaN(kb, word));
+              } else {
+                r.regs.push_back(word);
+              }
+            }
+          }
+          r.scale = spec.scales ? loaded[chunks] : Value();
+          return r;
+        };
+        RowData top = loadRow(kb.add(e0, g));
+        RowData bottom = loadRow(kb.add(e0, kb.add(g, kb.i32(8))));
+
+        // acc[nt] = the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7).
+        SmallVector<SmallVector<Value, 4>> acc(
+            nTiles, SmallVector<Value, 4>(4, kb.f32(0.0)));
+        for (int64_t c = 0; c < chunks; ++c) {
+          for (int64_t nt = 0; nt < nTiles; ++nt) {
+            // This thread's B registers: head nt*8+g, the same 16 bytes of
+            // the chunk as its A registers (two vectors for fp8).
+            Value head = kb.add(g, kb.i32(nt * 8));
+            Value base = kb.add(kb.mul(head, kb.i32(qStride)),
+                                kb.add(kb.i32(c * chunkElems),
+                                       kb.mul(t, kb.i32(chunkElems / 4))));
+            SmallVector<Value> qRegs;
+            for (int64_t v = 0; v < (fp8 ? 2 : 1); ++v) {
+              Value vec = kb.load(words,
+                                  kb.gep(qs, i16, kb.add(base, kb.i32(v * 8))),
+                                  16);
+              for (int64_t x = 0; x < 4; ++x)
+                qRegs.push_back(kb.extract(vec, x));
+            }
+            for (int64_t s = 0; s < ksteps; ++s) {
+              int64_t r0 = c * ksteps * 2 + 2 * s;
+              acc[nt] = kb.mma16816(
+                  bf16Mma,
+                  {top.regs[r0], bottom.regs[r0], top.regs[r0 + 1],
+                   bottom.regs[r0 + 1]},
+                  {qRegs[2 * s], qRegs[2 * s + 1]}, acc[nt]);
+            }
+          }
+        }
+
+        //===--- epilogue: ReLU * w * scale and the head sum ----------------===//
+        auto rowScore = [&](const RowData &r, int64_t half) {
+          Value sum = kb.f32(0.0);
+          for (int64_t nt = 0; nt < nTiles; ++nt) {
+            for (int64_t j = 0; j < 2; ++j) {
+              Value dot = acc[nt][2 * half + j];
+              if (fp8 || prescale)
+                dot = kb.mul(dot, unscale);
+              if (r.scale)
+                dot = kb.mul(dot, r.scale);
+              Value relu = kb.maxF(dot, kb.f32(0.0));
+              sum = kb.add(sum, kb.mul(weights[2 * nt + j], relu));
+            }
+          }
+          sum = kb.add(sum, kb.shflXor(sum, 1));
+          sum = kb.add(sum, kb.shflXor(sum, 2));
+          if (fp8) {
+            Value flag = kb.zext(r.nan, i32);
+            flag = kb.orI(flag, kb.shflXor(flag, 1));
+            flag = kb.orI(flag, kb.shflXor(flag, 2));
+            sum = kb.select(kb.cmp(CmpIPredicate::ne, flag, kb.i32(0)),
+                            kb.f32Bits(0x7fc00000u), sum);
+          }
+          return sum;
+        };
+        Value zTop = rowScore(top, 0), zBottom = rowScore(bottom, 1);
+        Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
+        auto emit = [&](const RowData &r, Value z, int64_t owner) {
+          Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(owner));
+          Value write = r.valid;
+          Value value = z;
+          if (spec.sparse) {
+            // Entries past the visible length are NaN: never selected,
+            // never folded into the state.
+            write = kb.cmp(CmpIPredicate::slt, r.entry, total);
+            value = kb.select(r.valid, z, kb.f32Bits(0x7fc00000u));
+          }
+          kb.ifThen(kb.andI(mine, write), [&] {
+            kb.storeAt(value, out, kb.add(outBase, r.entry));
+          });
+        };
+        emit(top, zTop, 0);
+        emit(bottom, zBottom, 1);
+      });
+    });
+  });
+
+  LaunchShape shape;
+  int64_t slotsPerCta = tilesPerCta * 16;
+  shape.grid = {(spec.outWidth() + slotsPerCta - 1) / slotsPerCta,
+                spec.batch * spec.rows, 1};
+  shape.blockThreads = threads;
+  return shape;
+}

@@ -1,0 +1,388 @@
+//===- SelectKernel.cpp - SPIN's prediction and block selection -----------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// One CTA per request. Per row: predicted block scores
+// S[j] = pool_{i in block j} max(V[i], D[p - i]) into shared memory (a warp
+// per block), then SPIN_SPEC §3.4-3.7: warm-up selects everything; else the
+// budget, the forced first and last blocks, the exploit set (radix select
+// of the largest S, ties to the lower block) and the exploration set (the
+// smallest splitmix64 ranks among the rest). Rows are OR-ed into the
+// request's mask, which is also written as an ascending list of blocks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelLibrary.h"
+#include "Kernels.h"
+
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::spin;
+using namespace mlir::spin::gpu_codegen;
+using arith::CmpFPredicate;
+using arith::CmpIPredicate;
+
+namespace {
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+} // namespace
+
+LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const SelectKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  Type i8 = kb.i8T();
+  SmallVector<Type> params(10, ptr);
+  if (spec.reportSparsity)
+    params.push_back(ptr);
+  params.push_back(ptr);
+  const int64_t threads = spec.threads, warps = threads / 32;
+  const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
+  gpu::GPUFuncOp func =
+      createKernel(b, loc, module, spec.name, params, threads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  unsigned a = 0;
+  Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
+  Value requestIds = func.getArgument(a++), slots = func.getArgument(a++);
+  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
+  Value itState = func.getArgument(a++);
+  Value blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
+  Value maskOut = func.getArgument(a++);
+  Value sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
+  Value errors = func.getArgument(a++);
+
+  Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
+  Value request = kb.blockIdX();
+  Value slot = kb.loadAt(i32, slots, request, true);
+  Value iteration = kb.loadAt(i64, itState, slot);
+  Value warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
+  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
+  Value base = kb.i64(static_cast<int64_t>(splitmix(spec.seed)));
+  base = kb.mix(kb.xorI(base, kb.loadAt(i64, requestIds, request, true)));
+  base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
+  base = kb.mix(kb.xorI(base, iteration));
+
+  Value scores = kb.sharedArray(spec.name + "_S", f32, MB);
+  Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
+  Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
+  Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
+  forEachThreadStrided(kb, kb.i32(MB), threads,
+                       [&](Value j) { kb.storeAt(kb.constant(i8, 0), mask, j); });
+  kb.barrier();
+
+  auto recordError = [&](int32_t code, Value value, Value row) {
+    Value old = kb.atomicCAS(errors, kb.i32(0), kb.i32(code));
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, old, kb.i32(0)), [&] {
+      kb.storeAt(value, errors, kb.i32(1));
+      kb.storeAt(request, errors, kb.i32(2));
+      kb.storeAt(row, errors, kb.i32(3));
+    });
+  };
+
+  Value requestOk = kb.forLoopWith(
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
+      [&](Value r, ValueRange okIn) -> SmallVector<Value> {
+        Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+        Value p = kb.loadAt(i32, positions, rowId, true);
+        Value n = kb.loadAt(i32, lengths, rowId, true);
+        // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
+        Value lengthOk =
+            kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
+                    kb.cmp(CmpIPredicate::sle, n,
+                           kb.i32(std::min(spec.capacity, MB * bs))));
+        Value positionOk =
+            kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
+                    kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1))));
+        kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+          kb.ifThen(kb.not1(lengthOk),
+                    [&] { recordError(ErrorBadLength, n, r); });
+          kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)),
+                    [&] { recordError(ErrorBadPosition, p, r); });
+        });
+        Value ok = kb.andI(lengthOk, positionOk);
+        Value used = ok;
+        if (spec.rowZeroOnly)
+          used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
+                                                     kb.i32(0))));
+        kb.ifThen(used, [&] {
+          Value rowBlocks =
+              kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)),
+                      kb.i32(MB));
+          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+            kb.storeAt(kb.select(warmup, kb.constant(i8, 1),
+                                 kb.constant(i8, 0)),
+                       rowMask, j);
+          });
+          kb.ifThen(kb.andI(kb.not1(warmup),
+                            kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
+                    [&] {
+            //===--- predicted block scores (§3.2-3.3) --------------------===//
+            Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
+            kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
+              Value first = kb.mul(j, kb.i32(bs));
+              Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
+              Value local = kb.f32(-INFINITY);
+              for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
+                Value k = kb.add(lane, kb.i32(q * 32));
+                Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
+                Value zhat = kb.ifThenElse(
+                    {f32}, inBlock,
+                    [&]() -> SmallVector<Value> {
+                      Value i = kb.add(first, k);
+                      Value vi = kb.loadAt(
+                          f32, vState, kb.add(stateBase, kb.extS64(i)));
+                      Value di = kb.loadAt(
+                          f32, dState,
+                          kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+                      return {kb.maxF(vi, di)};
+                    },
+                    [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
+                local = kb.maxF(local, zhat);
+                if (spec.pooling != PoolingKind::max)
+                  kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
+              }
+              Value pooled;
+              if (spec.pooling == PoolingKind::max) {
+                for (int64_t d = 16; d >= 1; d /= 2)
+                  local = kb.maxF(local, kb.shflXor(local, d));
+                pooled = local;
+              } else {
+                // Mean and top4 in slot order, as the CPU path sums them.
+                pooled = kb.ifThenElse(
+                    {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+                    [&]() -> SmallVector<Value> {
+                      Value ninf = kb.f32(-INFINITY);
+                      SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf,
+                                                 ninf};
+                      SmallVector<Value> acc = kb.forLoopWith(
+                          kb.i32(0), count, kb.i32(1), init,
+                          [&](Value k, ValueRange it) -> SmallVector<Value> {
+                            Value x = kb.loadAt(f32, buffer, k);
+                            SmallVector<Value> next = {kb.add(it[0], x)};
+                            Value carry = x;
+                            for (int64_t s = 1; s < 5; ++s) {
+                              Value bigger =
+                                  kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
+                              next.push_back(kb.select(bigger, carry, it[s]));
+                              carry = kb.select(bigger, it[s], carry);
+                            }
+                            return next;
+                          });
+                      if (spec.pooling == PoolingKind::mean)
+                        return {arith::DivFOp::create(b, loc, acc[0],
+                                                      kb.sitofp(count))};
+                      Value used = kb.minS(count, kb.i32(4));
+                      Value sum = acc[1];
+                      for (int64_t s = 1; s < 4; ++s)
+                        sum = kb.select(
+                            kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
+                            kb.add(sum, acc[1 + s]), sum);
+                      return {arith::DivFOp::create(b, loc, sum,
+                                                    kb.sitofp(used))};
+                    },
+                    [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+              }
+              kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+                        [&] { kb.storeAt(pooled, scores, j); });
+            });
+            kb.barrier();
+
+            //===--- budget (§3.4-3.6) ------------------------------------===//
+            Value rowBlocks64 = kb.extS64(rowBlocks);
+            Value byK = kb.i64((spec.topk + bs - 1) / bs);
+            Value keepBlocks = arith::SubFOp::create(
+                b, loc,
+                arith::MulFOp::create(
+                    b, loc,
+                    arith::ConstantFloatOp::create(
+                        b, loc, b.getF64Type(), APFloat(1.0 - spec.sparsity)),
+                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                            rowBlocks64)),
+                arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                               APFloat(1e-9)));
+            Value bySparsity = arith::FPToSIOp::create(
+                b, loc, i64, math::CeilOp::create(b, loc, keepBlocks));
+            Value budget64 = kb.minS(
+                rowBlocks64,
+                arith::MaxSIOp::create(b, loc, byK,
+                                       kb.maxS(bySparsity, kb.i64(0))));
+            Value budget = kb.trunc32(budget64);
+            Value forced = kb.select(
+                kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)), kb.i32(1),
+                kb.i32(2));
+            Value wanted = kb.trunc32(arith::FPToSIOp::create(
+                b, loc, i64,
+                math::FloorOp::create(
+                    b, loc,
+                    arith::MulFOp::create(
+                        b, loc,
+                        arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                                       APFloat(spec.explore)),
+                        arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                                budget64)))));
+            Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
+                                   kb.sub(budget, forced), kb.i32(0));
+            Value explored = kb.minS(wanted, room);
+            Value exploit = kb.sub(room, explored);
+            Value last = kb.sub(rowBlocks, kb.i32(1));
+            kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+              kb.storeAt(kb.constant(i8, 1), rowMask, kb.i32(0));
+              kb.storeAt(kb.constant(i8, 1), rowMask, last);
+            });
+            kb.barrier();
+
+            //===--- exploit: the largest S among non-forced blocks ---------===//
+            kb.ifThen(kb.cmp(CmpIPredicate::sgt, exploit, kb.i32(0)), [&] {
+              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+                Value s = kb.loadAt(f32, scores, j);
+                Value eligible =
+                    kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
+                            kb.andI(kb.cmp(CmpIPredicate::slt, j, last),
+                                    kb.cmpF(CmpFPredicate::ORD, s, s)));
+                return {eligible, kb.orderedKey(s)};
+              };
+              RadixSelection chosen =
+                  selectLargest(kb, spec.name + "_exploit", i32, rowBlocks,
+                                exploit, threads, keyOf);
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                auto [eligible, key] = keyOf(j);
+                kb.ifThen(isSelected(kb, chosen, eligible, key, j), [&] {
+                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
+                });
+              });
+              kb.barrier();
+            });
+
+            //===--- explore: the smallest ranks among the rest (§3.7) ------===//
+            kb.ifThen(kb.cmp(CmpIPredicate::sgt, explored, kb.i32(0)), [&] {
+              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+                Value taken = kb.cmp(CmpIPredicate::ne,
+                                     kb.loadAt(i8, rowMask, j),
+                                     kb.constant(i8, 0));
+                Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
+                return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
+              };
+              RadixSelection chosen =
+                  selectLargest(kb, spec.name + "_explore", i64, rowBlocks,
+                                explored, threads, keyOf);
+              // Decide for every block before marking any.
+              SmallVector<Value> picks;
+              int64_t perThread = (MB + threads - 1) / threads;
+              for (int64_t q = 0; q < perThread; ++q) {
+                Value j = kb.add(tid, kb.i32(q * threads));
+                Value inRange = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+                picks.push_back(kb.ifThenElse(
+                    {kb.i1T()}, inRange,
+                    [&]() -> SmallVector<Value> {
+                      auto [eligible, key] = keyOf(j);
+                      return {isSelected(kb, chosen, eligible, key, j)};
+                    },
+                    [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0]);
+              }
+              kb.barrier();
+              for (int64_t q = 0; q < perThread; ++q) {
+                Value j = kb.add(tid, kb.i32(q * threads));
+                kb.ifThen(picks[q], [&] {
+                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
+                });
+              }
+              kb.barrier();
+            });
+          });
+          kb.barrier();
+          // Union into the request's mask.
+          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+            Value bit = kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
+            kb.storeAt(bit, mask, j);
+          });
+          kb.barrier();
+        });
+        return {kb.andI(okIn[0], ok)};
+      })[0];
+
+  //===--- the mask, the ascending list of selected blocks ----------------===//
+  // Each thread owns a contiguous run of blocks, so an exclusive scan of
+  // the per-thread counts gives every selected block its list position.
+  // A request with a bad row selects nothing (and its state is untouched).
+  int64_t run = (MB + threads - 1) / threads;
+  Value first = kb.mul(tid, kb.i32(run));
+  Value own = kb.i32(0);
+  SmallVector<Value> bits;
+  for (int64_t q = 0; q < run; ++q) {
+    Value j = kb.add(first, kb.i32(q));
+    Value inRange = kb.andI(requestOk, kb.cmp(CmpIPredicate::slt, j, kb.i32(MB)));
+    Value bit = kb.ifThenElse(
+        {i8}, inRange,
+        [&]() -> SmallVector<Value> { return {kb.loadAt(i8, mask, j)}; },
+        [&]() -> SmallVector<Value> { return {kb.constant(i8, 0)}; })[0];
+    bits.push_back(bit);
+    own = kb.add(own, kb.zext(bit, i32));
+  }
+  auto [offset, total] =
+      blockExclusiveScan(kb, spec.name + "_scan", own, threads);
+  Value at = offset;
+  for (int64_t q = 0; q < run; ++q) {
+    Value j = kb.add(first, kb.i32(q));
+    Value inRange = kb.cmp(CmpIPredicate::slt, j, kb.i32(MB));
+    kb.ifThen(inRange, [&] {
+      kb.storeAt(bits[q], maskOut, kb.add(kb.mul(request, kb.i32(MB)), j));
+    });
+    Value selected = kb.cmp(CmpIPredicate::ne, bits[q], kb.constant(i8, 0));
+    kb.ifThen(selected, [&] {
+      kb.storeAt(j, blocksOut, kb.add(kb.mul(request, kb.i32(MB)), at));
+    });
+    at = kb.add(at, kb.zext(bits[q], i32));
+  }
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+            [&] { kb.storeAt(total, countsOut, request); });
+
+  //===--- realized block sparsity per row (on the union) -----------------===//
+  if (spec.reportSparsity) {
+    for (int64_t r = 0; r < spec.rows; ++r) {
+      Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+      Value n = kb.loadAt(i32, lengths, rowId, true);
+      Value rowBlocks = kb.minS(
+          kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
+          kb.i32(MB));
+      Value mine = kb.i32(0);
+      for (int64_t q = 0; q < run; ++q) {
+        Value j = kb.add(first, kb.i32(q));
+        Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+        mine = kb.add(mine, kb.select(counted, kb.zext(bits[q], i32),
+                                      kb.i32(0)));
+      }
+      auto [unused, selected] = blockExclusiveScan(
+          kb, spec.name + "_scan", mine, threads);
+      (void)unused;
+      kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+        FloatType f64 = b.getF64Type();
+        Value fraction = arith::DivFOp::create(
+            b, loc, arith::SIToFPOp::create(b, loc, f64, selected),
+            arith::SIToFPOp::create(b, loc, f64, rowBlocks));
+        Value one = arith::ConstantFloatOp::create(b, loc, f64, APFloat(1.0));
+        Value zero = arith::ConstantFloatOp::create(b, loc, f64, APFloat(0.0));
+        Value value = kb.select(kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0)),
+                                arith::SubFOp::create(b, loc, one, fraction),
+                                zero);
+        kb.storeAt(arith::TruncFOp::create(b, loc, f32, value), sparsityOut,
+                   rowId);
+      });
+    }
+  }
+
+  LaunchShape shape;
+  shape.grid = {spec.batch, 1, 1};
+  shape.blockThreads = threads;
+  return shape;
+}

@@ -1,0 +1,128 @@
+//===- StateKernels.cpp - EMA update and reset of SPIN's state ------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelLibrary.h"
+#include "Kernels.h"
+
+using namespace mlir;
+using namespace mlir::spin;
+using namespace mlir::spin::gpu_codegen;
+using arith::CmpFPredicate;
+using arith::CmpIPredicate;
+
+/// SPIN_SPEC §3.10 for every scored slot i of a single-row step:
+/// V[i] = a*V[i] + c*z[i], D[p-i] = a*D[p-i] + c*z[i] with a = f32(decay),
+/// c = f32(1 - decay), two roundings and no FMA (as the CPU path). Entries
+/// with a non-finite score (NaN past the visible length included) are not
+/// folded in. Rows with a bad length or position were reported by the
+/// select kernel and leave the state untouched, `it` included.
+LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const UpdateKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  SmallVector<Type> params(9, ptr);
+  gpu::GPUFuncOp func =
+      createKernel(b, loc, module, spec.name, params, spec.threads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  unsigned a = 0;
+  Value scores = func.getArgument(a++), positions = func.getArgument(a++);
+  Value lengths = func.getArgument(a++), slots = func.getArgument(a++);
+  Value blocks = func.getArgument(a++), counts = func.getArgument(a++);
+  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
+  Value itState = func.getArgument(a++);
+
+  Value request = kb.blockIdY();
+  Value slot = kb.loadAt(i32, slots, request, true);
+  Value p = kb.loadAt(i32, positions, request, true);
+  Value n = kb.loadAt(i32, lengths, request, true);
+  Value ok = kb.andI(
+      kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
+              kb.cmp(CmpIPredicate::sle, n,
+                     kb.i32(std::min(spec.capacity,
+                                     spec.maxBlocks * spec.blockSize)))),
+      kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
+              kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1)))));
+  kb.ifThen(ok, [&] {
+    Value decay = kb.f32(static_cast<float>(spec.decay));
+    Value keep = kb.f32(static_cast<float>(1.0 - spec.decay));
+    Value total =
+        kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(spec.blockSize));
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value width = kb.i32(spec.maxBlocks * spec.blockSize);
+    Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
+                         kb.threadIdX());
+    kb.forLoop(start, total, kb.i32(spec.threads * spec.ctasPerRequest),
+               [&](Value e) {
+      Value z = kb.loadAt(f32, scores, kb.add(kb.mul(request, width), e), true);
+      Value finite = kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
+      kb.ifThen(finite, [&] {
+        Value bs = kb.i32(spec.blockSize);
+        Value block = kb.loadAt(
+            i32, blocks,
+            kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(e, bs)),
+            true);
+        Value i = kb.add(kb.mul(block, bs), kb.remU(e, bs));
+        Value vAt = kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i)));
+        Value dAt = kb.gep(dState, f32,
+                           kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+        Value cz = kb.mul(keep, z);
+        kb.store(kb.add(kb.mul(decay, kb.load(f32, vAt, 4)), cz), vAt, 4);
+        kb.store(kb.add(kb.mul(decay, kb.load(f32, dAt, 4)), cz), dAt, 4);
+      });
+    });
+    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+              [&] {
+                Value at = kb.gep(itState, i64, slot);
+                kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);
+              });
+  });
+
+  LaunchShape shape;
+  shape.grid = {spec.ctasPerRequest, spec.batch, 1};
+  shape.blockThreads = spec.threads;
+  return shape;
+}
+
+LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const ResetKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  SmallVector<Type> params(5, ptr);
+  gpu::GPUFuncOp func =
+      createKernel(b, loc, module, spec.name, params, spec.threads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  Value reset = func.getArgument(0), slots = func.getArgument(1);
+  Value vState = func.getArgument(2), dState = func.getArgument(3);
+  Value itState = func.getArgument(4);
+  Value request = kb.blockIdY();
+  Value flag = kb.loadAt(kb.i8T(), reset, request, true);
+  kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
+    Value slot = kb.loadAt(i32, slots, request, true);
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
+                         kb.threadIdX());
+    kb.forLoop(start, kb.i32(spec.capacity),
+               kb.i32(spec.threads * spec.ctasPerRequest), [&](Value i) {
+                 Value at = kb.add(stateBase, kb.extS64(i));
+                 kb.storeAt(kb.f32(0.0), vState, at);
+                 kb.storeAt(kb.f32(0.0), dState, at);
+               });
+    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+              [&] { kb.storeAt(kb.i64(0), itState, slot); });
+  });
+  (void)f32;
+  LaunchShape shape;
+  shape.grid = {spec.ctasPerRequest, spec.batch, 1};
+  shape.blockThreads = spec.threads;
+  return shape;
+}
