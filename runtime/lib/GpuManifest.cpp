@@ -18,6 +18,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <locale>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
