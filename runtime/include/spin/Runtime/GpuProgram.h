@@ -223,7 +223,9 @@ public:
   /// and clears the error record. Returns the first error a kernel found
   /// since the last check, naming the code's meaning, the value, the
   /// request and the row; the request was skipped and its state left as it
-  /// was. Also reports a failed step (a driver error found by the
+  /// was. The record's `request` is the batch index; it is named by its
+  /// request id when exactly one step was issued since the last check.
+  /// Also reports a failed step (a driver error found by the
   /// synchronisation).
   Status check(cuda::CUstream stream);
 
