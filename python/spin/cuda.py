@@ -24,7 +24,7 @@ before anything is issued; driver and device failures raise
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -308,6 +308,9 @@ class CudaProgram:
                 continue
             name = arg["name"]
             if name not in outputs:
+                if any(d < 0 for d in arg["shape"][1:]):
+                    raise ValueError(f"output {name!r} has a run-time size beyond the "
+                                     "batch: pass it in outputs")
                 shape = [batch if d < 0 else d for d in arg["shape"]]
                 outputs[name] = torch.empty(shape, dtype=_torch_dtypes(arg["dtype"])[0],
                                             device=self.device)
