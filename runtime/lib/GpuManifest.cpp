@@ -502,28 +502,33 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
                             {"layers", "capacity", "block_size", "max_rows"});
         !s.ok())
       return s;
+    // A stateless (dense) program may write a section with no layers; its
+    // other sizes are then meaningless (non-negative integers).
     GpuStateSpec spec;
     if (Status s =
-            r.integer(*state, "state", "layers", spec.layers, 1, kInt32Max);
+            r.integer(*state, "state", "layers", spec.layers, 0, kInt32Max);
         !s.ok())
       return s;
-    if (Status s =
-            r.integer(*state, "state", "capacity", spec.capacity, 1, kInt32Max);
-        !s.ok())
-      return s;
-    if (Status s = r.integer(*state, "state", "block_size", spec.blockSize, 1,
+    const int64_t least = spec.layers == 0 ? 0 : 1;
+    if (Status s = r.integer(*state, "state", "capacity", spec.capacity, least,
                              kInt32Max);
         !s.ok())
       return s;
-    if (Status s =
-            r.integer(*state, "state", "max_rows", spec.maxRows, 1, kInt32Max);
+    if (Status s = r.integer(*state, "state", "block_size", spec.blockSize,
+                             least, kInt32Max);
         !s.ok())
       return s;
-    if (spec.maxRows < m.rows)
-      return r.error("state.max_rows", str(spec.maxRows) +
-                                           " is less than the step's rows (" +
-                                           str(m.rows) + ")");
-    m.state = spec;
+    if (Status s = r.integer(*state, "state", "max_rows", spec.maxRows, least,
+                             kInt32Max);
+        !s.ok())
+      return s;
+    if (spec.layers > 0) {
+      if (spec.maxRows < m.rows)
+        return r.error("state.max_rows", str(spec.maxRows) +
+                                             " is less than the step's rows (" +
+                                             str(m.rows) + ")");
+      m.state = spec;
+    }
   }
 
   // Arguments.
@@ -544,7 +549,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
                                  str(arg.layer) + " appears twice");
       if (!m.state)
         return r.error(path, "state arguments need the manifest's \"state\" "
-                             "section");
+                             "section, with layers");
       if (arg.layer >= m.state->layers)
         return r.error(join(path, "layer"),
                        str(arg.layer) + " is out of range: the state has " +

@@ -489,6 +489,32 @@ Status GpuProgram::issue(GpuStatePool *pool,
                            " rows per request but the state pool buffers at "
                            "most " +
                            str(o.maxRows));
+    // The kernels were compiled for the manifest's state shape: the row
+    // strides of the arrays they bind must be the pool's.
+    const GpuStateSpec &want = *spec.state;
+    auto binds = [&](std::initializer_list<const char *> fields) {
+      return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
+        return a.role == ArgSpec::Role::State &&
+               std::any_of(fields.begin(), fields.end(),
+                           [&](const char *f) { return a.name == f; });
+      });
+    };
+    auto mismatch = [&](const char *what, int64_t pooled, int64_t compiled) {
+      return Status::error("the state pool has " + std::string(what) + " " +
+                           str(pooled) + " but " + spec.directory +
+                           " was compiled for " + str(compiled));
+    };
+    if (o.capacity != want.capacity)
+      return mismatch("capacity", o.capacity, want.capacity);
+    if (binds({"obs_pos", "obs_len", "obs_z"}) && o.maxRows != want.maxRows)
+      return mismatch("maxRows", o.maxRows, want.maxRows);
+    const int64_t compiledBlocks =
+        (want.capacity + want.blockSize - 1) / want.blockSize;
+    if (binds({"obs_mask"}) && pool->numBlocks() != compiledBlocks)
+      return Status::error("the state pool's obs_mask rows hold " +
+                           str(pool->numBlocks()) + " blocks but " +
+                           spec.directory + " was compiled for " +
+                           str(compiledBlocks));
     for (size_t i = 0; i < n; ++i) {
       const ArgSpec &arg = args[i];
       if (arg.role != ArgSpec::Role::State)

@@ -178,7 +178,9 @@ const BadCase kBadCases[] = {
      "state.max_rows: 1 is less than the step's rows (2)"},
     {"\"state\": {\"layers\": 1, \"capacity\": 8, \"block_size\": 4, "
      "\"max_rows\": 1},",
-     "", "arguments[3]: state arguments need the manifest's \"state\" section"},
+     "",
+     "arguments[3]: state arguments need the manifest's \"state\" section, "
+     "with layers"},
     // Arguments.
     {"{\"role\": \"input\", \"name\": \"x\"",
      "{\"role\": \"weights\", \"name\": \"x\"",
@@ -332,6 +334,63 @@ TEST(GpuManifest, IgnoresExtraTopLevelMetadata) {
       edit(toyManifest(), "\"version\": 1,",
            "\"version\": 1, \"created_by\": {\"tool\": \"spin-compile\"},");
   EXPECT_TRUE(GpuManifest::parse(text, dir.path()).ok());
+}
+
+/// A dense (stateless) program as spin-compile writes it: a state section
+/// with no layers.
+const char *kDenseManifest = R"({
+  "format": "spin-gpu-artifact", "version": 1, "function": "dense",
+  "ptx": {"sm_90a": "sm_90a.ptx"}, "batch": 2, "rows": 1,
+  "state": {"layers": 0, "capacity": 0, "block_size": 0, "max_rows": 1},
+  "arguments": [
+    {"role": "input", "name": "x", "dtype": "bf16", "shape": [2, 1, 4]},
+    {"role": "input", "name": "keys", "dtype": "fp8e4m3", "shape": [-1, 64, 4]},
+    {"role": "output", "name": "topk", "dtype": "i32", "shape": [2, 1, 8]}
+  ],
+  "streams": 2, "events": 0,
+  "kernels": [{"name": "k", "block": [128, 1, 1], "shared_bytes": 0}],
+  "launches": [{"kernel": "k", "grid": [2, 1, 1], "stream": 0, "wait": [],
+                "record": -1,
+                "args": [{"kind": "argument", "index": 0},
+                         {"kind": "argument", "index": 1},
+                         {"kind": "dim", "argument": 1, "dim": 0},
+                         {"kind": "argument", "index": 2},
+                         {"kind": "errors"}]}]
+})";
+
+TEST(GpuManifest, ReadsStatelessPrograms) {
+  TempDir dir;
+  dir.write("sm_90a.ptx", "// not loaded");
+  StatusOr<GpuManifest> m = GpuManifest::parse(kDenseManifest, dir.path());
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_FALSE(m->state);
+  EXPECT_FALSE(m->stateful());
+  EXPECT_FALSE(m->commits());
+  EXPECT_EQ(m->arguments.size(), 3u);
+  EXPECT_EQ(m->arguments[1].dtype, DType::fp8e4m3);
+
+  // Without layers the sizes only need to be non-negative integers.
+  EXPECT_EQ(GpuManifest::parse(
+                edit(kDenseManifest, "\"capacity\": 0", "\"capacity\": -1"),
+                dir.path())
+                .message(),
+            dir.path() + "/manifest.json: state.capacity: -1 is outside [0, "
+                         "2147483647]");
+  // With layers they must be positive.
+  EXPECT_EQ(
+      GpuManifest::parse(edit(kDenseManifest, "\"layers\": 0", "\"layers\": 1"),
+                         dir.path())
+          .message(),
+      dir.path() + "/manifest.json: state.capacity: 0 is outside [1, "
+                   "2147483647]");
+  // State arguments need layers.
+  std::string stateful =
+      edit(kDenseManifest, "\"arguments\": [",
+           "\"arguments\": [{\"role\": \"state\", \"name\": \"v\", "
+           "\"layer\": 0, \"dtype\": \"f32\", \"shape\": [-1, -1]}, ");
+  EXPECT_EQ(GpuManifest::parse(stateful, dir.path()).message(),
+            dir.path() + "/manifest.json: arguments[0]: state arguments need "
+                         "the manifest's \"state\" section, with layers");
 }
 
 TEST(GpuManifest, PicksThePtxForTheDevice) {

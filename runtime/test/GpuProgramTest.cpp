@@ -253,8 +253,8 @@ TEST_F(GpuProgramTest, RefusesBadStepsBeforeIssuingAnything) {
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE((*other)->acquire(1, stream).ok());
   EXPECT_EQ(program->run(**other, inputs(1), outputs(1), {1}, stream).message(),
-            "state field 'v' of layer 0 is [2, 16] in the state pool, but the "
-            "program expects [?, 8]");
+            "the state pool has capacity 16 but " + inputsDir() +
+                "/toy_step was compiled for 8");
 
   // Nothing was left busy by the refusals, and a good step still runs.
   Status s = program->run(*pool, inputs(2), outputs(2), {1, 2}, stream);

@@ -121,6 +121,7 @@ struct GpuManifest {
   int64_t batch = 0;
   /// Query rows per request.
   int64_t rows = 1;
+  /// Absent for stateless programs (no section, or one with no layers).
   std::optional<GpuStateSpec> state;
   std::vector<ArgSpec> arguments;
   std::vector<GpuScratchSpec> scratch;
