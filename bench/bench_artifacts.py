@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+#===- bench/bench_artifacts.py - graphs and GPU artifacts for the benchmark -===#
+#
+# Writes one dense-indexer graph per benchmark configuration and compiles it
+# with build/bin/spin-compile (sm_90a PTX + manifest.json) into
+# bench-artifacts/<name>/, plus bench-artifacts/index.json, which
+# bench/bench_gpu.py reads on the H200. Runs on the build machine (needs the
+# compiler, no GPU).
+#
+# Configurations (issue 5): H=64, Dh=128, 64-slot pages; keys bf16 or fp8 e4m3
+# with one f32 scale per slot; B in {1, 16}; N (slots per request = the block
+# table's reach) in {16K, 64K, 128K, 256K}; K in {512, 2048}; dense at R=1
+# and R=4 (MTP-like verification rows), SPIN (R=1 only: the GPU path has no
+# MTP yet) at target sparsity 0.2, 0.4 and 0.5.
+#
+#   bench/bench_artifacts.py                 everything (pruned to --minimum
+#                                            if it would exceed --max-mb)
+#   bench/bench_artifacts.py --minimum       only the issue's minimum set
+#   bench/bench_artifacts.py --list          print the configurations only
+#
+#===----------------------------------------------------------------------===#
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H, DH, PAGE = 64, 128, 64
+FORMATS = ("fp8", "bf16")
+BATCHES = (1, 16)
+SLOTS = (16384, 65536, 131072, 262144)
+TOPK = (512, 2048)
+SPARSITIES = (0.2, 0.4, 0.5)
+DENSE_ROWS = (1, 4)
+
+
+def config_name(c):
+    mode = "dense" if c["mode"] == "dense" else f"spin{c['sparsity']:g}"
+    return f"{c['format']}-b{c['batch']}-n{c['slots'] // 1024}k-k{c['k']}-r{c['rows']}-{mode}"
+
+
+def is_minimum(c):
+    """The issue's minimum: B=16 at N in {64K, 128K, 256K} and B=1 at N=256K,
+    both K, dense (R=1) and SPIN at every target sparsity."""
+    if c["rows"] != 1:
+        return False
+    return (c["batch"] == 16 and c["slots"] >= 65536) or \
+           (c["batch"] == 1 and c["slots"] == 262144)
+
+
+def all_configs():
+    out = []
+    for fmt in FORMATS:
+        for b in BATCHES:
+            for n in SLOTS:
+                for k in TOPK:
+                    for r in DENSE_ROWS:
+                        out.append(dict(format=fmt, batch=b, slots=n, k=k, rows=r,
+                                        mode="dense", sparsity=0.0))
+                    for rho in SPARSITIES:
+                        out.append(dict(format=fmt, batch=b, slots=n, k=k, rows=1,
+                                        mode="spin", sparsity=rho))
+    for c in out:
+        c["name"] = config_name(c)
+        c["minimum"] = is_minimum(c)
+    return out
+
+
+def graph_text(c):
+    """The dense indexer graph a frontend emits (as
+    examples/deepseek-v4-flash-indexer.mlir), at this configuration."""
+    b, r, n, k = c["batch"], c["rows"], c["slots"], c["k"]
+    pages = n // PAGE
+    fp8 = c["format"] == "fp8"
+    ktype = f"tensor<?x{PAGE}x{DH}x{'f8E4M3FN' if fp8 else 'bf16'}>"
+    qtype = f"tensor<{b}x{r}x{H}x{DH}xbf16>"
+    wtype = f"tensor<{b}x{r}x{H}xf32>"
+    ttype = f"tensor<{b}x{pages}xi32>"
+    ltype = f"tensor<{b}x{r}xi32>"
+    stype = f"tensor<{b}x{r}x{n}xf32>"
+    otype = f"tensor<{b}x{r}x{k}xi32>"
+    scale_arg = f"\n    %scales: tensor<?x{PAGE}xf32>," if fp8 else ""
+    scale_use = f"\n      scales(%scales : tensor<?x{PAGE}xf32>)" if fp8 else ""
+    return f"""// Benchmark graph {c['name']} (bench/bench_artifacts.py): B={b}, R={r},
+// H={H}, Dh={DH}, {c['format']} keys, {PAGE}-slot pages, N={n} slots per request, K={k}.
+func.func @bench_indexer(
+    %q: {qtype},
+    %w: {wtype},
+    %keys: {ktype},{scale_arg}
+    %block_table: {ttype},
+    %lengths: {ltype})
+    -> {otype} {{
+  %scores = spin.dense_indexer q(%q : {qtype})
+      w(%w : {wtype})
+      keys(%keys : {ktype}){scale_use}
+      block_table(%block_table : {ttype})
+      lengths(%lengths : {ltype}) -> {stype}
+  %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {k} : i64}}
+      : {stype} -> {otype}
+  return %topk : {otype}
+}}
+"""
+
+
+def compile_args(c, compiler, graph, out_dir, target):
+    args = [compiler, graph, f"--target={target}", "-o", out_dir]
+    if c["mode"] == "spin":
+        args.append(f"--sparsify=sparsity={c['sparsity']:g} block-size={PAGE}")
+    return args
+
+
+def dir_bytes(path):
+    total = 0
+    for base, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(base, f))
+    return total
+
+
+def build_one(c, compiler, out_root, target, force):
+    d = os.path.join(out_root, c["name"])
+    text = graph_text(c)
+    # The stamp names the graph, the options and the compiler binary (its
+    # size and time), so a rebuilt compiler recompiles everything.
+    st = os.stat(compiler)
+    stamp = hashlib.sha256((text + "\0" + " ".join(compile_args(c, "", "", "", target)) +
+                            f"\0{st.st_size}:{st.st_mtime_ns}").encode()).hexdigest()
+    stamp_path = os.path.join(d, "build-stamp")
+    if not force and os.path.exists(os.path.join(d, "manifest.json")) and \
+            os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        return c, "up to date", 0.0
+    # Compile into a fresh directory and swap it in: a failure leaves the
+    # previous artifact alone.
+    tmp = d + ".tmp"
+    if os.path.isdir(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    graph = os.path.join(tmp, "graph.mlir")
+    with open(graph, "w") as f:
+        f.write(text)
+    args = compile_args(c, compiler, graph, tmp, target)
+    t0 = time.time()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    dt = time.time() - t0
+    if proc.returncode != 0:
+        shutil.rmtree(tmp)
+        raise RuntimeError(f"{c['name']}: {' '.join(args)} failed "
+                           f"(exit {proc.returncode}):\n{proc.stderr}")
+    with open(os.path.join(tmp, "build-stamp"), "w") as f:
+        f.write(stamp)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.rename(tmp, d)
+    return c, "compiled", dt
+
+
+def check_manifest(c, d):
+    """What bench_gpu.py relies on, checked here rather than on the GPU."""
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    names = {a["name"]: a for a in m["arguments"]}
+    want = ["q", "w", "keys", "block_table", "lengths", "topk"]
+    if c["format"] == "fp8":
+        want.append("scales")
+    if c["mode"] == "spin":
+        want += ["positions", "request_ids", "sparsity"]
+    missing = [n for n in want if n not in names]
+    if missing:
+        raise RuntimeError(f"{d}/manifest.json lacks arguments {missing}")
+    if m["batch"] != c["batch"] or m["rows"] != c["rows"]:
+        raise RuntimeError(f"{d}/manifest.json: batch/rows {m['batch']}/{m['rows']}, "
+                           f"expected {c['batch']}/{c['rows']}")
+    if names["topk"]["shape"] != [c["batch"], c["rows"], c["k"]]:
+        raise RuntimeError(f"{d}/manifest.json: topk shape {names['topk']['shape']}")
+    stateful = any(a["role"] == "state" for a in m["arguments"])
+    if stateful != (c["mode"] == "spin"):
+        raise RuntimeError(f"{d}/manifest.json: state section does not match {c['mode']}")
+    if c["mode"] == "spin" and m["state"]["capacity"] != c["slots"]:
+        raise RuntimeError(f"{d}/manifest.json: capacity {m['state']['capacity']}, "
+                           f"expected {c['slots']}")
+    return m
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__ or "benchmark artifacts",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.path.join(ROOT, "bench-artifacts"),
+                   help="output directory (default: bench-artifacts/)")
+    p.add_argument("--compiler", default=os.path.join(ROOT, "build", "bin", "spin-compile"))
+    p.add_argument("--target", default="sm_90a", help="chips for spin-compile (default sm_90a)")
+    p.add_argument("--minimum", action="store_true",
+                   help="only the issue's minimum configurations")
+    p.add_argument("--max-mb", type=float, default=40.0,
+                   help="size budget of the artifact tree; above it the set is "
+                        "pruned to --minimum (default 40)")
+    p.add_argument("--only", default="", help="substring filter on configuration names")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--force", action="store_true", help="recompile everything")
+    p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    args = p.parse_args(argv)
+
+    configs = all_configs()
+    if args.minimum:
+        configs = [c for c in configs if c["minimum"]]
+    if args.only:
+        configs = [c for c in configs if args.only in c["name"]]
+    if args.list:
+        for c in configs:
+            print(c["name"], "(minimum)" if c["minimum"] else "")
+        print(f"{len(configs)} configurations")
+        return 0
+    if not os.access(args.compiler, os.X_OK) or os.path.getsize(args.compiler) == 0:
+        sys.exit(f"bench_artifacts.py: {args.compiler} is not an executable "
+                 "(build spin-compile first)")
+
+    os.makedirs(args.out, exist_ok=True)
+    wanted = {c["name"] for c in configs}
+    for entry in os.listdir(args.out):   # stale artifacts would travel too
+        path = os.path.join(args.out, entry)
+        if os.path.isdir(path) and entry not in wanted:
+            shutil.rmtree(path)
+
+    t0 = time.time()
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(build_one, c, args.compiler, args.out, args.target, args.force)
+                   for c in configs]
+        for fut in concurrent.futures.as_completed(futures):
+            c, what, dt = fut.result()
+            done += 1
+            print(f"[{done}/{len(configs)}] {c['name']}: {what}"
+                  + (f" ({dt:.1f} s)" if dt else ""), flush=True)
+
+    total = 0
+    for c in configs:
+        d = os.path.join(args.out, c["name"])
+        m = check_manifest(c, d)
+        c["dir"] = c["name"]
+        c["bytes"] = dir_bytes(d)
+        c["kernels"] = [k["name"] for k in m["kernels"]]
+        total += c["bytes"]
+    pruned = False
+    if total > args.max_mb * 1e6 and not args.minimum:
+        keep = [c for c in configs if c["minimum"]]
+        for c in configs:
+            if not c["minimum"]:
+                shutil.rmtree(os.path.join(args.out, c["name"]))
+        print(f"{total / 1e6:.1f} MB is over the {args.max_mb:g} MB budget: pruned to the "
+              f"issue's minimum ({len(keep)} of {len(configs)} configurations)")
+        configs, pruned = keep, True
+        total = sum(c["bytes"] for c in configs)
+
+    compiler_version = json.load(open(os.path.join(args.out, configs[0]["name"],
+                                                   "manifest.json")))["compiler_version"]
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip()
+    index = {
+        "format": "spin-bench-artifacts", "version": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git": git, "compiler_version": compiler_version, "target": args.target,
+        "heads": H, "head_dim": DH, "page": PAGE,
+        "pruned_to_minimum": pruned or args.minimum,
+        "configs": configs,
+    }
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+    print(f"{len(configs)} artifacts, {total / 1e6:.1f} MB in {args.out} "
+          f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,766 @@
+#!/usr/bin/env python3
+#===- bench/bench_gpu.py - time the GPU artifacts on the H200 --------------===#
+#
+# Runs on the GPU machine (python3 with torch; spin from the runtime-only
+# build: PYTHONPATH=build-gpu/python; no MLIR), over the artifacts that
+# bench/bench_artifacts.py compiled into bench-artifacts/. Per configuration:
+#
+#   * our dense step (score + top-K) and our SPIN step at each target
+#     sparsity in steady state (the request's state warmed: a warm-up step,
+#     then eager steps, so `it > 0` and the step is predict + select + sparse
+#     score + top-K + EMA update), each captured in CUDA graphs (one per input
+#     set) and timed by replays; the direct Python call is timed too;
+#   * the torch eager reference on the same shapes;
+#   * a device-to-device copy bandwidth, the denominator of "of copy";
+#   * byte floors and a sanity guard of the outputs (not a correctness test).
+#
+# Timing: CUDA events around each repetition, the L2 (60 MB) flushed before
+# each one by zeroing a 256 MiB buffer (as triton.testing.do_bench does), the
+# inputs rotated among --sets input sets; warm-up first; the median is
+# reported with the 20th/80th percentiles.
+#
+#   PYTHONPATH=build-gpu/python python3 bench/bench_gpu.py [--out DIR]
+#   bench/bench_gpu.py --list           the planned runs (no GPU needed)
+#
+# Results: DIR/bench-results.json (written after every configuration, so a
+# run cut short keeps what it measured) and DIR/bench-results.md; DIR is $OUT
+# if set, else the current directory. bench/render_benchmarks.py turns the JSON
+# into docs/benchmarks.md.
+#
+#===----------------------------------------------------------------------===#
+
+import argparse
+import faulthandler
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import render_benchmarks as render  # noqa: E402  (pure Python tables)
+
+FLUSH_BYTES = 256 << 20        # > 4x the H200's 60 MB L2
+COPY_BYTES = 4 << 30           # the copy-bandwidth tensor
+HEADS, HEAD_DIM, PAGE = 64, 128, 64
+FIRST_REQUEST_ID = 1000
+DEVICE = "cuda"
+
+
+def die(message):
+    sys.exit(f"bench_gpu.py: {message}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="Time the benchmark artifacts (bench-artifacts/) on a CUDA GPU: our dense "
+                    "and SPIN steps, torch eager, copy bandwidth, byte floors.")
+    p.add_argument("--artifacts", default=os.path.join(ROOT, "bench-artifacts"),
+                   help="directory written by bench/bench_artifacts.py (default: %(default)s)")
+    p.add_argument("--out", default=os.environ.get("OUT") or ".",
+                   help="directory for bench-results.json/.md (default: $OUT if set, "
+                        "else the current directory)")
+    p.add_argument("--budget-s", type=float, default=450.0,
+                   help="stop starting configurations after this many seconds (default 450)")
+    p.add_argument("--sets", type=int, default=3, help="input sets to rotate among (default 3)")
+    p.add_argument("--warmup-ms", type=float, default=20.0)
+    p.add_argument("--rep-ms", type=float, default=100.0,
+                   help="time spent in timed repetitions per measurement (default 100)")
+    p.add_argument("--min-reps", type=int, default=10)
+    p.add_argument("--max-reps", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=4,
+                   help="eager SPIN steps before timing, the first a warm-up (default 4)")
+    p.add_argument("--only", default="",
+                   help="comma-separated substrings: run configurations whose name has one")
+    p.add_argument("--no-call", action="store_true",
+                   help="skip timing the direct Python call (graph replays only)")
+    p.add_argument("--no-recall", action="store_true",
+                   help="skip the dense top-K overlap with an f32 torch reference")
+    p.add_argument("--config-timeout-s", type=float, default=120.0,
+                   help="abort the process if one configuration hangs this long (default 120)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--list", action="store_true",
+                   help="print the planned runs and exit (no GPU needed)")
+    args = p.parse_args(argv)
+    if args.sets < 1:
+        p.error("--sets must be >= 1")
+    return args
+
+
+#===------------------------------------------------------------------------===#
+# The plan (no GPU)
+#===------------------------------------------------------------------------===#
+
+def load_index(path):
+    index_path = os.path.join(path, "index.json")
+    if not os.path.exists(index_path):
+        die(f"{index_path} does not exist: run bench/bench_artifacts.py on the build machine "
+            "and carry bench-artifacts/")
+    with open(index_path) as f:
+        index = json.load(f)
+    if index.get("format") != "spin-bench-artifacts":
+        die(f"{index_path} is not a bench_artifacts.py index")
+    for c in index["configs"]:
+        if not os.path.exists(os.path.join(path, c["dir"], "manifest.json")):
+            die(f"{path}/{c['dir']}/manifest.json is missing (re-run bench_artifacts.py)")
+    return index
+
+
+def group_priority(fmt, batch, slots):
+    """The issue's minimum configurations first (fp8 before bf16; the
+    headline 16 x 128K first of all), so that a run cut short by the budget
+    or a device fault keeps the numbers that matter."""
+    order = [(16, 131072), (16, 65536), (16, 262144), (1, 262144)]
+    if (batch, slots) in order:
+        return (0, fmt != "fp8", order.index((batch, slots)))
+    return (1, fmt != "fp8", -batch, -slots)
+
+
+def plan(index, only):
+    """[(group key, [configs])] in run order; a group shares its inputs."""
+    filters = [s for s in only.split(",") if s]
+    groups = {}
+    for c in index["configs"]:
+        if filters and not any(s in c["name"] for s in filters):
+            continue
+        groups.setdefault((c["format"], c["batch"], c["slots"]), []).append(c)
+
+    def config_order(c):
+        # R=1 before R=4; per K: dense, then SPIN at decreasing sparsity.
+        return (c["rows"], -c["k"], c["mode"] != "dense", -c["sparsity"])
+
+    return [(key, sorted(groups[key], key=config_order))
+            for key in sorted(groups, key=lambda k: group_priority(*k))]
+
+
+def key_bytes_per_slot(fmt):
+    return HEAD_DIM * (1 if fmt == "fp8" else 2) + (4 if fmt == "fp8" else 0)
+
+
+def floor_bytes(c, realized_sparsity=None):
+    """The fewest bytes a step must move: dense reads every visible key (and
+    its scale); SPIN reads the selected keys, 8 B per slot to predict (V[i]
+    and D[p-i], f32) and read-modify-writes V and D on scored slots (16 B)."""
+    per_key = key_bytes_per_slot(c["format"])
+    slots = c["batch"] * c["slots"]
+    if c["mode"] != "spin":
+        return slots * per_key, float(per_key)
+    kept = 1.0 - (c["sparsity"] if realized_sparsity is None else realized_sparsity)
+    per_slot = kept * per_key + 8.0 + 16.0 * kept
+    return slots * per_slot, per_slot
+
+
+def expected_sparsity(slots, k, rho):
+    """SPIN_SPEC.md §3 step 4: the block budget at N = slots, as realized
+    block sparsity (1 - m/B)."""
+    blocks = -(-slots // PAGE)
+    m = min(blocks, max(-(-k // PAGE), math.ceil((1.0 - rho) * blocks - 1e-9)))
+    return 1.0 - m / blocks
+
+
+def print_plan(groups):
+    n = 0
+    for (fmt, b, slots), configs in groups:
+        print(f"group {fmt} B={b} N={slots}: " + ", ".join(c["name"] for c in configs))
+        n += len(configs)
+    print(f"{n} artifacts in {len(groups)} input groups (+ torch eager per group, R and K)")
+
+
+#===------------------------------------------------------------------------===#
+# On the GPU
+#===------------------------------------------------------------------------===#
+
+def require_gpu(args):
+    try:
+        import torch
+    except ImportError as e:
+        die(f"needs PyTorch with CUDA ({e}); run it on the GPU machine: bash bench/run_bench.sh")
+    if not torch.cuda.is_available():
+        die("needs a CUDA GPU: torch.cuda.is_available() is False on this machine "
+            "(run it on the H200: bash bench/run_bench.sh)")
+    try:
+        import spin
+    except ImportError as e:
+        die(f"cannot import spin ({e}): set PYTHONPATH=build-gpu/python "
+            "(scripts/gpu-runtime-build builds it)")
+    if not hasattr(spin, "load"):
+        die(f"the spin module at {spin.__file__} has no CUDA API (spin.load)")
+    return torch, spin
+
+
+class Timer:
+    """Median of CUDA-event-timed repetitions with the L2 flushed before each
+    (triton.testing.do_bench's method, with percentiles and a rep count)."""
+
+    def __init__(self, torch, args):
+        self.torch = torch
+        self.args = args
+        self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=DEVICE)
+
+    def __call__(self, fn, rep_ms=None, flush=True, min_reps=None):
+        torch, args = self.torch, self.args
+        rep_ms = args.rep_ms if rep_ms is None else rep_ms
+        min_reps = args.min_reps if min_reps is None else min_reps
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            if flush:
+                self.flush_buf.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = max(start.elapsed_time(end) / 3, 1e-3)
+        for _ in range(max(1, int(args.warmup_ms / estimate))):
+            fn()
+        reps = min(args.max_reps, max(min_reps, int(rep_ms / estimate)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            if flush:
+                self.flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        q = lambda f: times[min(len(times) - 1, int(round(f * (len(times) - 1))))]
+        return {"median_us": statistics.median(times), "p20_us": q(0.2), "p80_us": q(0.8),
+                "min_us": times[0], "reps": reps}
+
+
+class Rotate:
+    """Calls fns[0], fns[1], ... in turn: each call uses the next input set."""
+
+    def __init__(self, fns):
+        self.fns = fns
+        self.i = 0
+
+    def __call__(self):
+        fn = self.fns[self.i]
+        self.i = (self.i + 1) % len(self.fns)
+        return fn()
+
+
+def machine_info(torch):
+    props = torch.cuda.get_device_properties(0)
+    info = {"gpu": props.name, "sms": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "capability": f"{props.major}.{props.minor}",
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "python": platform.python_version(), "host": platform.node()}
+    l2 = getattr(props, "L2_cache_size", None)
+    if l2:
+        info["l2_mb"] = round(l2 / 1e6, 1)
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    try:
+        import subprocess
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,"
+                              "clocks.mem,power.limit,temperature.gpu",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        if smi.returncode == 0:
+            fields = [s.strip() for s in smi.stdout.splitlines()[0].split(",")]
+            info["driver"] = fields[0]
+            info["nvidia_smi"] = dict(zip(["driver", "clocks.sm", "clocks.max.sm", "clocks.mem",
+                                           "power.limit", "temperature.gpu"], fields))
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def copy_bandwidth(torch, timer):
+    x = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=DEVICE).uniform_()
+    t = timer(x.clone, rep_ms=300, flush=False, min_reps=10)
+    x = None
+    torch.cuda.empty_cache()
+    gbps = 2 * COPY_BYTES / (t["median_us"] * 1e-6) / 1e9
+    return dict(t, bytes=COPY_BYTES, gbps=gbps)
+
+
+class InputSet:
+    """One set of step inputs for a (keys format, B, N) group: a key cache of
+    exactly B*N/64 pages, a block table that is a random permutation of them,
+    and queries/weights/lengths per row count R."""
+
+    def __init__(self, torch, fmt, batch, slots, rows_list, gen):
+        dev = DEVICE
+        self.torch, self.fmt, self.batch, self.slots = torch, fmt, batch, slots
+        pages = batch * slots // PAGE
+        keys = torch.randn(pages, PAGE, HEAD_DIM, dtype=torch.bfloat16, device=dev, generator=gen)
+        if fmt == "fp8":
+            self.keys = keys.to(torch.float8_e4m3fn)
+            del keys
+            self.scales = torch.rand(pages, PAGE, device=dev, generator=gen) * 0.02 + 0.01
+        else:
+            self.keys, self.scales = keys, None
+        self.block_table = torch.randperm(pages, device=dev, generator=gen).to(
+            torch.int32).view(batch, slots // PAGE).contiguous()
+        self.rows = {}
+        for r in rows_list:
+            q = torch.randn(batch, r, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=dev,
+                            generator=gen)
+            w = torch.randn(batch, r, HEADS, device=dev, generator=gen)
+            # Row r of an R-row (MTP verification) step sees N - (R-1-r) slots.
+            lengths = (slots - (r - 1) + torch.arange(r, device=dev, dtype=torch.int32)
+                       ).expand(batch, r).contiguous()
+            self.rows[r] = (q, w, lengths)
+
+    def step_inputs(self, rows):
+        q, w, lengths = self.rows[rows]
+        inputs = {"q": q, "w": w, "keys": self.keys, "block_table": self.block_table,
+                  "lengths": lengths}
+        if self.scales is not None:
+            inputs["scales"] = self.scales
+        return inputs
+
+    def contiguous_keys(self):
+        """The cache read as [B, N, Dh] without the block table (torch eager's
+        input: no gather)."""
+        keys = self.keys.view(self.batch, self.slots, HEAD_DIM)
+        scales = None if self.scales is None else self.scales.view(self.batch, self.slots)
+        return keys, scales
+
+    def gathered_keys(self):
+        """The cache gathered through the block table, [B, N, Dh] (for the
+        reference top-K of the sanity guard)."""
+        idx = self.block_table.reshape(-1).long()
+        raw = self.keys.view(self.torch.uint8) if self.fmt == "fp8" else self.keys
+        keys = raw[idx].view(self.keys.dtype).reshape(self.batch, self.slots, HEAD_DIM)
+        scales = None if self.scales is None else self.scales[idx].reshape(self.batch, self.slots)
+        return keys, scales
+
+
+def torch_scores(torch, q, w, keys, scales):
+    """torch eager indexer: einsum(q, k) -> ReLU -> * w -> sum over heads
+    (-> * per-slot scale for fp8, whose keys are upcast to bf16 first);
+    equal to sum_h w*ReLU(q.k*scale) since scales are positive."""
+    k = keys if keys.dtype == torch.bfloat16 else keys.to(torch.bfloat16)
+    s = torch.einsum("brhd,bnd->brhn", q, k)
+    z = (s.relu_() * w.unsqueeze(-1)).sum(dim=2)
+    if scales is not None:
+        z = z * scales.unsqueeze(1)
+    return z
+
+
+def reference_scores(torch, s, rows):
+    """The f32 indexer through the block table, slots beyond each row's
+    length at -inf (for the sanity guard's reference top-K)."""
+    q, w, lengths = s.rows[rows]
+    keys, scales = s.gathered_keys()
+    z = torch.einsum("brhd,bnd->brhn", q.float(), keys.float())
+    z = (z.relu_() * w.unsqueeze(-1)).sum(dim=2)
+    if scales is not None:
+        z = z * scales.unsqueeze(1)
+    pos = torch.arange(s.slots, device=z.device)
+    return z.masked_fill(pos >= lengths.unsqueeze(-1), float("-inf"))
+
+
+def overlap(torch, ours, ref):
+    """Mean over rows of |ours ∩ ref| / K."""
+    ours, ref = ours.long(), ref.long()
+    b, r, k = ours.shape
+    total = 0.0
+    for i in range(b):
+        for j in range(r):
+            total += torch.isin(ours[i, j], ref[i, j]).float().mean().item()
+    return total / (b * r)
+
+
+def sanity(torch, topk, lengths, slots, k):
+    """Problems with a top-K output: ids outside [0, length), -1 although
+    N >= K, duplicates in a row. Not a correctness test."""
+    t = topk.long()
+    problems = []
+    if (t < -1).any().item() or (t >= slots).any().item():
+        problems.append("ids outside [-1, N)")
+    if (t >= lengths.long().unsqueeze(-1)).any().item():
+        problems.append("ids at or beyond the row's visible length")
+    if slots >= k and (t == -1).any().item():
+        problems.append("-1 padding although N >= K")
+    srt = t.sort(dim=-1).values
+    if ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)).any().item():
+        problems.append("duplicate ids in a row")
+    return problems
+
+
+def capture_graphs(torch, program, calls):
+    """One CUDA graph per call (input set); replayed once each before timing."""
+    if program.captured_steps_left < len(calls):
+        program.reserve_captured_steps(len(calls) - program.captured_steps_left)
+    torch.cuda.synchronize()
+    graphs = []
+    for call in calls:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        graphs.append(g)
+    torch.cuda.synchronize()
+    for g in graphs:
+        g.replay()
+    torch.cuda.synchronize()
+    return graphs
+
+
+class Bench:
+    def __init__(self, torch, spin, args, index):
+        self.torch, self.spin, self.args, self.index = torch, spin, args, index
+        self.timer = Timer(torch, args)
+        self.t0 = time.time()
+        self.results = []
+        self.skipped = []
+        self.dead = None          # the sticky CUDA error that ended the run
+        os.makedirs(args.out, exist_ok=True)
+        self.json_path = os.path.join(args.out, "bench-results.json")
+        self.md_path = os.path.join(args.out, "bench-results.md")
+        self.doc = {
+            "format": "spin-bench-results", "version": 1,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "command": os.environ.get("SPIN_BENCH_COMMAND",
+                                      "python3 " + " ".join(sys.argv)),
+            "machine": machine_info(torch),
+            "artifacts": {k: index.get(k) for k in ("git", "compiler_version", "target",
+                                                    "created", "pruned_to_minimum")},
+            "settings": {k: getattr(args, k) for k in ("sets", "warmup_ms", "rep_ms",
+                                                       "min_reps", "max_reps", "steps",
+                                                       "seed", "budget_s")},
+            "method": {"notes": [
+                "Times are medians over repetitions timed with CUDA events; the L2 is "
+                f"flushed before each repetition (a {FLUSH_BYTES >> 20} MiB zero fill) and "
+                f"the inputs rotate among {args.sets} sets (each its own key cache, block "
+                "table, queries).",
+                "Our steps are timed as CUDA-graph replays (one graph per input set), the "
+                "way a serving engine runs a decode step; 'call' is the direct Python call "
+                "(argument checks + launches), for reference.",
+                "SPIN is timed in steady state: a warm-up step (it = 0, dense), then "
+                f"{args.steps - 1} eager steps, then the timed replays (each advances the "
+                "state). positions = N-1, lengths = N (full cache), target sparsity from "
+                "the artifact, exploration 0 (spin-compile's default).",
+                "Block tables are random permutations of the cache's pages (B*N/64 pages, "
+                "none shared).",
+                "torch eager: einsum('brhd,bnd->brhn') in bf16 -> ReLU -> * w -> sum over "
+                "heads (-> * per-slot scale for fp8, whose keys are upcast to bf16 inside "
+                "the timed region), then torch.topk; it reads the cache contiguously as "
+                "[B, N, Dh] (no block-table gather), which favours torch. R=4 rows ignore "
+                "the per-row lengths (they differ by at most 3 slots).",
+                "Byte floors: dense reads Dh*elem (+4 B scale for fp8) per visible slot; "
+                "SPIN reads the selected keys (at the realized sparsity), 8 B per slot to "
+                "predict (V and D, f32) and 16 B per scored slot for the EMA update's "
+                "read-modify-write. 'of copy' = floor bytes / time / copy bandwidth; "
+                "'x floor' is its inverse.",
+                "recall vs torch: mean top-K overlap of our dense step with an f32 torch "
+                "reference gathered through the block table (input set 0): a sanity "
+                "guard, not an accuracy study (bf16 rounding reorders near-ties). SPIN's "
+                "selection on random keys says nothing about its accuracy and is not "
+                "compared.",
+            ]},
+        }
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def elapsed(self):
+        return time.time() - self.t0
+
+    def write(self):
+        self.doc["results"] = self.results
+        self.doc["skipped"] = self.skipped
+        self.doc["elapsed_s"] = self.elapsed()
+        if self.dead:
+            self.doc["aborted"] = self.dead
+        tmp = self.json_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1)
+        os.replace(tmp, self.json_path)
+
+    def write_markdown(self):
+        with open(self.md_path, "w") as f:
+            f.write(render.markdown(self.doc, title="Benchmark results"))
+
+    def check_alive(self, error):
+        """After an exception: is the CUDA context still usable?"""
+        try:
+            self.torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            self.dead = f"CUDA context unusable after: {error}; then: {e}"
+            print(f"!! {self.dead}", flush=True)
+            return False
+        return True
+
+    def log(self, text):
+        print(f"[{self.elapsed():5.0f} s] {text}", flush=True)
+
+    # -- measurements --------------------------------------------------------
+
+    def derive(self, r):
+        copy = self.doc["copy"]["gbps"]
+        nbytes, per_slot = floor_bytes(r, r.get("realized_sparsity"))
+        r["floor_bytes"] = nbytes
+        r["floor_bytes_per_slot"] = per_slot
+        if r.get("median_us"):
+            r["floor_gbps"] = nbytes / (r["median_us"] * 1e-6) / 1e9
+            r["fraction_of_copy"] = r["floor_gbps"] / copy
+            r["times_floor"] = 1.0 / r["fraction_of_copy"]
+
+    def run_torch(self, sets, fmt, b, n, rows, k, scores_us):
+        torch = self.torch
+        r = dict(name=f"{fmt}-b{b}-n{n // 1024}k-k{k}-r{rows}-torch", format=fmt, batch=b,
+                 slots=n, k=k, rows=rows, mode="torch", sparsity=0.0)
+        fns = []
+        for s in sets:
+            q, w, _ = s.rows[rows]
+            keys, scales = s.contiguous_keys()
+            fns.append(lambda q=q, w=w, keys=keys, scales=scales:
+                       torch.topk(torch_scores(torch, q, w, keys, scales), k, dim=-1))
+        r.update(self.timer(Rotate(fns)))
+        if scores_us is None:
+            fns = []
+            for s in sets:
+                q, w, _ = s.rows[rows]
+                keys, scales = s.contiguous_keys()
+                fns.append(lambda q=q, w=w, keys=keys, scales=scales:
+                           torch_scores(torch, q, w, keys, scales))
+            scores_us = self.timer(Rotate(fns))["median_us"]
+        r["scores_us"] = scores_us
+        self.derive(r)
+        return r
+
+    def run_ours(self, c, sets, ref_topk):
+        torch, spin, args = self.torch, self.spin, self.args
+        b, n, k, rows = c["batch"], c["slots"], c["k"], c["rows"]
+        r = {key: c[key] for key in ("name", "format", "batch", "slots", "k", "rows", "mode",
+                                     "sparsity")}
+        r["problems"] = []
+        program = spin.load(os.path.join(args.artifacts, c["dir"]))
+        r["chip"] = program.chip
+        spin_mode = c["mode"] == "spin"
+        state, ids = None, None
+        inputs, outputs = [], []
+        if spin_mode:
+            state = program.new_state(slots=b)
+            ids = [FIRST_REQUEST_ID + i for i in range(b)]
+            for i in ids:
+                state.add(i)
+            positions = torch.full((b, 1), n - 1, dtype=torch.int32, device=DEVICE)
+            request_ids = torch.tensor(ids, dtype=torch.int64, device=DEVICE)
+        for s in sets:
+            x = s.step_inputs(rows)
+            o = {"topk": torch.empty(b, rows, k, dtype=torch.int32, device=DEVICE)}
+            if spin_mode:
+                x.update(positions=positions, request_ids=request_ids)
+                o["sparsity"] = torch.empty(b, rows, dtype=torch.float32, device=DEVICE)
+            inputs.append(x)
+            outputs.append(o)
+        calls = [lambda x=x, o=o: program(x, state, request_ids=ids, outputs=o)
+                 for x, o in zip(inputs, outputs)]
+
+        # Eager steps: the guard, and for SPIN the warm-up (it = 0) and the
+        # steps that bring the state to it > 0.
+        steps = args.steps if spin_mode else len(calls)
+        for i in range(max(steps, 1)):
+            calls[i % len(calls)]()
+            if spin_mode and i == 0:
+                torch.cuda.synchronize()
+                r["warmup_sparsity"] = outputs[0]["sparsity"].mean().item()
+        program.check()
+        torch.cuda.synchronize()
+        last = (max(steps, 1) - 1) % len(calls)
+        lengths = sets[last].rows[rows][2]
+        r["problems"] += sanity(torch, outputs[last]["topk"], lengths, n, k)
+        if spin_mode:
+            r["iteration_before_timing"] = state.iteration(ids[0])
+            if r["iteration_before_timing"] < 1:
+                r["problems"].append("state iteration did not advance")
+        if ref_topk is not None and not spin_mode:
+            r["recall_vs_torch"] = overlap(torch, outputs[0]["topk"], ref_topk)
+
+        # CUDA graphs, one per input set; fall back to direct calls.
+        try:
+            graphs = capture_graphs(torch, program, calls)
+            timed = Rotate([g.replay for g in graphs])
+            r["graph"] = True
+        except Exception as e:  # noqa: BLE001
+            if not self.check_alive(e):
+                raise
+            r["graph"] = False
+            r["graph_error"] = str(e)[:300]
+            graphs, timed = [], Rotate(calls)
+        r.update(self.timer(timed))
+        if not args.no_call:
+            r["call_median_us"] = self.timer(Rotate(calls))["median_us"]
+        r["repeat_median_us"] = self.timer(timed)["median_us"]
+        program.check()
+        torch.cuda.synchronize()
+        for s, o in zip(sets, outputs):
+            r["problems"] += [p + " (after timing)" for p in
+                              sanity(torch, o["topk"], s.rows[rows][2], n, k)]
+        r["problems"] = sorted(set(r["problems"]))
+        if spin_mode:
+            r["realized_sparsity"] = statistics.mean(o["sparsity"].mean().item()
+                                                     for o in outputs)
+            r["expected_sparsity"] = expected_sparsity(n, k, c["sparsity"])
+            if not abs(r["realized_sparsity"] - r["expected_sparsity"]) <= 0.01:
+                r["problems"].append(f"realized sparsity {r['realized_sparsity']:.4f}, "
+                                     f"expected {r['expected_sparsity']:.4f}")
+            if r.get("warmup_sparsity") != 0.0:
+                r["problems"].append(f"warm-up step sparsity {r.get('warmup_sparsity')}, "
+                                     "expected 0 (dense)")
+            r["iteration_after_timing"] = state.iteration(ids[0])
+        # The graphs first: they hold the program's buffers.
+        graphs = timed = calls = None
+        program = state = None
+        torch.cuda.synchronize()
+        return r
+
+    def run(self, groups):
+        torch, args = self.torch, self.args
+        total = sum(len(cs) for _, cs in groups)
+        done = 0
+        self.log(f"device: {self.doc['machine']['gpu']}; {total} artifacts in {len(groups)} "
+                 f"groups; budget {args.budget_s:.0f} s")
+        self.doc["copy"] = copy_bandwidth(torch, self.timer)
+        self.log(f"copy bandwidth: {self.doc['copy']['gbps']:.0f} GB/s (clone of "
+                 f"{COPY_BYTES / 2**30:g} GiB, read + written, median "
+                 f"{self.doc['copy']['median_us']:.0f} us)")
+        self.write()
+        gen = torch.Generator(device=DEVICE)
+        for (fmt, b, n), configs in groups:
+            if self.dead:
+                self.skipped += [c["name"] for c in configs]
+                continue
+            if self.elapsed() > args.budget_s:
+                self.log(f"budget spent: skipping {fmt} B={b} N={n}")
+                self.skipped += [c["name"] for c in configs]
+                continue
+            gen.manual_seed(args.seed * 1000003 + b * 7919 + n + (fmt == "fp8"))
+            rows_list = sorted({c["rows"] for c in configs})
+            try:
+                sets = [InputSet(torch, fmt, b, n, rows_list, gen) for _ in range(args.sets)]
+            except Exception as e:  # noqa: BLE001
+                self.log(f"{fmt} B={b} N={n}: inputs failed: {e}")
+                self.skipped += [c["name"] for c in configs]
+                if not self.check_alive(e):
+                    break
+                continue
+            key_mb = sum(s.keys.numel() * s.keys.element_size() for s in sets) / 1e6
+            self.log(f"group {fmt} B={b} N={n}: {len(configs)} artifacts, keys of the "
+                     f"{args.sets} sets {key_mb:.0f} MB")
+            torch_rows = {}        # (rows, k) -> torch result
+            scores_us = {}         # rows -> torch indexer-only µs
+            refs = {}              # (rows, k) -> reference top-K of set 0
+            ref_scores = {}        # rows -> reference scores of set 0
+            for c in configs:
+                if self.dead:
+                    self.skipped.append(c["name"])
+                    continue
+                if self.elapsed() > args.budget_s:
+                    self.log(f"budget spent: skipping {c['name']}")
+                    self.skipped.append(c["name"])
+                    continue
+                rows, k = c["rows"], c["k"]
+                # A hung kernel ends the process (the JSON so far is written).
+                faulthandler.dump_traceback_later(
+                    max(30.0, min(args.config_timeout_s, args.budget_s + 60 - self.elapsed())),
+                    exit=True)
+                try:
+                    if (rows, k) not in torch_rows:
+                        t = self.run_torch(sets, fmt, b, n, rows, k, scores_us.get(rows))
+                        scores_us[rows] = t["scores_us"]
+                        torch_rows[(rows, k)] = t
+                        self.results.append(t)
+                        self.log(f"  {t['name']}: {t['median_us']:.1f} us "
+                                 f"(indexer only {t['scores_us']:.1f} us)")
+                    if c["mode"] == "dense" and not args.no_recall and (rows, k) not in refs:
+                        if rows not in ref_scores:
+                            ref_scores[rows] = reference_scores(torch, sets[0], rows)
+                        refs[(rows, k)] = torch.topk(ref_scores[rows], k, dim=-1).indices
+                    r = self.run_ours(c, sets, refs.get((rows, k)))
+                except Exception as e:  # noqa: BLE001
+                    faulthandler.cancel_dump_traceback_later()
+                    r = {key: c[key] for key in ("name", "format", "batch", "slots", "k",
+                                                 "rows", "mode", "sparsity")}
+                    r["error"] = f"{type(e).__name__}: {e}"
+                    self.results.append(r)
+                    self.log(f"  {c['name']}: ERROR {r['error'][:300]}")
+                    self.check_alive(e)
+                    self.write()
+                    continue
+                faulthandler.cancel_dump_traceback_later()
+                t = torch_rows[(rows, k)]
+                r["torch_us"] = t["median_us"]
+                r["speedup_vs_torch"] = t["median_us"] / r["median_us"]
+                if c["mode"] == "spin":
+                    d = next((x for x in self.results if x["mode"] == "dense"
+                              and x.get("median_us") and x["format"] == fmt
+                              and x["batch"] == b and x["slots"] == n and x["k"] == k
+                              and x["rows"] == rows), None)
+                    if d:
+                        r["dense_us"] = d["median_us"]
+                        r["speedup_vs_dense"] = d["median_us"] / r["median_us"]
+                self.derive(r)
+                self.results.append(r)
+                done += 1
+                extra = ""
+                if c["mode"] == "spin":
+                    extra = (f", realized {r['realized_sparsity']:.3f}"
+                             + (f", {r['speedup_vs_dense']:.2f}x dense"
+                                if r.get("speedup_vs_dense") else ""))
+                elif r.get("recall_vs_torch") is not None:
+                    extra = f", recall {r['recall_vs_torch']:.4f}"
+                self.log(f"  [{done}/{total}] {c['name']}: {r['median_us']:.1f} us "
+                         f"(repeat {r['repeat_median_us']:.1f}"
+                         + (f", call {r['call_median_us']:.1f}" if "call_median_us" in r else "")
+                         + f"), {r['fraction_of_copy']:.2f} of copy, "
+                         f"{r['speedup_vs_torch']:.1f}x torch{extra}"
+                         + (" | " + "; ".join(r["problems"]) if r["problems"] else ""))
+                self.write()
+            del sets, refs, ref_scores, torch_rows
+            gc.collect()
+            torch.cuda.empty_cache()
+        self.write()
+        self.write_markdown()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    index = load_index(args.artifacts)
+    groups = plan(index, args.only)
+    if not groups:
+        die(f"no configuration matches --only={args.only!r}")
+    if args.list:
+        print_plan(groups)
+        return 0
+    torch, spin = require_gpu(args)
+    torch.cuda.init()
+    bench = Bench(torch, spin, args, index)
+    try:
+        bench.run(groups)
+    finally:
+        bench.write()
+    print()
+    print(render.compact_table(bench.doc))
+    print()
+    print("minimums (issue 5):")
+    for req, conf, value, ok in render.minimums(bench.doc):
+        print(f"  {'  -' if ok is None else ('yes' if ok else ' NO')}  {req:32} {conf:24} "
+              f"{value or 'not measured'}")
+    errors = [r["name"] for r in bench.results if r.get("error") or r.get("problems")]
+    print(f"\n{len(bench.results)} results ({len(errors)} with errors or problems), "
+          f"{len(bench.skipped)} skipped, {bench.elapsed():.0f} s; copy "
+          f"{bench.doc['copy']['gbps']:.0f} GB/s; wrote {bench.json_path} and {bench.md_path}")
+    if bench.dead:
+        print(f"ABORTED: {bench.dead}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
