@@ -24,7 +24,7 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.spin_tools_dir, config.llvm_tools_dir]
-tools = ["spin-opt", "not", "count", "mlir-runner"]
+tools = ["spin-opt", "spin-compile", "not", "count", "mlir-runner"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # Execution tests (`*_runner.mlir`) link the runner utilities into the JIT.
@@ -32,3 +32,13 @@ config.substitutions.append((
     "%mlir_runner_utils",
     ",".join(os.path.join(config.llvm_lib_dir, name) for name in
              ("libmlir_runner_utils.so", "libmlir_c_runner_utils.so"))))
+
+# PTX validation: `ptxas` from a CUDA toolkit (no GPU needed). Tests that run
+# it say `REQUIRES: ptxas` and are skipped where there is none.
+import shutil
+ptxas = shutil.which("ptxas") or (
+    "/usr/local/cuda/bin/ptxas" if os.path.exists("/usr/local/cuda/bin/ptxas")
+    else None)
+if ptxas:
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))

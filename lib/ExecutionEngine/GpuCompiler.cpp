@@ -217,7 +217,6 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     opts.print(os);
     optionText["sparsify"] = text;
   }
-  nameGraphInputs(func);
 
   PassManager toGpu(&context);
   ConvertSpinToGPUOptions gpu;

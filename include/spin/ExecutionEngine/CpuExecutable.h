@@ -22,9 +22,6 @@
 
 namespace mlir {
 class ModuleOp;
-namespace func {
-class FuncOp;
-} // namespace func
 } // namespace mlir
 
 namespace mlir::spin {
@@ -45,11 +42,6 @@ struct IndexerConfig {
 /// dynamic batch: inputs marked {spin.input = "q" | "w" | "keys" | "scales"
 /// | "block_table" | "lengths"}, one result (the top-K indices).
 ::spin::runtime::StatusOr<std::string> buildIndexerGraph(const IndexerConfig &config);
-
-/// Marks the unmarked arguments an indexer op reads with their input names
-/// (`{spin.input = "q"}`, ...; the k-th indexer's as `q_k`, ...), the names
-/// the runtime binds inputs by on every target.
-void nameGraphInputs(func::FuncOp func);
 
 /// A JIT-compiled step function.
 class CpuExecutable {

@@ -15,6 +15,7 @@
 
 #include "spin/Conversion/Passes.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
+#include "spin/Dialect/Spin/Transforms/GraphInputs.h"
 
 #include "mlir/Dialect/Async/IR/Async.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -91,6 +92,13 @@ SmallVector<Operation *> usersThroughAsync(Value value) {
     }
   }
   return users;
+}
+
+/// The spin.layer_state a state value comes from (through resets).
+LayerStateOp layerStateOf(Value state) {
+  while (auto reset = state.getDefiningOp<ResetOp>())
+    state = reset.getState();
+  return state.getDefiningOp<LayerStateOp>();
 }
 
 /// A device buffer of the plan: a host argument of the new function.
@@ -376,7 +384,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
            << stringifyReduction(op.getReduction()) << ")";
   auto maskType = cast<RankedTensorType>(op.getMask().getType());
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
-  auto layerState = op.getState().getDefiningOp<LayerStateOp>();
+  auto layerState = layerStateOf(op.getState());
   if (!layerState)
     return op.emitOpError("GPU path: the state must come from "
                           "spin.layer_state");
@@ -700,7 +708,8 @@ LogicalResult PlanBuilder::run() {
                             .getDimSize(1) *
                         static_cast<int64_t>(op.getBlockSize());
   });
-  // The graph's arguments, with their roles.
+  // The graph's arguments, with their roles (inputs named by use).
+  nameGraphInputs(func);
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto type = dyn_cast<RankedTensorType>(arg.getType());

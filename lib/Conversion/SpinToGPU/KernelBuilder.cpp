@@ -7,8 +7,6 @@
 
 #include "KernelBuilder.h"
 
-#include "mlir/Dialect/Math/IR/Math.h"
-
 using namespace mlir;
 using namespace mlir::spin::gpu_codegen;
 using arith::CmpFPredicate;
@@ -125,7 +123,10 @@ Value KernelBuilder::bitcast(Value v, Type type) {
 Value KernelBuilder::extract(Value vec, int64_t i) {
   return LLVM::ExtractElementOp::create(b, loc, vec, i32(i));
 }
-Value KernelBuilder::absF(Value v) { return math::AbsFOp::create(b, loc, v); }
+Value KernelBuilder::absF(Value v) {
+  // Clearing the sign bit (math.absf would become a libdevice call).
+  return bitcast(andI(bitcast(v, i32T()), i32(0x7fffffff)), f32T());
+}
 Value KernelBuilder::truncF16(Value v) {
   return arith::TruncFOp::create(b, loc, b.getF16Type(), v);
 }

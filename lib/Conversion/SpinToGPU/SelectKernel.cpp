@@ -16,8 +16,6 @@
 #include "KernelLibrary.h"
 #include "Kernels.h"
 
-#include "mlir/Dialect/Math/IR/Math.h"
-
 #include <cmath>
 
 using namespace mlir;
@@ -73,7 +71,9 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
   base = kb.mix(kb.xorI(base, iteration));
 
-  Value scores = kb.sharedArray(spec.name + "_S", f32, MB);
+  Value scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
+  const bool fastMax = spec.pooling == PoolingKind::max &&
+                       (bs % 32 == 0 || 32 % bs == 0);
   Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
   Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
   Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
@@ -128,74 +128,122 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
                             kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
                     [&] {
             //===--- predicted block scores (§3.2-3.3) --------------------===//
-            Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
-            kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
-              Value first = kb.mul(j, kb.i32(bs));
-              Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
-              Value local = kb.f32(-INFINITY);
-              for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
-                Value k = kb.add(lane, kb.i32(q * 32));
-                Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
-                Value zhat = kb.ifThenElse(
-                    {f32}, inBlock,
-                    [&]() -> SmallVector<Value> {
-                      Value i = kb.add(first, k);
-                      Value vi = kb.loadAt(
-                          f32, vState, kb.add(stateBase, kb.extS64(i)));
+            // S is kept as order-preserving u32 keys (what the exploit
+            // select ranks by).
+            if (fastMax) {
+              // Max pooling: every thread streams slots with several loads
+              // in flight; lanes of one block reduce by shuffles, and one
+              // lane per block folds the result in with an atomic max.
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
+              });
+              kb.barrier();
+              const int64_t unroll = 4, segment = std::min<int64_t>(bs, 32);
+              Value last = kb.sub(n, kb.i32(1));
+              kb.forLoop(
+                  kb.mul(warp, kb.i32(32 * unroll)), n,
+                  kb.i32(warps * 32 * unroll), [&](Value base) {
+                    SmallVector<Value> slotsIn, values;
+                    for (int64_t u = 0; u < unroll; ++u) {
+                      Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+                      Value in = kb.cmp(CmpIPredicate::slt, i, n);
+                      Value at = kb.minS(i, last);
+                      Value vi = kb.loadAt(f32, vState,
+                                           kb.add(stateBase, kb.extS64(at)));
                       Value di = kb.loadAt(
                           f32, dState,
-                          kb.add(stateBase, kb.extS64(kb.sub(p, i))));
-                      return {kb.maxF(vi, di)};
-                    },
-                    [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
-                local = kb.maxF(local, zhat);
-                if (spec.pooling != PoolingKind::max)
-                  kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
-              }
-              Value pooled;
-              if (spec.pooling == PoolingKind::max) {
-                for (int64_t d = 16; d >= 1; d /= 2)
-                  local = kb.maxF(local, kb.shflXor(local, d));
-                pooled = local;
-              } else {
-                // Mean and top4 in slot order, as the CPU path sums them.
-                pooled = kb.ifThenElse(
-                    {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
-                    [&]() -> SmallVector<Value> {
-                      Value ninf = kb.f32(-INFINITY);
-                      SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf,
-                                                 ninf};
-                      SmallVector<Value> acc = kb.forLoopWith(
-                          kb.i32(0), count, kb.i32(1), init,
-                          [&](Value k, ValueRange it) -> SmallVector<Value> {
-                            Value x = kb.loadAt(f32, buffer, k);
-                            SmallVector<Value> next = {kb.add(it[0], x)};
-                            Value carry = x;
-                            for (int64_t s = 1; s < 5; ++s) {
-                              Value bigger =
-                                  kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
-                              next.push_back(kb.select(bigger, carry, it[s]));
-                              carry = kb.select(bigger, it[s], carry);
-                            }
-                            return next;
-                          });
-                      if (spec.pooling == PoolingKind::mean)
-                        return {arith::DivFOp::create(b, loc, acc[0],
-                                                      kb.sitofp(count))};
-                      Value used = kb.minS(count, kb.i32(4));
-                      Value sum = acc[1];
-                      for (int64_t s = 1; s < 4; ++s)
-                        sum = kb.select(
-                            kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
-                            kb.add(sum, acc[1 + s]), sum);
-                      return {arith::DivFOp::create(b, loc, sum,
-                                                    kb.sitofp(used))};
-                    },
-                    [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
-              }
-              kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
-                        [&] { kb.storeAt(pooled, scores, j); });
-            });
+                          kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+                      slotsIn.push_back(in);
+                      values.push_back(
+                          kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
+                    }
+                    for (int64_t u = 0; u < unroll; ++u) {
+                      Value z = values[u];
+                      for (int64_t off = segment / 2; off >= 1; off /= 2)
+                        z = kb.maxF(z, kb.shflXor(z, off));
+                      Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+                      Value leader = kb.cmp(CmpIPredicate::eq,
+                                            kb.remU(lane, kb.i32(segment)),
+                                            kb.i32(0));
+                      kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
+                        LLVM::AtomicRMWOp::create(
+                            b, loc, LLVM::AtomicBinOp::umax,
+                            kb.gep(scoreKeys, i32, kb.divU(i, kb.i32(bs))),
+                            kb.orderedKey(z), LLVM::AtomicOrdering::monotonic);
+                      });
+                    }
+                  });
+            } else {
+              Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
+              kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
+                Value first = kb.mul(j, kb.i32(bs));
+                Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
+                Value local = kb.f32(-INFINITY);
+                for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
+                  Value k = kb.add(lane, kb.i32(q * 32));
+                  Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
+                  Value zhat = kb.ifThenElse(
+                      {f32}, inBlock,
+                      [&]() -> SmallVector<Value> {
+                        Value i = kb.add(first, k);
+                        Value vi = kb.loadAt(
+                            f32, vState, kb.add(stateBase, kb.extS64(i)));
+                        Value di = kb.loadAt(
+                            f32, dState,
+                            kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+                        return {kb.maxF(vi, di)};
+                      },
+                      [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
+                  local = kb.maxF(local, zhat);
+                  if (spec.pooling != PoolingKind::max)
+                    kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
+                }
+                Value pooled;
+                if (spec.pooling == PoolingKind::max) {
+                  for (int64_t d = 16; d >= 1; d /= 2)
+                    local = kb.maxF(local, kb.shflXor(local, d));
+                  pooled = local;
+                } else {
+                  // Mean and top4 in slot order, as the CPU path sums them.
+                  pooled = kb.ifThenElse(
+                      {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+                      [&]() -> SmallVector<Value> {
+                        Value ninf = kb.f32(-INFINITY);
+                        SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf,
+                                                   ninf};
+                        SmallVector<Value> acc = kb.forLoopWith(
+                            kb.i32(0), count, kb.i32(1), init,
+                            [&](Value k, ValueRange it) -> SmallVector<Value> {
+                              Value x = kb.loadAt(f32, buffer, k);
+                              SmallVector<Value> next = {kb.add(it[0], x)};
+                              Value carry = x;
+                              for (int64_t s = 1; s < 5; ++s) {
+                                Value bigger =
+                                    kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
+                                next.push_back(kb.select(bigger, carry, it[s]));
+                                carry = kb.select(bigger, it[s], carry);
+                              }
+                              return next;
+                            });
+                        if (spec.pooling == PoolingKind::mean)
+                          return {arith::DivFOp::create(b, loc, acc[0],
+                                                        kb.sitofp(count))};
+                        Value used = kb.minS(count, kb.i32(4));
+                        Value sum = acc[1];
+                        for (int64_t s = 1; s < 4; ++s)
+                          sum = kb.select(
+                              kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
+                              kb.add(sum, acc[1 + s]), sum);
+                        return {arith::DivFOp::create(b, loc, sum,
+                                                      kb.sitofp(used))};
+                      },
+                      [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+                }
+                kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+                  kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
+                });
+              });
+            }
             kb.barrier();
 
             //===--- budget (§3.4-3.6) ------------------------------------===//
@@ -211,8 +259,14 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
                                             rowBlocks64)),
                 arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
                                                APFloat(1e-9)));
-            Value bySparsity = arith::FPToSIOp::create(
-                b, loc, i64, math::CeilOp::create(b, loc, keepBlocks));
+            // ceil without libdevice: truncate, then step up if below.
+            Value truncated = arith::FPToSIOp::create(b, loc, i64, keepBlocks);
+            Value below = arith::CmpFOp::create(
+                b, loc, CmpFPredicate::OLT,
+                arith::SIToFPOp::create(b, loc, b.getF64Type(), truncated),
+                keepBlocks);
+            Value bySparsity =
+                kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
             Value budget64 = kb.minS(
                 rowBlocks64,
                 arith::MaxSIOp::create(b, loc, byK,
@@ -221,16 +275,15 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
             Value forced = kb.select(
                 kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)), kb.i32(1),
                 kb.i32(2));
+            // floor of a non-negative product: truncation.
             Value wanted = kb.trunc32(arith::FPToSIOp::create(
                 b, loc, i64,
-                math::FloorOp::create(
+                arith::MulFOp::create(
                     b, loc,
-                    arith::MulFOp::create(
-                        b, loc,
-                        arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                                       APFloat(spec.explore)),
-                        arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                                budget64)))));
+                    arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                                   APFloat(spec.explore)),
+                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                            budget64))));
             Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
                                    kb.sub(budget, forced), kb.i32(0));
             Value explored = kb.minS(wanted, room);
@@ -245,12 +298,11 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
             //===--- exploit: the largest S among non-forced blocks ---------===//
             kb.ifThen(kb.cmp(CmpIPredicate::sgt, exploit, kb.i32(0)), [&] {
               auto keyOf = [&](Value j) -> std::pair<Value, Value> {
-                Value s = kb.loadAt(f32, scores, j);
+                Value key = kb.loadAt(i32, scoreKeys, j);
                 Value eligible =
                     kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
-                            kb.andI(kb.cmp(CmpIPredicate::slt, j, last),
-                                    kb.cmpF(CmpFPredicate::ORD, s, s)));
-                return {eligible, kb.orderedKey(s)};
+                            kb.cmp(CmpIPredicate::slt, j, last));
+                return {eligible, key};
               };
               RadixSelection chosen =
                   selectLargest(kb, spec.name + "_exploit", i32, rowBlocks,

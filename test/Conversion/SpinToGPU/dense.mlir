@@ -1,0 +1,37 @@
+// RUN: spin-opt %s --convert-spin-to-gpu | FileCheck %s
+
+// A dense indexer (fp8 keys + scales) becomes a tensor-core scoring kernel
+// and a radix-select top-K kernel; the function becomes their launch plan
+// over device pointers that keep their roles.
+
+// CHECK-LABEL: func.func @dense(
+// CHECK-SAME: %[[Q:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "bf16", spin.name = "q", spin.role = "input", spin.shape = [2, 1, 16, 64]}
+// CHECK-SAME: {spin.dtype = "fp8e4m3", spin.name = "keys", spin.role = "input", spin.shape = [-1, 16, 64]}
+// CHECK-SAME: %[[OUT:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
+// CHECK-SAME: %[[SCORES:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 1024 : i64, spin.name = "spin_score_dense_0_scores", spin.role = "scratch"}
+// CHECK-SAME: %[[ERR:arg[0-9]+]]: !llvm.ptr<1> {spin.role = "errors"}
+// CHECK-SAME: %[[PAGES:arg[0-9]+]]: i32 {spin.argument = 2 : i64, spin.dim = 0 : i64, spin.role = "dim"}
+// CHECK-SAME: attributes {spin.block_size = 0 : i64, spin.capacity = 0 : i64, spin.events = 0 : i64, spin.launch_plan, spin.layers = 0 : i64}
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 {{.*}} args(%[[Q]] : !llvm.ptr<1>, {{.*}}, %[[SCORES]] : !llvm.ptr<1>, %[[PAGES]] : i32, %[[ERR]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in ({{.*}}) threads in (%c1024{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, {{.*}}, %[[OUT]] : !llvm.ptr<1>)
+// CHECK-NOT: spin.dense_indexer
+// CHECK: gpu.module @spin_kernels
+// CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK-COUNT-2: nvvm.mma.sync
+// CHECK: gpu.func @spin_topk_1
+func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
+                 %w: tensor<2x1x16xf32> {spin.input = "w"},
+                 %keys: tensor<?x16x64xf8E4M3FN> {spin.input = "keys"},
+                 %scales: tensor<?x16xf32> {spin.input = "scales"},
+                 %table: tensor<2x8xi32> {spin.input = "block_table"},
+                 %lengths: tensor<2x1xi32> {spin.input = "lengths"})
+    -> tensor<2x1x8xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xf8E4M3FN>)
+      scales(%scales : tensor<?x16xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
+      : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}

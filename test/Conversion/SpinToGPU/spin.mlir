@@ -1,0 +1,38 @@
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
+
+// The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
+// scheduled asynchronously) becomes: reset, select (prediction, pooling,
+// selection, realized sparsity), sparse tensor-core scoring that records
+// event 0, sparse top-K on the caller's stream, and the EMA update on the
+// side stream after event 0.
+
+// CHECK-LABEL: func.func @layer(
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 1]}
+// CHECK-SAME: {spin.dtype = "i64", spin.name = "request_ids", spin.role = "request_ids", spin.shape = [2]}
+// CHECK-SAME: {spin.dtype = "i1", spin.name = "reset", spin.role = "reset", spin.shape = [2]}
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "slots", spin.role = "slots", spin.shape = [-1]}
+// CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "v", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "d", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: {spin.dtype = "i64", spin.layer = 0 : i64, spin.name = "it", spin.role = "state", spin.shape = [-1]}
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
+// CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 1]}
+// CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
+// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
+// CHECK-NEXT: return
+// CHECK-NOT: spin.fused_select
+// CHECK: gpu.module @spin_kernels
+func.func @layer(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>,
+                 %keys: tensor<?x16x64xbf16>, %table: tensor<2x8xi32>,
+                 %lengths: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
+      : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}

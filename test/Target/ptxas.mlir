@@ -1,0 +1,42 @@
+// REQUIRES: ptxas
+// RUN: rm -rf %t && spin-compile %s --sparsify="sparsity=0.5 block-size=16 explore=0.25 reset-input=true" --target=sm_90a,sm_100a,sm_103a -o %t 2>&1 | FileCheck %s --check-prefix=LOG
+// RUN: %ptxas -arch=sm_90a %t/sm_90a.ptx -o %t/sm_90a.cubin
+// RUN: %ptxas -arch=sm_100a %t/sm_100a.ptx -o %t/sm_100a.cubin
+// RUN: %ptxas -arch=sm_103a %t/sm_103a.ptx -o %t/sm_103a.cubin
+// RUN: FileCheck %s --dump-input=never --check-prefix=PTX < %t/sm_90a.ptx
+// RUN: FileCheck %s --check-prefix=MANIFEST < %t/manifest.json
+// RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
+
+// Every generated kernel assembles for every chip; fp8 keys decode into f16
+// MMAs; the EMA update is unfused (mul.rn/add.rn: no FMA contraction).
+
+// LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
+// PTX: .target sm_90a
+// PTX: .entry spin_reset_0
+// PTX: .entry spin_select_1
+// PTX: .entry spin_score_sparse_2
+// PTX: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// PTX: .entry spin_topk_sparse_3
+// PTX: .entry spin_update_4
+// PTX-NOT: fma.rn.f32
+// PTX: mul.rn.f32
+// PTX: add.rn.f32
+// MANIFEST: "format": "spin-gpu-artifact"
+// MANIFEST: "kernel": "spin_update_4"
+// MANIFEST: "stream": 1
+// MANIFEST: "wait": [
+// MANIFEST-NEXT: 0
+
+func.func @layer(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>,
+                 %keys: tensor<?x16x64xf8E4M3FN>, %scales: tensor<?x16xf32>,
+                 %table: tensor<2x8xi32>, %lengths: tensor<2x1xi32>)
+    -> tensor<2x1x8xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xf8E4M3FN>)
+      scales(%scales : tensor<?x16xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
+      : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
