@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+#===- bench/gpu_artifacts.py - the GPU correctness check's artifacts ------===#
+#
+# Writes one small indexer graph per configuration of the H200 correctness
+# check (dense spin.dense_indexer + spin.topk, written like
+# examples/deepseek-v4-flash-indexer.mlir, static shapes) and compiles it with
+# build/bin/spin-compile for sm_90a into gpu-artifacts/<name>/, dense as
+# written or with --sparsify="..." (SPIN), plus gpu-artifacts/index.json: the
+# shapes, options and test plan bench/gpu_check.py needs on the GPU machine.
+# Runs here (the compiler; no GPU).
+#
+# The matrix: dense and SPIN for each key format (bf16; f16 with f16 or bf16
+# queries; fp8 e4m3 + f32 scales with bf16 or f16 queries), H in {8, 64},
+# Dh in {64, 128}, pages of 64 and 16 slots with SPIN blocks of 64 and 16,
+# batch 1, 3 and 16, K in {16, 512}, SPIN sparsity 0 / 0.5 / 0.9, exploration
+# 0 and 0.25 with seeds >= 2^63, pooling max / mean / top4, reset-input on one
+# configuration; the "exact" input scheme everywhere except one noninteger
+# dense and one noninteger SPIN configuration per key format.
+#
+# A configuration spin-compile rejects is NOT dropped silently: it stays in
+# index.json with "compiled": false and the exact command and error, is
+# listed at the end, and gpu_check.py reports it as SKIP.
+#
+#   bench/gpu_artifacts.py              (re)build gpu-artifacts/
+#   bench/gpu_artifacts.py --list       print the configurations only
+#   bench/gpu_artifacts.py --only fp8   a subset (index.json lists only it)
+#
+#===----------------------------------------------------------------------===#
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FUNCTION = "indexer"
+
+# fp8 keys need Dh % 64 == 0, bf16/f16 Dh % 32 == 0; H % 8 == 0 everywhere.
+MLIR_TYPES = {"bf16": "bf16", "f16": "f16", "fp8": "f8E4M3FN"}
+MANIFEST_DTYPES = {"bf16": "bf16", "f16": "f16", "fp8": "fp8e4m3"}
+
+# Exploration seeds (all >= 2^63: the hash reads them as uint64).
+SEED_A = 2 ** 63 + 0x5EED_0001_2345
+SEED_B = 2 ** 64 - 0x1234_5677
+
+
+def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
+    """One configuration. S: page size, MB: block-table width (pages per
+    request), so the capacity is MB * S slots."""
+    c = dict(name=name, mode=mode, key_format=fmt,
+             q_format=kw.pop("q", "bf16"), heads=H, head_dim=Dh,
+             page_size=S, table_pages=MB, batch=B, topk=K,
+             scheme=kw.pop("scheme", "exact"),
+             steps=kw.pop("steps", 10 if mode == "spin" else 3),
+             extra_requests=kw.pop("extra", 0),
+             bad_table=kw.pop("bad_table", None),
+             zero_length=kw.pop("zero_length", False),
+             extreme_ids=kw.pop("extreme_ids", False))
+    if mode == "spin":
+        c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
+                 explore=kw.pop("x", 0.0), seed=kw.pop("seed", 0),
+                 pooling=kw.pop("pool", "max"), ema_decay=0.5,
+                 reset_input=kw.pop("reset_input", False),
+                 host_reset=kw.pop("host_reset", False))
+    if kw:
+        raise ValueError(f"{name}: unknown options {sorted(kw)}")
+    if c["key_format"] == "bf16" and c["q_format"] != "bf16":
+        raise ValueError(f"{name}: bf16 keys need bf16 queries")
+    c["pages"] = MB + (8 if B > 3 else 3)   # physical pages in the cache
+    c["capacity"] = MB * S
+    return c
+
+
+def all_configs():
+    d, s = "dense", "spin"
+    cs = [
+        # --- dense, exact inputs -------------------------------------------
+        C("dense-bf16-h8-d64-p64-b1-k16", d, "bf16", 8, 64, 64, 8, 1, 16),
+        C("dense-bf16-h64-d128-p64-b16-k512", d, "bf16", 64, 128, 64, 64, 16, 512,
+          bad_table="too-large", zero_length=True),
+        C("dense-bf16-h8-d128-p16-b3-k512", d, "bf16", 8, 128, 16, 128, 3, 512),
+        C("dense-f16-h8-d64-p16-b3-k16-qf16", d, "f16", 8, 64, 16, 24, 3, 16, q="f16"),
+        C("dense-f16-h64-d128-p64-b16-k512-qbf16", d, "f16", 64, 128, 64, 64, 16, 512),
+        C("dense-f16-h64-d64-p64-b1-k512-qf16", d, "f16", 64, 64, 64, 32, 1, 512, q="f16"),
+        C("dense-fp8-h64-d128-p64-b16-k512-qbf16", d, "fp8", 64, 128, 64, 64, 16, 512,
+          bad_table="too-large"),
+        C("dense-fp8-h8-d64-p16-b3-k16-qf16", d, "fp8", 8, 64, 16, 24, 3, 16, q="f16",
+          bad_table="negative"),
+        C("dense-fp8-h8-d128-p64-b1-k16-qbf16", d, "fp8", 8, 128, 64, 8, 1, 16),
+        # --- SPIN, exact inputs --------------------------------------------
+        C("spin-bf16-h8-d64-p64-bs64-b3-k16-sp0.5-max", s, "bf16", 8, 64, 64, 8, 3, 16,
+          bs=64, sp=0.5, host_reset=True),
+        C("spin-bf16-h64-d128-p64-bs16-b16-k512-sp0.9-mean", s, "bf16", 64, 128, 64, 64,
+          16, 512, bs=16, sp=0.9, pool="mean", extra=4, zero_length=True),
+        C("spin-bf16-h8-d128-p16-bs16-b1-k16-sp0-top4", s, "bf16", 8, 128, 16, 24, 1, 16,
+          bs=16, sp=0.0, pool="top4", extra=1),
+        C("spin-bf16-h64-d64-p64-bs64-b3-k512-sp0.5-x0.25-max", s, "bf16", 64, 64, 64, 64,
+          3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_A, extreme_ids=True,
+          bad_table="too-large"),
+        C("spin-f16-h8-d64-p16-bs16-b3-k16-sp0.9-x0.25-top4-qf16", s, "f16", 8, 64, 16, 48,
+          3, 16, q="f16", bs=16, sp=0.9, x=0.25, seed=SEED_B, pool="top4", extra=1),
+        C("spin-f16-h64-d128-p64-bs64-b16-k512-sp0.5-max-qbf16", s, "f16", 64, 128, 64, 64,
+          16, 512, bs=64, sp=0.5, host_reset=True),
+        C("spin-f16-h8-d128-p64-bs16-b1-k512-sp0.9-mean-qf16", s, "f16", 8, 128, 64, 64, 1,
+          512, q="f16", bs=16, sp=0.9, pool="mean"),
+        C("spin-f16-h64-d64-p64-bs64-b3-k16-sp0-x0.25-max-qbf16", s, "f16", 64, 64, 64, 8, 3,
+          16, bs=64, sp=0.0, x=0.25, seed=SEED_A),
+        C("spin-fp8-h64-d128-p64-bs64-b16-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64, 128, 64,
+          64, 16, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, bad_table="too-large"),
+        C("spin-fp8-h8-d64-p16-bs16-b3-k16-sp0.9-mean-qf16", s, "fp8", 8, 64, 16, 48, 3, 16,
+          q="f16", bs=16, sp=0.9, pool="mean", host_reset=True),
+        C("spin-fp8-h8-d128-p64-bs16-b1-k16-sp0.5-top4-qbf16", s, "fp8", 8, 128, 64, 16, 1,
+          16, bs=16, sp=0.5, pool="top4"),
+        C("spin-fp8-h64-d64-p64-bs64-b3-k512-sp0.9-max-qf16", s, "fp8", 64, 64, 64, 64, 3,
+          512, q="f16", bs=64, sp=0.9),
+        C("spin-fp8-h8-d64-p64-bs16-b16-k16-sp0.5-x0.25-top4-qbf16", s, "fp8", 8, 64, 64, 16,
+          16, 16, bs=16, sp=0.5, x=0.25, seed=SEED_A, pool="top4", extra=4),
+        C("spin-bf16-h8-d64-p64-bs16-b3-k16-sp0.5-max-reset", s, "bf16", 8, 64, 64, 16, 3,
+          16, bs=16, sp=0.5, reset_input=True, extra=1),
+        # --- noninteger inputs: one dense and one SPIN per key format -------
+        C("nonint-dense-bf16-h64-d128-p64-b3-k512", d, "bf16", 64, 128, 64, 64, 3, 512,
+          scheme="noninteger"),
+        C("nonint-dense-f16-h8-d64-p16-b3-k16-qf16", d, "f16", 8, 64, 16, 24, 3, 16,
+          q="f16", scheme="noninteger"),
+        C("nonint-dense-fp8-h64-d128-p64-b3-k512-qf16", d, "fp8", 64, 128, 64, 64, 3, 512,
+          q="f16", scheme="noninteger"),
+        C("nonint-spin-bf16-h64-d128-p64-bs64-b3-k512-sp0.5-max", s, "bf16", 64, 128, 64,
+          64, 3, 512, bs=64, sp=0.5, scheme="noninteger"),
+        C("nonint-spin-f16-h8-d64-p16-bs16-b3-k16-sp0.5-mean-qbf16", s, "f16", 8, 64, 16,
+          24, 3, 16, bs=16, sp=0.5, pool="mean", scheme="noninteger"),
+        C("nonint-spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64,
+          128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, scheme="noninteger"),
+    ]
+    names = [c["name"] for c in cs]
+    assert len(set(names)) == len(names), "duplicate configuration names"
+    for c in cs:
+        chunk = 64 if c["key_format"] == "fp8" else 32
+        assert c["heads"] % 8 == 0 and c["head_dim"] % chunk == 0, c["name"]
+        if c["mode"] == "spin":
+            assert c["page_size"] % c["block_size"] == 0, c["name"]
+    return cs
+
+
+def sparsify_options(c):
+    """The --sparsify option string of a SPIN configuration."""
+    opts = [f"sparsity={c['sparsity']:g}", f"block-size={c['block_size']}",
+            f"ema-decay={c['ema_decay']:g}", f"explore={c['explore']:g}",
+            f"seed={c['seed']}", f"pooling={c['pooling']}"]
+    if c["reset_input"]:
+        opts.append("reset-input=true")
+    return " ".join(opts)
+
+
+def graph_text(c):
+    """The dense indexer graph (as examples/deepseek-v4-flash-indexer.mlir)."""
+    B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
+                          c["table_pages"], c["topk"])
+    NS = MB * S
+    kt = MLIR_TYPES[c["key_format"]]
+    qt = MLIR_TYPES[c["q_format"]]
+    qtype = f"tensor<{B}x1x{H}x{Dh}x{qt}>"
+    wtype = f"tensor<{B}x1x{H}xf32>"
+    ktype = f"tensor<?x{S}x{Dh}x{kt}>"
+    sctype = f"tensor<?x{S}xf32>"
+    ttype = f"tensor<{B}x{MB}xi32>"
+    ltype = f"tensor<{B}x1xi32>"
+    ztype = f"tensor<{B}x1x{NS}xf32>"
+    otype = f"tensor<{B}x1x{K}xi32>"
+    fp8 = c["key_format"] == "fp8"
+    scale_arg = f"\n    %scales: {sctype},           // per-slot key scales [pages, {S}]" \
+        if fp8 else ""
+    scale_use = f"\n      scales(%scales : {sctype})" if fp8 else ""
+    return f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
+//   {B} requests, 1 query row each, H = {H}, Dh = {Dh}, top-K = {K},
+//   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, block tables of
+//   {MB} pages ({NS} slots) per request; the page count (`?`) is known at run time.
+
+func.func @{FUNCTION}(
+    %q: {qtype},          // indexer queries [B, R, H, Dh]
+    %w: {wtype},               // head weights [B, R, H]
+    %keys: {ktype},      // key cache [pages, {S}, Dh]{scale_arg}
+    %block_table: {ttype},     // logical -> physical page
+    %lengths: {ltype})            // visible slots per row
+    -> {otype} {{
+  %scores = spin.dense_indexer q(%q : {qtype})
+      w(%w : {wtype})
+      keys(%keys : {ktype}){scale_use}
+      block_table(%block_table : {ttype})
+      lengths(%lengths : {ltype}) -> {ztype}
+  %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {K} : i64}}
+      : {ztype} -> {otype}
+  return %topk : {otype}
+}}
+"""
+
+
+def compile_args(c, compiler, graph, out_dir, target):
+    args = [compiler, graph, f"--target={target}", "-o", out_dir]
+    if c["mode"] == "spin":
+        args.append(f"--sparsify={sparsify_options(c)}")
+    return args
+
+
+def expected_arguments(c):
+    """(role, name, dtype, shape) of every manifest argument gpu_check.py
+    binds or reads, in the order the GPU ABI gives them."""
+    B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
+                          c["table_pages"], c["topk"])
+    kd = MANIFEST_DTYPES[c["key_format"]]
+    qd = MANIFEST_DTYPES[c["q_format"]]
+    args = [("input", "q", qd, [B, 1, H, Dh]), ("input", "w", "f32", [B, 1, H]),
+            ("input", "keys", kd, [-1, S, Dh])]
+    if c["key_format"] == "fp8":
+        args.append(("input", "scales", "f32", [-1, S]))
+    args += [("input", "block_table", "i32", [B, MB]),
+             ("input", "lengths", "i32", [B, 1])]
+    if c["mode"] == "spin":
+        args += [("positions", "positions", "i32", [B, 1]),
+                 ("request_ids", "request_ids", "i64", [B])]
+        if c["reset_input"]:
+            args.append(("reset", "reset", "i1", [B]))
+    args.append(("output", "topk", "i32", [B, 1, K]))
+    if c["mode"] == "spin":
+        args.append(("output", "sparsity", "f32", [B, 1]))
+    return args
+
+
+def check_manifest(c, d):
+    """Everything gpu_check.py relies on, checked here rather than on the
+    GPU; returns a list of problems."""
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    problems = []
+    got = {a["name"]: a for a in m["arguments"]
+           if a["role"] in ("input", "positions", "request_ids", "reset", "output")}
+    want = expected_arguments(c)
+    for role, name, dtype, shape in want:
+        a = got.get(name)
+        if a is None:
+            problems.append(f"no argument {name!r}")
+        elif (a["role"], a["dtype"], a["shape"]) != (role, dtype, shape):
+            problems.append(f"argument {name!r} is {a['role']} {a['dtype']} "
+                            f"{a['shape']}, expected {role} {dtype} {shape}")
+    extra = sorted(set(got) - {w[1] for w in want})
+    if extra:
+        problems.append(f"unexpected arguments {extra}")
+    if m["batch"] != c["batch"] or m["rows"] != 1:
+        problems.append(f"batch/rows {m['batch']}/{m['rows']}, expected {c['batch']}/1")
+    if "sm_90a" not in m["ptx"]:
+        problems.append(f"no sm_90a PTX ({sorted(m['ptx'])})")
+    stateful = any(a["role"] == "state" for a in m["arguments"])
+    if stateful != (c["mode"] == "spin"):
+        problems.append(f"state arguments {'present' if stateful else 'absent'} "
+                        f"for a {c['mode']} graph")
+    if c["mode"] == "spin":
+        st = m.get("state", {})
+        if st.get("capacity") != c["capacity"] or st.get("block_size") != c["block_size"] \
+                or st.get("layers") != 1:
+            problems.append(f"state section {st}, expected capacity {c['capacity']}, "
+                            f"block_size {c['block_size']}, 1 layer")
+        opts = m.get("options", {}).get("sparsify", "")
+        for key, value in (("seed", str(c["seed"])), ("pooling", c["pooling"]),
+                           ("reduction", "A1"),
+                           ("reset-input", "true" if c["reset_input"] else "false")):
+            if f"{key}={value}" not in opts:
+                problems.append(f"options.sparsify lacks {key}={value}: {opts!r}")
+    return m, problems
+
+
+def dir_bytes(path, suffix=""):
+    total = 0
+    for base, _, files in os.walk(path):
+        for f in files:
+            if f.endswith(suffix):
+                total += os.path.getsize(os.path.join(base, f))
+    return total
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description="Graphs + sm_90a artifacts of the GPU correctness check "
+                    "(gpu-artifacts/, read by bench/gpu_check.py on the GPU machine).")
+    p.add_argument("--out", default=os.path.join(ROOT, "gpu-artifacts"))
+    p.add_argument("--compiler", default=os.path.join(ROOT, "build", "bin", "spin-compile"))
+    p.add_argument("--target", default="sm_90a")
+    p.add_argument("--only", default="", help="substring filter on configuration names")
+    p.add_argument("--max-mb", type=float, default=40.0,
+                   help="fail if the PTX of all artifacts exceeds this (default 40)")
+    p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    args = p.parse_args(argv)
+
+    configs = all_configs()
+    if args.only:
+        configs = [c for c in configs if args.only in c["name"]]
+    if args.list:
+        for c in configs:
+            extra = f" --sparsify=\"{sparsify_options(c)}\"" if c["mode"] == "spin" else ""
+            print(f"{c['name']}{extra}")
+        print(f"{len(configs)} configurations")
+        return 0
+    if not os.access(args.compiler, os.X_OK):
+        print(f"error: {args.compiler} is not an executable (build the compiler first)",
+              file=sys.stderr)
+        return 1
+
+    # Build into OUT.tmp and swap it in at the end, so that an interrupted
+    # run (or a compiler being relinked meanwhile) never leaves a half tree.
+    final = os.path.abspath(args.out)
+    out = final + ".tmp"
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    failed, bad_manifest = [], []
+    t_all = time.time()
+    compiler_version = None
+    for i, c in enumerate(configs):
+        d = os.path.join(out, c["name"])
+        os.makedirs(d)
+        graph = os.path.join(d, "graph.mlir")
+        with open(graph, "w") as f:
+            f.write(graph_text(c))
+        cmd = compile_args(c, args.compiler, graph, d, args.target)
+        c["dir"] = c["name"]
+        c["function"] = FUNCTION
+        shown = [a.replace(out + os.sep, final + os.sep) for a in cmd]
+        c["compile_command"] = " ".join(
+            shlex.quote(os.path.relpath(a, ROOT) if a.startswith(ROOT + os.sep) else a)
+            for a in shown)
+        if c["mode"] == "spin":
+            c["sparsify"] = sparsify_options(c)
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            print(f"error: cannot run {args.compiler}: {e} ({final} left as it was)",
+                  file=sys.stderr)
+            shutil.rmtree(out, ignore_errors=True)
+            return 1
+        dt = time.time() - t0
+        if proc.returncode != 0:
+            c["compiled"] = False
+            c["compile_error"] = proc.stderr.strip()
+            failed.append(c)
+            print(f"[{i + 1:2d}/{len(configs)}] {c['name']}: spin-compile FAILED "
+                  f"(exit {proc.returncode}, {dt:.1f} s)", flush=True)
+            continue
+        m, problems = check_manifest(c, d)
+        compiler_version = m.get("compiler_version", compiler_version)
+        c["compiled"] = True
+        c["compile_error"] = None
+        c["ptx_bytes"] = dir_bytes(d, ".ptx")
+        if problems:
+            bad_manifest.append((c, problems))
+        print(f"[{i + 1:2d}/{len(configs)}] {c['name']}: ok ({dt:.1f} s, "
+              f"{c['ptx_bytes'] / 1024:.0f} KiB PTX, {len(m['launches'])} launches)"
+              + (f" MANIFEST PROBLEMS: {problems}" if problems else ""), flush=True)
+
+    ptx_total = dir_bytes(out, ".ptx")
+    index = {
+        "format": "spin-gpu-check-index",
+        "version": 1,
+        "generated_by": "bench/gpu_artifacts.py",
+        "compiler": (os.path.relpath(args.compiler, ROOT)
+                     if os.path.abspath(args.compiler).startswith(ROOT + os.sep)
+                     else os.path.abspath(args.compiler)),
+        "compiler_version": compiler_version,
+        "target": args.target,
+        "ptx_bytes": ptx_total,
+        "configs": configs,
+    }
+    with open(os.path.join(out, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+        f.write("\n")
+
+    if os.path.isdir(final):
+        shutil.rmtree(final)
+    os.rename(out, final)
+    out = final
+    ok = len(configs) - len(failed)
+    print(f"\n{ok}/{len(configs)} configurations compiled in {time.time() - t_all:.1f} s; "
+          f"PTX {ptx_total / 2 ** 20:.2f} MiB in {out}")
+    if failed:
+        print(f"\n{len(failed)} configuration(s) NOT compiled (kept in index.json with "
+              f"compiled=false; gpu_check.py reports them as SKIP):")
+        for c in failed:
+            print(f"  {c['name']}\n    $ {c['compile_command']}")
+            for line in c["compile_error"].splitlines():
+                print(f"    | {line}")
+    status = 0
+    if bad_manifest:
+        status = 1
+        print("\nmanifests that do not match what gpu_check.py expects:")
+        for c, problems in bad_manifest:
+            print(f"  {c['name']}: " + "; ".join(problems))
+    if ptx_total > args.max_mb * 2 ** 20:
+        status = 1
+        print(f"\nerror: the PTX totals {ptx_total / 2 ** 20:.1f} MiB, above --max-mb "
+              f"{args.max_mb}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

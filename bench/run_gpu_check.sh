@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+#===- bench/run_gpu_check.sh - the one-command H200 correctness check -----===#
+#
+# On the GPU machine, from anywhere in the work tree:
+#
+#   bench/run_gpu_check.sh [gpu_check.py options, e.g. --seed 123 --only fp8]
+#
+# 1. builds the MLIR-free runtime and its Python module into build-gpu/
+#    (scripts/gpu-runtime-build: pip pybind11, the image's python3, no MLIR);
+# 2. runs bench/gpu_check.py over gpu-artifacts/ (compiled on the build
+#    machine by bench/gpu_artifacts.py and carried here): every artifact
+#    against the numpy reference, one line per configuration + a summary;
+# 3. runs the runtime's CUDA tests, python/tests/test_cuda.py.
+#
+# Exit status: 0 only if the build, the check and the tests all passed.
+# Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
+# ARTIFACTS (default gpu-artifacts), CHECK_TIMEOUT (seconds one
+# configuration may take before the check is aborted with a traceback;
+# default 600).
+#
+#===----------------------------------------------------------------------===#
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+export BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+ARTIFACTS="${ARTIFACTS:-$ROOT/gpu-artifacts}"
+
+log() { printf '\n== %s\n' "$*"; }
+
+if [ ! -f "$ARTIFACTS/index.json" ]; then
+  echo "error: $ARTIFACTS/index.json is missing: run bench/gpu_artifacts.py on" \
+       "the build machine and carry gpu-artifacts/ here" >&2
+  exit 2
+fi
+
+log "device"
+command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "(no nvidia-smi)"
+"$PYTHON" -c 'import sys, numpy, torch; print("python", sys.version.split()[0], "numpy", numpy.__version__, "torch", torch.__version__, "CUDA", torch.cuda.is_available())' ||
+  { echo "error: $PYTHON lacks numpy or torch" >&2; exit 2; }
+
+log "build the runtime ($BUILD_DIR)"
+PYTHON="$PYTHON" "$ROOT/scripts/gpu-runtime-build" build || {
+  echo "error: scripts/gpu-runtime-build failed" >&2
+  exit 1
+}
+
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+log "bench/gpu_check.py $ARTIFACTS $*"
+"$PYTHON" "$ROOT/bench/gpu_check.py" "$ARTIFACTS" \
+  --config-timeout "${CHECK_TIMEOUT:-600}" "$@"
+check=$?
+
+log "pytest python/tests/test_cuda.py"
+SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -rs "$ROOT/python/tests/test_cuda.py"
+tests=$?
+
+log "result"
+echo "gpu_check.py: $([ $check -eq 0 ] && echo passed || echo "FAILED (exit $check)")"
+echo "test_cuda.py: $([ $tests -eq 0 ] && echo passed || echo "FAILED (exit $tests)")"
+[ $check -eq 0 ] && [ $tests -eq 0 ]
