@@ -108,6 +108,9 @@ using Buffer = unsigned;
 /// ascending list of selected blocks and its length per request.
 struct MaskBuffers {
   Buffer mask, blocks, counts;
+  /// Per request: nonzero when scoring met a bad page; the update then
+  /// leaves the request's state untouched.
+  Buffer skip;
   int64_t maxBlocks, blockSize;
 };
 
@@ -394,9 +397,9 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   spec.rows = lengthsType.getDimSize(1);
   spec.maxBlocks = maskType.getDimSize(1);
   spec.blockSize = op.getBlockSize();
-  spec.capacity = capacityOf(spec.layer);
   spec.topk = op.getTopk();
   spec.layer = cast<StateType>(op.getState().getType()).getLayer();
+  spec.capacity = capacityOf(spec.layer);
   spec.sparsity = op.getSparsity().convertToDouble();
   spec.explore = op.getExplore().convertToDouble();
   spec.seed = static_cast<uint64_t>(op.getSeed());
@@ -422,10 +425,12 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   MaskBuffers mask{addScratch(spec.name + "_mask", cells),
                    addScratch(spec.name + "_blocks", cells * 4),
                    addScratch(spec.name + "_counts", spec.batch * 4),
+                   addScratch(spec.name + "_skip", spec.batch * 4),
                    spec.maxBlocks, spec.blockSize};
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
-  SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots, v, d,
-                                  it, mask.blocks, mask.counts, mask.mask};
+  SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots,
+                                  v,          d,        it,   mask.blocks,
+                                  mask.counts, mask.mask, mask.skip};
   if (sparsity)
     operands.push_back(*sparsity);
   operands.push_back(*errors);
@@ -467,8 +472,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   Buffer scores = addScratch(spec->name + "_scores",
                              spec->batch * spec->rows * spec->outWidth() * 4);
   LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
-  operands->append({mask.blocks, mask.counts, scores, pagesOf(op.getKeys()),
-                    *errors});
+  operands->append({mask.blocks, mask.counts, mask.skip, scores,
+                    pagesOf(op.getKeys()), *errors});
   Launch &scoring = launch(spec->name, shape, *operands, op);
   buffers[op.getScores()] = scores;
   masks[op.getScores()] = mask; // the scores' entries follow the list
@@ -527,7 +532,7 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
   Launch &l = launch(spec.name, shape,
                      {scores, positions, lengths, *slots, mask.blocks,
-                      mask.counts, v, d, it},
+                      mask.counts, mask.skip, v, d, it},
                      op);
   l.stream = stream;
   if (wait >= 0)

@@ -49,8 +49,9 @@ enum ErrorCode : int32_t {
 /// loads straight into A fragments (the K dimension is permuted identically
 /// in keys and queries, which leaves every dot product unchanged).
 ///
-/// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts],
-/// out (ptrs), pages (i32), errors (ptr).
+/// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
+/// skip], out (ptrs), pages (i32), errors (ptr). A bad page sets the
+/// request's `skip` flag (sparse) and records an error.
 /// Grid: (ctasPerRow, batch * rows). `out` is f32 [batch * rows, outWidth]:
 /// dense rows by slot (entries >= N unwritten); sparse rows in selected-block
 /// order (entry e = slot blocks[e / blockSize] * blockSize + e % blockSize),
@@ -103,7 +104,8 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// of selected blocks. Optionally the realized block sparsity per row.
 ///
 /// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
-/// counts, mask (ptrs), [sparsity (ptr)], errors (ptr).
+/// counts, mask, skip (ptrs; `skip` is cleared for the step), [sparsity
+/// (ptr)], errors (ptr).
 /// Grid: (batch).
 struct SelectKernelSpec {
   std::string name;
@@ -127,8 +129,9 @@ LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
 /// EMA update of V and D from one row's scores of the selected blocks (the
 /// sparse score layout above), then `it += 1`.
 ///
-/// Parameters: scores, positions, lengths, slots, blocks, counts, v, d, it
-/// (ptrs). Grid: (ctasPerRequest, batch).
+/// Parameters: scores, positions, lengths, slots, blocks, counts, skip, v,
+/// d, it (ptrs); requests whose `skip` flag is set are left untouched.
+/// Grid: (ctasPerRequest, batch).
 struct UpdateKernelSpec {
   std::string name;
   int64_t batch = 1, capacity = 1, blockSize = 64, maxBlocks = 1;

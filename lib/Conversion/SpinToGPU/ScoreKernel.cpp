@@ -85,7 +85,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     params.push_back(ptr);
   params.append({ptr, ptr});
   if (spec.sparse)
-    params.append({ptr, ptr});
+    params.append({ptr, ptr, ptr});
   params.append({ptr, i32, ptr});
   gpu::GPUFuncOp func =
       createKernel(b, loc, module, spec.name, params, threads);
@@ -99,6 +99,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   Value table = func.getArgument(a++), lengths = func.getArgument(a++);
   Value blocks = spec.sparse ? func.getArgument(a++) : Value();
   Value counts = spec.sparse ? func.getArgument(a++) : Value();
+  Value skip = spec.sparse ? func.getArgument(a++) : Value();
   Value out = func.getArgument(a++), pages = func.getArgument(a++);
   Value errors = func.getArgument(a++);
 
@@ -249,6 +250,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
                                  kb.cmp(CmpIPredicate::slt, page, pages));
           kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
             recordError(kb, errors, ErrorBadPage, page, request, row);
+            if (skip)
+              kb.storeAt(kb.i32(1), skip, request);
           });
           r.valid = kb.andI(inRange, pageOk);
           Value slotIndex = kb.add(kb.mul(kb.extS64(page),

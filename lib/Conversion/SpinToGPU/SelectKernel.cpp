@@ -39,7 +39,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
   Type i8 = kb.i8T();
-  SmallVector<Type> params(10, ptr);
+  SmallVector<Type> params(11, ptr);
   if (spec.reportSparsity)
     params.push_back(ptr);
   params.push_back(ptr);
@@ -55,7 +55,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
   Value blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
-  Value maskOut = func.getArgument(a++);
+  Value maskOut = func.getArgument(a++), skipOut = func.getArgument(a++);
   Value sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   Value errors = func.getArgument(a++);
 
@@ -396,8 +396,10 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     });
     at = kb.add(at, kb.zext(bits[q], i32));
   }
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
-            [&] { kb.storeAt(total, countsOut, request); });
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+    kb.storeAt(total, countsOut, request);
+    kb.storeAt(kb.i32(0), skipOut, request);
+  });
 
   //===--- realized block sparsity per row (on the union) -----------------===//
   if (spec.reportSparsity) {

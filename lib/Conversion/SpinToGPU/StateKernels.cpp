@@ -25,7 +25,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params(9, ptr);
+  SmallVector<Type> params(10, ptr);
   gpu::GPUFuncOp func =
       createKernel(b, loc, module, spec.name, params, spec.threads);
   OpBuilder::InsertionGuard guard(b);
@@ -34,6 +34,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value scores = func.getArgument(a++), positions = func.getArgument(a++);
   Value lengths = func.getArgument(a++), slots = func.getArgument(a++);
   Value blocks = func.getArgument(a++), counts = func.getArgument(a++);
+  Value skip = func.getArgument(a++);
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
 
@@ -48,6 +49,8 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
                                      spec.maxBlocks * spec.blockSize)))),
       kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
               kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1)))));
+  ok = kb.andI(ok, kb.cmp(CmpIPredicate::eq,
+                          kb.loadAt(i32, skip, request, true), kb.i32(0)));
   kb.ifThen(ok, [&] {
     Value decay = kb.f32(static_cast<float>(spec.decay));
     Value keep = kb.f32(static_cast<float>(1.0 - spec.decay));
