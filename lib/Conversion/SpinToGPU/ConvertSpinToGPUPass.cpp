@@ -196,6 +196,9 @@ private:
                             const MaskBuffers &mask, double decay,
                             int64_t stream, int64_t wait);
   LogicalResult lowerOne(Operation *op);
+  /// The four launches of a top-K (Kernels.h) and their scratch buffers.
+  void launchTopK(Operation *op, const TopKKernelSpec &spec, Buffer scores,
+                  Buffer lengths, std::optional<MaskBuffers> mask, Buffer out);
   /// `to` stands for the same device data as `from` (async values).
   void alias(Value to, Value from) {
     if (auto it = buffers.find(from); it != buffers.end())
@@ -375,8 +378,7 @@ LogicalResult PlanBuilder::lower(TopKOp op) {
   FailureOr<Buffer> out = bufferOf(op, op.getIndices());
   if (failed(in) || failed(lengths) || failed(out))
     return failure();
-  LaunchShape shape = buildTopKKernel(b, op.getLoc(), kernels, spec);
-  launch(spec.name, shape, {*in, *lengths, *out}, op);
+  launchTopK(op, spec, *in, *lengths, std::nullopt, *out);
   return success();
 }
 
@@ -497,9 +499,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   FailureOr<Buffer> out = bufferOf(op, op.getIndices());
   if (failed(lengths) || failed(out))
     return failure();
-  LaunchShape topkShape = buildTopKKernel(b, op.getLoc(), kernels, topk);
-  launch(topk.name, topkShape,
-         {scores, *lengths, mask.blocks, mask.counts, *out}, op);
+  launchTopK(op, topk, scores, *lengths, mask, *out);
 
   if (op.getState()) {
     FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
@@ -511,6 +511,32 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
                        /*stream=*/0, /*wait=*/-1);
   }
   return success();
+}
+
+void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
+                             Buffer scores, Buffer lengths,
+                             std::optional<MaskBuffers> mask, Buffer out) {
+  int64_t rows = spec.batch * spec.rows;
+  Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
+  Buffer counter = addScratch(spec.name + "_found", rows * 4);
+  Buffer candidates =
+      addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
+  TopKLaunches shapes = buildTopKKernels(b, op->getLoc(), kernels, spec);
+  SmallVector<Buffer> row = {scores, lengths};
+  if (mask)
+    row.push_back(mask->counts);
+  launch(spec.name + "_clear", shapes.clear, {hist, counter}, op);
+  SmallVector<Buffer> histArgs(row);
+  histArgs.push_back(hist);
+  launch(spec.name + "_hist", shapes.hist, histArgs, op);
+  SmallVector<Buffer> collectArgs(row);
+  collectArgs.append({hist, counter, candidates});
+  launch(spec.name + "_collect", shapes.collect, collectArgs, op);
+  SmallVector<Buffer> finalArgs = {scores, lengths};
+  if (mask)
+    finalArgs.append({mask->blocks, mask->counts});
+  finalArgs.append({counter, candidates, out});
+  launch(spec.name, shapes.final, finalArgs, op);
 }
 
 LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,

@@ -189,7 +189,7 @@ radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
 
 RadixSelection mlir::spin::gpu_codegen::selectLargest(
     KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
-    int64_t blockThreads, KeyFunction keyOf) {
+    int64_t blockThreads, KeyFunction keyOf, IndexFunction indexOf) {
   auto [threshold, need, ties, takeAll] =
       radixPasses(kb, prefix, keyType, n, k, blockThreads, keyOf);
   // Ties at the threshold: the `need` lowest indices, i.e. the `need`
@@ -204,7 +204,7 @@ RadixSelection mlir::spin::gpu_codegen::selectLargest(
           auto [eligible, key] = keyOf(i);
           Value tie = kb.andI(eligible,
                               kb.cmp(CmpIPredicate::eq, key, threshold));
-          return {tie, kb.xorI(i, kb.i32(-1))};
+          return {tie, kb.xorI(indexOf ? indexOf(i) : i, kb.i32(-1))};
         };
         auto [inverted, needLeft, unusedTies, unusedAll] = radixPasses(
             kb, (prefix + "_ties").str(), kb.i32T(), n, need, blockThreads,

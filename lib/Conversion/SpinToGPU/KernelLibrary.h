@@ -40,13 +40,17 @@ struct RadixSelection {
 /// Key of element `i`: {eligible (i1), key (i32 or i64, unsigned order)}.
 using KeyFunction = function_ref<std::pair<Value, Value>(Value)>;
 
+/// The index that breaks ties of element `i` (default: `i` itself).
+using IndexFunction = function_ref<Value(Value)>;
+
 /// Finds the `k` largest eligible keys among elements `[0, n)` (elements are
 /// visited as `i = tid + t * blockThreads`) by an 8-bit-digit radix select
 /// with a shared-memory histogram, then resolves ties at the threshold by
-/// index with a second select over `~i`.
+/// index (`indexOf(i)`, distinct per element) with a second select over
+/// its complement. `isSelected` must then be given that index.
 RadixSelection selectLargest(KernelBuilder &kb, StringRef prefix, Type keyType,
                              Value n, Value k, int64_t blockThreads,
-                             KeyFunction keyOf);
+                             KeyFunction keyOf, IndexFunction indexOf = {});
 
 /// True for an element that `selection` selects.
 Value isSelected(KernelBuilder &kb, const RadixSelection &selection,

@@ -77,22 +77,43 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 // Top-K (SPIN_SPEC §1, §3.9)
 //===----------------------------------------------------------------------===//
 
-/// One CTA per row: radix select of the K largest scores (NaN never, ties to
-/// the lower slot), then a bitonic sort of the winners by (score desc, slot
-/// asc) and -1 padding.
+/// Top-K of every row in four launches, so that long rows are read by many
+/// CTAs and only a short candidate list by one:
+///  1. `<name>_clear` zeroes the per-row histograms and candidate counters;
+///  2. `<name>_hist` (chunks x rows CTAs) histograms the top 12 bits of the
+///     order-preserving keys of the eligible (non-NaN) scores;
+///  3. `<name>_collect` (chunks x rows) finds the bin holding the K-th
+///     largest and appends every entry at or above it as (key, entry);
+///  4. `<name>` (one CTA per row) radix-selects the K largest candidates
+///     (ties to the lower entry, so to the lower slot), sorts them by
+///     (score desc, entry asc) with a bitonic sort and writes slots, -1 for
+///     missing ones. When the candidates overflow their buffer (a bin
+///     holding more than `candidates` entries, e.g. many equal scores) it
+///     selects from the whole row instead.
+/// Dense rows hold entries [0, N); sparse rows [0, count * blockSize), mapped
+/// back to slots through the block list.
 ///
-/// Parameters: scores, lengths, [blocks, counts], out (ptrs).
-/// Grid: (batch * rows). Dense rows read entries [0, N); sparse rows read
-/// entries [0, count * blockSize) and map them back to slots.
+/// Parameters: clear(hist, counter); hist(scores, lengths, [counts], hist);
+/// collect(scores, lengths, [counts], hist, counter, candidates);
+/// final(scores, lengths, [blocks, counts], counter, candidates, out).
 struct TopKKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, width = 1, k = 1;
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
   int64_t threads = 1024;
+  int64_t chunk = 8192;       ///< entries per histogram / collect CTA
+  int64_t candidates = 16384; ///< candidate buffer per row
+
+  int64_t histBins() const { return 4096; }
+  int64_t chunksPerRow() const { return (width + chunk - 1) / chunk; }
 };
-LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-                            const TopKKernelSpec &spec);
+struct TopKLaunches {
+  LaunchShape clear, hist, collect, final;
+};
+TopKLaunches buildTopKKernels(OpBuilder &b, Location loc,
+                              gpu::GPUModuleOp module,
+                              const TopKKernelSpec &spec);
 
 //===----------------------------------------------------------------------===//
 // Prediction and block selection (SPIN_SPEC §3.1-3.7, §4)

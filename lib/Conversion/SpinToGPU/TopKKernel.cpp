@@ -1,13 +1,13 @@
-//===- TopKKernel.cpp - top-K of scored rows, one CTA per row -------------===//
+//===- TopKKernel.cpp - top-K of scored rows ------------------------------===//
 //
 // Part of the spin project: SPIN (Shadow Predictive Indexer) for
 // indexer-based sparse attention.
 //
-// A radix select over the order-preserving u32 keys of the row's scores
-// finds the K-th largest; ties at the threshold go to the lower entry (and
-// entries are in slot order, so to the lower slot). The winners are then
-// sorted by (score desc, entry asc) with a bitonic sort of 64-bit keys in
-// shared memory and written as slots, padded with -1.
+// Scores become order-preserving u32 keys (NaN is never eligible). A
+// histogram of their top 12 bits, built by many CTAs per row, gives the bin
+// of the K-th largest; the entries at or above it are the candidates, which
+// one CTA per row radix-selects (ties to the lower entry: entries are in slot
+// order) and sorts by (score desc, entry asc) with a bitonic sort.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,91 +22,288 @@ using namespace mlir::spin::gpu_codegen;
 using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
-LaunchShape mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
-                                                     gpu::GPUModuleOp module,
-                                                     const TopKKernelSpec &spec) {
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params = {ptr, ptr};
-  if (spec.sparse)
-    params.append({ptr, ptr});
-  params.push_back(ptr);
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, spec.threads);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
-  unsigned a = 0;
-  Value scores = func.getArgument(a++), lengths = func.getArgument(a++);
-  Value blocks = spec.sparse ? func.getArgument(a++) : Value();
-  Value counts = spec.sparse ? func.getArgument(a++) : Value();
-  Value out = func.getArgument(a++);
+namespace {
 
-  Value rowId = kb.blockIdX();
-  Value request = kb.divU(rowId, kb.i32(spec.rows));
-  Value n;
+constexpr int64_t kBinShift = 20; // 32 - 12 bits
+
+/// Shared pieces of the four kernels: the row's entry count and its keys.
+struct RowView {
+  Value rowId, request, n, rowBase;
+};
+
+RowView rowView(KernelBuilder &kb, const TopKKernelSpec &spec, Value rowId,
+                Value lengths, Value counts) {
+  Type i32 = kb.i32T();
+  RowView r;
+  r.rowId = rowId;
+  r.request = kb.divU(rowId, kb.i32(spec.rows));
   if (spec.sparse) {
-    n = kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(spec.blockSize));
+    r.n = kb.mul(kb.loadAt(i32, counts, r.request, true),
+                 kb.i32(spec.blockSize));
   } else {
     Value visible = kb.loadAt(i32, lengths, rowId, true);
-    n = kb.minS(kb.maxS(visible, kb.i32(0)), kb.i32(spec.width));
+    r.n = kb.minS(kb.maxS(visible, kb.i32(0)), kb.i32(spec.width));
   }
-  Value rowBase = kb.mul(rowId, kb.i32(spec.width));
-  auto keyOf = [&](Value i) -> std::pair<Value, Value> {
-    Value z = kb.loadAt(f32, scores, kb.add(rowBase, i));
-    return {kb.cmpF(CmpFPredicate::ORD, z, z), kb.orderedKey(z)};
-  };
-  RadixSelection selection = selectLargest(kb, spec.name + "_select", i32, n,
-                                           kb.i32(spec.k), spec.threads, keyOf);
+  r.rowBase = kb.mul(rowId, kb.i32(spec.width));
+  return r;
+}
 
-  // Gather the winners as (~key << 32 | entry); unused cells sort last.
-  int64_t size = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
-  Value list = kb.sharedArray(spec.name + "_list", i64, size);
-  Value counter = kb.sharedArray(spec.name + "_count", i32, 1);
-  forEachThreadStrided(kb, kb.i32(size), spec.threads,
-                       [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-            [&] { kb.storeAt(kb.i32(0), counter, kb.i32(0)); });
+std::pair<Value, Value> scoreKey(KernelBuilder &kb, Value scores,
+                                 const RowView &row, Value i) {
+  Value z = kb.loadAt(kb.f32T(), scores, kb.add(row.rowBase, i), true);
+  return {kb.cmpF(CmpFPredicate::ORD, z, z), kb.orderedKey(z)};
+}
+
+/// The histogram bin holding the k-th largest key (counting from the top),
+/// or 0 when the row has at most k eligible entries. All threads of the
+/// CTA must call it; every thread gets the same value.
+Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
+                   Value histBase, int64_t bins, int64_t threads, Value k) {
+  Type i32 = kb.i32T();
+  int64_t per = bins / threads;
+  Value tid = kb.threadIdX();
+  Value cell = kb.sharedArray((prefix + "_bin").str(), i32, 1);
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+            [&] { kb.storeAt(kb.i32(0), cell, kb.i32(0)); });
+  // Thread t owns the bins top, top-1, ..., top-per+1 (top = bins-1-per*t).
+  Value top = kb.sub(kb.i32(bins - 1), kb.mul(tid, kb.i32(per)));
+  SmallVector<Value> counts;
+  Value own = kb.i32(0);
+  for (int64_t q = 0; q < per; ++q) {
+    counts.push_back(
+        kb.loadAt(i32, hist, kb.add(histBase, kb.sub(top, kb.i32(q)))));
+    own = kb.add(own, counts.back());
+  }
+  auto [before, total] = blockExclusiveScan(kb, prefix, own, threads);
+  (void)total;
+  Value reach = before, found = kb.i1(false), bin = kb.i32(0);
+  for (int64_t q = 0; q < per; ++q) {
+    reach = kb.add(reach, counts[q]);
+    Value hit = kb.andI(kb.not1(found), kb.cmp(CmpIPredicate::sge, reach, k));
+    bin = kb.select(hit, kb.sub(top, kb.i32(q)), bin);
+    found = kb.orI(found, hit);
+  }
+  Value crossing = kb.andI(found, kb.cmp(CmpIPredicate::slt, before, k));
+  kb.ifThen(crossing, [&] { kb.storeAt(bin, cell, kb.i32(0)); });
   kb.barrier();
-  forEachThreadStrided(kb, n, spec.threads, [&](Value i) {
-    auto [eligible, key] = keyOf(i);
-    kb.ifThen(isSelected(kb, selection, eligible, key, i), [&] {
-      Value at = kb.atomicAdd(counter, kb.i32(1));
-      kb.ifThen(kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k)), [&] {
-        Value packed = kb.orI(
-            kb.shl(kb.extU64(kb.xorI(key, kb.i32(-1))), kb.i64(32)),
-            kb.extU64(i));
-        kb.storeAt(packed, list, at);
+  Value result = kb.loadAt(i32, cell, kb.i32(0));
+  kb.barrier();
+  return result;
+}
+
+/// Positions the builder inside a new kernel's body.
+gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                           StringRef name, TypeRange params, int64_t threads) {
+  gpu::GPUFuncOp func = createKernel(b, loc, module, name, params, threads);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  return func;
+}
+
+} // namespace
+
+TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const TopKKernelSpec &spec) {
+  OpBuilder::InsertionGuard guard(b);
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
+  const int64_t rows = spec.batch * spec.rows, bins = spec.histBins();
+  const int64_t small = 256;
+  TopKLaunches launches;
+
+  //===--- 1. clear ----------------------------------------------------------===//
+  {
+    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_clear",
+                                   {ptr, ptr}, small);
+    Value hist = f.getArgument(0), counter = f.getArgument(1);
+    Value rowId = kb.blockIdX();
+    forEachThreadStrided(kb, kb.i32(bins), small, [&](Value i) {
+      kb.storeAt(kb.i32(0), hist, kb.add(kb.mul(rowId, kb.i32(bins)), i));
+    });
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+              [&] { kb.storeAt(kb.i32(0), counter, rowId); });
+    launches.clear.grid = {rows, 1, 1};
+    launches.clear.blockThreads = small;
+  }
+
+  auto rowParams = [&](SmallVector<Type> tail) {
+    SmallVector<Type> params = {ptr, ptr};
+    if (spec.sparse)
+      params.push_back(ptr);
+    params.append(tail.begin(), tail.end());
+    return params;
+  };
+
+  //===--- 2. histogram of the top 12 bits ----------------------------------===//
+  {
+    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_hist",
+                                   rowParams({ptr}), small);
+    unsigned a = 0;
+    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
+    Value counts = spec.sparse ? f.getArgument(a++) : Value();
+    Value hist = f.getArgument(a++);
+    RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+    Value local = kb.sharedArray(spec.name + "_hist_local", i32, bins);
+    forEachThreadStrided(kb, kb.i32(bins), small,
+                         [&](Value i) { kb.storeAt(kb.i32(0), local, i); });
+    kb.barrier();
+    Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
+    Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
+    kb.forLoop(kb.add(first, kb.threadIdX()), last, kb.i32(small),
+               [&](Value i) {
+                 auto [eligible, key] = scoreKey(kb, scores, row, i);
+                 kb.ifThen(eligible, [&] {
+                   kb.atomicAdd(kb.gep(local, i32, kb.shrU(key, kb.i32(kBinShift))),
+                                kb.i32(1));
+                 });
+               });
+    kb.barrier();
+    Value histBase = kb.mul(row.rowId, kb.i32(bins));
+    forEachThreadStrided(kb, kb.i32(bins), small, [&](Value bin) {
+      Value count = kb.loadAt(i32, local, bin);
+      kb.ifThen(kb.cmp(CmpIPredicate::ne, count, kb.i32(0)), [&] {
+        kb.atomicAdd(kb.gep(hist, i32, kb.add(histBase, bin)), count);
       });
     });
-  });
-  kb.barrier();
-  bitonicSortU64(kb, list, size, spec.threads);
+    launches.hist.grid = {spec.chunksPerRow(), rows, 1};
+    launches.hist.blockThreads = small;
+  }
 
-  Value outBase = kb.mul(rowId, kb.i32(spec.k));
-  forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
-    Value packed = kb.loadAt(i64, list, i);
-    Value used = kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1));
-    Value entry = kb.trunc32(packed);
-    Value slot = entry;
-    if (spec.sparse) {
-      Value bs = kb.i32(spec.blockSize);
-      slot = kb.ifThenElse(
-          {i32}, used,
+  //===--- 3. collect the candidates ----------------------------------------===//
+  {
+    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_collect",
+                                   rowParams({ptr, ptr, ptr}), small);
+    unsigned a = 0;
+    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
+    Value counts = spec.sparse ? f.getArgument(a++) : Value();
+    Value hist = f.getArgument(a++), counter = f.getArgument(a++);
+    Value candidates = f.getArgument(a++);
+    RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+    Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
+    kb.ifThen(kb.cmp(CmpIPredicate::slt, first, row.n), [&] {
+      Value bin = thresholdBin(kb, spec.name + "_collect", hist,
+                               kb.mul(row.rowId, kb.i32(bins)), bins, small,
+                               kb.i32(spec.k));
+      Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
+      Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
+      kb.forLoop(kb.add(first, kb.threadIdX()), last, kb.i32(small),
+                 [&](Value i) {
+        auto [eligible, key] = scoreKey(kb, scores, row, i);
+        Value wanted = kb.andI(
+            eligible, kb.cmp(CmpIPredicate::uge,
+                             kb.shrU(key, kb.i32(kBinShift)), bin));
+        kb.ifThen(wanted, [&] {
+          Value at = kb.atomicAdd(kb.gep(counter, i32, row.rowId), kb.i32(1));
+          kb.ifThen(kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates)),
+                    [&] {
+            Value packed =
+                kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
+            kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
+          });
+        });
+      });
+    });
+    launches.collect.grid = {spec.chunksPerRow(), rows, 1};
+    launches.collect.blockThreads = small;
+  }
+
+  //===--- 4. select, sort and write ----------------------------------------===//
+  {
+    SmallVector<Type> params = {ptr, ptr};
+    if (spec.sparse)
+      params.append({ptr, ptr});
+    params.append({ptr, ptr, ptr});
+    gpu::GPUFuncOp f =
+        beginKernel(b, loc, module, spec.name, params, spec.threads);
+    unsigned a = 0;
+    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
+    Value blocks = spec.sparse ? f.getArgument(a++) : Value();
+    Value counts = spec.sparse ? f.getArgument(a++) : Value();
+    Value counter = f.getArgument(a++), candidates = f.getArgument(a++);
+    Value out = f.getArgument(a++);
+    RowView row = rowView(kb, spec, kb.blockIdX(), lengths, counts);
+    Value found = kb.loadAt(i32, counter, row.rowId);
+    // Candidates when they all fit, else the whole row.
+    Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
+    Value n = kb.select(fromList, found, row.n);
+    Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
+    auto keyOf = [&](Value i) -> std::pair<Value, Value> {
+      SmallVector<Value> kv = kb.ifThenElse(
+          {kb.i1T(), i32, i32}, fromList,
           [&]() -> SmallVector<Value> {
-            Value block = kb.loadAt(
-                i32, blocks,
-                kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
-                       kb.divU(entry, bs)),
-                true);
-            return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
+            Value packed =
+                kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
+            return {kb.i1(true), kb.trunc32(kb.shrU(packed, kb.i64(32))),
+                    kb.trunc32(packed)};
           },
-          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
-    }
-    kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
-  });
+          [&]() -> SmallVector<Value> {
+            auto [eligible, key] = scoreKey(kb, scores, row, i);
+            return {eligible, key, i};
+          });
+      return {kv[0], kv[1]};
+    };
+    auto entryOf = [&](Value i) -> Value {
+      return kb.ifThenElse(
+          {i32}, fromList,
+          [&]() -> SmallVector<Value> {
+            return {kb.trunc32(kb.loadAt(
+                i64, candidates, kb.add(candBase, kb.extS64(i))))};
+          },
+          [&]() -> SmallVector<Value> { return {i}; })[0];
+    };
+    RadixSelection selection =
+        selectLargest(kb, spec.name + "_select", i32, n, kb.i32(spec.k),
+                      spec.threads, keyOf, entryOf);
 
-  LaunchShape shape;
-  shape.grid = {spec.batch * spec.rows, 1, 1};
-  shape.blockThreads = spec.threads;
-  return shape;
+    // Gather the winners as (~key << 32 | entry); unused cells sort last.
+    int64_t size = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
+    Value list = kb.sharedArray(spec.name + "_list", i64, size);
+    Value count = kb.sharedArray(spec.name + "_count", i32, 1);
+    forEachThreadStrided(kb, kb.i32(size), spec.threads,
+                         [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+              [&] { kb.storeAt(kb.i32(0), count, kb.i32(0)); });
+    kb.barrier();
+    forEachThreadStrided(kb, n, spec.threads, [&](Value i) {
+      auto [eligible, key] = keyOf(i);
+      Value entry = entryOf(i);
+      kb.ifThen(isSelected(kb, selection, eligible, key, entry), [&] {
+        Value at = kb.atomicAdd(count, kb.i32(1));
+        kb.ifThen(kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k)), [&] {
+          Value packed = kb.orI(
+              kb.shl(kb.extU64(kb.xorI(key, kb.i32(-1))), kb.i64(32)),
+              kb.extU64(entry));
+          kb.storeAt(packed, list, at);
+        });
+      });
+    });
+    kb.barrier();
+    bitonicSortU64(kb, list, size, spec.threads);
+
+    Value outBase = kb.mul(row.rowId, kb.i32(spec.k));
+    forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
+      Value packed = kb.loadAt(i64, list, i);
+      Value used = kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1));
+      Value entry = kb.trunc32(packed);
+      Value slot = entry;
+      if (spec.sparse) {
+        Value bs = kb.i32(spec.blockSize);
+        slot = kb.ifThenElse(
+            {i32}, used,
+            [&]() -> SmallVector<Value> {
+              Value block = kb.loadAt(
+                  i32, blocks,
+                  kb.add(kb.mul(row.request, kb.i32(spec.maxBlocks)),
+                         kb.divU(entry, bs)),
+                  true);
+              return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
+      }
+      kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
+    });
+    launches.final.grid = {rows, 1, 1};
+    launches.final.blockThreads = spec.threads;
+  }
+  return launches;
 }
