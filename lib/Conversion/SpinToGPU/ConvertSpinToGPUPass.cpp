@@ -314,6 +314,8 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
   spec.scales = static_cast<bool>(op.getScales());
   spec.warps = o.warpsPerCta;
   spec.tilesPerWarp = o.tilesPerWarp;
+  // fp8 rows are half as many registers: two M tiles share each B fragment.
+  spec.mTiles = *keyFormat == ElementFormat::fp8e4m3 ? 2 : 1;
   int64_t chunk = *keyFormat == ElementFormat::fp8e4m3 ? 64 : 32;
   if (spec.heads % 8 != 0 || spec.headDim % chunk != 0)
     return op.emitOpError("GPU path: heads must be a multiple of 8 and the "

@@ -66,6 +66,8 @@ struct ScoreKernelSpec {
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1; ///< sparse only
   int64_t warps = 8, tilesPerWarp = 8;
+  /// 16-entry M tiles per warp tile (they share the B fragments).
+  int64_t mTiles = 1;
 
   int64_t outWidth() const { return tablePages * pageSize; }
 };

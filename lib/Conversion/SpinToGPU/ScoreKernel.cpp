@@ -122,7 +122,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
                            kb.i32(spec.blockSize))
                   : visible;
   int64_t tilesPerCta = spec.warps * spec.tilesPerWarp;
-  Value ctaStart = kb.mul(kb.blockIdX(), kb.i32(tilesPerCta * 16));
+  Value ctaStart =
+      kb.mul(kb.blockIdX(), kb.i32(tilesPerCta * 16 * spec.mTiles));
   Value active =
       kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
 
@@ -199,187 +200,206 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
             kb.add(wBase, kb.add(kb.mul(t, kb.i32(2)), kb.i32(nt * 8 + j))),
             true));
 
-    //===--- warp tiles of 16 entries ------------------------------------===//
+    //===--- warp tiles: 16 * mTiles entries, the next one prefetched ------===//
+    // Thread rows: g + 8 * r for r < 2 * mTiles (m-tile r / 2, half r % 2).
+    const int64_t mTiles = spec.mTiles, threadRows = 2 * mTiles;
+    const int64_t tileEntries = 16 * mTiles;
     Value zeroWords = arith::ConstantOp::create(
         b, loc, DenseElementsAttr::get(cast<ShapedType>(words),
                                        b.getI32IntegerAttr(0).getValue()));
-    kb.forLoop(kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), [&](Value j) {
+    // Loop-carried raw data of one thread row: valid, entry, the chunks'
+    // 16-byte vectors and the scale.
+    const int64_t perRow = 2 + chunks + (spec.scales ? 1 : 0);
+    auto tileStart = [&](Value j) {
       Value tile = kb.add(
           kb.mul(kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.tilesPerWarp)), j),
                  kb.i32(spec.warps)),
           warp);
-      Value e0 = kb.mul(tile, kb.i32(16));
-      kb.ifThen(kb.cmp(CmpIPredicate::slt, e0, total), [&] {
-        // The two rows (entries) this thread loads: g and g + 8.
-        struct RowData {
-          Value entry, valid;
-          SmallVector<Value> regs; // i32 pairs, in k-step order
-          Value scale, nan;
-        };
-        auto loadRow = [&](Value entry) {
-          RowData r;
-          r.entry = entry;
-          Value inRange = kb.cmp(CmpIPredicate::slt, entry, total);
-          Value slot = entry;
-          if (spec.sparse) {
-            Value bs = kb.i32(spec.blockSize);
-            Value listAt = kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
-                                  kb.divU(entry, bs));
-            Value block = kb.ifThenElse(
-                {i32}, inRange,
-                [&]() -> SmallVector<Value> {
-                  return {kb.loadAt(i32, blocks, listAt, true)};
-                },
-                [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-            slot = kb.add(kb.mul(block, bs), kb.remU(entry, bs));
-            inRange = kb.andI(inRange,
-                              kb.cmp(CmpIPredicate::slt, slot, visible));
-          }
-          Value pageIdx = kb.divU(slot, kb.i32(spec.pageSize));
-          Value offset = kb.remU(slot, kb.i32(spec.pageSize));
-          Value page = kb.ifThenElse(
-              {i32}, inRange,
-              [&]() -> SmallVector<Value> {
-                return {kb.loadAt(
-                    i32, table,
-                    kb.add(kb.mul(request, kb.i32(spec.tablePages)), pageIdx),
-                    true)};
-              },
-              [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-          Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
-                                 kb.cmp(CmpIPredicate::slt, page, pages));
-          kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
-            recordError(kb, errors, ErrorBadPage, page, request, row);
-            if (skip)
-              kb.storeAt(kb.i32(1), skip, request);
+      return kb.mul(tile, kb.i32(tileEntries));
+    };
+    auto fetchRow = [&](Value entry) -> SmallVector<Value> {
+      Value inRange = kb.cmp(CmpIPredicate::slt, entry, total);
+      Value slot = entry;
+      if (spec.sparse) {
+        Value bs = kb.i32(spec.blockSize);
+        Value listAt = kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
+                              kb.divU(entry, bs));
+        Value block = kb.ifThenElse(
+            {i32}, inRange,
+            [&]() -> SmallVector<Value> {
+              return {kb.loadAt(i32, blocks, listAt, true)};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+        slot = kb.add(kb.mul(block, bs), kb.remU(entry, bs));
+        inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
+      }
+      Value pageIdx = kb.divU(slot, kb.i32(spec.pageSize));
+      Value offset = kb.remU(slot, kb.i32(spec.pageSize));
+      Value page = kb.ifThenElse(
+          {i32}, inRange,
+          [&]() -> SmallVector<Value> {
+            return {kb.loadAt(
+                i32, table,
+                kb.add(kb.mul(request, kb.i32(spec.tablePages)), pageIdx),
+                true)};
+          },
+          [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+      Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
+                             kb.cmp(CmpIPredicate::slt, page, pages));
+      kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
+        recordError(kb, errors, ErrorBadPage, page, request, row);
+        if (skip)
+          kb.storeAt(kb.i32(1), skip, request);
+      });
+      Value valid = kb.andI(inRange, pageOk);
+      Value slotIndex = kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
+                               kb.extS64(offset));
+      SmallVector<Type> types(chunks, words);
+      if (spec.scales)
+        types.push_back(f32);
+      SmallVector<Value> loaded = kb.ifThenElse(
+          types, valid,
+          [&]() -> SmallVector<Value> {
+            Value rowByte = kb.add(kb.mul(slotIndex, kb.i64(Dh * keyBytes)),
+                                   kb.extS64(kb.mul(t, kb.i32(16))));
+            SmallVector<Value> v;
+            for (int64_t c = 0; c < chunks; ++c) {
+              Value at = kb.add(rowByte, kb.i64(c * chunkElems * keyBytes));
+              v.push_back(kb.load(words, kb.gep(keys, kb.i8T(), at), 16, true));
+            }
+            if (spec.scales)
+              v.push_back(kb.loadAt(f32, scales, slotIndex, true));
+            return v;
+          },
+          [&]() -> SmallVector<Value> {
+            SmallVector<Value> v(chunks, zeroWords);
+            if (spec.scales)
+              v.push_back(kb.f32(0.0));
+            return v;
           });
-          r.valid = kb.andI(inRange, pageOk);
-          Value slotIndex = kb.add(kb.mul(kb.extS64(page),
-                                          kb.i64(spec.pageSize)),
-                                   kb.extS64(offset));
-          SmallVector<Type> types(chunks, words);
-          if (spec.scales)
-            types.push_back(f32);
-          SmallVector<Value> loaded = kb.ifThenElse(
-              types, r.valid,
-              [&]() -> SmallVector<Value> {
-                Value rowByte = kb.add(
-                    kb.mul(slotIndex, kb.i64(Dh * keyBytes)),
-                    kb.extS64(kb.mul(t, kb.i32(16))));
-                SmallVector<Value> v;
-                for (int64_t c = 0; c < chunks; ++c) {
-                  Value at = kb.add(rowByte, kb.i64(c * chunkElems * keyBytes));
-                  v.push_back(kb.load(words, kb.gep(keys, kb.i8T(), at), 16,
-                                      true));
-                }
-                if (spec.scales)
-                  v.push_back(kb.loadAt(f32, scales, slotIndex, true));
-                return v;
-              },
-              [&]() -> SmallVector<Value> {
-                SmallVector<Value> v(chunks, zeroWords);
-                if (spec.scales)
-                  v.push_back(kb.f32(0.0));
-                return v;
-              });
-          r.nan = kb.i1(false);
-          for (int64_t c = 0; c < chunks; ++c) {
-            for (int64_t x = 0; x < 4; ++x) {
-              Value word = kb.extract(loaded[c], x);
-              if (fp8) {
-                auto [lo, hi] = fp8QuadToF16(kb, word);
-                r.regs.append({lo, hi});
-                r.nan = kb.orI(r.nan, fp8QuadHasNaN(kb, word));
-              } else {
-                r.regs.push_back(word);
-              }
-            }
-          }
-          r.scale = spec.scales ? loaded[chunks] : Value();
-          return r;
-        };
-        RowData top = loadRow(kb.add(e0, g));
-        RowData bottom = loadRow(kb.add(e0, kb.add(g, kb.i32(8))));
+      SmallVector<Value> raw = {valid, entry};
+      raw.append(loaded.begin(), loaded.end());
+      return raw;
+    };
+    auto fetchTile = [&](Value start) {
+      SmallVector<Value> all;
+      for (int64_t r = 0; r < threadRows; ++r) {
+        SmallVector<Value> raw = fetchRow(kb.add(start, kb.add(g, kb.i32(8 * r))));
+        all.append(raw.begin(), raw.end());
+      }
+      return all;
+    };
 
-        // acc[nt] = the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7).
-        SmallVector<SmallVector<Value, 4>> acc(
-            nTiles, SmallVector<Value, 4>(4, kb.f32(0.0)));
-        for (int64_t c = 0; c < chunks; ++c) {
-          for (int64_t nt = 0; nt < nTiles; ++nt) {
-            // This thread's B registers: head nt*8+g, the same 16 bytes of
-            // the chunk as its A registers (two vectors for fp8).
-            Value head = kb.add(g, kb.i32(nt * 8));
-            Value base = kb.add(kb.mul(head, kb.i32(qStride)),
-                                kb.add(kb.i32(c * chunkElems),
-                                       kb.mul(t, kb.i32(chunkElems / 4))));
-            SmallVector<Value> qRegs;
-            for (int64_t v = 0; v < (fp8 ? 2 : 1); ++v) {
-              Value vec = kb.load(words,
-                                  kb.gep(qs, i16, kb.add(base, kb.i32(v * 8))),
-                                  16);
-              for (int64_t x = 0; x < 4; ++x)
-                qRegs.push_back(kb.extract(vec, x));
-            }
-            for (int64_t s = 0; s < ksteps; ++s) {
-              int64_t r0 = c * ksteps * 2 + 2 * s;
-              acc[nt] = kb.mma16816(
-                  bf16Mma,
-                  {top.regs[r0], bottom.regs[r0], top.regs[r0 + 1],
-                   bottom.regs[r0 + 1]},
-                  {qRegs[2 * s], qRegs[2 * s + 1]}, acc[nt]);
+    /// MMAs and the epilogue of one tile from its raw rows.
+    auto computeTile = [&](ValueRange raw) {
+      auto rowPart = [&](int64_t r, int64_t k) { return raw[r * perRow + k]; };
+      // acc[mt][nt] = the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7).
+      SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
+          mTiles, SmallVector<SmallVector<Value, 4>>(
+                      nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
+      SmallVector<Value> nanFlags(threadRows, kb.i1(false));
+      for (int64_t c = 0; c < chunks; ++c) {
+        // This chunk's A registers of every thread row, in k-step order.
+        SmallVector<SmallVector<Value>> regs(threadRows);
+        for (int64_t r = 0; r < threadRows; ++r) {
+          Value vec = rowPart(r, 2 + c);
+          for (int64_t x = 0; x < 4; ++x) {
+            Value word = kb.extract(vec, x);
+            if (fp8) {
+              auto [lo, hi] = fp8QuadToF16(kb, word);
+              regs[r].append({lo, hi});
+              nanFlags[r] = kb.orI(nanFlags[r], fp8QuadHasNaN(kb, word));
+            } else {
+              regs[r].push_back(word);
             }
           }
         }
+        for (int64_t nt = 0; nt < nTiles; ++nt) {
+          // This thread's B registers: head nt*8+g, the same bytes of the
+          // chunk as its A registers (two vectors for fp8).
+          Value head = kb.add(g, kb.i32(nt * 8));
+          Value base = kb.add(kb.mul(head, kb.i32(qStride)),
+                              kb.add(kb.i32(c * chunkElems),
+                                     kb.mul(t, kb.i32(chunkElems / 4))));
+          SmallVector<Value> qRegs;
+          for (int64_t v = 0; v < (fp8 ? 2 : 1); ++v) {
+            Value vec = kb.load(
+                words, kb.gep(qs, i16, kb.add(base, kb.i32(v * 8))), 16);
+            for (int64_t x = 0; x < 4; ++x)
+              qRegs.push_back(kb.extract(vec, x));
+          }
+          for (int64_t mt = 0; mt < mTiles; ++mt) {
+            const SmallVector<Value> &top = regs[2 * mt];
+            const SmallVector<Value> &bottom = regs[2 * mt + 1];
+            for (int64_t s = 0; s < ksteps; ++s)
+              acc[mt][nt] = kb.mma16816(
+                  bf16Mma,
+                  {top[2 * s], bottom[2 * s], top[2 * s + 1], bottom[2 * s + 1]},
+                  {qRegs[2 * s], qRegs[2 * s + 1]}, acc[mt][nt]);
+          }
+        }
+      }
 
-        //===--- epilogue: ReLU * w * scale and the head sum ----------------===//
-        auto rowScore = [&](const RowData &r, int64_t half) {
-          Value sum = kb.f32(0.0);
-          for (int64_t nt = 0; nt < nTiles; ++nt) {
-            for (int64_t j = 0; j < 2; ++j) {
-              Value dot = acc[nt][2 * half + j];
-              if (fp8 || prescale)
-                dot = kb.mul(dot, unscale);
-              if (r.scale)
-                dot = kb.mul(dot, r.scale);
-              Value relu = kb.maxF(dot, kb.f32(0.0));
-              sum = kb.add(sum, kb.mul(weights[2 * nt + j], relu));
-            }
+      //===--- epilogue: ReLU * w * scale and the head sum ------------------===//
+      Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
+      for (int64_t r = 0; r < threadRows; ++r) {
+        int64_t mt = r / 2, half = r % 2;
+        Value factor = unscale;
+        Value rowScale = spec.scales ? rowPart(r, 2 + chunks) : Value();
+        Value sum = kb.f32(0.0);
+        for (int64_t nt = 0; nt < nTiles; ++nt) {
+          for (int64_t j = 0; j < 2; ++j) {
+            Value dot = acc[mt][nt][2 * half + j];
+            if (fp8 || prescale)
+              dot = kb.mul(dot, factor);
+            if (rowScale)
+              dot = kb.mul(dot, rowScale);
+            Value relu = kb.maxF(dot, kb.f32(0.0));
+            sum = kb.add(sum, kb.mul(weights[2 * nt + j], relu));
           }
-          sum = kb.add(sum, kb.shflXor(sum, 1));
-          sum = kb.add(sum, kb.shflXor(sum, 2));
-          if (fp8) {
-            Value flag = kb.zext(r.nan, i32);
-            flag = kb.orI(flag, kb.shflXor(flag, 1));
-            flag = kb.orI(flag, kb.shflXor(flag, 2));
-            sum = kb.select(kb.cmp(CmpIPredicate::ne, flag, kb.i32(0)),
-                            kb.f32Bits(0x7fc00000u), sum);
-          }
-          return sum;
-        };
-        Value zTop = rowScore(top, 0), zBottom = rowScore(bottom, 1);
-        Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
-        auto emit = [&](const RowData &r, Value z, int64_t owner) {
-          Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(owner));
-          Value write = r.valid;
-          Value value = z;
-          if (spec.sparse) {
-            // Entries past the visible length are NaN: never selected,
-            // never folded into the state.
-            write = kb.cmp(CmpIPredicate::slt, r.entry, total);
-            value = kb.select(r.valid, z, kb.f32Bits(0x7fc00000u));
-          }
-          kb.ifThen(kb.andI(mine, write), [&] {
-            kb.storeAt(value, out, kb.add(outBase, r.entry));
-          });
-        };
-        emit(top, zTop, 0);
-        emit(bottom, zBottom, 1);
-      });
-    });
+        }
+        sum = kb.add(sum, kb.shflXor(sum, 1));
+        sum = kb.add(sum, kb.shflXor(sum, 2));
+        if (fp8) {
+          Value flag = kb.zext(nanFlags[r], i32);
+          flag = kb.orI(flag, kb.shflXor(flag, 1));
+          flag = kb.orI(flag, kb.shflXor(flag, 2));
+          sum = kb.select(kb.cmp(CmpIPredicate::ne, flag, kb.i32(0)),
+                          kb.f32Bits(0x7fc00000u), sum);
+        }
+        // Thread t of the group writes row r = t (and r = t + 4, ...).
+        Value valid = rowPart(r, 0), entry = rowPart(r, 1);
+        Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
+        Value write = valid;
+        Value value = sum;
+        if (spec.sparse) {
+          // Entries past the visible length are NaN: never selected, never
+          // folded into the state.
+          write = kb.cmp(CmpIPredicate::slt, entry, total);
+          value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
+        }
+        kb.ifThen(kb.andI(mine, write), [&] {
+          kb.storeAt(value, out, kb.add(outBase, entry));
+        });
+      }
+    };
+
+    SmallVector<Value> first = fetchTile(tileStart(kb.i32(0)));
+    kb.forLoopWith(
+        kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), first,
+        [&](Value j, ValueRange current) -> SmallVector<Value> {
+          // Issue the next tile's loads before this tile's MMAs.
+          Value nextJ = kb.add(j, kb.i32(1));
+          SmallVector<Value> next = fetchTile(tileStart(nextJ));
+          Value start = tileStart(j);
+          kb.ifThen(kb.cmp(CmpIPredicate::slt, start, total),
+                    [&] { computeTile(current); });
+          return next;
+        });
   });
 
   LaunchShape shape;
-  int64_t slotsPerCta = tilesPerCta * 16;
+  int64_t slotsPerCta = tilesPerCta * 16 * spec.mTiles;
   shape.grid = {(spec.outWidth() + slotsPerCta - 1) / slotsPerCta,
                 spec.batch * spec.rows, 1};
   shape.blockThreads = threads;
