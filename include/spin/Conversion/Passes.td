@@ -109,7 +109,7 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "slots of state per request (0: the block table's reach)">,
     Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
            "warps per CTA of the scoring kernels">,
-    Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "8",
+    Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "16",
            "16-slot tiles each scoring warp handles">,
   ];
   let dependentDialects = [

@@ -11,10 +11,9 @@
 // chunk is permuted the same way for queries, so every dot product is the
 // same sum of the same products.
 //
-// fp8 e4m3 keys become f16 exactly by moving their bits (value * 2^-8,
-// subnormals included); bf16 queries of fp8/f16 keys become f16 after an
-// exact power-of-two prescale that puts the row's largest |q| in
-// [2^14, 2^15). Both factors are undone on the f32 accumulator.
+// fp8 e4m3 keys become f16 exactly (cvt.rn.f16x2.e4m3x2); bf16 queries of
+// fp8/f16 keys become f16 after an exact power-of-two prescale that puts the
+// row's largest |q| in [2^14, 2^15), undone on the f32 accumulator.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,23 +40,24 @@ void recordError(KernelBuilder &kb, Value errors, int32_t code, Value value,
   });
 }
 
-/// Two f16x2 registers from four e4m3 bytes: (b0, b2) and (b1, b3), each
-/// the fp8 value times 2^-8 (sign, then exponent and mantissa moved under
-/// the f16 exponent field).
+/// Two f16x2 registers from four e4m3 bytes, (b0, b1) and (b2, b3), with
+/// the exact `cvt.rn.f16x2.e4m3x2` (NaN stays NaN).
 std::pair<Value, Value> fp8QuadToF16(KernelBuilder &kb, Value x) {
-  Value lo = kb.orI(kb.shl(kb.andI(x, kb.i32(0x00800080)), kb.i32(8)),
-                    kb.shl(kb.andI(x, kb.i32(0x007f007f)), kb.i32(7)));
-  Value hi = kb.orI(kb.andI(x, kb.i32(static_cast<int32_t>(0x80008000u))),
-                    kb.shrU(kb.andI(x, kb.i32(0x7f007f00)), kb.i32(1)));
-  return {lo, hi};
-}
-
-/// True if any byte of `x` is an e4m3 NaN (exponent and mantissa all ones).
-Value fp8QuadHasNaN(KernelBuilder &kb, Value x) {
-  Value magnitude = kb.andI(x, kb.i32(0x7f7f7f7f));
-  Value carry = kb.andI(kb.add(magnitude, kb.i32(0x01010101)),
-                        kb.i32(static_cast<int32_t>(0x80808080u)));
-  return kb.cmp(CmpIPredicate::ne, carry, kb.i32(0));
+  OpBuilder &b = kb.builder();
+  Location loc = kb.location();
+  Type pair = VectorType::get({2}, b.getI8Type());
+  Type halves = VectorType::get({2}, b.getF16Type());
+  auto convert = [&](Value bits16) {
+    Value src = LLVM::BitcastOp::create(b, loc, pair, bits16);
+    Value h = NVVM::ConvertF8x2ToF16x2Op::create(
+        b, loc, halves, src, /*relu=*/b.getBoolAttr(false),
+        TypeAttr::get(b.getType<Float8E4M3FNType>()));
+    return kb.bitcast(h, kb.i32T());
+  };
+  Value lo = arith::TruncIOp::create(b, loc, kb.i16T(), x);
+  Value hi = arith::TruncIOp::create(b, loc, kb.i16T(),
+                                     kb.shrU(x, kb.i32(16)));
+  return {convert(lo), convert(hi)};
 }
 
 } // namespace
@@ -131,61 +131,87 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     //===--- stage the row's queries in shared memory ---------------------===//
     Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
     Value qBase = kb.mul(rowId, kb.i32(H * Dh));
-    Value unscale = kb.f32(fp8 ? 256.0 : 1.0);
-    if (!prescale && !fp8) {
-      // Same element type as the keys, natural order: 16-byte copies.
-      forEachThreadStrided(kb, kb.i32(H * Dh / 8), threads, [&](Value v) {
-        Value h = kb.divU(v, kb.i32(Dh / 8)), c = kb.remU(v, kb.i32(Dh / 8));
-        Value data = kb.loadAt(words, q, kb.add(kb.divU(qBase, kb.i32(8)), v),
-                               true);
-        Value at = kb.add(kb.mul(h, kb.i32(qStride / 8)), c);
-        kb.storeAt(data, qs, at);
+    Value unscale = kb.f32(1.0);
+    // 16-byte vectors of 8 query elements, natural order in shared memory.
+    const int64_t vectors = H * Dh / 8;
+    auto stagedAt = [&](Value v) {
+      Value h = kb.divU(v, kb.i32(Dh / 8)), c = kb.remU(v, kb.i32(Dh / 8));
+      return kb.add(kb.mul(h, kb.i32(qStride / 8)), c);
+    };
+    Value qVectors = kb.divU(qBase, kb.i32(8));
+    if (!prescale) {
+      // Same element type as the MMA: copies.
+      forEachThreadStrided(kb, kb.i32(vectors), threads, [&](Value v) {
+        kb.storeAt(kb.loadAt(words, q, kb.add(qVectors, v), true), qs,
+                   stagedAt(v));
       });
     } else {
-      auto toF32 = [&](Value bits16) -> Value {
-        if (spec.queryFormat == ElementFormat::bf16)
-          return kb.bitcast(kb.shl(kb.zext(bits16, i32), kb.i32(16)), f32);
-        return arith::ExtFOp::create(
-            b, loc, f32, kb.bitcast(bits16, b.getF16Type()));
+      // bf16 queries to f16 with a power-of-two prescale that puts the
+      // row's largest |q| in [2^14, 2^15): every thread keeps its vectors
+      // in registers between the maximum and the conversion.
+      const int64_t perThread = (vectors + threads - 1) / threads;
+      SmallVector<Value> mine, inRange;
+      Value localMax = kb.f32(0.0);
+      auto bf16At = [&](Value vec, int64_t e) {
+        Value word = kb.extract(vec, e / 2);
+        Value bits = e % 2 ? kb.andI(word, kb.i32(static_cast<int32_t>(0xffff0000u)))
+                           : kb.shl(word, kb.i32(16));
+        return kb.bitcast(bits, f32);
       };
-      Value scale = kb.f32(1.0);
-      if (prescale) {
-        Value localMax = kb.forLoopWith(
-            tid, kb.i32(H * Dh), kb.i32(threads), {kb.f32(0.0)},
-            [&](Value i, ValueRange acc) -> SmallVector<Value> {
-              Value x = toF32(kb.loadAt(i16, q, kb.add(qBase, i), true));
-              return {kb.maxF(acc[0], kb.absF(x))};
+      for (int64_t u = 0; u < perThread; ++u) {
+        Value v = kb.add(tid, kb.i32(u * threads));
+        Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
+        Value vec = kb.ifThenElse(
+            {words}, ok,
+            [&]() -> SmallVector<Value> {
+              return {kb.loadAt(words, q, kb.add(qVectors, v), true)};
+            },
+            [&]() -> SmallVector<Value> {
+              return {arith::ConstantOp::create(
+                  b, loc,
+                  DenseElementsAttr::get(cast<ShapedType>(words),
+                                         b.getI32IntegerAttr(0).getValue()))};
             })[0];
-        Value maxAbs = blockMaxF(kb, spec.name + "_qmax", localMax, threads);
-        Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
-                                 kb.i32(255));
-        exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
-                             kb.i32(127 - 14), exponent);
-        // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
-        Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
-                                         kb.i32(1)),
-                                 kb.i32(254));
-        scale = kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32);
-        // unscale = 2^(fp8 ? 8 : 0) / scale.
-        Value unscaleExp = kb.sub(kb.i32(fp8 ? 262 : 254), scaleExp);
-        unscaleExp = kb.minS(kb.maxS(unscaleExp, kb.i32(1)), kb.i32(254));
-        unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
+        mine.push_back(vec);
+        inRange.push_back(ok);
+        for (int64_t e = 0; e < 8; ++e)
+          localMax = kb.maxF(localMax, kb.absF(bf16At(vec, e)));
       }
-      forEachThreadStrided(kb, kb.i32(H * Dh), threads, [&](Value i) {
-        Value x = toF32(kb.loadAt(i16, q, kb.add(qBase, i), true));
-        Value half = kb.bitcast(kb.truncF16(kb.mul(x, scale)), i16);
-        Value h = kb.divU(i, kb.i32(Dh)), d = kb.remU(i, kb.i32(Dh));
-        if (fp8) {
-          // Within each quad the order (0, 2, 1, 3) of fp8QuadToF16.
-          Value quad = kb.andI(d, kb.i32(3));
-          Value moved = kb.select(
-              kb.cmp(CmpIPredicate::eq, quad, kb.i32(1)), kb.i32(2),
-              kb.select(kb.cmp(CmpIPredicate::eq, quad, kb.i32(2)), kb.i32(1),
-                        quad));
-          d = kb.orI(kb.andI(d, kb.i32(~3)), moved);
-        }
-        kb.storeAt(half, qs, kb.add(kb.mul(h, kb.i32(qStride)), d));
-      });
+      Value maxAbs = blockMaxF(kb, spec.name + "_qmax", localMax, threads);
+      Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
+                               kb.i32(255));
+      exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
+                           kb.i32(127 - 14), exponent);
+      // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
+      Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
+                                       kb.i32(1)),
+                               kb.i32(254));
+      Value scale = kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32);
+      Value unscaleExp =
+          kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
+                  kb.i32(254));
+      unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
+      for (int64_t u = 0; u < perThread; ++u) {
+        Value v = kb.add(tid, kb.i32(u * threads));
+        kb.ifThen(inRange[u], [&] {
+          SmallVector<Value> packed;
+          for (int64_t e = 0; e < 8; e += 2) {
+            auto half = [&](int64_t x) {
+              return kb.zext(
+                  kb.bitcast(kb.truncF16(kb.mul(bf16At(mine[u], x), scale)),
+                             i16),
+                  i32);
+            };
+            packed.push_back(
+                kb.orI(half(e), kb.shl(half(e + 1), kb.i32(16))));
+          }
+          Value vec = LLVM::UndefOp::create(b, loc, words);
+          for (int64_t x = 0; x < 4; ++x)
+            vec = LLVM::InsertElementOp::create(b, loc, vec, packed[x],
+                                                kb.i32(x));
+          kb.storeAt(vec, qs, stagedAt(v));
+        });
+      }
     }
     kb.barrier();
 
@@ -297,7 +323,6 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
           mTiles, SmallVector<SmallVector<Value, 4>>(
                       nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
-      SmallVector<Value> nanFlags(threadRows, kb.i1(false));
       for (int64_t c = 0; c < chunks; ++c) {
         // This chunk's A registers of every thread row, in k-step order.
         SmallVector<SmallVector<Value>> regs(threadRows);
@@ -308,7 +333,6 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
             if (fp8) {
               auto [lo, hi] = fp8QuadToF16(kb, word);
               regs[r].append({lo, hi});
-              nanFlags[r] = kb.orI(nanFlags[r], fp8QuadHasNaN(kb, word));
             } else {
               regs[r].push_back(word);
             }
@@ -344,29 +368,24 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
       for (int64_t r = 0; r < threadRows; ++r) {
         int64_t mt = r / 2, half = r % 2;
-        Value factor = unscale;
-        Value rowScale = spec.scales ? rowPart(r, 2 + chunks) : Value();
+        // dot * unscale * scale (exact powers of two aside, one rounding
+        // more than the CPU's dot * scale: within the f32 tolerance).
+        Value factor = prescale ? unscale : Value();
+        if (spec.scales)
+          factor = factor ? kb.mul(factor, rowPart(r, 2 + chunks))
+                          : rowPart(r, 2 + chunks);
         Value sum = kb.f32(0.0);
         for (int64_t nt = 0; nt < nTiles; ++nt) {
           for (int64_t j = 0; j < 2; ++j) {
             Value dot = acc[mt][nt][2 * half + j];
-            if (fp8 || prescale)
+            if (factor)
               dot = kb.mul(dot, factor);
-            if (rowScale)
-              dot = kb.mul(dot, rowScale);
             Value relu = kb.maxF(dot, kb.f32(0.0));
-            sum = kb.add(sum, kb.mul(weights[2 * nt + j], relu));
+            sum = LLVM::FMAOp::create(b, loc, weights[2 * nt + j], relu, sum);
           }
         }
         sum = kb.add(sum, kb.shflXor(sum, 1));
         sum = kb.add(sum, kb.shflXor(sum, 2));
-        if (fp8) {
-          Value flag = kb.zext(nanFlags[r], i32);
-          flag = kb.orI(flag, kb.shflXor(flag, 1));
-          flag = kb.orI(flag, kb.shflXor(flag, 2));
-          sum = kb.select(kb.cmp(CmpIPredicate::ne, flag, kb.i32(0)),
-                          kb.f32Bits(0x7fc00000u), sum);
-        }
         // Thread t of the group writes row r = t (and r = t + 4, ...).
         Value valid = rowPart(r, 0), entry = rowPart(r, 1);
         Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));

@@ -1,0 +1,64 @@
+"""Per-kernel GPU times of compiled steps (torch.profiler / CUPTI).
+
+    python3 bench/profile_gpu.py bench-artifacts NAME [NAME ...]
+
+Runs each artifact of bench-artifacts/ (bench_artifacts.py) on the inputs of
+bench_gpu.py -- SPIN after a warm-up and a few steps, so that it > 0 -- and
+prints the mean device time of every kernel of one step, for finding where a
+step's time goes. Runs on the GPU machine (torch with CUDA, spin from the
+runtime-only build on PYTHONPATH).
+"""
+
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_gpu as bg  # noqa: E402
+
+
+def main(argv):
+    import torch
+    import spin
+    from torch.profiler import ProfilerActivity, profile
+
+    root, names = argv[0], argv[1:]
+    index = bg.load_index(root)
+    by_name = {c["name"]: c for c in index["configs"]}
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for name in names:
+        c = by_name[name]
+        b, n, k, rows = c["batch"], c["slots"], c["k"], c["rows"]
+        program = spin.load(os.path.join(root, c["dir"]))
+        inputs = bg.InputSet(torch, c["format"], b, n, [rows], gen).step_inputs(rows)
+        state, ids = None, None
+        if c["mode"] == "spin":
+            state = program.new_state(slots=b)
+            ids = list(range(1, b + 1))
+            for i in ids:
+                state.add(i)
+            inputs.update(
+                positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
+                request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
+        for _ in range(4):
+            program(inputs, state, request_ids=ids)
+        program.check()
+        torch.cuda.synchronize()
+        steps = 10
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                program(inputs, state, request_ids=ids)
+            torch.cuda.synchronize()
+        totals = collections.OrderedDict()
+        for e in prof.events():
+            if e.device_type.name == "CUDA" and e.name.startswith("spin_"):
+                totals[e.name] = totals.get(e.name, 0.0) + e.device_time
+        print(f"== {name} (B={b}, N={n}, K={k}): per-step device time by kernel")
+        for kname, us in totals.items():
+            print(f"   {kname:36s} {us / steps:9.1f} us")
+        print(f"   {'sum':36s} {sum(totals.values()) / steps:9.1f} us")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
