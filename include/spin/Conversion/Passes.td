@@ -109,8 +109,8 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "slots of state per request (0: the block table's reach)">,
     Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
            "warps per CTA of the scoring kernels">,
-    Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "16",
-           "16-slot tiles each scoring warp handles">,
+    Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "0",
+           "warp tiles each scoring warp handles (0: by key format)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -313,9 +313,12 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
   spec.queryFormat = *queryFormat;
   spec.scales = static_cast<bool>(op.getScales());
   spec.warps = o.warpsPerCta;
-  spec.tilesPerWarp = o.tilesPerWarp;
   // fp8 rows are half as many registers: two M tiles share each B fragment.
   spec.mTiles = *keyFormat == ElementFormat::fp8e4m3 ? 2 : 1;
+  // Measured on the H200: 2048-slot CTAs (fp8) and 1024-slot CTAs (16-bit
+  // keys, two CTAs per SM) balance the per-CTA query staging and the tail.
+  spec.tilesPerWarp = o.tilesPerWarp > 0 ? o.tilesPerWarp
+                                         : (spec.mTiles == 2 ? 16 : 8);
   int64_t chunk = *keyFormat == ElementFormat::fp8e4m3 ? 64 : 32;
   if (spec.heads % 8 != 0 || spec.headDim % chunk != 0)
     return op.emitOpError("GPU path: heads must be a multiple of 8 and the "
@@ -431,10 +434,21 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                    addScratch(spec.name + "_counts", spec.batch * 4),
                    addScratch(spec.name + "_skip", spec.batch * 4),
                    spec.maxBlocks, spec.blockSize};
+  std::optional<Buffer> predicted;
+  if (canPredictByMax(spec)) {
+    spec.precomputed = true;
+    predicted = addScratch(spec.name + "_S",
+                           spec.batch * spec.rows * spec.maxBlocks * 4);
+    LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
+    launch(spec.name + "_predict", predict,
+           {*positions, *lengths, *slots, v, d, it, *predicted}, op);
+  }
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots,
                                   v,          d,        it,   mask.blocks,
                                   mask.counts, mask.mask, mask.skip};
+  if (predicted)
+    operands.push_back(*predicted);
   if (sparsity)
     operands.push_back(*sparsity);
   operands.push_back(*errors);

@@ -140,7 +140,22 @@ struct SelectKernelSpec {
   bool rowZeroOnly = false;
   bool reportSparsity = false;
   int64_t threads = 1024;
+  /// Block scores come from buildPredictKernel (an extra parameter, the
+  /// keys [batch * rows, maxBlocks], before `sparsity`).
+  bool precomputed = false;
+  int64_t predictBlocksPerCta = 64;
 };
+/// True when max pooling can be computed by many CTAs per row
+/// (buildPredictKernel).
+bool canPredictByMax(const SelectKernelSpec &spec);
+/// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
+/// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
+/// Parameters: positions, lengths, slots, v, d, it, keys (ptrs). Grid:
+/// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
+/// rows the select kernel rejects are skipped.
+LaunchShape buildPredictKernel(OpBuilder &b, Location loc,
+                               gpu::GPUModuleOp module,
+                               const SelectKernelSpec &spec);
 LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const SelectKernelSpec &spec);

@@ -33,6 +33,101 @@ uint64_t splitmix(uint64_t x) {
 }
 } // namespace
 
+bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
+  return spec.pooling == PoolingKind::max &&
+         (spec.blockSize % 32 == 0 || 32 % spec.blockSize == 0);
+}
+
+LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const SelectKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  const int64_t threads = 256, warps = threads / 32;
+  const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
+  const int64_t range = spec.predictBlocksPerCta;
+  gpu::GPUFuncOp func = createKernel(b, loc, module, spec.name + "_predict",
+                                     SmallVector<Type>(7, ptr), threads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  Value positions = func.getArgument(0), lengths = func.getArgument(1);
+  Value slots = func.getArgument(2), vState = func.getArgument(3);
+  Value dState = func.getArgument(4), itState = func.getArgument(5);
+  Value keysOut = func.getArgument(6);
+
+  Value lane = kb.laneId(), warp = kb.warpId();
+  Value rowId = kb.blockIdY();
+  Value request = kb.divU(rowId, kb.i32(spec.rows));
+  Value slot = kb.loadAt(i32, slots, request, true);
+  Value warmup = kb.cmp(arith::CmpIPredicate::eq,
+                        kb.loadAt(i64, itState, slot), kb.i64(0));
+  Value p = kb.loadAt(i32, positions, rowId, true);
+  Value n = kb.loadAt(i32, lengths, rowId, true);
+  // Rows the select kernel rejects (it reports them) are skipped here.
+  Value ok = kb.andI(
+      kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(1)),
+              kb.cmp(CmpIPredicate::sle, n,
+                     kb.i32(std::min(spec.capacity, MB * bs)))),
+      kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
+              kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1)))));
+  Value rowBlocks =
+      kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
+  Value active = kb.andI(kb.andI(ok, kb.not1(warmup)),
+                         kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+  kb.ifThen(active, [&] {
+    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
+    Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
+    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
+      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
+    });
+    kb.barrier();
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
+    Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
+    Value last = kb.sub(endSlot, kb.i32(1));
+    const int64_t unroll = 4, segment = std::min<int64_t>(bs, 32);
+    kb.forLoop(
+        kb.add(firstSlot, kb.mul(warp, kb.i32(32 * unroll))), endSlot,
+        kb.i32(warps * 32 * unroll), [&](Value base) {
+          SmallVector<Value> slotsIn, values;
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+            Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
+            Value at = kb.minS(i, last);
+            Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
+            Value di = kb.loadAt(f32, dState,
+                                 kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+            slotsIn.push_back(in);
+            values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
+          }
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value z = values[u];
+            for (int64_t off = segment / 2; off >= 1; off /= 2)
+              z = kb.maxF(z, kb.shflXor(z, off));
+            Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+            Value leader = kb.cmp(CmpIPredicate::eq,
+                                  kb.remU(lane, kb.i32(segment)), kb.i32(0));
+            kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
+              Value j = kb.sub(kb.divU(i, kb.i32(bs)), firstBlock);
+              LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax,
+                                        kb.gep(local, i32, j), kb.orderedKey(z),
+                                        LLVM::AtomicOrdering::monotonic);
+            });
+          }
+        });
+    kb.barrier();
+    Value outBase = kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
+    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
+      kb.storeAt(kb.loadAt(i32, local, j), keysOut, kb.add(outBase, j));
+    });
+  });
+  LaunchShape shape;
+  shape.grid = {(MB + range - 1) / range, spec.batch * spec.rows, 1};
+  shape.blockThreads = threads;
+  return shape;
+}
+
 LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const SelectKernelSpec &spec) {
@@ -40,6 +135,8 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
   Type i8 = kb.i8T();
   SmallVector<Type> params(11, ptr);
+  if (spec.precomputed)
+    params.push_back(ptr);
   if (spec.reportSparsity)
     params.push_back(ptr);
   params.push_back(ptr);
@@ -56,6 +153,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value itState = func.getArgument(a++);
   Value blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
   Value maskOut = func.getArgument(a++), skipOut = func.getArgument(a++);
+  Value precomputed = spec.precomputed ? func.getArgument(a++) : Value();
   Value sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   Value errors = func.getArgument(a++);
 
@@ -72,8 +170,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   base = kb.mix(kb.xorI(base, iteration));
 
   Value scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
-  const bool fastMax = spec.pooling == PoolingKind::max &&
-                       (bs % 32 == 0 || 32 % bs == 0);
+  const bool fastMax = canPredictByMax(spec);
   Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
   Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
   Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
@@ -130,7 +227,14 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
             //===--- predicted block scores (§3.2-3.3) --------------------===//
             // S is kept as order-preserving u32 keys (what the exploit
             // select ranks by).
-            if (fastMax) {
+            if (precomputed) {
+              // From the predict kernel (same keys, many CTAs per row).
+              Value base = kb.mul(rowId, kb.i32(MB));
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                kb.storeAt(kb.loadAt(i32, precomputed, kb.add(base, j)),
+                           scoreKeys, j);
+              });
+            } else if (fastMax) {
               // Max pooling: every thread streams slots with several loads
               // in flight; lanes of one block reduce by shuffles, and one
               // lane per block folds the result in with an atomic max.

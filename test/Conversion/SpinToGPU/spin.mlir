@@ -1,8 +1,8 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
-// scheduled asynchronously) becomes: reset, select (prediction, pooling,
-// selection, realized sparsity), sparse tensor-core scoring that records
+// scheduled asynchronously) becomes: reset, prediction and max pooling
+// (many CTAs per row), selection (and realized sparsity), sparse tensor-core scoring that records
 // event 0, sparse top-K on the caller's stream, and the EMA update on the
 // side stream after event 0.
 
@@ -18,6 +18,7 @@
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 1]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
 // CHECK: gpu.launch_func @spin_kernels::@spin_reset_0
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in ({{.*}}) threads in (%c256
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
