@@ -221,6 +221,8 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   PassManager toGpu(&context);
   ConvertSpinToGPUOptions gpu;
   gpu.capacity = options.capacity;
+  gpu.tilesPerWarp = options.tilesPerWarp;
+  gpu.mTiles = options.mTiles;
   toGpu.addPass(createConvertSpinToGPU(gpu));
   if (failed(toGpu.run(*module)))
     return fail("convert-spin-to-gpu failed");

@@ -45,6 +45,15 @@ static cl::opt<int64_t>
              cl::desc("Slots of state per request (default: the block "
                       "table's reach)"),
              cl::init(0));
+static cl::opt<int64_t> tilesPerWarp(
+    "tiles-per-warp",
+    cl::desc("Scoring: warp tiles per warp (default: by key format)"),
+    cl::init(0));
+static cl::opt<int64_t>
+    mTiles("m-tiles",
+           cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
+                    "(default: by key format)"),
+           cl::init(0));
 static cl::opt<std::string>
     sparsify("sparsify",
              cl::desc("Run spin-sparsify-pipeline with these options first "
@@ -92,6 +101,8 @@ int main(int argc, char **argv) {
   }
   options.optLevel = optLevel;
   options.capacity = capacity;
+  options.tilesPerWarp = tilesPerWarp;
+  options.mTiles = mTiles;
 
   auto file = MemoryBuffer::getFile(inputFile);
   if (!file)

@@ -111,6 +111,8 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "warps per CTA of the scoring kernels">,
     Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "0",
            "warp tiles each scoring warp handles (0: by key format)">,
+    Option<"mTiles", "m-tiles", "int64_t", "0",
+           "16-slot MMA tiles per warp tile, 1 or 2 (0: by key format)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -29,6 +29,8 @@ struct GpuCompileOptions {
   int64_t optLevel = 3;
   /// Slots of state per request; 0: the block table's reach.
   int64_t capacity = 0;
+  /// Scoring kernel shape (convert-spin-to-gpu's options; 0: by key format).
+  int64_t tilesPerWarp = 0, mTiles = 0;
 };
 
 /// A compiled GPU program: the manifest text and the PTX of each chip.

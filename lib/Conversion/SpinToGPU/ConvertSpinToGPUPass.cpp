@@ -196,7 +196,7 @@ private:
                             const MaskBuffers &mask, double decay,
                             int64_t stream, int64_t wait);
   LogicalResult lowerOne(Operation *op);
-  /// The four launches of a top-K (Kernels.h) and their scratch buffers.
+  /// The five launches of a top-K (Kernels.h) and their scratch buffers.
   void launchTopK(Operation *op, const TopKKernelSpec &spec, Buffer scores,
                   Buffer lengths, std::optional<MaskBuffers> mask, Buffer out);
   /// `to` stands for the same device data as `from` (async values).
@@ -314,7 +314,12 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
   spec.scales = static_cast<bool>(op.getScales());
   spec.warps = o.warpsPerCta;
   // fp8 rows are half as many registers: two M tiles share each B fragment.
-  spec.mTiles = *keyFormat == ElementFormat::fp8e4m3 ? 2 : 1;
+  spec.mTiles = o.mTiles > 0 ? o.mTiles
+                             : (*keyFormat == ElementFormat::fp8e4m3 ? 2 : 1);
+  if (spec.mTiles > 2)
+    return op.emitOpError("GPU path: m-tiles must be 1 or 2 (got ")
+               << spec.mTiles << ")",
+           failure();
   // Measured on the H200: 2048-slot CTAs (fp8) and 1024-slot CTAs (16-bit
   // keys, two CTAs per SM) balance the per-CTA query staging and the tail.
   spec.tilesPerWarp = o.tilesPerWarp > 0 ? o.tilesPerWarp
@@ -535,6 +540,7 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   int64_t rows = spec.batch * spec.rows;
   Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
   Buffer counter = addScratch(spec.name + "_found", rows * 4);
+  Buffer thresholds = addScratch(spec.name + "_bin", rows * 4);
   Buffer candidates =
       addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
   TopKLaunches shapes = buildTopKKernels(b, op->getLoc(), kernels, spec);
@@ -545,8 +551,9 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   SmallVector<Buffer> histArgs(row);
   histArgs.push_back(hist);
   launch(spec.name + "_hist", shapes.hist, histArgs, op);
+  launch(spec.name + "_threshold", shapes.threshold, {hist, thresholds}, op);
   SmallVector<Buffer> collectArgs(row);
-  collectArgs.append({hist, counter, candidates});
+  collectArgs.append({thresholds, counter, candidates});
   launch(spec.name + "_collect", shapes.collect, collectArgs, op);
   SmallVector<Buffer> finalArgs = {scores, lengths};
   if (mask)
@@ -849,7 +856,7 @@ struct ConvertSpinToGPUPass
     auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp};
+    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles};
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&
           !SymbolTable::getSymbolUses(func, module)->empty()) {
