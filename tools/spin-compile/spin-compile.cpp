@@ -47,12 +47,12 @@ static cl::opt<int64_t>
              cl::init(0));
 static cl::opt<int64_t> tilesPerWarp(
     "tiles-per-warp",
-    cl::desc("Scoring: warp tiles per warp (default: by key format)"),
+    cl::desc("Scoring: warp tiles per warp (default: 16)"),
     cl::init(0));
 static cl::opt<int64_t>
     mTiles("m-tiles",
            cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
-                    "(default: by key format)"),
+                    "(default: 1)"),
            cl::init(0));
 static cl::opt<std::string>
     sparsify("sparsify",

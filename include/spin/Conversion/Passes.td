@@ -110,9 +110,9 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
     Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
            "warps per CTA of the scoring kernels">,
     Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "0",
-           "warp tiles each scoring warp handles (0: by key format)">,
+           "warp tiles each scoring warp handles (0: 16)">,
     Option<"mTiles", "m-tiles", "int64_t", "0",
-           "16-slot MMA tiles per warp tile, 1 or 2 (0: by key format)">,
+           "16-slot MMA tiles per warp tile, 1 or 2 (0: 1)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

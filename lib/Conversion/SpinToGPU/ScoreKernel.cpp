@@ -89,8 +89,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   params.append({ptr, i32, ptr});
   gpu::GPUFuncOp func =
       createKernel(b, loc, module, spec.name, params, threads);
-  // 16-bit keys: two CTAs per SM (at most 128 registers) keep twice the
-  // loads in flight; fp8's two M tiles need the whole register file.
+  // One M tile: two CTAs per SM (at most 128 registers) keep twice the
+  // loads in flight; two M tiles need the whole register file.
   if (spec.mTiles == 1)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
   OpBuilder::InsertionGuard guard(b);

@@ -16,7 +16,7 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in ({{.*}}) threads in (%c1024{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, {{.*}}, %[[OUT]] : !llvm.ptr<1>)
 // CHECK-NOT: spin.dense_indexer
 // CHECK: gpu.module @spin_kernels
-// CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
 // CHECK: gpu.func @spin_topk_1
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
