@@ -260,6 +260,8 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   return artifact;
 }
 
+std::string mlir::spin::compilerVersion() { return SPIN_COMPILER_SOURCE_HASH; }
+
 Status mlir::spin::writeGpuArtifact(const GpuArtifact &artifact,
                                     const std::string &dir) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))

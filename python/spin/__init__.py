@@ -24,7 +24,8 @@ Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Union
+import os
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -114,31 +115,110 @@ class Program:
         return {name: array for name, (array, _) in outputs.items()}
 
 
+def _sparsify_text(pipeline_options: Optional[Dict[str, Any]]) -> Optional[str]:
+    if pipeline_options is None:
+        return None
+    return " ".join(f"{k.replace('_', '-')}={_option_text(v)}"
+                    for k, v in pipeline_options.items())
+
+
 def compile(mlir_text: str, function: str,
             pipeline_options: Optional[Dict[str, Any]] = None,
-            target: str = "cpu") -> Program:
-    """JIT-compiles ``function`` of an MLIR module with spin ops.
+            target: str = "cpu"):
+    """Compiles ``function`` of an MLIR module with spin ops.
 
     ``pipeline_options`` are spin-sparsify-pipeline options (for example
     ``{"sparsity": 0.4, "explore": 0.05}``); ``None`` compiles the graph as
-    written. Only ``target="cpu"`` is available in this build.
+    written. ``target="cpu"`` JIT-compiles for this machine and returns a
+    :class:`Program`; ``target="cuda"`` compiles PTX for torch's current CUDA
+    device (sm_90a, sm_100a or sm_103a) into the cache directory and returns
+    the loaded :class:`CudaProgram` (see :func:`compile_artifact` for
+    ahead-of-time artifacts).
 
     Compiled code is cached in this process and on disk (``$SPIN_CACHE_DIR``,
     else ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``; ``SPIN_CACHE_DIR=off``
     disables it) by a hash of the IR, the options and the compiler version;
-    corrupt or stale entries are detected by checksum and rebuilt.
+    corrupt or stale CPU entries are detected by checksum and rebuilt.
     """
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: compile() "
                            "needs -DSPIN_ENABLE_COMPILER=ON")
+    if target == "cuda":
+        torch = _cuda_torch("compile(target='cuda')")
+        major, minor = torch.cuda.get_device_capability()
+        chip = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}.get(
+            (major, minor))
+        if chip is None:
+            raise ValueError(f"no GPU code generation for compute capability "
+                             f"{major}.{minor} (spin targets sm_90a, sm_100a, "
+                             "sm_103a)")
+        return load(_cached_artifact(mlir_text, function, pipeline_options, [chip]))
     if target != "cpu":
-        raise ValueError(f"target {target!r} is not available: this build "
-                         "compiles for 'cpu' only")
-    options = None
-    if pipeline_options is not None:
-        options = " ".join(f"{k.replace('_', '-')}={_option_text(v)}"
-                           for k, v in pipeline_options.items())
-    return Program(_spin.compile(mlir_text, function, options))
+        raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r} "
+                         "(compile_artifact() writes PTX for named chips)")
+    return Program(_spin.compile(mlir_text, function,
+                                 _sparsify_text(pipeline_options)))
+
+
+def compile_artifact(mlir_text: str, function: str, out_dir: str,
+                     pipeline_options: Optional[Dict[str, Any]] = None,
+                     chips: Sequence[str] = ("sm_90a",),
+                     ptx_version: int = 0) -> str:
+    """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
+    does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
+    "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
+    :func:`load` on the serving machine. No GPU is needed. ``ptx_version``
+    (e.g. 88) defaults to the lowest every chip accepts."""
+    if not has_compiler:
+        raise RuntimeError("spin was built without the compiler: "
+                           "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
+    if isinstance(chips, str):
+        chips = [chips]
+    _spin.compile_gpu(mlir_text, function, _sparsify_text(pipeline_options),
+                      list(chips), int(ptx_version), os.fspath(out_dir))
+    return os.fspath(out_dir)
+
+
+def _cuda_torch(what: str):
+    try:
+        import torch
+    except ImportError as e:
+        raise RuntimeError(f"{what} needs torch with CUDA") from e
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs a CUDA device (torch.cuda.is_available() "
+                           "is False)")
+    return torch
+
+
+def _cached_artifact(mlir_text, function, pipeline_options, chips) -> str:
+    """The artifact directory for these inputs in the disk cache, compiled on
+    first use (a hash of the IR, options, chips and compiler version)."""
+    import hashlib
+    import tempfile
+    key = hashlib.sha256("\0".join([
+        _spin.compiler_version(), mlir_text, function,
+        _sparsify_text(pipeline_options) or "", ",".join(chips)]).encode()).hexdigest()
+    root = os.environ.get("SPIN_CACHE_DIR", "")
+    if root == "off":
+        root = tempfile.mkdtemp(prefix="spin-gpu-")
+    elif not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME",
+                                           os.path.expanduser("~/.cache")), "spin")
+    path = os.path.join(root, "gpu-" + key[:32])
+    try:
+        read_manifest(path)
+        return path
+    except (ValueError, OSError):
+        pass  # missing or corrupt: (re)build it
+    tmp = tempfile.mkdtemp(prefix="gpu-", dir=root) if os.path.isdir(root) else None
+    if tmp is None:
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="gpu-", dir=root)
+    compile_artifact(mlir_text, function, tmp, pipeline_options, chips)
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    return path
 
 
 def _option_text(value: Any) -> str:

@@ -1,6 +1,6 @@
 """Type stubs of the spin package (see __init__.py for the documentation)."""
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
@@ -17,9 +17,19 @@ class Program:
     def from_disk_cache(self) -> bool: ...
     def run(self, state: State, **inputs: ArrayLike) -> Dict[str, np.ndarray]: ...
 
+@overload
 def compile(mlir_text: str, function: str,
             pipeline_options: Optional[Dict[str, Any]] = ...,
-            target: str = ...) -> Program: ...
+            target: Literal["cpu"] = ...) -> Program: ...
+@overload
+def compile(mlir_text: str, function: str,
+            pipeline_options: Optional[Dict[str, Any]] = ...,
+            *, target: Literal["cuda"]) -> CudaProgram: ...
+
+def compile_artifact(mlir_text: str, function: str, out_dir: str,
+                     pipeline_options: Optional[Dict[str, Any]] = ...,
+                     chips: Sequence[str] = ...,
+                     ptx_version: int = ...) -> str: ...
 
 def new_state(capacity_slots: int, layers: int = ..., max_requests: int = ...,
               rows: int = ..., block_size: int = ...) -> State: ...

@@ -21,6 +21,7 @@
 
 #ifdef SPIN_HAS_COMPILER
 #include "spin/ExecutionEngine/CpuExecutable.h"
+#include "spin/ExecutionEngine/GpuCompiler.h"
 #endif
 
 #include <pybind11/pybind11.h>
@@ -438,5 +439,38 @@ PYBIND11_MODULE(_spin, m) {
       "JIT-compiles `function` of `source`; `options` are "
       "spin-sparsify-pipeline options ('sparsity=0.4 explore=0.05 ...') or "
       "None to compile the graph as written");
+  m.def("compiler_version", &mlir::spin::compilerVersion,
+        "A hash of the compiler sources (keys the program caches)");
+  m.def(
+      "compile_gpu",
+      [](const std::string &source, const std::string &function,
+         py::object options, const std::vector<std::string> &chips,
+         int64_t ptxVersion, const std::string &outDir) {
+        mlir::spin::SparsifyPipelineOptions parsed;
+        const mlir::spin::SparsifyPipelineOptions *sparsify = nullptr;
+        if (!options.is_none()) {
+          std::string text = options.cast<std::string>();
+          if (mlir::failed(parsed.parseFromString(text)))
+            raise("invalid spin-sparsify-pipeline options: '" + text + "'");
+          sparsify = &parsed;
+        }
+        mlir::spin::GpuCompileOptions gpu;
+        gpu.chips = chips;
+        gpu.ptxVersion = ptxVersion;
+        rt::Status written = rt::Status::success();
+        {
+          py::gil_scoped_release release;
+          rt::StatusOr<mlir::spin::GpuArtifact> artifact =
+              mlir::spin::compileGpuArtifact(source, function, sparsify, gpu);
+          written = artifact.ok()
+                        ? mlir::spin::writeGpuArtifact(*artifact, outDir)
+                        : artifact.status();
+        }
+        check(written);
+      },
+      py::arg("source"), py::arg("function"), py::arg("options"),
+      py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),
+      "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
+      "chip and manifest.json in `out_dir`");
 #endif
 }

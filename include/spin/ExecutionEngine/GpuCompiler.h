@@ -47,6 +47,9 @@ compileGpuArtifact(const std::string &source, const std::string &function,
                    const SparsifyPipelineOptions *sparsify,
                    const GpuCompileOptions &options);
 
+/// The compiler version artifacts record (a hash of the compiler sources).
+std::string compilerVersion();
+
 /// Writes `artifact` into directory `dir` (created if missing):
 /// manifest.json and <chip>.ptx.
 ::spin::runtime::Status writeGpuArtifact(const GpuArtifact &artifact,

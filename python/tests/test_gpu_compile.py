@@ -1,0 +1,73 @@
+"""GPU compilation from Python (no GPU needed): spin.compile_artifact writes
+the artifact spin-compile writes, and bad requests raise with a clear
+message."""
+
+import json
+import os
+import re
+
+import pytest
+
+import spin
+
+pytestmark = pytest.mark.skipif(not spin.has_compiler,
+                                reason="spin built without the compiler")
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_EXAMPLE = os.path.join(_ROOT, "examples", "deepseek-v4-flash-indexer.mlir")
+
+
+def _graph():
+    with open(_EXAMPLE) as f:
+        return f.read()
+
+
+def test_compile_artifact_writes_ptx_per_chip_and_a_manifest(tmp_path):
+    out = spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer",
+                                tmp_path / "a", {"sparsity": 0.5, "explore": 0.05},
+                                chips=["sm_90a", "sm_103a"])
+    assert out == os.fspath(tmp_path / "a")
+    manifest = spin.read_manifest(out)  # the runtime's validation
+    assert manifest["ptx"] == {"sm_90a": "sm_90a.ptx", "sm_103a": "sm_103a.ptx"}
+    assert manifest["state"]["capacity"] == 131072
+    with open(os.path.join(out, "manifest.json")) as f:
+        raw = json.load(f)
+    assert raw["ptx_version"] == 88  # what sm_103a needs
+    roles = [(a["role"], a["name"]) for a in manifest["arguments"]]
+    assert ("input", "keys") in roles and ("output", "topk") in roles
+    assert ("output", "sparsity") in roles and ("state", "v") in roles
+    kernels = {launch["kernel"] for launch in raw["launches"]}
+    assert any(k.startswith("spin_score_sparse") for k in kernels)
+    for chip in ("sm_90a", "sm_103a"):
+        text = (tmp_path / "a" / f"{chip}.ptx").read_text()
+        assert f".target {chip}" in text
+        assert "mma.sync.aligned.m16n8k16" in text
+
+
+def test_compile_artifact_dense_graph_is_stateless(tmp_path):
+    out = spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer", tmp_path / "d")
+    manifest = spin.read_manifest(out)
+    assert manifest["state"] is None  # stateless
+    assert not any(a["role"] == "state" for a in manifest["arguments"])
+
+
+@pytest.mark.parametrize("chips,ptx,message", [
+    (["sm_89"], 0, "unknown chip 'sm_89'"),
+    (["sm_103a"], 86, "sm_103a needs PTX version 8.8 or later (got 8.6)"),
+])
+def test_compile_artifact_rejects_bad_targets(tmp_path, chips, ptx, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer", tmp_path / "x",
+                              chips=chips, ptx_version=ptx)
+    assert not (tmp_path / "x" / "manifest.json").exists()
+
+
+def test_compile_artifact_names_an_unsupported_graph(tmp_path):
+    with pytest.raises(ValueError, match="only the A1 block reduction is supported"):
+        spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer", tmp_path / "y",
+                              {"sparsity": 0.5, "reduction": "A0"})
+
+
+def test_compile_target_must_be_cpu_or_cuda():
+    with pytest.raises(ValueError, match="target must be 'cpu' or 'cuda'"):
+        spin.compile(_graph(), "dsv4_flash_indexer_layer", target="sm_90a")
