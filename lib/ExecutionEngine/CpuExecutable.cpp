@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "spin/ExecutionEngine/CpuExecutable.h"
+
+#include "GraphFrontEnd.h"
 #include "spin/Dialect/Spin/Transforms/GraphInputs.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 #include "spin/InitAllSpin.h"
@@ -212,32 +214,14 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
   std::shared_ptr<CpuExecutable> exe(new CpuExecutable());
   MLIRContext &context = exe->impl_->context;
 
-  std::string diagnostics;
-  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
-    llvm::raw_string_ostream os(diagnostics);
-    os << diag.getLocation() << ": " << diag << "\n";
-    return success();
-  });
-  auto fail = [&](const std::string &what) {
-    return Status::error(what + (diagnostics.empty() ? "" : ":\n" + diagnostics));
-  };
-
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
-  if (!module)
-    return fail("cannot parse the graph");
+  DiagnosticCollector diagnostics(context);
+  auto fail = [&](const std::string &what) { return diagnostics.fail(what); };
+  StatusOr<OwningOpRef<ModuleOp>> loaded =
+      loadGraph(context, diagnostics, source, function, sparsify);
+  if (!loaded.ok())
+    return loaded.status();
+  OwningOpRef<ModuleOp> module = std::move(*loaded);
   auto func = module->lookupSymbol<func::FuncOp>(function);
-  if (!func)
-    return fail("the graph has no function @" + function);
-
-  if (sparsify) {
-    PassManager pm(&context);
-    SparsifyPipelineOptions options;
-    options.copyOptionValuesFrom(*sparsify);
-    options.reportSparsity = true;
-    buildSparsifyPipeline(pm, options);
-    if (failed(pm.run(*module)))
-      return fail("spin-sparsify-pipeline failed");
-  }
   nameGraphInputs(func);
   {
     llvm::raw_string_ostream os(exe->graphIR_);

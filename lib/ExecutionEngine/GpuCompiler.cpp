@@ -12,6 +12,7 @@
 #include "spin/ExecutionEngine/CpuExecutable.h"
 #include "spin/InitAllSpin.h"
 
+#include "GraphFrontEnd.h"
 #include "SpinCompilerVersion.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -188,35 +189,17 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   registerSpinDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  std::string diagnostics;
-  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
-    llvm::raw_string_ostream os(diagnostics);
-    os << diag.getLocation() << ": " << diag << "\n";
-    return success();
-  });
-  auto fail = [&](const std::string &what) {
-    return Status::error(what + (diagnostics.empty() ? "" : ":\n" + diagnostics));
-  };
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context);
-  if (!module)
-    return fail("cannot parse the graph");
-  auto func = module->lookupSymbol<func::FuncOp>(function);
-  if (!func)
-    return fail("the graph has no function @" + function);
+  DiagnosticCollector diagnostics(context);
+  auto fail = [&](const std::string &what) { return diagnostics.fail(what); };
   std::map<std::string, std::string> optionText;
-  if (sparsify) {
-    PassManager pm(&context);
-    SparsifyPipelineOptions opts;
-    opts.copyOptionValuesFrom(*sparsify);
-    opts.reportSparsity = true;
-    buildSparsifyPipeline(pm, opts);
-    if (failed(pm.run(*module)))
-      return fail("spin-sparsify-pipeline failed");
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    opts.print(os);
-    optionText["sparsify"] = text;
-  }
+  std::string sparsifyText;
+  StatusOr<OwningOpRef<ModuleOp>> loaded = loadGraph(
+      context, diagnostics, source, function, sparsify, &sparsifyText);
+  if (!loaded.ok())
+    return loaded.status();
+  OwningOpRef<ModuleOp> module = std::move(*loaded);
+  if (sparsify)
+    optionText["sparsify"] = sparsifyText;
 
   PassManager toGpu(&context);
   ConvertSpinToGPUOptions gpu;
