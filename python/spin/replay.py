@@ -401,6 +401,12 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
     started = time.time()
     next_report = 1
     for t in range(T):
+        # A new turn (trace header 'resets'): the state starts over, and
+        # this step is the request's dense warm-up.
+        for b in np.flatnonzero(trace.resets[t]):
+            for run in runs:
+                run["state"].reset(int(ids[b]))
+        warmup = np.full(B, t == 0) | trace.resets[t]
         cur_z = []
         for layer in range(L):
             truth, results, zs = engine.step(layer, t, diag is not None)
@@ -409,9 +415,9 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
             for run, (top, sp) in zip(runs, results):
                 if layer == heatmap_layer:
                     run["heat"].append(np.asarray(top[0, 0]).copy())
-                if t == 0:
-                    continue  # warm-up: dense selection, not a sparse row
                 for b in range(B):
+                    if warmup[b]:
+                        continue  # warm-up: dense selection, not a sparse row
                     for r in range(R):
                         m = miss_rate(truth[b, r], top[b, r])
                         if m is not None:

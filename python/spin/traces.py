@@ -145,6 +145,7 @@ class Trace:
     files: Dict[tuple, str] = field(default_factory=dict)  # (layer, step, name) -> path
     request_ids: np.ndarray = None
     accepted: Optional[np.ndarray] = None  # [steps, B] for rows > 1
+    resets: Optional[np.ndarray] = None  # [steps, B] bool: a new turn starts
 
     def __getattr__(self, name):
         header = self.__dict__.get("header") or {}
@@ -191,6 +192,33 @@ _REQUIRED = {"layers": int, "steps": int, "batch": int, "rows": int, "heads": in
 #: not needed (kept and ignored when present).
 _REQUIRED_SCORES = {k: v for k, v in _REQUIRED.items()
                     if k not in ("heads", "head_dim", "key_format")}
+
+
+def _read_resets(hp: str, value, T: int, B: int) -> np.ndarray:
+    """The header's optional ``resets``: ``[step, batch index]`` pairs at which
+    a request starts a new turn (its state is reset before that step, which
+    is then a dense warm-up). Returns a ``[steps, B]`` bool matrix."""
+    resets = np.zeros((T, B), dtype=bool)
+    if value is None:
+        return resets
+    if not isinstance(value, list):
+        raise TraceError(f"{hp}: 'resets' must be a list of [step, batch index] pairs, "
+                         f"got {value!r}")
+    for pair in value:
+        if (not isinstance(pair, list) or len(pair) != 2 or
+                not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+            raise TraceError(f"{hp}: 'resets' entries must be [step, batch index] integer "
+                             f"pairs, got {pair!r}")
+        t, b = pair
+        if not 0 <= t < T:
+            raise TraceError(f"{hp}: reset {pair}: step {t} is outside 0..{T - 1} (steps)")
+        if not 0 <= b < B:
+            raise TraceError(f"{hp}: reset {pair}: batch index {b} is outside 0..{B - 1} "
+                             "(batch)")
+        if resets[t, b]:
+            raise TraceError(f"{hp}: reset {pair} is listed twice")
+        resets[t, b] = True
+    return resets
 
 
 def load_trace(path: str) -> Trace:
@@ -241,8 +269,9 @@ def load_trace(path: str) -> Trace:
         if accepted.min() < 0 or accepted.max() > R - 1:
             raise TraceError(f"{hp}: 'accepted' values must lie in 0..{R - 1} (rows - 1)")
         accepted = accepted.astype(np.int64)
+    resets = _read_resets(hp, header.get("resets"), T, B)
     trace = Trace(path=path, header=header, request_ids=np.asarray(ids, dtype=np.int64),
-                  accepted=accepted)
+                  accepted=accepted, resets=resets)
     if kind == "scores":
         _load_scores(trace, hp)
         return trace

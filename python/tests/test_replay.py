@@ -2,6 +2,7 @@
 synthetic traces, Table 1 diagnostics and the command line end to end."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -536,3 +537,55 @@ def test_cli_scores_end_to_end(tmp_path):
     assert set(report["diagnostics"]["overall"]) == set(replay.PREDICTORS)
     done = _cli(trace, "--reduction", "A2")
     assert done.returncode == 2 and "reduction A2 cannot replay a scores trace" in done.stderr
+
+
+def _add_resets(path, resets):
+    hp = os.path.join(path, "header.json")
+    with open(hp) as f:
+        header = json.load(f)
+    header["resets"] = resets
+    with open(hp, "w") as f:
+        json.dump(header, f)
+
+
+@pytest.mark.parametrize("resets,message", [
+    ([[99, 0]], "step 99 is outside"),
+    ([[3, 7]], "batch index 7 is outside"),
+    ([[3, 0], [3, 0]], "is listed twice"),
+    ([[3]], "must be [step, batch index] integer pairs"),
+    ({"3": 0}, "must be a list of [step, batch index] pairs"),
+])
+def test_resets_header_validation(small_trace, resets, message):
+    _add_resets(small_trace, resets)
+    with pytest.raises(traces.TraceError, match=re.escape(message)):
+        traces.load_trace(small_trace)
+
+
+def test_resets_load_as_a_matrix(tmp_path):
+    path = traces.generate(str(tmp_path / "t"), layers=1, steps=6, batch=3, context=128)
+    _add_resets(path, [[2, 1], [4, 0]])
+    trace = traces.load_trace(path)
+    expected = np.zeros((6, 3), dtype=bool)
+    expected[2, 1] = expected[4, 0] = True
+    assert (trace.resets == expected).all()
+
+
+@needs_spin
+def test_reset_starts_a_new_turn_with_a_dense_warm_up(tmp_path):
+    # Blocks move every step, so SPIN without exploration misses often; at a
+    # reset the request's step is a warm-up again: every block is selected
+    # and its top-K equals the dense one exactly, and it is not a sparse row.
+    path = traces.generate(str(tmp_path / "moving"), layers=1, steps=10, batch=2,
+                           context=512, diagonal=(), noise=0.05, layer_noise=0.0,
+                           move_every_step=True)
+    plain = replay.replay(path, replay.configs([0.8], explores=[0.0]), diagnostics=False)
+    _add_resets(path, [[6, 0], [7, 1]])
+    turns = replay.replay(path, replay.configs([0.8], explores=[0.0]), diagnostics=False)
+    assert plain["runs"][0]["overall"]["rows"] == 9 * 2
+    assert turns["runs"][0]["overall"]["rows"] == 9 * 2 - 2
+    heat, label = turns["heatmap"], turns["runs"][0]["label"]
+    assert heat["request_id"] == int(traces.load_trace(path).request_ids[0])  # reset at 6
+    assert heat["spin_topk"][label][6] == heat["dense_topk"][6]
+    differs = [t for t in range(1, 10)
+               if plain["heatmap"]["spin_topk"][label][t] != plain["heatmap"]["dense_topk"][t]]
+    assert 6 in differs  # without the reset, step 6 was a sparse step that missed
