@@ -255,3 +255,26 @@ void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
     }
   }
 }
+
+void mlir::spin::gpu_codegen::recordError(KernelBuilder &kb, Value errors,
+                                          int32_t code, Value value,
+                                          Value request, Value row) {
+  Value old = kb.atomicCAS(errors, kb.i32(0), kb.i32(code));
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, old, kb.i32(0)), [&] {
+    kb.storeAt(value, errors, kb.i32(1));
+    kb.storeAt(request, errors, kb.i32(2));
+    kb.storeAt(row, errors, kb.i32(3));
+  });
+}
+
+RowChecks mlir::spin::gpu_codegen::checkRow(KernelBuilder &kb, Value p,
+                                            Value n, int64_t capacity,
+                                            int64_t reach) {
+  Value lengthOk =
+      kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
+              kb.cmp(CmpIPredicate::sle, n, kb.i32(std::min(capacity, reach))));
+  Value positionOk =
+      kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(capacity)),
+              kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1))));
+  return {lengthOk, positionOk};
+}

@@ -61,6 +61,19 @@ Value isSelected(KernelBuilder &kb, const RadixSelection &selection,
 void bitonicSortU64(KernelBuilder &kb, Value keys, int64_t size,
                     int64_t blockThreads);
 
+/// Writes an error into the error record `{code, value, request, row}`
+/// (docs/GPU-ABI.md) unless an earlier one is there: the first error wins.
+void recordError(KernelBuilder &kb, Value errors, int32_t code, Value value,
+                 Value request, Value row);
+
+/// SPIN_SPEC §2's checks of a row with position `p` and visible length `n`:
+/// the length within `[0, reach]`, and `n <= p + 1`, `p < capacity`.
+struct RowChecks {
+  Value lengthOk, positionOk;
+};
+RowChecks checkRow(KernelBuilder &kb, Value p, Value n, int64_t capacity,
+                   int64_t reach);
+
 /// `for (i = tid; i < n; i += blockThreads) body(i)`.
 void forEachThreadStrided(KernelBuilder &kb, Value n, int64_t blockThreads,
                           function_ref<void(Value)> body);

@@ -28,18 +28,6 @@ using arith::CmpIPredicate;
 
 namespace {
 
-/// Writes the first error of a step into the error record (code, value,
-/// request, row); later errors keep the first.
-void recordError(KernelBuilder &kb, Value errors, int32_t code, Value value,
-                 Value request, Value row) {
-  Value old = kb.atomicCAS(errors, kb.i32(0), kb.i32(code));
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, old, kb.i32(0)), [&] {
-    kb.storeAt(value, errors, kb.i32(1));
-    kb.storeAt(request, errors, kb.i32(2));
-    kb.storeAt(row, errors, kb.i32(3));
-  });
-}
-
 /// Two f16x2 registers from four e4m3 bytes, (b0, b1) and (b2, b3), with
 /// the exact `cvt.rn.f16x2.e4m3x2` (NaN stays NaN).
 std::pair<Value, Value> fp8QuadToF16(KernelBuilder &kb, Value x) {

@@ -64,12 +64,8 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
   // Rows the select kernel rejects (it reports them) are skipped here.
-  Value ok = kb.andI(
-      kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(1)),
-              kb.cmp(CmpIPredicate::sle, n,
-                     kb.i32(std::min(spec.capacity, MB * bs)))),
-      kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
-              kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1)))));
+  RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
+  Value ok = kb.andI(checks.lengthOk, checks.positionOk);
   Value rowBlocks =
       kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
   Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
@@ -178,15 +174,6 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
                        [&](Value j) { kb.storeAt(kb.constant(i8, 0), mask, j); });
   kb.barrier();
 
-  auto recordError = [&](int32_t code, Value value, Value row) {
-    Value old = kb.atomicCAS(errors, kb.i32(0), kb.i32(code));
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, old, kb.i32(0)), [&] {
-      kb.storeAt(value, errors, kb.i32(1));
-      kb.storeAt(request, errors, kb.i32(2));
-      kb.storeAt(row, errors, kb.i32(3));
-    });
-  };
-
   Value requestOk = kb.forLoopWith(
       kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
       [&](Value r, ValueRange okIn) -> SmallVector<Value> {
@@ -194,18 +181,17 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
         Value p = kb.loadAt(i32, positions, rowId, true);
         Value n = kb.loadAt(i32, lengths, rowId, true);
         // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
-        Value lengthOk =
-            kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-                    kb.cmp(CmpIPredicate::sle, n,
-                           kb.i32(std::min(spec.capacity, MB * bs))));
-        Value positionOk =
-            kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
-                    kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1))));
+        RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
+        Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
         kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
           kb.ifThen(kb.not1(lengthOk),
-                    [&] { recordError(ErrorBadLength, n, r); });
+                    [&] {
+                      recordError(kb, errors, ErrorBadLength, n, request, r);
+                    });
           kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)),
-                    [&] { recordError(ErrorBadPosition, p, r); });
+                    [&] {
+                      recordError(kb, errors, ErrorBadPosition, p, request, r);
+                    });
         });
         Value ok = kb.andI(lengthOk, positionOk);
         Value used = ok;

@@ -42,13 +42,9 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value slot = kb.loadAt(i32, slots, request, true);
   Value p = kb.loadAt(i32, positions, request, true);
   Value n = kb.loadAt(i32, lengths, request, true);
-  Value ok = kb.andI(
-      kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-              kb.cmp(CmpIPredicate::sle, n,
-                     kb.i32(std::min(spec.capacity,
-                                     spec.maxBlocks * spec.blockSize)))),
-      kb.andI(kb.cmp(CmpIPredicate::slt, p, kb.i32(spec.capacity)),
-              kb.cmp(CmpIPredicate::sle, n, kb.add(p, kb.i32(1)))));
+  RowChecks checks = checkRow(kb, p, n, spec.capacity,
+                              spec.maxBlocks * spec.blockSize);
+  Value ok = kb.andI(checks.lengthOk, checks.positionOk);
   ok = kb.andI(ok, kb.cmp(CmpIPredicate::eq,
                           kb.loadAt(i32, skip, request, true), kb.i32(0)));
   kb.ifThen(ok, [&] {
