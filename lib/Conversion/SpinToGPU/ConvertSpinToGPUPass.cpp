@@ -323,6 +323,16 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
                << spec.mTiles << ")",
            failure();
   spec.tilesPerWarp = o.tilesPerWarp > 0 ? o.tilesPerWarp : 16;
+  if (o.wgmma) {
+    if (spec.mTiles != 1 || spec.warps % 4 != 0 || spec.heads > 256)
+      return op.emitOpError("GPU path: wgmma scoring needs m-tiles = 1, "
+                            "warps-per-cta a multiple of 4 and at most 256 "
+                            "heads (got m-tiles = ")
+                 << spec.mTiles << ", warps-per-cta = " << spec.warps
+                 << ", H = " << spec.heads << ")",
+             failure();
+    spec.wgmma = true;
+  }
   int64_t chunk = *keyFormat == ElementFormat::fp8e4m3 ? 64 : 32;
   if (spec.heads % 8 != 0 || spec.headDim % chunk != 0)
     return op.emitOpError("GPU path: heads must be a multiple of 8 and the "
@@ -855,7 +865,8 @@ struct ConvertSpinToGPUPass
     auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles};
+    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles,
+                                 wgmma};
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&
           !SymbolTable::getSymbolUses(func, module)->empty()) {
