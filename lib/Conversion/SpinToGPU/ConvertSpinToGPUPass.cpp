@@ -728,7 +728,10 @@ void PlanBuilder::emit() {
     capacity = std::max(capacity, capacityOf(layer));
   plan->setAttr("spin.capacity", b.getI64IntegerAttr(capacity));
   plan->setAttr("spin.block_size", b.getI64IntegerAttr(stateBlockSize));
-  plan->setAttr("spin.layers", b.getI64IntegerAttr(states.size()));
+  // Layers are indices into the runtime's per-layer state: a graph of layer
+  // 2 alone needs a pool of 3 layers.
+  int64_t layers = states.empty() ? 0 : states.rbegin()->first + 1;
+  plan->setAttr("spin.layers", b.getI64IntegerAttr(layers));
   Block *body = plan.addEntryBlock();
   b.setInsertionPointToStart(body);
   Location loc = func.getLoc();

@@ -111,7 +111,7 @@ struct TopKKernelSpec {
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
   int64_t threads = 1024;
-  int64_t chunk = 4096;       ///< entries per histogram / collect CTA
+  int64_t chunk = 4096; ///< entries per histogram / collect CTA (16 per thread)
   int64_t candidates = 16384; ///< candidate buffer per row
 
   int64_t histBins() const { return 4096; }
