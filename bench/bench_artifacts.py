@@ -264,7 +264,9 @@ def main(argv=None):
 
     compiler_version = json.load(open(os.path.join(args.out, configs[0]["name"],
                                                    "manifest.json")))["compiler_version"]
-    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+    # The commit, marked "+dirty" when tracked files differ from it (the
+    # compiler hash in each manifest names the exact sources).
+    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty=+dirty"],
                          capture_output=True, text=True).stdout.strip()
     index = {
         "format": "spin-bench-artifacts", "version": 1,
