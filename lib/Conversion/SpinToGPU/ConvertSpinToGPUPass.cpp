@@ -549,6 +549,7 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   int64_t rows = spec.batch * spec.rows;
   Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
   Buffer counter = addScratch(spec.name + "_found", rows * 4);
+  Buffer thresholds = addScratch(spec.name + "_bin", rows * 4);
   Buffer candidates =
       addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
   TopKLaunches shapes = buildTopKKernels(b, op->getLoc(), kernels, spec);
@@ -559,8 +560,9 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   SmallVector<Buffer> histArgs(row);
   histArgs.push_back(hist);
   launch(spec.name + "_hist", shapes.hist, histArgs, op);
+  launch(spec.name + "_threshold", shapes.threshold, {hist, thresholds}, op);
   SmallVector<Buffer> collectArgs(row);
-  collectArgs.append({hist, counter, candidates});
+  collectArgs.append({thresholds, counter, candidates});
   launch(spec.name + "_collect", shapes.collect, collectArgs, op);
   SmallVector<Buffer> finalArgs = {scores, lengths};
   if (mask)

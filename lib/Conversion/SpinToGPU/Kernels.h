@@ -83,15 +83,16 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 // Top-K (SPIN_SPEC §1, §3.9)
 //===----------------------------------------------------------------------===//
 
-/// Top-K of every row in four launches, so that long rows are read by many
+/// Top-K of every row in five launches, so that long rows are read by many
 /// CTAs and only a short candidate list by one:
 ///  1. `<name>_clear` zeroes the per-row histograms and candidate counters;
 ///  2. `<name>_hist` (chunks x rows CTAs) histograms the top 12 bits of the
 ///     order-preserving keys of the eligible (non-NaN) scores;
-///  3. `<name>_collect` (chunks x rows): every CTA finds the bin holding the
-///     row's K-th largest from the histogram, then appends every entry of
-///     its chunk at or above that bin as (key, entry);
-///  4. `<name>` (one CTA per row) radix-selects the K largest candidates
+///  3. `<name>_threshold` (one CTA per row) finds the bin holding the K-th
+///     largest;
+///  4. `<name>_collect` (chunks x rows) appends every entry at or above
+///     that bin as (key, entry);
+///  5. `<name>` (one CTA per row) radix-selects the K largest candidates
 ///     (ties to the lower entry, so to the lower slot), sorts them by
 ///     (score desc, entry asc) with a bitonic sort and writes slots, -1 for
 ///     missing ones. When the candidates overflow their buffer (a bin
@@ -101,7 +102,8 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 /// back to slots through the block list.
 ///
 /// Parameters: clear(hist, counter); hist(scores, lengths, [counts], hist);
-/// collect(scores, lengths, [counts], hist, counter, candidates);
+/// threshold(hist, thresholds); collect(scores, lengths, [counts],
+/// thresholds, counter, candidates);
 /// final(scores, lengths, [blocks, counts], counter, candidates, out).
 struct TopKKernelSpec {
   std::string name;
@@ -116,7 +118,7 @@ struct TopKKernelSpec {
   int64_t chunksPerRow() const { return (width + chunk - 1) / chunk; }
 };
 struct TopKLaunches {
-  LaunchShape clear, hist, collect, final;
+  LaunchShape clear, hist, threshold, collect, final;
 };
 TopKLaunches buildTopKKernels(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,

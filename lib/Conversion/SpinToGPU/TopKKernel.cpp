@@ -228,23 +228,34 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     launches.hist.blockThreads = small;
   }
 
-  //===--- 3. the K-th largest's bin, then the candidates --------------------===//
+  //===--- 3. the bin of the K-th largest, once per row ----------------------===//
+  {
+    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_threshold",
+                                   {ptr, ptr}, small);
+    Value hist = f.getArgument(0), thresholds = f.getArgument(1);
+    Value rowId = kb.blockIdX();
+    Value bin = thresholdBin(kb, spec.name + "_threshold", hist,
+                             kb.mul(rowId, kb.i32(bins)), bins, small,
+                             kb.i32(spec.k));
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+              [&] { kb.storeAt(bin, thresholds, rowId); });
+    launches.threshold.grid = {rows, 1, 1};
+    launches.threshold.blockThreads = small;
+  }
+
+  //===--- 4. collect the candidates ----------------------------------------===//
   {
     gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_collect",
                                    rowParams({ptr, ptr, ptr}), small);
     unsigned a = 0;
     Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
     Value counts = spec.sparse ? f.getArgument(a++) : Value();
-    Value hist = f.getArgument(a++), counter = f.getArgument(a++);
+    Value thresholds = f.getArgument(a++), counter = f.getArgument(a++);
     Value candidates = f.getArgument(a++);
     RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
     Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
     kb.ifThen(kb.cmp(CmpIPredicate::slt, first, row.n), [&] {
-      // Every CTA of the row reads the row's 4096 bins (16 per thread)
-      // rather than waiting for a launch that finds the bin once.
-      Value bin = thresholdBin(kb, spec.name + "_threshold", hist,
-                               kb.mul(row.rowId, kb.i32(bins)), bins, small,
-                               kb.i32(spec.k));
+      Value bin = kb.loadAt(i32, thresholds, row.rowId, true);
       Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
       Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
       // One counter atomic per CTA: each thread counts its candidates, a
@@ -289,7 +300,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     launches.collect.blockThreads = small;
   }
 
-  //===--- 4. select, sort and write ----------------------------------------===//
+  //===--- 5. select, sort and write ----------------------------------------===//
   {
     SmallVector<Type> params = {ptr, ptr};
     if (spec.sparse)
