@@ -40,6 +40,10 @@ has_compiler: bool = bool(_spin.has_compiler)
 
 _POOLINGS = ("max", "mean", "top4")
 _REDUCTIONS = ("A0", "A1", "A2")
+_EXPLORE_POLICIES = ("random", "staleness-score", "block-age")
+#: Exploration policies that rank blocks by age: their state keeps the
+#: per-block last-observed iterations (``last_observed``).
+_AGE_POLICIES = ("staleness-score", "block-age")
 _MTP_MASKS = ("union", "row0")
 _MTP_UPDATES = ("prefix", "row0")
 _KEY_FORMATS = ("bf16", "f16", "f32", "fp8")
@@ -238,12 +242,13 @@ class State:
     """
 
     def __init__(self, pool: "_spin.StatePool", capacity: int, layers: int,
-                 rows: int, block_size: int):
+                 rows: int, block_size: int, last_observed: bool = False):
         self._pool = pool
         self.capacity = capacity
         self.layers = layers
         self.rows = rows
         self.block_size = block_size
+        self.has_last_observed = bool(last_observed)
 
     def _native(self) -> "_spin.StatePool":
         if self._pool is None:
@@ -275,6 +280,14 @@ class State:
         v, d = self._native().state(int(request_id), int(layer))
         return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
 
+    def last_observed(self, request_id: int, layer: int = 0) -> np.ndarray:
+        """Copy of the request's per-block last-observed iterations on
+        ``layer`` (int32, ``ceil(capacity / block_size)`` entries): ``it + 1``
+        at the step that last scored the block, 0 if never (SPIN_SPEC §7.1).
+        Only states made with ``last_observed=True`` keep them."""
+        return np.asarray(self._native().last_observed(int(request_id), int(layer)),
+                          dtype=np.int32)
+
     def __contains__(self, request_id: int) -> bool:
         return self._native().contains(int(request_id))
 
@@ -287,10 +300,13 @@ class State:
 
 
 def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
-              rows: int = 1, block_size: int = 64) -> State:
+              rows: int = 1, block_size: int = 64, last_observed: bool = False) -> State:
     """State for up to ``max_requests`` requests of ``capacity_slots`` slots,
     ``layers`` state layers, ``rows`` query rows per step (d + 1 for MTP) and
-    SPIN blocks of ``block_size`` slots (for :meth:`Program.run`)."""
+    SPIN blocks of ``block_size`` slots (for :meth:`Program.run`).
+    ``last_observed`` keeps when each block was last scored, which programs
+    compiled with ``explore_policy`` ``staleness-score`` or ``block-age``
+    need."""
     for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
                         ("max_requests", max_requests), ("rows", rows),
                         ("block_size", block_size)):
@@ -298,8 +314,9 @@ def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
                            capacity=int(capacity_slots), rows=int(rows),
-                           block_size=int(block_size))
-    return State(pool, int(capacity_slots), int(layers), int(rows), int(block_size))
+                           block_size=int(block_size), last_observed=bool(last_observed))
+    return State(pool, int(capacity_slots), int(layers), int(rows), int(block_size),
+                 bool(last_observed))
 
 
 class Indexer:
@@ -307,6 +324,9 @@ class Indexer:
 
     Compiles through spin-sparsify-pipeline and spin-lower-to-cpu on first
     use of each (layer, block-table width), then reuses the compiled code.
+    ``explore_policy`` picks the explored blocks: ``"random"`` (hash ranks),
+    ``"staleness-score"`` or ``"block-age"`` (by block age, SPIN_SPEC §7.1;
+    their state keeps ``last_observed``, see :meth:`new_state`).
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -315,7 +335,8 @@ class Indexer:
                  pooling: str = "max", reduction: str = "A1",
                  mtp_mask: str = "union", mtp_update: str = "prefix",
                  key_format: str = "bf16", page_size: Optional[int] = None,
-                 rows: int = 1, device: str = "cpu", dense: bool = False):
+                 rows: int = 1, device: str = "cpu", dense: bool = False,
+                 explore_policy: str = "random"):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows)):
@@ -325,7 +346,8 @@ class Indexer:
                             ("explore", explore)):
             if not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-        for name, value, allowed in (("pooling", pooling, _POOLINGS),
+        for name, value, allowed in (("explore_policy", explore_policy, _EXPLORE_POLICIES),
+                                     ("pooling", pooling, _POOLINGS),
                                      ("reduction", reduction, _REDUCTIONS),
                                      ("mtp_mask", mtp_mask, _MTP_MASKS),
                                      ("mtp_update", mtp_update, _MTP_UPDATES),
@@ -344,11 +366,12 @@ class Indexer:
         self.heads, self.head_dim, self.rows = int(heads), int(head_dim), int(rows)
         self.block_size, self.page_size, self.topk = int(block_size), int(page_size), int(topk)
         self.key_format, self.device, self.dense = key_format, device, bool(dense)
+        self.explore_policy = explore_policy
         self._options = {
             "sparsity": float(sparsity), "block-size": self.block_size,
             "ema-decay": float(ema_decay), "explore": float(explore),
-            "seed": int(seed), "pooling": pooling, "reduction": reduction,
-            "mtp-mask": mtp_mask, "mtp-update": mtp_update}
+            "seed": int(seed), "explore-policy": explore_policy, "pooling": pooling,
+            "reduction": reduction, "mtp-mask": mtp_mask, "mtp-update": mtp_update}
         self._programs: Dict[Tuple[int, int], Program] = {}
 
     def program(self, layer: int, max_pages: int) -> Program:
@@ -365,9 +388,11 @@ class Indexer:
 
     def new_state(self, capacity_slots: int, layers: int = 1,
                   max_requests: int = 64) -> State:
-        """State for up to ``max_requests`` requests of ``capacity_slots`` slots."""
+        """State for up to ``max_requests`` requests of ``capacity_slots`` slots
+        (keeping ``last_observed`` when the exploration policy needs it)."""
         return new_state(capacity_slots, layers, max_requests, self.rows,
-                         self.block_size)
+                         self.block_size,
+                         last_observed=not self.dense and self.explore_policy in _AGE_POLICIES)
 
     def __call__(self, q, w, keys, block_table, lengths, positions,
                  state: State, *, request_ids, scales=None, layer: int = 0,
@@ -388,6 +413,11 @@ class Indexer:
         pool = state._native()
         if state.block_size != self.block_size or state.rows < self.rows:
             raise ValueError("state was made for another indexer (block size or rows differ)")
+        if (not self.dense and self.explore_policy in _AGE_POLICIES
+                and not state.has_last_observed):
+            raise ValueError(f"explore_policy {self.explore_policy!r} needs a state that keeps "
+                             "last_observed: make it with Indexer.new_state or "
+                             "spin.new_state(..., last_observed=True)")
         if not 0 <= layer < state.layers:
             raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
         torch_out = _is_torch(q)
