@@ -594,8 +594,13 @@ def _f(x, width=8, digits=4):
 def format_report(report: dict, per_layer: bool = True) -> str:
     h = report["header"]
     scores = h.get("kind", "inputs") == "scores"
-    shape = f"{h['layers']} layers x {h['steps']} steps x {h['batch']} requests x " \
-        f"{h['rows']} rows"
+    ids = h.get("request_ids")
+    if isinstance(ids, list) and any(isinstance(x, list) for x in ids):
+        count = len({r for row in ids for r in row if r is not None})
+        batch = f"{h['batch']} batch indices ({count} requests joining and leaving)"
+    else:
+        batch = f"{h['batch']} requests"
+    shape = f"{h['layers']} layers x {h['steps']} steps x {batch} x {h['rows']} rows"
     if scores:
         lines = [f"trace {report['trace']}: scores trace, {shape}, K={h['topk']} "
                  f"block {h['page_size']}"]
@@ -611,14 +616,15 @@ def format_report(report: dict, per_layer: bool = True) -> str:
             o = d["overall"][p]
             lines.append(f"{p:<20}{_f(o['pearson'], 9)}{_f(o['recall'], 10)}{o['rows']:>8}")
     truth = "top-K of z" if scores else "compiled dense top-K"
+    width = max([50] + [len(run["label"]) + 2 for run in report["runs"]])
     lines += ["", f"SPIN replay (miss vs {truth}, sparse rows only)",
-              f"{'config':<50}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
+              f"{'config':<{width}}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
               f"{'sparsity':>10}{'rows':>7}"]
     for run in report["runs"]:
         rows = (run["per_layer"] if per_layer and len(run["per_layer"]) > 1 else []) + \
             [dict(run["overall"], layer="all")]
         for i, r in enumerate(rows):
-            lines.append(f"{run['label'] if i == 0 else '':<50}{r['layer']:>6}"
+            lines.append(f"{run['label'] if i == 0 else '':<{width}}{r['layer']:>6}"
                          f"{_f(r['miss_mean'], 11)}{_f(r['miss_p99'], 10)}"
                          f"{_f(r['sparsity'], 10)}{r['rows']:>7}")
     return "\n".join(lines)

@@ -859,6 +859,7 @@ def test_cli_join_leave_end_to_end(tmp_path):
                 "--heatmap-request", "103")
     assert done.returncode == 0, done.stderr
     assert "rho=0.5 A1-max explore=0.05 block-age" in done.stdout
+    assert "3 batch indices (5 requests joining and leaving)" in done.stdout
     done = _cli(trace, "--leave", "x:1", tool="spin-trace-gen")
     assert done.returncode == 2 and "'x:1' is not STEP:BATCH_INDEX" in done.stderr
     done = _cli(trace, "--heatmap-request", "999")
