@@ -38,6 +38,7 @@ SLOTS = (16384, 65536, 131072, 262144)
 TOPK = (512, 2048)
 SPARSITIES = (0.2, 0.4, 0.5)
 DENSE_ROWS = (1, 4)
+NO_WGMMA = False  # --no-wgmma: mma.sync scoring on sm_90a (for comparisons)
 
 
 def config_name(c):
@@ -110,6 +111,8 @@ func.func @bench_indexer(
 
 def compile_args(c, compiler, graph, out_dir, target):
     args = [compiler, graph, f"--target={target}", "-o", out_dir]
+    if NO_WGMMA:
+        args.append("--no-wgmma")
     if c["mode"] == "spin":
         args.append(f"--sparsify=sparsity={c['sparsity']:g} block-size={PAGE}")
     return args
@@ -202,7 +205,11 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     p.add_argument("--force", action="store_true", help="recompile everything")
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    p.add_argument("--no-wgmma", action="store_true",
+                   help="pass --no-wgmma to spin-compile (mma.sync scoring on sm_90a)")
     args = p.parse_args(argv)
+    global NO_WGMMA
+    NO_WGMMA = args.no_wgmma
 
     configs = all_configs()
     if args.minimum:

@@ -10,13 +10,23 @@
 # 2. runs bench/gpu_check.py over gpu-artifacts/ (compiled on the build
 #    machine by bench/gpu_artifacts.py and carried here): every artifact
 #    against the numpy reference, one line per configuration + a summary;
-# 3. runs the runtime's CUDA tests, python/tests/test_cuda.py.
+# 3. runs the runtime's CUDA tests, python/tests/test_cuda.py;
+# 4. runs spin.Indexer(device="cuda") against the numpy reference,
+#    python/tests/test_indexer_cuda.py, and the example
+#    examples/torch_decode_loop.py --device cuda, with the GPU programs
+#    from cuda-cache/ (SPIN_CACHE_DIR): the runtime-only build cannot
+#    compile them, so they are compiled on the build machine by
+#
+#      SPIN_BUILD_DIR=build /usr/bin/python3 python/tests/prebuild_cuda_cache.py \
+#          --out cuda-cache --chips sm_90a
+#
+#    and cuda-cache/ is carried here with gpu-artifacts/.
 #
 # Exit status: 0 only if the build, the check and the tests all passed.
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
-# ARTIFACTS (default gpu-artifacts), CHECK_TIMEOUT (seconds one
-# configuration may take before the check is aborted with a traceback;
-# default 600).
+# ARTIFACTS (default gpu-artifacts), INDEXER_CACHE (default cuda-cache),
+# CHECK_TIMEOUT (seconds one configuration may take before the check is
+# aborted with a traceback; default 600).
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -26,12 +36,19 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 export BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 ARTIFACTS="${ARTIFACTS:-$ROOT/gpu-artifacts}"
+INDEXER_CACHE="${INDEXER_CACHE:-$ROOT/cuda-cache}"
 
 log() { printf '\n== %s\n' "$*"; }
 
 if [ ! -f "$ARTIFACTS/index.json" ]; then
   echo "error: $ARTIFACTS/index.json is missing: run bench/gpu_artifacts.py on" \
        "the build machine and carry gpu-artifacts/ here" >&2
+  exit 2
+fi
+if ! ls "$INDEXER_CACHE"/indexer-gpu-* >/dev/null 2>&1; then
+  echo "error: $INDEXER_CACHE holds no Indexer GPU programs: run" \
+       "python/tests/prebuild_cuda_cache.py --out cuda-cache --chips sm_90a on" \
+       "the build machine and carry cuda-cache/ here" >&2
   exit 2
 fi
 
@@ -58,7 +75,19 @@ log "pytest python/tests/test_cuda.py"
 SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -rs "$ROOT/python/tests/test_cuda.py"
 tests=$?
 
+log "pytest python/tests/test_indexer_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
+SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest -q -rs \
+  "$ROOT/python/tests/test_indexer_cuda.py"
+indexer=$?
+
+log "examples/torch_decode_loop.py --device cuda"
+SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" "$ROOT/examples/torch_decode_loop.py" --device cuda
+example=$?
+
 log "result"
-echo "gpu_check.py: $([ $check -eq 0 ] && echo passed || echo "FAILED (exit $check)")"
-echo "test_cuda.py: $([ $tests -eq 0 ] && echo passed || echo "FAILED (exit $tests)")"
-[ $check -eq 0 ] && [ $tests -eq 0 ]
+status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }
+echo "gpu_check.py:              $(status $check)"
+echo "test_cuda.py:              $(status $tests)"
+echo "test_indexer_cuda.py:      $(status $indexer)"
+echo "torch_decode_loop.py cuda: $(status $example)"
+[ $check -eq 0 ] && [ $tests -eq 0 ] && [ $indexer -eq 0 ] && [ $example -eq 0 ]

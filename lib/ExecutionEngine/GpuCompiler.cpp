@@ -201,34 +201,49 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   if (sparsify)
     optionText["sparsify"] = sparsifyText;
 
-  PassManager toGpu(&context);
-  ConvertSpinToGPUOptions gpu;
-  gpu.capacity = options.capacity;
-  gpu.tilesPerWarp = options.tilesPerWarp;
-  gpu.mTiles = options.mTiles;
-  toGpu.addPass(createConvertSpinToGPU(gpu));
-  if (failed(toGpu.run(*module)))
-    return fail("convert-spin-to-gpu failed");
+  // Every chip gets its own conversion (sm_90a may score with wgmma) and
+  // lowering; the launch plans must agree, since one manifest serves all.
   GpuArtifact artifact;
-  {
-    llvm::raw_string_ostream os(artifact.planIR);
-    module->print(os);
-  }
-  // Lower the kernels for every chip (convert-spin-to-gpu already ran:
-  // build the rest of spin-lower-to-nvvm on the plan).
-  PassManager toPtx(&context);
-  buildLowerToNVVMPipelineAfterPlan(toPtx, lowering);
-  if (failed(toPtx.run(*module)))
-    return fail("spin-lower-to-nvvm failed");
-
-  auto plan = module->lookupSymbol<func::FuncOp>(function);
-  for (auto binary : module->getOps<gpu::BinaryOp>()) {
-    for (Attribute attr : binary.getObjects()) {
-      auto object = cast<gpu::ObjectAttr>(attr);
-      auto target = cast<NVVM::NVVMTargetAttr>(object.getTarget());
-      artifact.ptx[target.getChip().str()] = object.getObject().str();
+  OwningOpRef<ModuleOp> firstPlan;
+  std::vector<OwningOpRef<ModuleOp>> otherPlans;
+  for (const std::string &chip : options.chips) {
+    OwningOpRef<ModuleOp> perChip(module->clone());
+    PassManager toGpu(&context);
+    ConvertSpinToGPUOptions gpu;
+    gpu.capacity = options.capacity;
+    gpu.tilesPerWarp = options.tilesPerWarp;
+    gpu.mTiles = options.mTiles;
+    gpu.wgmma = options.wgmma && chip == "sm_90a" && options.mTiles <= 1;
+    toGpu.addPass(createConvertSpinToGPU(gpu));
+    if (failed(toGpu.run(*perChip)))
+      return fail("convert-spin-to-gpu failed");
+    if (!firstPlan) {
+      llvm::raw_string_ostream os(artifact.planIR);
+      perChip->print(os);
     }
+    // Lower the kernels for this chip (convert-spin-to-gpu already ran:
+    // build the rest of spin-lower-to-nvvm on the plan).
+    LowerToNVVMOptions chipLowering;
+    chipLowering.chips = {chip};
+    chipLowering.ptxVersion = lowering.ptxVersion;
+    chipLowering.optLevel = lowering.optLevel;
+    chipLowering.capacity = lowering.capacity;
+    PassManager toPtx(&context);
+    buildLowerToNVVMPipelineAfterPlan(toPtx, chipLowering);
+    if (failed(toPtx.run(*perChip)))
+      return fail("spin-lower-to-nvvm failed for " + chip);
+    for (auto binary : perChip->getOps<gpu::BinaryOp>())
+      for (Attribute attr : binary.getObjects()) {
+        auto object = cast<gpu::ObjectAttr>(attr);
+        auto target = cast<NVVM::NVVMTargetAttr>(object.getTarget());
+        artifact.ptx[target.getChip().str()] = object.getObject().str();
+      }
+    if (!firstPlan)
+      firstPlan = std::move(perChip);
+    else
+      otherPlans.push_back(std::move(perChip));
   }
+
   int64_t version = options.ptxVersion;
   if (version == 0) {
     version = 86;
@@ -236,9 +251,20 @@ mlir::spin::compileGpuArtifact(const std::string &source,
       version = std::max(version, minimumPtxVersion(chip));
   }
   StatusOr<std::string> manifest =
-      buildManifest(plan, artifact.ptx, version, optionText);
+      buildManifest(firstPlan->lookupSymbol<func::FuncOp>(function),
+                    artifact.ptx, version, optionText);
   if (!manifest.ok())
     return manifest.status();
+  for (OwningOpRef<ModuleOp> &other : otherPlans) {
+    StatusOr<std::string> again =
+        buildManifest(other->lookupSymbol<func::FuncOp>(function),
+                      artifact.ptx, version, optionText);
+    if (!again.ok())
+      return again.status();
+    if (*again != *manifest)
+      return Status::error("internal error: the launch plans of the target "
+                           "chips differ");
+  }
   artifact.manifest = std::move(*manifest);
   return artifact;
 }

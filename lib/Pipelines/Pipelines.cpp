@@ -182,6 +182,9 @@ void mlir::spin::buildLowerToNVVMPipeline(OpPassManager &pm,
                                           const LowerToNVVMOptions &options) {
   ConvertSpinToGPUOptions gpu;
   gpu.capacity = options.capacity;
+  // One gpu.module serves every chip here: wgmma only when sm_90a is the
+  // only one (spin-compile converts per chip).
+  gpu.wgmma = options.chips.size() == 1 && options.chips.front() == "sm_90a";
   pm.addPass(createConvertSpinToGPU(gpu));
   buildLowerToNVVMPipelineAfterPlan(pm, options);
 }

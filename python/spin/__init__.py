@@ -14,9 +14,13 @@ numpy arrays or torch tensors, and keeps the per-request SPIN state::
     top = indexer(q, w, keys, block_table, lengths, positions, state,
                   request_ids=np.array([7]))
 
-Compiled GPU artifacts (manifest.json + PTX, docs/GPU-ABI.md) run on CUDA
-torch tensors through :func:`load` (see :mod:`spin.cuda`); that needs no
-CUDA toolkit, only the driver, and ``import spin`` works without a GPU.
+``Indexer(..., device="cuda")`` runs the same steps on CUDA torch tensors
+with the state in device memory; its GPU programs are compiled to PTX into
+the disk cache, ahead of time where the GPU machine has no compiler (see
+:class:`Indexer`). Compiled GPU artifacts (manifest.json + PTX,
+docs/GPU-ABI.md) of graphs of your own run through :func:`load` (see
+:mod:`spin.cuda`); that needs no CUDA toolkit, only the driver, and
+``import spin`` works without a GPU.
 
 Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
 ``ValueError`` naming the argument; nothing is changed by a refused step.
@@ -24,13 +28,16 @@ Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _spin
-from .cuda import CudaProgram, CudaState, load, read_manifest
+from .cuda import CudaProgram, CudaState, _require_torch_cuda, load, read_manifest
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
            "load", "read_manifest", "CudaProgram", "CudaState"]
@@ -149,13 +156,7 @@ def compile(mlir_text: str, function: str,
                            "needs -DSPIN_ENABLE_COMPILER=ON")
     if target == "cuda":
         torch = _cuda_torch("compile(target='cuda')")
-        major, minor = torch.cuda.get_device_capability()
-        chip = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}.get(
-            (major, minor))
-        if chip is None:
-            raise ValueError(f"no GPU code generation for compute capability "
-                             f"{major}.{minor} (spin targets sm_90a, sm_100a, "
-                             "sm_103a)")
+        chip = _device_chip(torch, None)
         return load(_cached_artifact(mlir_text, function, pipeline_options, [chip]))
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r} "
@@ -183,6 +184,36 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
     return os.fspath(out_dir)
 
 
+#: The chips spin generates GPU code for, by compute capability.
+_CHIPS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
+
+
+def _device_chip(torch, device) -> str:
+    """The chip of a CUDA device (``None``: torch's current one)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    chip = _CHIPS.get((major, minor))
+    if chip is None:
+        raise ValueError(f"no GPU code generation for compute capability "
+                         f"{major}.{minor} (spin targets "
+                         f"{', '.join(_CHIPS.values())})")
+    return chip
+
+
+def _cache_root(cache_dir: Optional[str] = None) -> Optional[str]:
+    """The disk cache directory: ``cache_dir``, else ``$SPIN_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin`` (as the CPU cache); ``None``
+    when it is turned off (``SPIN_CACHE_DIR=off``)."""
+    if cache_dir is not None:
+        return os.path.abspath(os.fspath(cache_dir))
+    root = os.environ.get("SPIN_CACHE_DIR", "")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                            os.path.expanduser("~/.cache"), "spin")
+    return os.path.abspath(root)
+
+
 def _cuda_torch(what: str):
     try:
         import torch
@@ -202,12 +233,9 @@ def _cached_artifact(mlir_text, function, pipeline_options, chips) -> str:
     key = hashlib.sha256("\0".join([
         _spin.compiler_version(), mlir_text, function,
         _sparsify_text(pipeline_options) or "", ",".join(chips)]).encode()).hexdigest()
-    root = os.environ.get("SPIN_CACHE_DIR", "")
-    if root == "off":
+    root = _cache_root()
+    if root is None:
         root = tempfile.mkdtemp(prefix="spin-gpu-")
-    elif not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME",
-                                           os.path.expanduser("~/.cache")), "spin")
     path = os.path.join(root, "gpu-" + key[:32])
     try:
         read_manifest(path)
@@ -319,14 +347,114 @@ def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
                  bool(last_observed))
 
 
-class Indexer:
-    """One indexer layer shape, dense or sparsified with SPIN.
+#===------------------------------------------------------------------------===#
+# GPU artifacts of Indexer layers in the disk cache
+#===------------------------------------------------------------------------===#
 
-    Compiles through spin-sparsify-pipeline and spin-lower-to-cpu on first
-    use of each (layer, block-table width), then reuses the compiled code.
+_INDEXER_CACHE_FORMAT = "spin-indexer-gpu-cache"
+_INDEXER_CACHE_VERSION = 1
+_INDEXER_FUNCTION = "indexer_layer"
+_CACHE_RECORD = "spin-cache.json"
+
+
+def _static_batch(graph: str, batch: int) -> str:
+    """The generated indexer graph (dynamic batch) with the batch fixed, as
+    the GPU path needs: the leading ``?`` of every tensor type becomes
+    ``batch``, except in the key cache's and the scales' types, where it is
+    the page count."""
+    keep = set(re.findall(r"%(?:keys|scales): (tensor<[^>]*>)", graph))
+    return re.sub(r"tensor<\?x[^>]*>",
+                  lambda m: m.group(0) if m.group(0) in keep
+                  else f"tensor<{batch}x" + m.group(0)[len("tensor<?x"):], graph)
+
+
+def _fix_state_layers(artifact_dir: str) -> None:
+    """Makes the manifest's ``state.layers`` cover the highest state layer its
+    arguments use. The compiler writes the number of states of the graph,
+    which is too small for a one-layer graph pinned to layer L > 0 (each
+    Indexer layer is such a graph) and makes the manifest invalid."""
+    path = os.path.join(artifact_dir, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    state = manifest.get("state")
+    used = [a.get("layer", -1) for a in manifest.get("arguments", [])
+            if a.get("role") == "state"]
+    if isinstance(state, dict) and used and state.get("layers", 0) <= max(used):
+        state["layers"] = max(used) + 1
+        with open(path, "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_cache_entry(path: str, spec: Dict[str, Any]):
+    """(record, None) for an intact entry made for ``spec`` (the record of
+    spin-cache.json plus the validated manifest), else (None, what is wrong)."""
+    if not os.path.isdir(path):
+        return None, "missing"
+    try:
+        with open(os.path.join(path, _CACHE_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, f"unusable: {_CACHE_RECORD} cannot be read ({e})"
+    if (not isinstance(record, dict) or record.get("format") != _INDEXER_CACHE_FORMAT
+            or record.get("version") != _INDEXER_CACHE_VERSION):
+        return None, "unusable: written by another version of the cache"
+    if record.get("spec") != spec:
+        return None, "unusable: made for another indexer"
+    files = record.get("files")
+    if not isinstance(files, dict) or "manifest.json" not in files:
+        return None, f"unusable: {_CACHE_RECORD} lists no files"
+    for name, digest in files.items():
+        if os.path.basename(name) != name:
+            return None, f"unusable: {_CACHE_RECORD} names {name!r}"
+        try:
+            if _sha256_file(os.path.join(path, name)) != digest:
+                return None, f"corrupt: {name} does not match its checksum"
+        except OSError:
+            return None, f"corrupt: {name} is missing"
+    try:
+        record["manifest"] = read_manifest(path)
+    except ValueError as e:
+        return None, f"corrupt: {e}"
+    return record, None
+
+
+class Indexer:
+    """One indexer layer shape, dense or sparsified with SPIN, on the CPU or
+    on a CUDA device.
+
+    ``device="cpu"`` compiles through spin-sparsify-pipeline and
+    spin-lower-to-cpu on first use of each (layer, block-table width) and
+    runs on numpy arrays or CPU torch tensors.
+
+    ``device="cuda"`` (or ``"cuda:N"``) runs the GPU kernels on CUDA torch
+    tensors, on torch's current stream. GPU programs have static shapes, so
+    there is one per (layer, batch size, block-table width), compiled to PTX
+    for ``chips`` (default: the device's own chip: sm_90a for compute
+    capability 9.0, sm_100a for 10.0, sm_103a for 10.3) and kept in the disk
+    cache (``cache_dir``, else ``$SPIN_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``). With ``max_pages`` and
+    ``batch_sizes``, the programs of layers ``0 .. layers - 1`` are compiled
+    (or found in the cache) when the Indexer is made; others on first use.
+    Programs are loaded onto the GPU only when a step needs them, so an
+    Indexer with explicit ``chips`` can fill a cache on a machine without a
+    GPU; a build without the compiler (the GPU runtime alone) only looks
+    programs up, and raises an error naming the missing cache entry.
+    Not on CUDA yet: MTP (``rows > 1`` with SPIN; dense indexers take several
+    rows), the A0/A2 reductions, the age-based exploration policies and f32
+    keys.
+
     ``explore_policy`` picks the explored blocks: ``"random"`` (hash ranks),
     ``"staleness-score"`` or ``"block-age"`` (by block age, SPIN_SPEC §7.1;
-    their state keeps ``last_observed``, see :meth:`new_state`).
+    their CPU state keeps ``last_observed``, see :meth:`new_state`).
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -335,11 +463,15 @@ class Indexer:
                  pooling: str = "max", reduction: str = "A1",
                  mtp_mask: str = "union", mtp_update: str = "prefix",
                  key_format: str = "bf16", page_size: Optional[int] = None,
-                 rows: int = 1, device: str = "cpu", dense: bool = False,
+                 rows: int = 1, device: str = "cpu", dense: bool = False, *,
+                 chips: Optional[Sequence[str]] = None,
+                 cache_dir: Optional[str] = None,
+                 max_pages: Optional[int] = None,
+                 batch_sizes: Sequence[int] = (), layers: int = 1,
                  explore_policy: str = "random"):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
-                            ("rows", rows)):
+                            ("rows", rows), ("layers", layers)):
             if not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for name, value in (("sparsity", sparsity), ("ema_decay", ema_decay),
@@ -357,57 +489,312 @@ class Indexer:
         page_size = block_size if page_size is None else page_size
         if page_size <= 0 or page_size % block_size:
             raise ValueError(f"block_size {block_size} must divide page_size {page_size}")
-        if device != "cpu":
-            raise ValueError(f"device {device!r} is not available: Indexer runs "
-                             "the CPU path only; run GPU artifacts with spin.load")
-        if not has_compiler:
-            raise RuntimeError("spin was built without the compiler: Indexer "
-                               "needs -DSPIN_ENABLE_COMPILER=ON")
+        if max_pages is not None and (not isinstance(max_pages, (int, np.integer))
+                                      or max_pages <= 0):
+            raise ValueError(f"max_pages must be a positive integer, got {max_pages!r}")
+        if isinstance(batch_sizes, (int, np.integer)):
+            batch_sizes = [batch_sizes]
+        batch_sizes = list(batch_sizes)
+        for value in batch_sizes:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"batch_sizes must hold positive integers, got {value!r}")
+        if batch_sizes and max_pages is None:
+            raise ValueError("batch_sizes needs max_pages (the block-table width) "
+                             "to compile programs ahead of the first step")
         self.heads, self.head_dim, self.rows = int(heads), int(head_dim), int(rows)
         self.block_size, self.page_size, self.topk = int(block_size), int(page_size), int(topk)
-        self.key_format, self.device, self.dense = key_format, device, bool(dense)
+        self.key_format, self.dense = key_format, bool(dense)
         self.explore_policy = explore_policy
         self._options = {
             "sparsity": float(sparsity), "block-size": self.block_size,
             "ema-decay": float(ema_decay), "explore": float(explore),
-            "seed": int(seed), "explore-policy": explore_policy, "pooling": pooling,
-            "reduction": reduction, "mtp-mask": mtp_mask, "mtp-update": mtp_update}
-        self._programs: Dict[Tuple[int, int], Program] = {}
+            "seed": int(seed), "pooling": pooling, "reduction": reduction,
+            "mtp-mask": mtp_mask, "mtp-update": mtp_update}
+        # Named only when not the default, so that the options (and the GPU
+        # cache keys made from them) of random exploration stay as they were.
+        if explore_policy != "random":
+            self._options["explore-policy"] = explore_policy
+        self._programs: Dict[Tuple[int, ...], Any] = {}
+        self.chips: Optional[List[str]] = None
+        self.cache_dir: Optional[str] = None
 
-    def program(self, layer: int, max_pages: int) -> Program:
-        """The compiled step for ``layer`` and block tables ``max_pages`` wide."""
-        key = (int(layer), int(max_pages))
+        kind = str(device).split(":", 1)[0]
+        if kind == "cpu" and str(device) == "cpu":
+            self.device = "cpu"
+            if not has_compiler:
+                raise RuntimeError("spin was built without the compiler: "
+                                   "Indexer(device='cpu') needs -DSPIN_ENABLE_COMPILER=ON "
+                                   "(device='cuda' runs GPU programs from the cache)")
+            for name, value in (("chips", chips), ("cache_dir", cache_dir)):
+                if value is not None:
+                    raise ValueError(f"{name} is only taken with device='cuda' (the "
+                                     "CPU cache follows $SPIN_CACHE_DIR)")
+            if max_pages is not None:
+                for layer in range(int(layers)):
+                    self.program(layer, int(max_pages))
+            return
+        if kind != "cuda" or not re.fullmatch(r"cuda(:\d+)?", str(device)):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        self.device = str(device)
+        self._init_cuda(chips, cache_dir)
+        if max_pages is not None:
+            if not batch_sizes:
+                raise ValueError("batch_sizes is required with max_pages on cuda: "
+                                 "GPU programs are compiled for one batch size")
+            for layer in range(int(layers)):
+                for batch in batch_sizes:
+                    self.artifact(layer, int(max_pages), int(batch))
+
+    # -- CUDA ---------------------------------------------------------------
+
+    def _init_cuda(self, chips, cache_dir) -> None:
+        if self.key_format == "f32":
+            raise ValueError("key_format='f32' is not supported on cuda (the GPU "
+                             "kernels take bf16, f16 and fp8 keys); use device='cpu'")
+        if self.rows > 1 and not self.dense:
+            raise ValueError(f"MTP on CUDA is not supported yet: rows={self.rows} "
+                             "with SPIN state (d + 1 query rows per request) runs "
+                             "on device='cpu' only; use rows=1 (or dense=True) on cuda")
+        if self._options["reduction"] != "A1" and not self.dense:
+            raise ValueError(f"reduction={self._options['reduction']!r} is not "
+                             "supported on cuda yet (only A1); use device='cpu'")
+        if self.explore_policy in _AGE_POLICIES and not self.dense:
+            raise ValueError(f"explore_policy={self.explore_policy!r} is not supported on "
+                             "cuda (the GPU path explores randomly only); use device='cpu'")
+        if chips is None:
+            torch = _torch
+            if torch is None or not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"Indexer(device={self.device!r}) needs a CUDA device to pick "
+                    "the chip (torch.cuda.is_available() is False): pass chips=[...] "
+                    f"(one or more of {', '.join(_CHIPS.values())}) to compile ahead "
+                    "of time without a GPU")
+            chips = [_device_chip(torch, self._torch_device())]
+        if isinstance(chips, str):
+            chips = [chips]
+        chips = list(chips)
+        if not chips:
+            raise ValueError("chips must name at least one chip")
+        for chip in chips:
+            if chip not in _CHIPS.values():
+                raise ValueError(f"chips: unknown chip {chip!r} (spin targets "
+                                 f"{', '.join(_CHIPS.values())})")
+        self.chips = sorted(set(chips))
+        root = _cache_root(cache_dir)
+        if root is None:
+            if not has_compiler:
+                raise RuntimeError(
+                    "the disk cache is off (SPIN_CACHE_DIR=off) and spin was built "
+                    "without the compiler: Indexer(device='cuda') has no GPU "
+                    "programs to run; set SPIN_CACHE_DIR (or cache_dir=) to a "
+                    "cache filled on a machine with the compiler")
+            import tempfile
+            root = tempfile.mkdtemp(prefix="spin-gpu-")
+        self.cache_dir = root
+
+    def _torch_device(self):
+        torch = _torch
+        device = torch.device(self.device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
+
+    def _spec(self, layer: int, max_pages: int, batch: int) -> Dict[str, Any]:
+        """What a GPU program depends on besides the compiler (its cache key)."""
+        return {"function": _INDEXER_FUNCTION, "heads": self.heads,
+                "head_dim": self.head_dim, "rows": self.rows, "topk": self.topk,
+                "page_size": self.page_size, "max_pages": int(max_pages),
+                "key_format": self.key_format, "layer": int(layer),
+                "batch": int(batch),
+                "sparsify": None if self.dense else _sparsify_text(self._options)}
+
+    def artifact(self, layer: int, max_pages: int, batch: int,
+                 chips: Optional[Sequence[str]] = None) -> str:
+        """The cache directory of the GPU program of ``layer`` for batches of
+        ``batch`` requests and block tables ``max_pages`` wide (device="cuda"
+        only): compiled for ``chips`` (default: the Indexer's) on first use,
+        checked and reused afterwards. Needs no GPU."""
+        if self.chips is None:
+            raise ValueError("artifact() is for device='cuda' indexers")
+        for name, value in (("layer", layer), ("max_pages", max_pages), ("batch", batch)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+                    value < (0 if name == "layer" else 1):
+                raise ValueError(f"{name} must be a {'non-negative' if name == 'layer' else 'positive'} "
+                                 f"integer, got {value!r}")
+        chips = sorted(set(self.chips if chips is None else chips))
+        spec = self._spec(layer, max_pages, batch)
+        key = hashlib.sha256(json.dumps(
+            [_INDEXER_CACHE_FORMAT, _INDEXER_CACHE_VERSION, spec],
+            sort_keys=True).encode()).hexdigest()
+        path = os.path.join(self.cache_dir, "indexer-gpu-" + key[:32])
+        record, problem = _read_cache_entry(path, spec)
+        graph = None
+        if record is not None:
+            have = sorted(record["manifest"]["ptx"])
+            missing = [c for c in chips if c not in have]
+            current = True
+            if has_compiler:
+                graph = self._graph(layer, max_pages, batch)
+                current = (record.get("compiler_version") == _spin.compiler_version()
+                           and record.get("graph_sha256") ==
+                           hashlib.sha256(graph.encode()).hexdigest())
+            if current and not missing:
+                return path
+            if not current:
+                problem = "stale: made by another compiler version"
+            else:
+                problem = f"incomplete: it has PTX for {', '.join(have)}, not {', '.join(missing)}"
+                chips = sorted(set(chips) | (set(have) & set(_CHIPS.values())))
+        if not has_compiler:
+            raise RuntimeError(
+                f"no usable GPU program for this Indexer (layer {layer}, batch "
+                f"{batch}, block tables {max_pages} pages wide, chips "
+                f"{', '.join(chips)}) in the cache directory {self.cache_dir}: "
+                f"{path} is {problem}; spin was built without the compiler and "
+                "cannot compile it here. On a machine with the compiler, make the "
+                f"same Indexer with chips={chips!r}, max_pages={max_pages}, "
+                f"batch_sizes=[{batch}] and cache_dir=DIR (or run "
+                "python/tests/prebuild_cuda_cache.py), then copy DIR here and "
+                "pass it as cache_dir= or $SPIN_CACHE_DIR")
+        if graph is None:
+            graph = self._graph(layer, max_pages, batch)
+        self._compile_entry(path, spec, graph, chips)
+        return path
+
+    def _graph(self, layer: int, max_pages: int, batch: int) -> str:
+        graph = _spin.build_indexer_graph(
+            heads=self.heads, head_dim=self.head_dim, rows=self.rows,
+            topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
+            key_format=self.key_format, layer=int(layer))
+        return _static_batch(graph, int(batch))
+
+    def _compile_entry(self, path: str, spec, graph: str, chips: List[str]) -> None:
+        import shutil
+        import tempfile
+        os.makedirs(self.cache_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".indexer-gpu-", dir=self.cache_dir)
+        try:
+            compile_artifact(graph, _INDEXER_FUNCTION, tmp,
+                             None if self.dense else self._options, chips)
+            _fix_state_layers(tmp)
+            files = {name: _sha256_file(os.path.join(tmp, name))
+                     for name in sorted(os.listdir(tmp))}
+            record = {"format": _INDEXER_CACHE_FORMAT, "version": _INDEXER_CACHE_VERSION,
+                      "spec": spec, "chips": chips,
+                      "compiler_version": _spin.compiler_version(),
+                      "graph_sha256": hashlib.sha256(graph.encode()).hexdigest(),
+                      "files": files}
+            with open(os.path.join(tmp, _CACHE_RECORD), "w") as f:
+                json.dump(record, f, indent=1, sort_keys=True)
+                f.write("\n")
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                # Another process stored the entry meanwhile: keep its copy.
+                if _read_cache_entry(path, spec)[0] is None:
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- both devices -------------------------------------------------------
+
+    def program(self, layer: int, max_pages: int, batch: Optional[int] = None):
+        """The compiled step for ``layer`` and block tables ``max_pages`` wide:
+        a :class:`Program` on the CPU (any batch), a loaded
+        :class:`CudaProgram` for batches of ``batch`` requests on cuda."""
+        if self.device == "cpu":
+            key = (int(layer), int(max_pages))
+            if key not in self._programs:
+                graph = _spin.build_indexer_graph(
+                    heads=self.heads, head_dim=self.head_dim, rows=self.rows,
+                    topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
+                    key_format=self.key_format, layer=int(layer))
+                options = None if self.dense else self._options
+                self._programs[key] = compile(graph, _INDEXER_FUNCTION, options)
+            return self._programs[key]
+        if batch is None:
+            raise ValueError("batch is required on cuda: GPU programs have a static batch size")
+        _require_torch_cuda(f"Indexer(device={self.device!r})")
+        device = self._torch_device()
+        key = (int(layer), int(max_pages), int(batch), device.index)
         if key not in self._programs:
-            graph = _spin.build_indexer_graph(
-                heads=self.heads, head_dim=self.head_dim, rows=self.rows,
-                topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
-                key_format=self.key_format, layer=int(layer))
-            options = None if self.dense else self._options
-            self._programs[key] = compile(graph, "indexer_layer", options)
+            chip = _device_chip(_torch, device)
+            if chip not in self.chips:
+                raise ValueError(f"this Indexer compiles for {', '.join(self.chips)}, "
+                                 f"but {device} is {chip}: add {chip!r} to chips")
+            self._programs[key] = load(self.artifact(layer, max_pages, batch), device)
         return self._programs[key]
 
+    def check(self) -> None:
+        """On cuda: waits for torch's current stream and raises
+        ``RuntimeError`` if a step of a loaded program found bad device data
+        since the last check (naming the request, row and value). On the
+        CPU bad data raises at the step itself, and this does nothing."""
+        if self.device == "cpu":
+            return
+        for program in list(self._programs.values()):
+            program.check()
+
     def new_state(self, capacity_slots: int, layers: int = 1,
-                  max_requests: int = 64) -> State:
-        """State for up to ``max_requests`` requests of ``capacity_slots`` slots
-        (keeping ``last_observed`` when the exploration policy needs it)."""
-        return new_state(capacity_slots, layers, max_requests, self.rows,
-                         self.block_size,
-                         last_observed=not self.dense and self.explore_policy in _AGE_POLICIES)
+                  max_requests: int = 64):
+        """State for up to ``max_requests`` requests of ``capacity_slots``
+        slots over ``layers`` layers: a :class:`State` on the CPU, a
+        :class:`CudaState` in device memory on cuda (there the block tables
+        of every step must be ``capacity_slots / page_size`` pages wide).
+        On the CPU it keeps ``last_observed`` when the exploration policy
+        needs it."""
+        if self.device == "cpu":
+            return new_state(capacity_slots, layers, max_requests, self.rows,
+                             self.block_size,
+                             last_observed=not self.dense and self.explore_policy in _AGE_POLICIES)
+        for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
+                            ("max_requests", max_requests)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if capacity_slots % self.page_size:
+            raise ValueError(f"capacity_slots must be a multiple of page_size "
+                             f"{self.page_size} on cuda, got {capacity_slots}")
+        torch = _require_torch_cuda(f"Indexer(device={self.device!r}).new_state")
+        device = self._torch_device()
+        torch.cuda.init()
+        pool = _spin.GpuStatePool(layers=int(layers), slots=int(max_requests),
+                                  capacity=int(capacity_slots), rows=self.rows,
+                                  block_size=self.block_size,
+                                  stream=torch.cuda.current_stream(device).cuda_stream,
+                                  device=int(device.index))
+        return CudaState(pool, device, int(max_requests), int(capacity_slots),
+                         int(layers), self.rows, self.block_size)
 
     def __call__(self, q, w, keys, block_table, lengths, positions,
-                 state: State, *, request_ids, scales=None, layer: int = 0,
+                 state, *, request_ids, scales=None, layer: int = 0,
                  return_sparsity: bool = False):
         """One decode step of ``layer`` for a batch of requests.
 
         Shapes: ``q`` [B, R, H, D], ``w`` [B, R, H] f32, ``keys`` [P, S, D],
         ``scales`` [P, S] f32 (fp8 keys only), ``block_table`` [B, MB] i32,
         ``lengths`` / ``positions`` [B, R] i32, ``request_ids`` [B] i64.
-        bf16 data may be float32 (rounded to bf16), uint16 bit patterns or
-        torch.bfloat16; fp8 keys are uint8 bit patterns. Returns the top-K
-        slot indices [B, R, K] (int32, -1 padded), and with
-        ``return_sparsity`` also the realized block sparsity [B, R].
-        Outputs are torch tensors when ``q`` is one, numpy arrays otherwise.
+        Returns the top-K slot indices [B, R, K] (int32, -1 padded), and with
+        ``return_sparsity`` also the realized block sparsity [B, R] (zeros
+        for a dense indexer).
+
+        On the CPU: bf16 data may be float32 (rounded to bf16), uint16 bit
+        patterns or torch.bfloat16; fp8 keys are uint8 bit patterns; outputs
+        are torch tensors when ``q`` is one, numpy arrays otherwise.
+
+        On cuda: every tensor is a contiguous CUDA torch tensor on the
+        Indexer's device, of the exact dtype (``q`` torch.bfloat16, or
+        torch.float16 with f16 keys; fp8 keys torch.float8_e4m3fn or uint8
+        bit patterns), ``block_table`` is ``state.capacity / page_size``
+        pages wide, and ``request_ids`` is a host sequence, a CPU tensor or a
+        CUDA tensor (copied to the host: a synchronisation). The step is
+        issued on torch's current stream without waiting for it; outputs are
+        CUDA tensors. Bad device data (block-table entries, lengths,
+        positions) is reported by ``indexer.program(...).check()``.
         """
+        if self.device != "cpu":
+            return self._call_cuda(q, w, keys, block_table, lengths, positions, state,
+                                   request_ids, scales, layer, return_sparsity)
         if not isinstance(state, State):
             raise TypeError(f"state must be a spin.State, got {type(state).__name__}")
         pool = state._native()
@@ -460,6 +847,66 @@ class Indexer:
         if torch_out:
             topk, sparsity = _torch.from_numpy(topk), _torch.from_numpy(sparsity)
         return (topk, sparsity) if return_sparsity else topk
+
+    def _call_cuda(self, q, w, keys, block_table, lengths, positions, state,
+                   request_ids, scales, layer, return_sparsity):
+        torch = _require_torch_cuda(f"Indexer(device={self.device!r})")
+        if not isinstance(state, CudaState):
+            raise TypeError("state must be a spin.CudaState (from Indexer.new_state "
+                            f"on cuda), got {type(state).__name__}")
+        state._native()  # raises if closed
+        if state.block_size != self.block_size or state.rows < self.rows:
+            raise ValueError("state was made for another indexer (block size or rows differ)")
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+                or not 0 <= layer < state.layers:
+            raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
+        # The batch and the table width pick the program: check those two
+        # first; CudaProgram checks every input against the program.
+        for name, value, rank in (("q", q, 4), ("block_table", block_table, 2)):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"input {name!r} must be a torch.Tensor, got "
+                                f"{type(value).__name__}")
+            if value.dim() != rank:
+                raise ValueError(f"input {name!r} must have rank {rank}, got shape "
+                                 f"{tuple(value.shape)}")
+        batch, width = int(q.shape[0]), int(block_table.shape[1])
+        want = (batch, self.rows, self.heads, self.head_dim)
+        if tuple(q.shape) != want or batch == 0:
+            raise ValueError(f"input 'q' has shape {tuple(q.shape)}, expected "
+                             f"[B, {self.rows}, {self.heads}, {self.head_dim}] with B > 0")
+        if width * self.page_size != state.capacity:
+            raise ValueError(
+                f"block_table is {width} pages wide ({width * self.page_size} slots), "
+                f"but the state holds capacity_slots={state.capacity}: on cuda the "
+                f"block table must be capacity_slots / page_size = "
+                f"{state.capacity // self.page_size} pages wide")
+        if self.key_format == "fp8":
+            if scales is None:
+                raise ValueError("scales is required with key_format='fp8'")
+        elif scales is not None:
+            raise ValueError(f"scales are only taken with fp8 keys, not {self.key_format}")
+        program = self.program(layer, width, batch)
+        inputs = {"q": q, "w": w, "keys": keys, "block_table": block_table,
+                  "lengths": lengths}
+        if scales is not None:
+            inputs["scales"] = scales
+        ids = request_ids
+        if not self.dense:
+            inputs["positions"] = positions
+            if isinstance(request_ids, torch.Tensor) and request_ids.is_cuda:
+                inputs["request_ids"] = request_ids
+        if self.dense:
+            out = program(inputs, state)
+        else:
+            out = program(inputs, state, request_ids=ids)
+        topk = out["topk"]
+        if not return_sparsity:
+            return topk
+        sparsity = out.get("sparsity")
+        if sparsity is None:
+            sparsity = torch.zeros((batch, self.rows), dtype=torch.float32,
+                                   device=topk.device)
+        return topk, sparsity
 
 
 _NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,

@@ -62,20 +62,29 @@ class Indexer:
     key_format: str
     device: str
     dense: bool
+    chips: Optional[List[str]]       # device="cuda": the chips it compiles for
+    cache_dir: Optional[str]         # device="cuda": the GPU program cache
     explore_policy: str
     def __init__(self, heads: int = ..., head_dim: int = ..., block_size: int = ...,
                  topk: int = ..., sparsity: float = ..., ema_decay: float = ...,
                  explore: float = ..., seed: int = ..., pooling: str = ...,
                  reduction: str = ..., mtp_mask: str = ..., mtp_update: str = ...,
                  key_format: str = ..., page_size: Optional[int] = ...,
-                 rows: int = ..., device: str = ..., dense: bool = ...,
-                 explore_policy: str = ...) -> None: ...
-    def program(self, layer: int, max_pages: int) -> Program: ...
+                 rows: int = ..., device: str = ..., dense: bool = ..., *,
+                 chips: Optional[Union[str, Sequence[str]]] = ...,
+                 cache_dir: Optional[str] = ..., max_pages: Optional[int] = ...,
+                 batch_sizes: Union[int, Sequence[int]] = ...,
+                 layers: int = ..., explore_policy: str = ...) -> None: ...
+    def program(self, layer: int, max_pages: int,
+                batch: Optional[int] = ...) -> Union[Program, CudaProgram]: ...
+    def artifact(self, layer: int, max_pages: int, batch: int,
+                 chips: Optional[Sequence[str]] = ...) -> str: ...
     def new_state(self, capacity_slots: int, layers: int = ...,
-                  max_requests: int = ...) -> State: ...
+                  max_requests: int = ...) -> Union[State, CudaState]: ...
+    def check(self) -> None: ...
     def __call__(self, q: ArrayLike, w: ArrayLike, keys: ArrayLike,
                  block_table: ArrayLike, lengths: ArrayLike, positions: ArrayLike,
-                 state: State, *, request_ids: ArrayLike,
+                 state: Union[State, CudaState], *, request_ids: Any,
                  scales: Optional[ArrayLike] = ..., layer: int = ...,
                  return_sparsity: bool = ...) -> Union[ArrayLike, Tuple[ArrayLike, ArrayLike]]: ...
 

@@ -196,8 +196,10 @@ def test_bad_configuration_is_rejected():
         spin.Indexer(key_format="int4")
     with pytest.raises(ValueError, match="must divide page_size"):
         spin.Indexer(block_size=48, page_size=64)
-    with pytest.raises(ValueError, match="device 'cuda' is not available"):
-        spin.Indexer(device="cuda")
+    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"):
+        spin.Indexer(device="tpu")
+    with pytest.raises(ValueError, match="chips is only taken with device='cuda'"):
+        spin.Indexer(chips=["sm_90a"])
     with pytest.raises(ValueError, match="capacity_slots must be a positive"):
         spin.Indexer(key_format="f32").new_state(capacity_slots=0)
 

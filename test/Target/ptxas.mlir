@@ -4,18 +4,31 @@
 // RUN: %ptxas -arch=sm_100a %t/sm_100a.ptx -o %t/sm_100a.cubin
 // RUN: %ptxas -arch=sm_103a %t/sm_103a.ptx -o %t/sm_103a.cubin
 // RUN: FileCheck %s --dump-input=never --check-prefix=PTX < %t/sm_90a.ptx
+// RUN: FileCheck %s --dump-input=never --check-prefix=SYNC < %t/sm_100a.ptx
+// RUN: rm -rf %t.sync && spin-compile %s --sparsify="sparsity=0.5 block-size=16" --target=sm_90a --no-wgmma -o %t.sync && %ptxas -arch=sm_90a %t.sync/sm_90a.ptx -o %t.sync/sm_90a.cubin
+// RUN: FileCheck %s --dump-input=never --check-prefix=SYNC < %t.sync/sm_90a.ptx
 // RUN: FileCheck %s --check-prefix=MANIFEST < %t/manifest.json
 // RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
 
 // Every generated kernel assembles for every chip; fp8 keys decode into f16
-// MMAs; the EMA update is unfused (mul.rn/add.rn: no FMA contraction).
+// MMAs (wgmma on sm_90a, B from a shared-memory descriptor after a proxy
+// fence; mma.sync on sm_100a, or with --no-wgmma); the EMA update is unfused
+// (mul.rn/add.rn: no FMA contraction).
 
 // LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
 // PTX: .target sm_90a
 // PTX: .entry spin_reset_0
 // PTX: .entry spin_select_1
 // PTX: .entry spin_score_sparse_2
-// PTX: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// PTX: fence.proxy.async.shared::cta
+// PTX: wgmma.fence.sync.aligned
+// PTX: wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16
+// PTX: wgmma.commit_group.sync.aligned
+// PTX: wgmma.wait_group.sync.aligned 0
+// PTX-NOT: mma.sync
+// SYNC: .entry spin_score_sparse_{{[0-9]+}}
+// SYNC-NOT: wgmma
+// SYNC: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
 // PTX: .entry spin_topk_sparse_3
 // PTX: .entry spin_update_4
 // PTX-NOT: fma.rn.f32

@@ -54,6 +54,11 @@ static cl::opt<int64_t>
            cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
                     "(default: 1)"),
            cl::init(0));
+static cl::opt<bool>
+    noWgmma("no-wgmma",
+            cl::desc("Score with mma.sync on sm_90a too (default: wgmma "
+                     "there)"),
+            cl::init(false));
 static cl::opt<std::string>
     sparsify("sparsify",
              cl::desc("Run spin-sparsify-pipeline with these options first "
@@ -103,6 +108,7 @@ int main(int argc, char **argv) {
   options.capacity = capacity;
   options.tilesPerWarp = tilesPerWarp;
   options.mTiles = mTiles;
+  options.wgmma = !noWgmma;
 
   auto file = MemoryBuffer::getFile(inputFile);
   if (!file)

@@ -113,6 +113,9 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "warp tiles each scoring warp handles (0: 16)">,
     Option<"mTiles", "m-tiles", "int64_t", "0",
            "16-slot MMA tiles per warp tile, 1 or 2 (0: 1)">,
+    Option<"wgmma", "wgmma", "bool", "false",
+           "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
+           "multiple of 4)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -323,6 +323,16 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
                << spec.mTiles << ")",
            failure();
   spec.tilesPerWarp = o.tilesPerWarp > 0 ? o.tilesPerWarp : 16;
+  if (o.wgmma) {
+    if (spec.mTiles != 1 || spec.warps % 4 != 0 || spec.heads > 256)
+      return op.emitOpError("GPU path: wgmma scoring needs m-tiles = 1, "
+                            "warps-per-cta a multiple of 4 and at most 256 "
+                            "heads (got m-tiles = ")
+                 << spec.mTiles << ", warps-per-cta = " << spec.warps
+                 << ", H = " << spec.heads << ")",
+             failure();
+    spec.wgmma = true;
+  }
   int64_t chunk = *keyFormat == ElementFormat::fp8e4m3 ? 64 : 32;
   if (spec.heads % 8 != 0 || spec.headDim % chunk != 0)
     return op.emitOpError("GPU path: heads must be a multiple of 8 and the "
@@ -723,7 +733,10 @@ void PlanBuilder::emit() {
     capacity = std::max(capacity, capacityOf(layer));
   plan->setAttr("spin.capacity", b.getI64IntegerAttr(capacity));
   plan->setAttr("spin.block_size", b.getI64IntegerAttr(stateBlockSize));
-  plan->setAttr("spin.layers", b.getI64IntegerAttr(states.size()));
+  // Layers are indices into the runtime's per-layer state: a graph of layer
+  // 2 alone needs a pool of 3 layers.
+  int64_t layers = states.empty() ? 0 : states.rbegin()->first + 1;
+  plan->setAttr("spin.layers", b.getI64IntegerAttr(layers));
   Block *body = plan.addEntryBlock();
   b.setInsertionPointToStart(body);
   Location loc = func.getLoc();
@@ -860,7 +873,8 @@ struct ConvertSpinToGPUPass
     auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles};
+    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles,
+                                 wgmma};
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&
           !SymbolTable::getSymbolUses(func, module)->empty()) {

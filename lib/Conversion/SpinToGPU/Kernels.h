@@ -68,6 +68,10 @@ struct ScoreKernelSpec {
   int64_t warps = 8, tilesPerWarp = 8;
   /// 16-entry M tiles per warp tile (they share the B fragments).
   int64_t mTiles = 1;
+  /// sm_90a: the four warps of a warpgroup issue wgmma.m64nHk16 with their
+  /// keys as A from registers and the queries as B from shared memory,
+  /// instead of mma.sync per warp (one M tile only).
+  bool wgmma = false;
 
   int64_t outWidth() const { return tablePages * pageSize; }
 };
@@ -107,7 +111,7 @@ struct TopKKernelSpec {
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
   int64_t threads = 1024;
-  int64_t chunk = 4096;       ///< entries per histogram / collect CTA
+  int64_t chunk = 4096; ///< entries per histogram / collect CTA (16 per thread)
   int64_t candidates = 16384; ///< candidate buffer per row
 
   int64_t histBins() const { return 4096; }

@@ -48,6 +48,67 @@ std::pair<Value, Value> fp8QuadToF16(KernelBuilder &kb, Value x) {
   return {convert(lo), convert(hi)};
 }
 
+/// `v` through an empty side-effecting asm statement: the value the next
+/// instructions see is produced here, so nothing that uses it moves above
+/// this point (after a wgmma wait) and nothing computing it moves below
+/// (before a wgmma fence).
+Value pinRegister(KernelBuilder &kb, Value v, StringRef constraint) {
+  std::string constraints = ("=" + constraint + ",0").str();
+  auto op = LLVM::InlineAsmOp::create(
+      kb.builder(), kb.location(), v.getType(), ValueRange{v}, "",
+      constraints, /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+      ArrayAttr());
+  return op.getResult(0);
+}
+
+/// One `wgmma.mma_async.m64n<N>k16.f32` with A (four 32-bit registers of
+/// f16 or bf16 pairs, the mma.sync m16n8k16 A layout per warp) from
+/// registers and B from the shared-memory matrix `descriptor`. `acc` holds
+/// the thread's N/2 accumulators; `first` discards them (D = A * B).
+SmallVector<Value> wgmmaRegA(KernelBuilder &kb, bool bf16, int64_t n,
+                             ArrayRef<Value> acc, ArrayRef<Value> a,
+                             Value descriptor, bool first) {
+  OpBuilder &b = kb.builder();
+  const int64_t count = n / 2;
+  std::string type = bf16 ? "bf16" : "f16";
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                     std::to_string(count + (first ? 0 : count) + 5) +
+                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32." + type + "." + type + " {";
+  for (int64_t i = 0; i < count; ++i)
+    text += (i ? ", $" : "$") + std::to_string(i);
+  int64_t next = count + (first ? 0 : count);
+  text += "}, {$" + std::to_string(next) + ", $" + std::to_string(next + 1) +
+          ", $" + std::to_string(next + 2) + ", $" + std::to_string(next + 3) +
+          "}, $" + std::to_string(next + 4) + ", p, 1, 1, 0;\n}";
+  std::string constraints;
+  for (int64_t i = 0; i < count; ++i)
+    constraints += "=f,";
+  SmallVector<Value> operands;
+  if (!first)
+    for (int64_t i = 0; i < count; ++i) {
+      constraints += std::to_string(i) + ",";
+      operands.push_back(acc[i]);
+    }
+  constraints += "r,r,r,r,l,r";
+  operands.append(a.begin(), a.end());
+  operands.push_back(descriptor);
+  operands.push_back(kb.i32(first ? 0 : 1));
+  SmallVector<Type> fields(count, kb.f32T());
+  Type result = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+  auto op = LLVM::InlineAsmOp::create(
+      b, kb.location(), result, operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+      ArrayAttr());
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < count; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, kb.location(), op.getResult(0),
+                                               ArrayRef<int64_t>{i}));
+  return out;
+}
+
 } // namespace
 
 LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
@@ -207,6 +268,53 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     }
     kb.barrier();
 
+    // wgmma reads B (the queries) from shared memory in the K-major
+    // no-swizzle layout: per k-step of 16 (permuted) key elements, 8-head x
+    // 8-element core matrices of 128 contiguous bytes, the two K halves
+    // 128 bytes apart (leading byte offset), 8-head groups 256 bytes apart
+    // (stride byte offset).
+    Value descriptorBase;
+    const int64_t kstepBytes = H * 32;
+    if (spec.wgmma) {
+      Value qw = kb.sharedArray(spec.name + "_qw", i32, H * Dh / 2);
+      const int64_t perKstep = H * 8; // 32-bit pairs
+      forEachThreadStrided(kb, kb.i32(H * Dh / 2), threads, [&](Value u) {
+        Value S = kb.divU(u, kb.i32(perKstep));
+        Value rem = kb.remU(u, kb.i32(perKstep));
+        Value n = kb.shrU(rem, kb.i32(3)), pair = kb.andI(rem, kb.i32(7));
+        Value kHalf = kb.shrU(pair, kb.i32(2)), quad = kb.andI(pair, kb.i32(3));
+        // Logical k = 2 * pair of k-step S = (chunk, s): the key elements
+        // thread quad of the mma.sync A layout holds there.
+        Value chunk = kb.divU(S, kb.i32(ksteps)), s = kb.remU(S, kb.i32(ksteps));
+        Value elem = kb.add(
+            kb.add(kb.mul(chunk, kb.i32(chunkElems)),
+                   kb.mul(quad, kb.i32(chunkElems / 4))),
+            kb.add(kb.mul(s, kb.i32(4)), kb.mul(kHalf, kb.i32(2))));
+        Value from = kb.divU(kb.add(kb.mul(n, kb.i32(qStride)), elem),
+                             kb.i32(2));
+        Value to = kb.add(
+            kb.add(kb.mul(S, kb.i32(perKstep)),
+                   kb.mul(kb.shrU(n, kb.i32(3)), kb.i32(64))),
+            kb.add(kb.add(kb.mul(kHalf, kb.i32(32)),
+                          kb.mul(kb.andI(n, kb.i32(7)), kb.i32(4))),
+                   quad));
+        kb.storeAt(kb.loadAt(i32, qs, from), qw, to);
+      });
+      // Generic-proxy stores read by the tensor cores' async proxy.
+      LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
+                                "fence.proxy.async.shared::cta;", "",
+                                /*has_side_effects=*/true, false,
+                                LLVM::tailcallkind::TailCallKind::None,
+                                LLVM::AsmDialectAttr(), ArrayAttr());
+      kb.barrier();
+      Value address = LLVM::PtrToIntOp::create(b, loc, kb.i64T(), qw);
+      // Bits 0-13: address / 16; 16-29: leading byte offset / 16 (128 B);
+      // 32-45: stride byte offset / 16 (256 B); swizzle 0.
+      descriptorBase = kb.orI(
+          kb.shrU(kb.andI(address, kb.i64(0x3ffff)), kb.i64(4)),
+          kb.i64((int64_t(128 >> 4) << 16) | (int64_t(256 >> 4) << 32)));
+    }
+
     // Head weights of this thread's accumulator columns: 2t and 2t+1 of
     // every 8-head tile.
     SmallVector<Value> weights;
@@ -228,13 +336,17 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // Loop-carried raw data of one thread row: valid, entry, the chunks'
     // 16-byte vectors and the scale.
     const int64_t perRow = 2 + chunks + (spec.scales ? 1 : 0);
-    auto tileStart = [&](Value j) {
+    auto tileStartOf = [&](Value j, Value w) {
       Value tile = kb.add(
           kb.mul(kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.tilesPerWarp)), j),
                  kb.i32(spec.warps)),
-          warp);
+          w);
       return kb.mul(tile, kb.i32(tileEntries));
     };
+    auto tileStart = [&](Value j) { return tileStartOf(j, warp); };
+    // wgmma is issued by the four warps of a warpgroup together: they skip
+    // a tile only when all four have nothing in it.
+    Value groupWarp = spec.wgmma ? kb.andI(warp, kb.i32(~3)) : warp;
     auto fetchRow = [&](Value entry) -> SmallVector<Value> {
       Value inRange = kb.cmp(CmpIPredicate::slt, entry, total);
       Value slot = entry;
@@ -315,7 +427,43 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
           mTiles, SmallVector<SmallVector<Value, 4>>(
                       nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
-      for (int64_t c = 0; c < chunks; ++c) {
+      if (spec.wgmma) {
+        // A registers of every k-step (two thread rows, one M tile), pinned
+        // before the fence so that no conversion lands between the fence
+        // and the wgmma that reads it.
+        SmallVector<SmallVector<Value, 4>> aRegs;
+        for (int64_t c = 0; c < chunks; ++c) {
+          SmallVector<SmallVector<Value>> regs(2);
+          for (int64_t r = 0; r < 2; ++r)
+            for (int64_t x = 0; x < 4; ++x) {
+              Value word = kb.extract(rowPart(r, 2 + c), x);
+              if (fp8) {
+                auto [lo, hi] = fp8QuadToF16(kb, word);
+                regs[r].append({lo, hi});
+              } else {
+                regs[r].push_back(word);
+              }
+            }
+          for (int64_t s = 0; s < ksteps; ++s)
+            aRegs.push_back({regs[0][2 * s], regs[1][2 * s],
+                             regs[0][2 * s + 1], regs[1][2 * s + 1]});
+        }
+        for (SmallVector<Value, 4> &regs : aRegs)
+          for (Value &v : regs)
+            v = pinRegister(kb, v, "r");
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        SmallVector<Value> d;
+        for (int64_t S = 0; S < chunks * ksteps; ++S)
+          d = wgmmaRegA(kb, bf16Mma, H, d, aRegs[S],
+                        kb.add(descriptorBase, kb.i64(S * kstepBytes / 16)),
+                        /*first=*/S == 0);
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        for (int64_t nt = 0; nt < nTiles; ++nt)
+          for (int64_t j = 0; j < 4; ++j)
+            acc[0][nt][j] = pinRegister(kb, d[4 * nt + j], "f");
+      }
+      for (int64_t c = 0; c < (spec.wgmma ? 0 : chunks); ++c) {
         // This chunk's A registers of every thread row, in k-step order.
         SmallVector<SmallVector<Value>> regs(threadRows);
         for (int64_t r = 0; r < threadRows; ++r) {
@@ -402,7 +550,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
           // Issue the next tile's loads before this tile's MMAs.
           Value nextJ = kb.add(j, kb.i32(1));
           SmallVector<Value> next = fetchTile(tileStart(nextJ));
-          Value start = tileStart(j);
+          Value start = tileStartOf(j, groupWarp);
           kb.ifThen(kb.cmp(CmpIPredicate::slt, start, total),
                     [&] { computeTile(current); });
           return next;

@@ -54,6 +54,65 @@ std::pair<Value, Value> scoreKey(KernelBuilder &kb, Value scores,
   return {kb.cmpF(CmpFPredicate::ORD, z, z), kb.orderedKey(z)};
 }
 
+/// Calls `body(i, eligible, key)` for every entry `i` of `[first, last)`
+/// (a chunk of at most 16 * `threads` entries): each thread loads its 16
+/// entries as four 16-byte vectors (`rowsAligned`: rows start at a multiple
+/// of 4 entries) before it looks at any, so the loads
+/// overlap. All threads call `body` 16 times (`eligible` is false outside
+/// the range), so warp-wide operations inside it are safe.
+void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
+                       bool rowsAligned, Value first, Value last,
+                       int64_t threads,
+                       function_ref<void(Value, Value, Value)> body) {
+  Type f32 = kb.f32T(), vec = kb.vecT(f32, 4);
+  SmallVector<Value> vectors, starts;
+  for (int64_t v = 0; v < 4; ++v) {
+    Value start = kb.add(first, kb.add(kb.mul(kb.threadIdX(), kb.i32(4)),
+                                       kb.i32(v * threads * 4)));
+    starts.push_back(start);
+    vectors.push_back(kb.ifThenElse(
+        {vec}, kb.cmp(CmpIPredicate::slt, start, last),
+        [&]() -> SmallVector<Value> {
+          Value at = kb.gep(scores, f32, kb.add(row.rowBase, start));
+          if (rowsAligned)
+            return {kb.load(vec, at, 16, true)};
+          // Rows of a width that is not a multiple of 4: scalar loads that
+          // stay inside the row.
+          Value out = LLVM::UndefOp::create(kb.builder(), kb.location(), vec);
+          for (int64_t e = 0; e < 4; ++e) {
+            Value i = kb.add(start, kb.i32(e));
+            Value z = kb.ifThenElse(
+                {f32}, kb.cmp(CmpIPredicate::slt, i, last),
+                [&]() -> SmallVector<Value> {
+                  return {kb.loadAt(f32, scores, kb.add(row.rowBase, i), true)};
+                },
+                [&]() -> SmallVector<Value> {
+                  return {kb.f32Bits(0x7fc00000u)};
+                })[0];
+            out = LLVM::InsertElementOp::create(kb.builder(), kb.location(),
+                                                out, z, kb.i32(e));
+          }
+          return {out};
+        },
+        [&]() -> SmallVector<Value> {
+          Value nan = kb.f32Bits(0x7fc00000u);
+          Value undef = LLVM::UndefOp::create(kb.builder(), kb.location(), vec);
+          for (int64_t e = 0; e < 4; ++e)
+            undef = LLVM::InsertElementOp::create(kb.builder(), kb.location(),
+                                                  undef, nan, kb.i32(e));
+          return {undef};
+        })[0]);
+  }
+  for (int64_t v = 0; v < 4; ++v)
+    for (int64_t e = 0; e < 4; ++e) {
+      Value i = kb.add(starts[v], kb.i32(e));
+      Value z = kb.extract(vectors[v], e);
+      Value eligible = kb.andI(kb.cmp(CmpIPredicate::slt, i, last),
+                               kb.cmpF(CmpFPredicate::ORD, z, z));
+      body(i, eligible, kb.orderedKey(z));
+    }
+}
+
 /// The histogram bin holding the k-th largest key (counting from the top),
 /// or 0 when the row has at most k eligible entries. All threads of the
 /// CTA must call it; every thread gets the same value.
@@ -149,14 +208,14 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     kb.barrier();
     Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
     Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
-    kb.forLoop(kb.add(first, kb.threadIdX()), last, kb.i32(small),
-               [&](Value i) {
-                 auto [eligible, key] = scoreKey(kb, scores, row, i);
-                 kb.ifThen(eligible, [&] {
-                   kb.atomicAdd(kb.gep(local, i32, kb.shrU(key, kb.i32(kBinShift))),
-                                kb.i32(1));
-                 });
-               });
+    forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last,
+                      small,
+                      [&](Value, Value eligible, Value key) {
+      kb.ifThen(eligible, [&] {
+        kb.atomicAdd(kb.gep(local, i32, kb.shrU(key, kb.i32(kBinShift))),
+                     kb.i32(1));
+      });
+    });
     kb.barrier();
     Value histBase = kb.mul(row.rowId, kb.i32(bins));
     forEachThreadStrided(kb, kb.i32(bins), small, [&](Value bin) {
@@ -199,22 +258,43 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
       Value bin = kb.loadAt(i32, thresholds, row.rowId, true);
       Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
       Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-      kb.forLoop(kb.add(first, kb.threadIdX()), last, kb.i32(small),
-                 [&](Value i) {
-        auto [eligible, key] = scoreKey(kb, scores, row, i);
-        Value wanted = kb.andI(
+      // One counter atomic per CTA: each thread counts its candidates, a
+      // block scan places them, thread 0 reserves the CTA's range.
+      SmallVector<Value> wanted, keys, entries;
+      forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last,
+                        small, [&](Value i, Value eligible, Value key) {
+        wanted.push_back(kb.andI(
             eligible, kb.cmp(CmpIPredicate::uge,
-                             kb.shrU(key, kb.i32(kBinShift)), bin));
-        kb.ifThen(wanted, [&] {
-          Value at = kb.atomicAdd(kb.gep(counter, i32, row.rowId), kb.i32(1));
-          kb.ifThen(kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates)),
-                    [&] {
-            Value packed =
-                kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
-            kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
-          });
-        });
+                             kb.shrU(key, kb.i32(kBinShift)), bin)));
+        keys.push_back(key);
+        entries.push_back(i);
       });
+      Value own = kb.i32(0);
+      for (Value w : wanted)
+        own = kb.add(own, kb.zext(w, i32));
+      auto [before, total] =
+          blockExclusiveScan(kb, spec.name + "_collect", own, small);
+      Value baseCell = kb.sharedArray(spec.name + "_collect_base", i32, 1);
+      kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+                        kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
+                [&] {
+                  kb.storeAt(kb.atomicAdd(kb.gep(counter, i32, row.rowId),
+                                          total),
+                             baseCell, kb.i32(0));
+                });
+      kb.barrier();
+      Value at = kb.add(kb.loadAt(i32, baseCell, kb.i32(0)), before);
+      for (auto [w, key, i] : llvm::zip(wanted, keys, entries)) {
+        Value here = at;
+        kb.ifThen(kb.andI(w, kb.cmp(CmpIPredicate::slt, here,
+                                    kb.i32(spec.candidates))),
+                  [&] {
+          Value packed =
+              kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
+          kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(here)));
+        });
+        at = kb.add(at, kb.zext(w, i32));
+      }
     });
     launches.collect.grid = {spec.chunksPerRow(), rows, 1};
     launches.collect.blockThreads = small;

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Compiles the GPU programs of python/tests/test_indexer_cuda.py and of
+examples/torch_decode_loop.py --device cuda into a cache directory.
+
+Run on a machine with the compiler (no GPU needed); carry the directory to
+the GPU machine, whose runtime-only build cannot compile, and point
+SPIN_CACHE_DIR at it there (bench/run_gpu_check.sh does):
+
+    SPIN_BUILD_DIR=build /usr/bin/python3 python/tests/prebuild_cuda_cache.py \\
+        --out cuda-cache --chips sm_90a
+
+An existing directory is updated: current programs are kept, missing,
+corrupt or stale ones (another compiler version) are compiled again.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+# The spin package: $SPIN_BUILD_DIR/python, else whatever Python finds (a
+# PYTHONPATH, the .pth of scripts/dev), else build/python.
+if os.environ.get("SPIN_BUILD_DIR"):
+    sys.path.insert(0, os.path.join(os.environ["SPIN_BUILD_DIR"], "python"))
+try:
+    import spin
+except ImportError:
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    import spin
+from cuda_indexer_cases import CASES, load_example, make_indexer  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the cache directory to fill")
+    parser.add_argument("--chips", default="sm_90a",
+                        help="comma-separated chips (sm_90a, sm_100a, sm_103a)")
+    args = parser.parse_args(argv)
+    if not spin.has_compiler:
+        print("error: this spin was built without the compiler: run this where "
+              "it was built with -DSPIN_ENABLE_COMPILER=ON", file=sys.stderr)
+        return 1
+    chips = [c for c in args.chips.split(",") if c]
+    out = os.path.abspath(args.out)
+    t0 = time.time()
+    indexers = []
+    for name in CASES:
+        t = time.time()
+        indexers.append(make_indexer(spin, name, chips=chips, cache_dir=out))
+        print(f"{name}: {time.time() - t:.1f} s", flush=True)
+    t = time.time()
+    load_example().make_indexer("cuda", 0, chips=chips, cache_dir=out)
+    print(f"examples/torch_decode_loop.py --device cuda: {time.time() - t:.1f} s", flush=True)
+    count = len([d for d in os.listdir(out) if d.startswith("indexer-gpu-")])
+    print(f"{count} programs in {out} for {', '.join(chips)} "
+          f"({time.time() - t0:.0f} s); on the GPU machine: SPIN_CACHE_DIR={out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
