@@ -202,3 +202,15 @@ def test_indexer_explore_policy_option():
     ix(*args, st, request_ids=np.array([1]))
     assert st.last_observed(1).tolist() == [1] * 7 + [0]   # warm-up, N = 100
     assert "explore_policy = #spin.explore_policy<block_age>" in ix.program(0, 8).graph_ir
+
+
+def test_cuda_indexer_refuses_age_policies():
+    # Decided before any device or cache is touched (chips given: no GPU
+    # needed to get this far).
+    for policy in ("staleness-score", "block-age"):
+        with pytest.raises(ValueError, match=rf"explore_policy='{policy}' is not supported "
+                                             r"on cuda \(the GPU path explores randomly "
+                                             r"only\); use device='cpu'"):
+            spin.Indexer(heads=8, head_dim=32, block_size=16, topk=16, key_format="bf16",
+                         device="cuda", chips=["sm_90a"], explore=0.25,
+                         explore_policy=policy)
