@@ -45,6 +45,7 @@ void mlir::spin::buildSparsifyPipeline(OpPassManager &pm,
   sparsify.emaDecay = options.emaDecay;
   sparsify.explore = options.explore;
   sparsify.seed = options.seed;
+  sparsify.explorePolicy = options.explorePolicy;
   sparsify.pooling = options.pooling;
   sparsify.reduction = options.reduction;
   sparsify.mtpMask = options.mtpMask;

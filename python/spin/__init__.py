@@ -47,6 +47,10 @@ has_compiler: bool = bool(_spin.has_compiler)
 
 _POOLINGS = ("max", "mean", "top4")
 _REDUCTIONS = ("A0", "A1", "A2")
+_EXPLORE_POLICIES = ("random", "staleness-score", "block-age")
+#: Exploration policies that rank blocks by age: their state keeps the
+#: per-block last-observed iterations (``last_observed``).
+_AGE_POLICIES = ("staleness-score", "block-age")
 _MTP_MASKS = ("union", "row0")
 _MTP_UPDATES = ("prefix", "row0")
 _KEY_FORMATS = ("bf16", "f16", "f32", "fp8")
@@ -266,12 +270,13 @@ class State:
     """
 
     def __init__(self, pool: "_spin.StatePool", capacity: int, layers: int,
-                 rows: int, block_size: int):
+                 rows: int, block_size: int, last_observed: bool = False):
         self._pool = pool
         self.capacity = capacity
         self.layers = layers
         self.rows = rows
         self.block_size = block_size
+        self.has_last_observed = bool(last_observed)
 
     def _native(self) -> "_spin.StatePool":
         if self._pool is None:
@@ -303,6 +308,14 @@ class State:
         v, d = self._native().state(int(request_id), int(layer))
         return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
 
+    def last_observed(self, request_id: int, layer: int = 0) -> np.ndarray:
+        """Copy of the request's per-block last-observed iterations on
+        ``layer`` (int32, ``ceil(capacity / block_size)`` entries): ``it + 1``
+        at the step that last scored the block, 0 if never (SPIN_SPEC §7.1).
+        Only states made with ``last_observed=True`` keep them."""
+        return np.asarray(self._native().last_observed(int(request_id), int(layer)),
+                          dtype=np.int32)
+
     def __contains__(self, request_id: int) -> bool:
         return self._native().contains(int(request_id))
 
@@ -315,10 +328,13 @@ class State:
 
 
 def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
-              rows: int = 1, block_size: int = 64) -> State:
+              rows: int = 1, block_size: int = 64, last_observed: bool = False) -> State:
     """State for up to ``max_requests`` requests of ``capacity_slots`` slots,
     ``layers`` state layers, ``rows`` query rows per step (d + 1 for MTP) and
-    SPIN blocks of ``block_size`` slots (for :meth:`Program.run`)."""
+    SPIN blocks of ``block_size`` slots (for :meth:`Program.run`).
+    ``last_observed`` keeps when each block was last scored, which programs
+    compiled with ``explore_policy`` ``staleness-score`` or ``block-age``
+    need."""
     for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
                         ("max_requests", max_requests), ("rows", rows),
                         ("block_size", block_size)):
@@ -326,8 +342,9 @@ def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
                            capacity=int(capacity_slots), rows=int(rows),
-                           block_size=int(block_size))
-    return State(pool, int(capacity_slots), int(layers), int(rows), int(block_size))
+                           block_size=int(block_size), last_observed=bool(last_observed))
+    return State(pool, int(capacity_slots), int(layers), int(rows), int(block_size),
+                 bool(last_observed))
 
 
 #===------------------------------------------------------------------------===#
@@ -432,7 +449,12 @@ class Indexer:
     GPU; a build without the compiler (the GPU runtime alone) only looks
     programs up, and raises an error naming the missing cache entry.
     Not on CUDA yet: MTP (``rows > 1`` with SPIN; dense indexers take several
-    rows), the A0/A2 reductions and f32 keys.
+    rows), the A0/A2 reductions, the age-based exploration policies and f32
+    keys.
+
+    ``explore_policy`` picks the explored blocks: ``"random"`` (hash ranks),
+    ``"staleness-score"`` or ``"block-age"`` (by block age, SPIN_SPEC §7.1;
+    their CPU state keeps ``last_observed``, see :meth:`new_state`).
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -445,7 +467,8 @@ class Indexer:
                  chips: Optional[Sequence[str]] = None,
                  cache_dir: Optional[str] = None,
                  max_pages: Optional[int] = None,
-                 batch_sizes: Sequence[int] = (), layers: int = 1):
+                 batch_sizes: Sequence[int] = (), layers: int = 1,
+                 explore_policy: str = "random"):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -455,7 +478,8 @@ class Indexer:
                             ("explore", explore)):
             if not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-        for name, value, allowed in (("pooling", pooling, _POOLINGS),
+        for name, value, allowed in (("explore_policy", explore_policy, _EXPLORE_POLICIES),
+                                     ("pooling", pooling, _POOLINGS),
                                      ("reduction", reduction, _REDUCTIONS),
                                      ("mtp_mask", mtp_mask, _MTP_MASKS),
                                      ("mtp_update", mtp_update, _MTP_UPDATES),
@@ -480,11 +504,16 @@ class Indexer:
         self.heads, self.head_dim, self.rows = int(heads), int(head_dim), int(rows)
         self.block_size, self.page_size, self.topk = int(block_size), int(page_size), int(topk)
         self.key_format, self.dense = key_format, bool(dense)
+        self.explore_policy = explore_policy
         self._options = {
             "sparsity": float(sparsity), "block-size": self.block_size,
             "ema-decay": float(ema_decay), "explore": float(explore),
             "seed": int(seed), "pooling": pooling, "reduction": reduction,
             "mtp-mask": mtp_mask, "mtp-update": mtp_update}
+        # Named only when not the default, so that the options (and the GPU
+        # cache keys made from them) of random exploration stay as they were.
+        if explore_policy != "random":
+            self._options["explore-policy"] = explore_policy
         self._programs: Dict[Tuple[int, ...], Any] = {}
         self.chips: Optional[List[str]] = None
         self.cache_dir: Optional[str] = None
@@ -529,6 +558,9 @@ class Indexer:
         if self._options["reduction"] != "A1" and not self.dense:
             raise ValueError(f"reduction={self._options['reduction']!r} is not "
                              "supported on cuda yet (only A1); use device='cpu'")
+        if self.explore_policy in _AGE_POLICIES and not self.dense:
+            raise ValueError(f"explore_policy={self.explore_policy!r} is not supported on "
+                             "cuda (the GPU path explores randomly only); use device='cpu'")
         if chips is None:
             torch = _torch
             if torch is None or not torch.cuda.is_available():
@@ -709,10 +741,13 @@ class Indexer:
         """State for up to ``max_requests`` requests of ``capacity_slots``
         slots over ``layers`` layers: a :class:`State` on the CPU, a
         :class:`CudaState` in device memory on cuda (there the block tables
-        of every step must be ``capacity_slots / page_size`` pages wide)."""
+        of every step must be ``capacity_slots / page_size`` pages wide).
+        On the CPU it keeps ``last_observed`` when the exploration policy
+        needs it."""
         if self.device == "cpu":
             return new_state(capacity_slots, layers, max_requests, self.rows,
-                             self.block_size)
+                             self.block_size,
+                             last_observed=not self.dense and self.explore_policy in _AGE_POLICIES)
         for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
                             ("max_requests", max_requests)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -765,6 +800,11 @@ class Indexer:
         pool = state._native()
         if state.block_size != self.block_size or state.rows < self.rows:
             raise ValueError("state was made for another indexer (block size or rows differ)")
+        if (not self.dense and self.explore_policy in _AGE_POLICIES
+                and not state.has_last_observed):
+            raise ValueError(f"explore_policy {self.explore_policy!r} needs a state that keeps "
+                             "last_observed: make it with Indexer.new_state or "
+                             "spin.new_state(..., last_observed=True)")
         if not 0 <= layer < state.layers:
             raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
         torch_out = _is_torch(q)

@@ -15,9 +15,17 @@ computed in numpy (float64): Pearson correlation and top-K recall of
 prev-iter, prev-iter offset 1, prev-layer, prev-layer best-of-5 and random.
 
 A scores trace (``"kind": "scores"``) is replayed through a generated SPIN
-graph on its dense scores z (``score_graph``, reduction A1, compiled with
+graph on its dense scores z (``score_graph``, any reduction, compiled with
 ``spin.compile`` and run with ``Program.run``) against the top-K of z, and
 its diagnostics use z directly.
+
+Exploration policies (``--explore-policy``): ``random`` (SPIN_SPEC §3.7),
+``staleness-score`` and ``block-age`` (SPIN_SPEC §7.1), each with the same
+exploration fraction of the block budget, and ``none`` (no exploration).
+Requests may join and leave mid-trace (per-step ``request_ids``,
+docs/trace-format.md): each step replays the batch indices that hold a
+request, a request's first step is its dense warm-up, and its state is
+released after its last step.
 
 The module imports the compiled ``spin`` package lazily (``import spin``
 must find the build, e.g. ``<build>/python`` on ``sys.path``), so the metric
@@ -47,8 +55,8 @@ TraceError = _traces.TraceError
 load_trace = _traces.load_trace
 
 PREDICTORS = ("prev-iter", "prev-iter-offset1", "prev-layer", "prev-layer-best5", "random")
-EXPLORE_POLICIES = ("random", "none")
-UNSUPPORTED_POLICIES = ("staleness-score", "staleness", "block-age", "age")
+#: --explore-policy values: the compiler's three policies and "none".
+EXPLORE_POLICIES = ("none", "random", "staleness-score", "block-age")
 
 
 # ----------------------------------------------------------------------------
@@ -177,12 +185,17 @@ class Config:
     explore: float = 0.0
     mtp_mask: str = "union"
     mtp_update: str = "prefix"
+    #: random, staleness-score or block-age (SPIN_SPEC §3.7, §7.1); always
+    #: random when nothing is explored.
+    explore_policy: str = "random"
 
     def label(self, rows: int) -> str:
         s = f"rho={self.sparsity:g} {self.reduction}"
         if self.reduction != "A0":
             s += f"-{self.pooling}"
         s += f" explore={self.explore:g}"
+        if self.explore_policy != "random":
+            s += f" {self.explore_policy}"
         if rows > 1:
             s += f" mtp={self.mtp_mask}/{self.mtp_update}"
         return s
@@ -190,18 +203,27 @@ class Config:
 
 def configs(sparsities: Sequence[float], poolings=("max",), reductions=("A1",),
             explores=(0.0,), mtp_masks=("union",), mtp_updates=("prefix",),
-            rows: int = 1) -> List[Config]:
+            rows: int = 1, explore_policies=("random",)) -> List[Config]:
     """Every combination; A0 has no pooling and no exploration (the compiler
-    refuses explore > 0 with A0), and single-row traces no MTP policies, so
+    refuses explore > 0 with A0), single-row traces no MTP policies, and a
+    run that explores nothing (explore 0, policy "none", or A0) no policy, so
     those axes collapse instead of repeating identical runs."""
     out = []
-    for s, r, p, e, m, u in itertools.product(sparsities, reductions, poolings, explores,
-                                              mtp_masks, mtp_updates):
+    for s, r, p, e, pol, m, u in itertools.product(sparsities, reductions, poolings,
+                                                   explores, explore_policies, mtp_masks,
+                                                   mtp_updates):
+        if pol not in EXPLORE_POLICIES:
+            raise ValueError(f"explore policy {pol!r} is not one of "
+                             f"{', '.join(EXPLORE_POLICIES)}")
+        if pol == "none":
+            e = 0.0
         if r == "A0":  # no pooling, and no block budget to explore with
             p, e = "max", 0.0
+        if float(e) == 0.0:
+            pol = "random"
         if rows == 1:
             m, u = "union", "prefix"
-        c = Config(float(s), p, r, float(e), m, u)
+        c = Config(float(s), p, r, float(e), m, u, pol)
         if c not in out:
             out.append(c)
     return out
@@ -219,18 +241,44 @@ def _import_spin():
     return spin
 
 
+_POLICY_ATTR = {"random": "random", "staleness-score": "staleness_score",
+                "block-age": "block_age"}
+
+
 def score_graph(layer: int, rows: int, slots: int, topk: int, block_size: int,
                 sparsity: float, explore: float = 0.0, seed: int = 0, pooling: str = "max",
-                decay: float = 0.5, mtp_mask: str = "union", mtp_update: str = "prefix") -> str:
+                decay: float = 0.5, mtp_mask: str = "union", mtp_update: str = "prefix",
+                reduction: str = "A1", explore_policy: str = "random") -> str:
     """MLIR of one SPIN step of ``layer`` on given dense scores z [B, R, NS]
-    (NS = ``slots``; reduction A1), for ``spin.compile(text, "score_layer",
-    None)``. Outputs: top-K [B, R, K] and realized block sparsity [B, R]."""
+    (NS = ``slots``), for ``spin.compile(text, "score_layer", None)``.
+    Outputs: top-K [B, R, K] and realized block sparsity [B, R].
+
+    ``reduction`` A1 pools the slot predictions (``pooling``) and ranks
+    blocks; A0 ranks the slot predictions themselves (no pooling, no
+    exploration); A2 keeps a block-level state (predictions per block, the
+    observed z pooled per block with ``pooling``). ``explore_policy``
+    ``staleness-score`` and ``block-age`` need a state made with
+    ``last_observed=True``."""
     if slots % block_size:
         raise ValueError(f"block size {block_size} must divide NS = {slots}")
+    if reduction not in ("A0", "A1", "A2"):
+        raise ValueError(f"reduction must be A0, A1 or A2, got {reduction!r}")
+    if explore_policy not in _POLICY_ATTR:
+        raise ValueError(f"explore_policy must be one of {', '.join(_POLICY_ATTR)}, "
+                         f"got {explore_policy!r}")
+    if reduction == "A0" and (explore or explore_policy != "random"):
+        raise ValueError("reduction A0 has no block budget to explore with: explore must be "
+                         "0 and explore_policy random")
     R, NS, NB, K, bs = int(rows), int(slots), int(slots) // int(block_size), int(topk), \
         int(block_size)
-    st = f"!spin.state<layer = {int(layer)}>"
+    params = [f"layer = {int(layer)}"]
+    if reduction == "A2":
+        params.append("level = block")
+    if explore_policy != "random":
+        params.append("last_observed = true")
+    st = f"!spin.state<{', '.join(params)}>"
     z, n, m = f"tensor<?x{R}x{NS}xf32>", f"tensor<?x{R}xi32>", f"tensor<?x{NB}xi1>"
+    blocks = f"tensor<?x{R}x{NB}xf32>"
     args = [f'%z: {z} {{spin.input = "scores"}}', f'%n: {n} {{spin.input = "lengths"}}',
             f"%p: {n} {{spin.positions}}", "%ids: tensor<?xi64> {spin.request_ids}"]
     if R > 1:
@@ -244,23 +292,43 @@ def score_graph(layer: int, rows: int, slots: int, topk: int, block_size: int,
                    f"i64, decay = {float(decay)!r} : f64, mtp_update = "
                    f"#spin.mtp_update<{mtp_update}>}} : {st}")
         s = "%c"
+    # Predict; A1 pools the slot predictions, A2 predicts per block.
+    if reduction == "A2":
+        out.append(f"  %S = spin.predict {s} positions(%p : {n}) lengths(%n : {n}) "
+                   f"{{block_size = {bs} : i64}} : {st} -> {blocks}")
+        ranked = blocks
+    else:
+        out.append(f"  %zh = spin.predict {s} positions(%p : {n}) lengths(%n : {n}) : "
+                   f"{st} -> {z}")
+        if reduction == "A1":
+            out.append(f"  %S = spin.pool %zh lengths(%n : {n}) {{pooling = "
+                       f"#spin.pooling<{pooling}>, block_size = {bs} : i64}} : {z} -> "
+                       f"{blocks}")
+            ranked = blocks
+        else:  # A0 ranks the slot predictions themselves
+            ranked = z
+    scores = "%S" if reduction != "A0" else "%zh"
+    attrs = (f"topk = {K} : i64, block_size = {bs} : i64, sparsity = {float(sparsity)!r} : "
+             f"f64, explore = {float(explore)!r} : f64, seed = {int(seed)} : i64, "
+             f"mtp_mask = #spin.mtp_mask<{mtp_mask}>, reduction = "
+             f"#spin.reduction<{reduction.lower()}>")
+    if explore_policy != "random":
+        attrs += f", explore_policy = #spin.explore_policy<{_POLICY_ATTR[explore_policy]}>"
     out += [
-        f"  %zh = spin.predict {s} positions(%p : {n}) lengths(%n : {n}) : {st} -> {z}",
-        f"  %S = spin.pool %zh lengths(%n : {n}) {{pooling = #spin.pooling<{pooling}>, "
-        f"block_size = {bs} : i64}} : {z} -> tensor<?x{R}x{NB}xf32>",
-        f"  %m = spin.select_blocks {s} scores(%S : tensor<?x{R}x{NB}xf32>) lengths(%n : {n}) "
-        f"{{topk = {K} : i64, block_size = {bs} : i64, sparsity = {float(sparsity)!r} : f64, "
-        f"explore = {float(explore)!r} : f64, seed = {int(seed)} : i64, "
-        f"mtp_mask = #spin.mtp_mask<{mtp_mask}>}} : {st} -> {m}",
+        f"  %m = spin.select_blocks {s} scores({scores} : {ranked}) lengths(%n : {n}) "
+        f"{{{attrs}}} : {st} -> {m}",
         f"  %t = spin.topk %z lengths(%n : {n}) mask(%m : {m}) {{k = {K} : i64, "
         f"block_size = {bs} : i64}} : {z} -> tensor<?x{R}x{K}xi32>"]
+    # A block-level state pools the observed scores per block.
+    update_pool = f", pooling = #spin.pooling<{pooling}>" if reduction == "A2" else ""
     if R > 1:
         out.append(f"  %s1 = spin.observe {s} scores(%z : {z}) positions(%p : {n}) "
-                   f"lengths(%n : {n}) mask(%m : {m}) {{block_size = {bs} : i64}} : {st}")
+                   f"lengths(%n : {n}) mask(%m : {m}) {{block_size = {bs} : i64"
+                   f"{update_pool}}} : {st}")
     else:
         out.append(f"  %s1 = spin.ema_update {s} scores(%z : {z}) positions(%p : {n}) "
                    f"lengths(%n : {n}) mask(%m : {m}) {{decay = {float(decay)!r} : f64, "
-                   f"block_size = {bs} : i64}} : {st}")
+                   f"block_size = {bs} : i64{update_pool}}} : {st}")
     out += [f"  %r = spin.block_sparsity %m lengths(%n : {n}) {{block_size = {bs} : i64}} : "
             f"{m} -> tensor<?x{R}xf32>",
             f"  return %t, %r : tensor<?x{R}x{K}xi32>, tensor<?x{R}xf32>", "}"]
@@ -281,33 +349,46 @@ def dense_topk(z: np.ndarray, lengths: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def _rows(arrays, keep, batch):
+    """The per-request arrays of a step restricted to the batch indices in
+    ``keep`` (paged caches are shared and stay whole)."""
+    if keep.size == batch:
+        return arrays
+    return {n: a if n in ("keys", "scales") else np.ascontiguousarray(a[keep])
+            for n, a in arrays.items()}
+
+
 class _InputsEngine:
     """Replays an inputs trace: spin.Indexer per configuration, dense
     reference from spin.Indexer(dense=True), diagnostics' z in numpy."""
 
     def __init__(self, spin, trace, run_configs, seed):
         h = trace.header
-        self.trace, L, T, B, S = trace, h["layers"], h["steps"], h["batch"], h["page_size"]
+        self.trace, L, T, S = trace, h["layers"], h["steps"], h["page_size"]
         mb_max = max(trace.files[(l, t, "_mb")] for l in range(L) for t in range(T))
         capacity = mb_max * S
+        live = trace.max_live_requests()
         common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=h["topk"],
                       key_format=h["key_format"], rows=h["rows"])
         self.dense = spin.Indexer(dense=True, **common)
         self.dense_state = self.dense.new_state(capacity_slots=capacity, layers=L,
-                                                max_requests=B)
+                                                max_requests=live)
         self.runs = []
         for c in run_configs:
             ix = spin.Indexer(sparsity=c.sparsity, explore=c.explore, seed=seed,
-                              pooling=c.pooling, reduction=c.reduction, mtp_mask=c.mtp_mask,
+                              explore_policy=c.explore_policy, pooling=c.pooling,
+                              reduction=c.reduction, mtp_mask=c.mtp_mask,
                               mtp_update=c.mtp_update, **common)
             self.runs.append((ix, ix.new_state(capacity_slots=capacity, layers=L,
-                                               max_requests=B)))
+                                               max_requests=live)))
         self.states = [st for _, st in self.runs] + [self.dense_state]
 
-    def step(self, layer, t, want_z):
-        """(truth [B, R, K], [(top, sparsity) per run], z rows or None)."""
-        a, ids, fmt = self.trace.step(layer, t), self.trace.request_ids, \
-            self.trace.header["key_format"]
+    def step(self, layer, t, keep, want_z):
+        """For the batch indices ``keep``: (truth [b, R, K], [(top, sparsity)
+        per run], z rows or None), b = len(keep)."""
+        h = self.trace.header
+        a = _rows(self.trace.step(layer, t), keep, h["batch"])
+        ids, fmt = np.ascontiguousarray(self.trace.ids[t, keep]), h["key_format"]
         args = (a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"])
         kw = {"scales": a["scales"]} if "scales" in a else {}
         truth, _ = self.dense(*args, self.dense_state, request_ids=ids, layer=layer,
@@ -331,34 +412,33 @@ class _ScoresEngine:
 
     def __init__(self, spin, trace, run_configs, seed):
         h = trace.header
-        bad = sorted({c.reduction for c in run_configs if c.reduction != "A1"})
-        if bad:
-            raise ValueError(f"reduction {', '.join(bad)} cannot replay a scores trace: "
-                             "only A1 is supported there (A0 and A2 need other state "
-                             "and graph forms); use --reduction A1 or an inputs trace")
         self.spin, self.trace, self.seed = spin, trace, seed
-        L, T, B, R = h["layers"], h["steps"], h["batch"], h["rows"]
+        L, T, R = h["layers"], h["steps"], h["rows"]
         ns_max = max(trace.files[(l, t, "_ns")] for l in range(L) for t in range(T))
+        live = trace.max_live_requests()
         self.configs = list(run_configs)
-        self.states = [spin.new_state(capacity_slots=ns_max, layers=L, max_requests=B,
-                                      rows=R, block_size=h["page_size"])
-                       for _ in run_configs]
+        self.states = [spin.new_state(capacity_slots=ns_max, layers=L, max_requests=live,
+                                      rows=R, block_size=h["page_size"],
+                                      last_observed=c.explore_policy != "random")
+                       for c in run_configs]
         self.programs = {}
 
     def program(self, layer, ns, c):
         h = self.trace.header
-        key = (layer, ns, h["rows"], c.sparsity, c.explore, self.seed, c.pooling,
-               c.mtp_mask, c.mtp_update)
+        key = (layer, ns, h["rows"], c, self.seed)
         if key not in self.programs:
             text = score_graph(layer, h["rows"], ns, h["topk"], h["page_size"], c.sparsity,
-                               c.explore, self.seed, c.pooling, 0.5, c.mtp_mask, c.mtp_update)
+                               c.explore, self.seed, c.pooling, 0.5, c.mtp_mask, c.mtp_update,
+                               c.reduction, c.explore_policy)
             self.programs[key] = self.spin.compile(text, "score_layer", None)
         return self.programs[key]
 
-    def step(self, layer, t, want_z):
-        a, ids = self.trace.step(layer, t), self.trace.request_ids
+    def step(self, layer, t, keep, want_z):
+        h = self.trace.header
+        a = _rows(self.trace.step(layer, t), keep, h["batch"])
+        ids = np.ascontiguousarray(self.trace.ids[t, keep])
         z, n, p = a["z"], a["lengths"], a["positions"]
-        truth = dense_topk(z, n, self.trace.header["topk"])
+        truth = dense_topk(z, n, h["topk"])
         results = []
         for c, st in zip(self.configs, self.states):
             out = self.program(layer, z.shape[2], c).run(st, scores=z, lengths=n,
@@ -372,12 +452,15 @@ class _ScoresEngine:
 
 
 def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
-           diagnostics: bool = True, heatmap_layer: int = 0, progress=None) -> dict:
+           diagnostics: bool = True, heatmap_layer: int = 0,
+           heatmap_request: Optional[int] = None, progress=None) -> dict:
     """Replays ``trace`` (a path or a loaded Trace) for each configuration;
     returns the report dictionary (what ``--json`` writes). An inputs trace
     runs spin.Indexer against spin.Indexer(dense=True); a scores trace
     (``"kind": "scores"``) runs a generated SPIN graph on its z against the
-    top-K of z (reduction A1 only)."""
+    top-K of z. Each step replays the batch indices that hold a request.
+    The heat-map follows ``heatmap_request`` (default: the trace's first
+    request)."""
     spin = _import_spin()
     if isinstance(trace, str):
         trace = load_trace(trace)
@@ -385,37 +468,54 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
     L, T, B, R, K = h["layers"], h["steps"], h["batch"], h["rows"], h["topk"]
     if not 0 <= heatmap_layer < L:
         raise ValueError(f"heatmap layer {heatmap_layer} is outside the trace's {L} layers")
-    ids = trace.request_ids
     kind = h.get("kind", "inputs")
+    # A request's first step is its warm-up after prefill; its state is
+    # released after its last step. The heat-map follows one request.
+    first, last = trace.first_steps(), trace.last_steps()
+    if heatmap_request is None:
+        heat_id = int(trace.ids[tuple(np.argwhere(trace.active)[0])]) \
+            if trace.active.any() else None
+    elif int(heatmap_request) in last:
+        heat_id = int(heatmap_request)
+    else:
+        raise ValueError(f"heat-map request {heatmap_request} is not in the trace "
+                         f"(its requests: {', '.join(str(r) for r in sorted(last))})")
     engine = (_ScoresEngine if kind == "scores" else _InputsEngine)(spin, trace, run_configs,
                                                                     seed)
-    for st in engine.states:
-        for r in ids:
-            st.add(int(r))
     runs = [{"config": c, "state": st, "miss": [[] for _ in range(L)],
              "sparsity": [[] for _ in range(L)], "heat": []}
             for c, st in zip(run_configs, engine.states)]
     diag = Diagnostics(L, K, seed) if diagnostics else None
     heat_dense = []
-    prev_step_z = [None] * L
+    prev_z = [{} for _ in range(L)]   # per layer: request id -> its rows' z at its last step
     started = time.time()
     next_report = 1
     for t in range(T):
+        keep = np.flatnonzero(trace.active[t])
+        step_ids = [int(x) for x in trace.ids[t, keep]]
+        for b in keep[first[t, keep]]:
+            for st in engine.states:
+                st.add(int(trace.ids[t, b]))
         # A new turn (trace header 'resets'): the state starts over, and
         # this step is the request's dense warm-up.
-        for b in np.flatnonzero(trace.resets[t]):
+        for b in np.flatnonzero(trace.resets[t] & ~first[t]):
             for run in runs:
-                run["state"].reset(int(ids[b]))
-        warmup = np.full(B, t == 0) | trace.resets[t]
+                run["state"].reset(int(trace.ids[t, b]))
+        warmup = (first[t] | trace.resets[t])[keep]
+        heat_row = step_ids.index(heat_id) if heat_id in step_ids else None
         cur_z = []
         for layer in range(L):
-            truth, results, zs = engine.step(layer, t, diag is not None)
+            if keep.size == 0:
+                break  # nobody in the batch: nothing to replay at this step
+            truth, results, zs = engine.step(layer, t, keep, diag is not None)
             if layer == heatmap_layer:
-                heat_dense.append(np.asarray(truth[0, 0]).copy())
+                heat_dense.append(np.asarray(truth[heat_row, 0]).copy()
+                                  if heat_row is not None else np.zeros(0, np.int32))
             for run, (top, sp) in zip(runs, results):
                 if layer == heatmap_layer:
-                    run["heat"].append(np.asarray(top[0, 0]).copy())
-                for b in range(B):
+                    run["heat"].append(np.asarray(top[heat_row, 0]).copy()
+                                       if heat_row is not None else np.zeros(0, np.int32))
+                for b in range(keep.size):
                     if warmup[b]:
                         continue  # warm-up: dense selection, not a sparse row
                     for r in range(R):
@@ -425,17 +525,30 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
                             run["sparsity"][layer].append(float(sp[b, r]))
             if diag is not None:
                 cur_z.append(zs)
-                for b in range(B):
+                for b, rid in enumerate(step_ids):
+                    prev_rows = prev_z[layer].get(rid)
                     for r in range(R):
-                        prev = prev_step_z[layer][b][r] if prev_step_z[layer] else None
+                        prev = prev_rows[r] if prev_rows is not None else None
                         before = [cur_z[l][b][r] for l in range(layer - 1, -1, -1)]
                         diag.row(layer, zs[b][r], prev, before)
+        if keep.size == 0:
+            heat_dense.append(np.zeros(0, np.int32))
+            for run in runs:
+                run["heat"].append(np.zeros(0, np.int32))
         if R > 1:
             for run in runs:
-                for b, r in enumerate(ids):
-                    run["state"].commit(int(r), int(trace.accepted[t, b]))
+                for b in keep:
+                    run["state"].commit(int(trace.ids[t, b]), int(trace.accepted[t, b]))
         if diag is not None:
-            prev_step_z = cur_z
+            for layer in range(len(cur_z)):
+                for b, rid in enumerate(step_ids):
+                    prev_z[layer][rid] = cur_z[layer][b]
+        for rid in step_ids:
+            if last[rid] == t:
+                for st in engine.states:
+                    st.release(rid)
+                for layer_z in prev_z:
+                    layer_z.pop(rid, None)
         if progress is not None and (t + 1) * 10 >= next_report * T:
             while (t + 1) * 10 >= next_report * T:
                 next_report += 1
@@ -462,7 +575,7 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
         st.close()
     if diag is not None:
         report["diagnostics"] = diag.result()
-    report["heatmap"] = {"layer": heatmap_layer, "request_id": int(ids[0]), "row": 0,
+    report["heatmap"] = {"layer": heatmap_layer, "request_id": heat_id, "row": 0,
                          "dense_topk": [v[v >= 0].tolist() for v in heat_dense],
                          "spin_topk": {runs[i]["config"].label(R): [v[v >= 0].tolist()
                                                                     for v in runs[i]["heat"]]
@@ -481,8 +594,13 @@ def _f(x, width=8, digits=4):
 def format_report(report: dict, per_layer: bool = True) -> str:
     h = report["header"]
     scores = h.get("kind", "inputs") == "scores"
-    shape = f"{h['layers']} layers x {h['steps']} steps x {h['batch']} requests x " \
-        f"{h['rows']} rows"
+    ids = h.get("request_ids")
+    if isinstance(ids, list) and any(isinstance(x, list) for x in ids):
+        count = len({r for row in ids for r in row if r is not None})
+        batch = f"{h['batch']} batch indices ({count} requests joining and leaving)"
+    else:
+        batch = f"{h['batch']} requests"
+    shape = f"{h['layers']} layers x {h['steps']} steps x {batch} x {h['rows']} rows"
     if scores:
         lines = [f"trace {report['trace']}: scores trace, {shape}, K={h['topk']} "
                  f"block {h['page_size']}"]
@@ -498,14 +616,15 @@ def format_report(report: dict, per_layer: bool = True) -> str:
             o = d["overall"][p]
             lines.append(f"{p:<20}{_f(o['pearson'], 9)}{_f(o['recall'], 10)}{o['rows']:>8}")
     truth = "top-K of z" if scores else "compiled dense top-K"
+    width = max([50] + [len(run["label"]) + 2 for run in report["runs"]])
     lines += ["", f"SPIN replay (miss vs {truth}, sparse rows only)",
-              f"{'config':<50}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
+              f"{'config':<{width}}{'layer':>6}{'miss mean':>11}{'miss p99':>10}"
               f"{'sparsity':>10}{'rows':>7}"]
     for run in report["runs"]:
         rows = (run["per_layer"] if per_layer and len(run["per_layer"]) > 1 else []) + \
             [dict(run["overall"], layer="all")]
         for i, r in enumerate(rows):
-            lines.append(f"{run['label'] if i == 0 else '':<50}{r['layer']:>6}"
+            lines.append(f"{run['label'] if i == 0 else '':<{width}}{r['layer']:>6}"
                          f"{_f(r['miss_mean'], 11)}{_f(r['miss_p99'], 10)}"
                          f"{_f(r['sparsity'], 10)}{r['rows']:>7}")
     return "\n".join(lines)
@@ -529,6 +648,7 @@ def write_plots(report: dict, directory: str) -> List[str]:
         c = run["config"]
         key = f"{c['reduction']}" + ("" if c["reduction"] == "A0" else f"-{c['pooling']}") + \
             f" explore={c['explore']:g}" + \
+            ("" if c.get("explore_policy", "random") == "random" else f" {c['explore_policy']}") + \
             (f" {c['mtp_mask']}/{c['mtp_update']}" if report["header"]["rows"] > 1 else "")
         groups.setdefault(key, []).append((c["sparsity"], run["overall"]))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -627,10 +747,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="block reduction, comma list of A0,A1,A2 (default A1)")
     p.add_argument("--explore", type=_list(float), default=None,
                    help="exploration fraction(s) of the block budget, comma list "
-                        "(default 0.05 with --explore-policy random, 0 with none)")
-    p.add_argument("--explore-policy", default="random",
-                   help="random (default) or none; the paper's staleness-score and "
-                        "block-age policies are not supported by the compiler")
+                        "(default 0.05; 'none' runs always explore 0)")
+    p.add_argument("--explore-policy", type=_list(str, EXPLORE_POLICIES), default=["random"],
+                   help="exploration policies, comma list of none,random,staleness-score,"
+                        "block-age (default random; staleness-score and block-age are "
+                        "SPIN_SPEC §7.1), each with the same --explore fractions")
     p.add_argument("--seed", type=int, default=0, help="exploration / random-predictor seed")
     p.add_argument("--mtp-mask", type=_list(str, ("union", "row0")), default=["union"],
                    help="MTP mask policy, comma list of union,row0 (default union)")
@@ -639,7 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-diagnostics", action="store_true",
                    help="skip the Table 1 predictor diagnostics (numpy dense scores)")
     p.add_argument("--heatmap-layer", type=int, default=0,
-                   help="layer of the top-K heat-map (first request, row 0; default 0)")
+                   help="layer of the top-K heat-map (row 0; default 0)")
+    p.add_argument("--heatmap-request", type=int, default=None,
+                   help="request of the top-K heat-map (default: the trace's first)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -649,17 +772,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    policy = args.explore_policy.strip().lower()
-    if policy not in EXPLORE_POLICIES:
-        known = " (a policy of the paper's §4.6)" if policy in UNSUPPORTED_POLICIES else ""
-        parser.error(f"--explore-policy {args.explore_policy!r}{known} is not supported: the "
-                     "spin compiler implements random exploration only; use random or none")
-    if policy == "none":
-        if args.explore and any(e > 0 for e in args.explore):
-            parser.error("--explore-policy none conflicts with a nonzero --explore")
-        explores = [0.0]
-    else:
-        explores = args.explore if args.explore is not None else [0.05]
+    policies = args.explore_policy
+    if policies == ["none"] and args.explore and any(e > 0 for e in args.explore):
+        parser.error("--explore-policy none conflicts with a nonzero --explore")
+    explores = args.explore if args.explore is not None else [0.05]
     if args.plots:
         try:
             import matplotlib  # noqa: F401
@@ -669,11 +785,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         trace = load_trace(args.trace)
         run_configs = configs(args.sparsity, args.pooling, args.reduction, explores,
-                              args.mtp_mask, args.mtp_update, rows=trace.header["rows"])
+                              args.mtp_mask, args.mtp_update, rows=trace.header["rows"],
+                              explore_policies=policies)
         progress = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
         report = replay(trace, run_configs, seed=args.seed,
                         diagnostics=not args.no_diagnostics,
-                        heatmap_layer=args.heatmap_layer, progress=progress)
+                        heatmap_layer=args.heatmap_layer,
+                        heatmap_request=args.heatmap_request, progress=progress)
     except (TraceError, ValueError, RuntimeError) as e:
         print(f"spin-replay: error: {e}", file=sys.stderr)
         return 2

@@ -21,6 +21,10 @@ A scores trace (``"kind": "scores"`` in the header) stores the dense indexer
 scores ``z.npy`` [B, R, NS] float32 with ``lengths.npy``, ``positions.npy``
 and an optional ``request_ids.npy`` [B] int64 instead of the inputs.
 
+Requests may join and leave mid-trace: the header's ``request_ids`` is then
+one list of ``batch`` entries per step, an id or ``null`` for a batch index
+that holds no request at that step (its rows in the arrays are ignored).
+
 This module needs numpy only (it does not import the compiled ``spin``
 extension), so it can be imported from the source tree as ``traces``.
 """
@@ -143,9 +147,56 @@ class Trace:
     path: str
     header: dict
     files: Dict[tuple, str] = field(default_factory=dict)  # (layer, step, name) -> path
+    #: [B] int64: the requests of the first step (of every step unless the
+    #: header lists request_ids per step; an empty batch index reads -1).
     request_ids: np.ndarray = None
-    accepted: Optional[np.ndarray] = None  # [steps, B] for rows > 1
+    accepted: Optional[np.ndarray] = None  # [steps, B] for rows > 1 (0 where empty)
     resets: Optional[np.ndarray] = None  # [steps, B] bool: a new turn starts
+    #: [steps, B] int64 request id of each batch index at each step (-1 where
+    #: ``active`` is False).
+    ids: Optional[np.ndarray] = None
+    #: [steps, B] bool: the batch index holds a request at that step.
+    active: Optional[np.ndarray] = None
+
+    @property
+    def changing_batch(self) -> bool:
+        """True when requests join or leave mid-trace (per-step request_ids)."""
+        return bool(isinstance(self.header.get("request_ids"), list) and
+                    any(isinstance(x, list) for x in self.header["request_ids"]))
+
+    def first_steps(self) -> np.ndarray:
+        """[steps, B] bool: the request at that batch index has its first
+        step of the trace there (its dense warm-up after prefill)."""
+        T, B = self.active.shape
+        first = np.zeros((T, B), dtype=bool)
+        seen = set()
+        for t in range(T):
+            for b in np.flatnonzero(self.active[t]):
+                rid = int(self.ids[t, b])
+                if rid not in seen:
+                    seen.add(rid)
+                    first[t, b] = True
+        return first
+
+    def last_steps(self) -> Dict[int, int]:
+        """Request id -> the last step at which it is in the batch."""
+        last = {}
+        for t in range(self.active.shape[0]):
+            for b in np.flatnonzero(self.active[t]):
+                last[int(self.ids[t, b])] = t
+        return last
+
+    def max_live_requests(self) -> int:
+        """The most requests live at once (from a request's first step to its
+        last one, whether or not it is in every batch in between): the
+        replay's state pool size."""
+        first, last = {}, self.last_steps()
+        for t in range(self.active.shape[0]):
+            for b in np.flatnonzero(self.active[t]):
+                first.setdefault(int(self.ids[t, b]), t)
+        live = [sum(1 for r in first if first[r] <= t <= last[r])
+                for t in range(self.active.shape[0])]
+        return max(live + [1])
 
     def __getattr__(self, name):
         header = self.__dict__.get("header") or {}
@@ -192,6 +243,83 @@ _REQUIRED = {"layers": int, "steps": int, "batch": int, "rows": int, "heads": in
 #: not needed (kept and ignored when present).
 _REQUIRED_SCORES = {k: v for k, v in _REQUIRED.items()
                     if k not in ("heads", "head_dim", "key_format")}
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_request_ids(hp: str, value, T: int, B: int):
+    """The header's ``request_ids``: absent (``0..B-1`` at every step), a list
+    of ``B`` distinct ids (the same requests at every step), or one such list
+    per step whose entries may be ``null`` (no request at that batch index
+    that step). Returns ``(ids, active)``, both ``[steps, B]``."""
+    if value is None:
+        value = list(range(B))
+    if not isinstance(value, list):
+        raise TraceError(f"{hp}: request_ids must be a list of {B} distinct integers (batch) or "
+                         f"one such list per step, got {value!r}")
+    per_step = any(isinstance(x, list) for x in value)
+    rows = value if per_step else [value]
+    if per_step and len(value) != T:
+        raise TraceError(f"{hp}: request_ids lists {len(value)} steps, expected {T} (steps) "
+                         f"lists of {B} entries (batch)")
+    ids = np.full((len(rows), B), -1, dtype=np.int64)
+    active = np.zeros((len(rows), B), dtype=bool)
+    for t, row in enumerate(rows):
+        where = f"request_ids[{t}]" if per_step else "request_ids"
+        if not isinstance(row, list) or len(row) != B:
+            raise TraceError(f"{hp}: {where} must list {B} entries (batch), got {row!r}")
+        seen = {}
+        for b, rid in enumerate(row):
+            if rid is None and per_step:
+                continue
+            if not _is_int(rid):
+                kind = "an integer or null (no request)" if per_step else "an integer"
+                raise TraceError(f"{hp}: {where}[{b}] = {rid!r} is not {kind}")
+            if not -2 ** 63 <= rid < 2 ** 63:
+                raise TraceError(f"{hp}: {where}[{b}] = {rid} does not fit in int64")
+            if rid in seen:
+                raise TraceError(f"{hp}: {where} lists request {rid} twice (batch indices "
+                                 f"{seen[rid]} and {b}); a request is at one batch index "
+                                 "per step")
+            seen[rid] = b
+            ids[t, b] = rid
+            active[t, b] = True
+    if not per_step:
+        ids, active = np.repeat(ids, T, axis=0), np.repeat(active, T, axis=0)
+    return ids, active
+
+
+def _read_accepted(hp: str, value, T: int, B: int, R: int, active: np.ndarray) -> np.ndarray:
+    """The header's ``accepted`` (MTP traces): ``steps`` lists of ``B``
+    counts in ``0..R-1``; entries of empty batch indices are ignored and may
+    be ``null``. Returns ``[steps, B]`` int64 (0 where empty)."""
+    if value is None:
+        raise TraceError(f"{hp}: rows={R} (MTP) needs 'accepted': steps x batch "
+                         "accepted draft counts")
+    if (not isinstance(value, list) or len(value) != T or
+            not all(isinstance(row, list) and len(row) == B for row in value)):
+        if not isinstance(value, list):
+            shape = type(value).__name__
+        elif all(isinstance(row, list) for row in value):
+            widths = sorted({len(row) for row in value})
+            shape = (len(value), widths[0]) if len(widths) == 1 else \
+                f"({len(value)} rows of {', '.join(map(str, widths))} entries)"
+        else:
+            shape = (len(value),)
+        raise TraceError(f"{hp}: 'accepted' has shape {shape}, expected "
+                         f"[steps, batch] = ({T}, {B})")
+    out = np.zeros((T, B), dtype=np.int64)
+    for t, row in enumerate(value):
+        for b, a in enumerate(row):
+            if not active[t, b] and a is None:
+                continue
+            if not _is_int(a) or not 0 <= a <= R - 1:
+                raise TraceError(f"{hp}: 'accepted' values must lie in 0..{R - 1} (rows - 1); "
+                                 f"accepted[{t}][{b}] is {a!r}")
+            out[t, b] = a if active[t, b] else 0
+    return out
 
 
 def _read_resets(hp: str, value, T: int, B: int) -> np.ndarray:
@@ -253,25 +381,14 @@ def load_trace(path: str) -> Trace:
     if kind == "inputs" and header["key_format"] not in KEY_FORMATS:
         raise TraceError(f"{hp}: key_format {header['key_format']!r} is not one of {KEY_FORMATS}")
     L, T, B, R = header["layers"], header["steps"], header["batch"], header["rows"]
-    ids = header.get("request_ids", list(range(B)))
-    if not isinstance(ids, list) or len(ids) != B or len(set(ids)) != B:
-        raise TraceError(f"{hp}: request_ids must list {B} distinct integers (batch), got {ids!r}")
-    accepted = None
-    if R > 1:
-        acc = header.get("accepted")
-        if acc is None:
-            raise TraceError(f"{hp}: rows={R} (MTP) needs 'accepted': steps x batch "
-                             "accepted draft counts")
-        accepted = np.asarray(acc)
-        if accepted.shape != (T, B):
-            raise TraceError(f"{hp}: 'accepted' has shape {accepted.shape}, expected "
-                             f"[steps, batch] = ({T}, {B})")
-        if accepted.min() < 0 or accepted.max() > R - 1:
-            raise TraceError(f"{hp}: 'accepted' values must lie in 0..{R - 1} (rows - 1)")
-        accepted = accepted.astype(np.int64)
+    ids, active = _read_request_ids(hp, header.get("request_ids"), T, B)
+    accepted = _read_accepted(hp, header.get("accepted"), T, B, R, active) if R > 1 else None
     resets = _read_resets(hp, header.get("resets"), T, B)
-    trace = Trace(path=path, header=header, request_ids=np.asarray(ids, dtype=np.int64),
-                  accepted=accepted, resets=resets)
+    for t, b in np.argwhere(resets & ~active):
+        raise TraceError(f"{hp}: reset [{t}, {b}]: batch index {b} holds no request at step "
+                         f"{t} (request_ids[{t}][{b}] is null)")
+    trace = Trace(path=path, header=header, request_ids=ids[0].copy(), accepted=accepted,
+                  resets=resets, ids=ids, active=active)
     if kind == "scores":
         _load_scores(trace, hp)
         return trace
@@ -365,6 +482,10 @@ def _load_scores(trace: Trace, hp: str) -> None:
                                          "must divide NS; pad z with -inf)")
                     trace.files[(layer, step, "_ns")] = shape[2]
                 if name == "request_ids":
+                    if trace.changing_batch:
+                        raise TraceError(f"{p}: {hp} lists request_ids per step (requests "
+                                         "join or leave), so the trace takes no "
+                                         "request_ids.npy; remove it")
                     if ids_seen is None or ids_seen[0] != p:
                         ids = np.load(p, allow_pickle=False)
                         if len(set(ids.tolist())) != B:
@@ -383,10 +504,21 @@ def _load_scores(trace: Trace, hp: str) -> None:
                 trace.files[(layer, step, name)] = p
     if ids_seen is not None:
         trace.request_ids = ids_seen[1].astype(np.int64)
+        trace.ids = np.repeat(trace.request_ids[None, :], T, axis=0)
+
+
+def _active_rows(trace: Trace, step: int, arrays: Dict[str, np.ndarray], names):
+    """The arrays restricted to the batch indices holding a request at
+    ``step`` (the rows of empty ones are never read), with those indices."""
+    keep = np.flatnonzero(trace.active[step])
+    return keep, {n: (arrays[n][keep] if n in names else arrays[n]) for n in arrays}
 
 
 def _check_score_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndarray]):
     where = os.path.join(trace.path, f"layer_{layer:03d}", f"step_{step:05d}")
+    keep, arrays = _active_rows(trace, step, arrays, ("z", "lengths", "positions"))
+    if keep.size == 0:
+        return
     z, lengths, positions = arrays["z"], arrays["lengths"], arrays["positions"]
     zp = trace.files[(layer, step, "z")]
     ns = z.shape[2]
@@ -395,8 +527,8 @@ def _check_score_values(trace: Trace, layer: int, step: int, arrays: Dict[str, n
     if lengths.max() > ns:
         b, r = np.unravel_index(int(np.argmax(lengths)), lengths.shape)
         raise TraceError(f"{zp}: NS = {ns} slots is smaller than a length: lengths.npy has "
-                         f"{int(lengths[b, r])} (request {b}, row {r}); z must hold every "
-                         "visible slot")
+                         f"{int(lengths[b, r])} (request {int(keep[b])}, row {r}); z must hold "
+                         "every visible slot")
     if (positions < lengths - 1).any():
         raise TraceError(f"{where}: positions.npy must be >= lengths - 1 (visible slots never "
                          "lie after the query)")
@@ -407,8 +539,8 @@ def _check_score_values(trace: Trace, layer: int, step: int, arrays: Dict[str, n
     bad = np.isnan(z) & visible
     if bad.any():
         b, r, i = (int(x) for x in np.argwhere(bad)[0])
-        raise TraceError(f"{zp}: NaN at request {b}, row {r}, slot {i} (inside the row's "
-                         "length; use -inf for slots to ignore)")
+        raise TraceError(f"{zp}: NaN at request {int(keep[b])}, row {r}, slot {i} (inside the "
+                         "row's length; use -inf for slots to ignore)")
 
 
 def _shape_names(name: str) -> str:
@@ -421,6 +553,9 @@ def _shape_names(name: str) -> str:
 
 def _check_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndarray]):
     where = os.path.join(trace.path, f"layer_{layer:03d}", f"step_{step:05d}")
+    keep, arrays = _active_rows(trace, step, arrays, ("block_table", "lengths", "positions"))
+    if keep.size == 0:
+        return
     table, lengths, positions = arrays["block_table"], arrays["lengths"], arrays["positions"]
     pages = arrays["keys"].shape[0]
     cap = table.shape[1] * trace.header["page_size"]
@@ -438,8 +573,8 @@ def _check_values(trace: Trace, layer: int, step: int, arrays: Dict[str, np.ndar
     for b in range(table.shape[0]):
         used = table[b, :-(-int(lengths[b].max()) // S)]
         if used.min() < 0 or used.max() >= pages:
-            raise TraceError(f"{where}: block_table.npy row {b} points outside keys.npy "
-                             f"({pages} pages)")
+            raise TraceError(f"{where}: block_table.npy row {int(keep[b])} points outside "
+                             f"keys.npy ({pages} pages)")
 
 
 # ----------------------------------------------------------------------------
@@ -485,7 +620,9 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
              diagonal: Sequence[int] = (0, 1, 2, 3), diagonal_amp: float = 1.5,
              shifts: Sequence[int] = (), move_every_step: bool = False,
              noise: float = 0.1, layer_noise: float = 0.05, rows: int = 1,
-             seed: int = 0, key_format: str = "f32", kind: str = "inputs") -> str:
+             seed: int = 0, key_format: str = "f32", kind: str = "inputs",
+             joins: Sequence[Sequence[int]] = (),
+             leaves: Sequence[Sequence[int]] = ()) -> str:
     """Writes a synthetic trace with the structure of the paper's Figure 1.
 
     * ``vertical``: number of hot runs of ``page_size`` slots (one block each,
@@ -506,6 +643,12 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
       the same inputs (``dense_scores``, stored float32, -inf beyond each
       row's length, NS = block-table width x page_size) with lengths,
       positions and ``request_ids.npy``; the inputs are not kept.
+    * ``joins`` / ``leaves``: ``(step, batch index)`` pairs. A join puts a new
+      request (the next unused id) at that batch index from that step on,
+      replacing the one there; a leave empties the batch index from that
+      step on. The header then lists ``request_ids`` per step (null where
+      empty; empty rows get lengths and positions 0). A joined request takes
+      over the batch index's context (pages, keys, length).
 
     Half of ``head_dim`` carries content (one direction per group of vertical
     runs), the other half the position encoding. Returns ``path``.
@@ -518,6 +661,7 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
         raise ValueError("the generator writes key_format 'f32' or 'bf16'")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    step_ids = _churn_ids(steps, batch, joins, leaves)
     C = D // 2                               # content dims: one direction per group
     F = (D - C) // 2                         # position frequencies
     freqs = 2 * np.pi / np.geomspace(8.0, 4.0 * (context + steps * R), F)
@@ -559,13 +703,19 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
     base[:, :, :C] += noise * rng.standard_normal((B, mp * S, C))
     header = dict(layers=layers, steps=steps, batch=B, rows=R, heads=H, head_dim=D,
                   page_size=S, topk=topk, key_format=key_format,
-                  request_ids=[int(100 + b) for b in range(B)],
+                  request_ids=step_ids if step_ids is not None else
+                  [int(100 + b) for b in range(B)],
                   generator=dict(context=context, vertical=vertical, vertical_amp=vertical_amp,
                                  diagonal=list(diagonal), diagonal_amp=diagonal_amp,
                                  shifts=list(shifts), move_every_step=move_every_step,
                                  noise=noise, layer_noise=layer_noise, seed=seed))
+    if step_ids is not None:
+        header["generator"].update(joins=[[int(x) for x in p] for p in joins],
+                                   leaves=[[int(x) for x in p] for p in leaves])
     if R > 1:
-        header["accepted"] = accepted.tolist()
+        header["accepted"] = [[None if step_ids is not None and step_ids[t][b] is None
+                               else int(accepted[t, b]) for b in range(B)]
+                              for t in range(steps)]
     write_header(path, **header)
     np.save(os.path.join(path, "block_table.npy"), tables)
     w = np.full((B, R, H), 1.0 / H, dtype=np.float32)
@@ -583,6 +733,10 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
     for t in range(steps):
         lengths = (n0[:, None] + np.arange(R)[None, :] + 1).astype(np.int32)
         positions = lengths - 1
+        if step_ids is not None:
+            empty = np.array([x is None for x in step_ids[t]])
+            lengths[empty] = 0
+            positions[empty] = 0
         qbase = np.zeros((B, R, D))
         qbase[:, :, group_of_step[t]] = 1.0
         if len(diagonal):
@@ -600,6 +754,37 @@ def generate(path: str, *, layers: int = 2, steps: int = 32, batch: int = 2,
     if kind == "scores":
         _inputs_to_scores(path)
     return path
+
+
+def _churn_ids(steps: int, batch: int, joins, leaves):
+    """Per-step request ids (None where empty) for ``generate``'s joins and
+    leaves; None when there are neither."""
+    if not joins and not leaves:
+        return None
+    events = {}
+    for what, pairs in (("join", joins), ("leave", leaves)):
+        for pair in pairs:
+            if len(pair) != 2:
+                raise ValueError(f"{what} {tuple(pair)} is not a (step, batch index) pair")
+            t, b = (int(x) for x in pair)
+            if not 0 <= t < steps or not 0 <= b < batch:
+                raise ValueError(f"{what} ({t}, {b}) is outside the {steps} steps x "
+                                 f"{batch} batch indices")
+            if (t, b) in events:
+                raise ValueError(f"{what} ({t}, {b}): batch index {b} already has a "
+                                 f"{events[(t, b)]} at step {t}")
+            events[(t, b)] = what
+    occupant = [100 + b for b in range(batch)]
+    fresh = 100 + batch
+    out = []
+    for t in range(steps):
+        for b in range(batch):
+            if events.get((t, b)) == "join":
+                occupant[b], fresh = fresh, fresh + 1
+            elif events.get((t, b)) == "leave":
+                occupant[b] = None
+        out.append(list(occupant))
+    return out
 
 
 def _inputs_to_scores(path: str) -> None:
@@ -624,10 +809,11 @@ def _inputs_to_scores(path: str) -> None:
         os.remove(os.path.join(path, f"layer_{layer:03d}", "keys.npy"))
     for name in ("w", "block_table"):
         os.remove(os.path.join(path, name + ".npy"))
-    np.save(os.path.join(path, "request_ids.npy"), trace.request_ids.astype(np.int64))
+    if not trace.changing_batch:  # per-step ids stay in the header
+        np.save(os.path.join(path, "request_ids.npy"), trace.request_ids.astype(np.int64))
+        h.pop("request_ids", None)
     gen = dict(h.get("generator", {}), heads=h.pop("heads"), head_dim=h.pop("head_dim"),
                key_format=h.pop("key_format"))
-    h.pop("request_ids", None)
     h.pop("format", None)
     h.pop("version", None)
     h["generator"] = gen

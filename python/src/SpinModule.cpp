@@ -209,17 +209,19 @@ PYBIND11_MODULE(_spin, m) {
 
   py::class_<rt::StatePool>(m, "StatePool")
       .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
-                       int64_t rows, int64_t blockSize) {
+                       int64_t rows, int64_t blockSize, bool lastObserved) {
              rt::StatePoolOptions options;
              options.numLayers = layers;
              options.numSlots = slots;
              options.capacity = capacity;
              options.maxRows = rows;
              options.blockSize = blockSize;
+             options.lastObserved = lastObserved;
              return unwrap(rt::StatePool::create(options));
            }),
            py::arg("layers"), py::arg("slots"), py::arg("capacity"),
-           py::arg("rows"), py::arg("block_size"))
+           py::arg("rows"), py::arg("block_size"),
+           py::arg("last_observed") = false)
       .def("acquire", [](rt::StatePool &p, int64_t id) { return unwrap(p.acquire(id)); })
       .def("release", [](rt::StatePool &p, int64_t id) { check(p.release(id)); })
       .def("reset", [](rt::StatePool &p, int64_t id) { check(p.reset(id)); })
@@ -238,7 +240,12 @@ PYBIND11_MODULE(_spin, m) {
         int64_t c = p.options().capacity;
         return py::make_tuple(std::vector<float>(v, v + c),
                               std::vector<float>(d, d + c));
-      }, "Copies of (V, D) of one request and layer");
+      }, "Copies of (V, D) of one request and layer")
+      .def("last_observed", [](rt::StatePool &p, int64_t id, int64_t layer) {
+        const int32_t *last = unwrap(p.lastObserved(id, layer));
+        return std::vector<int32_t>(last, last + p.numBlocks());
+      }, "Copy of the per-block last-observed iterations of one request and "
+         "layer (it + 1 at the block's last scoring, 0 = never)");
 
   py::class_<Program>(m, "Program")
       .def("run", &Program::run, py::arg("pool"), py::arg("inputs"),

@@ -70,6 +70,16 @@ def test_compile_artifact_names_an_unsupported_graph(tmp_path):
                               {"sparsity": 0.5, "reduction": "A0"})
 
 
+@pytest.mark.parametrize("policy", ["staleness-score", "block-age"])
+def test_compile_artifact_names_an_age_exploration_policy(tmp_path, policy):
+    with pytest.raises(ValueError, match=re.escape(
+            "GPU path: only random exploration is supported (got explore_policy "
+            + policy.replace("-", "_"))):
+        spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer", tmp_path / "z",
+                              {"sparsity": 0.5, "explore": 0.05, "explore_policy": policy})
+    assert not (tmp_path / "z" / "manifest.json").exists()
+
+
 def test_compile_target_must_be_cpu_or_cuda():
     with pytest.raises(ValueError, match="target must be 'cpu' or 'cuda'"):
         spin.compile(_graph(), "dsv4_flash_indexer_layer", target="sm_90a")

@@ -315,6 +315,19 @@ def test_configs_collapse():
     assert len(replay.configs([0.5], mtp_masks=["union", "row0"])) == 1
     a0 = replay.configs([0.5], reductions=["A0"], explores=[0.0, 0.05])
     assert [c.explore for c in a0] == [0.0]
+    # policies: "none" is explore 0; nothing explored -> no policy; A0 has none
+    ps = replay.configs([0.5], explores=[0.0, 0.05],
+                        explore_policies=["none", "random", "staleness-score", "block-age"])
+    assert [(c.explore, c.explore_policy) for c in ps] == [
+        (0.0, "random"), (0.05, "random"), (0.05, "staleness-score"), (0.05, "block-age")]
+    assert [c.label(1) for c in ps] == [
+        "rho=0.5 A1-max explore=0", "rho=0.5 A1-max explore=0.05",
+        "rho=0.5 A1-max explore=0.05 staleness-score", "rho=0.5 A1-max explore=0.05 block-age"]
+    a0 = replay.configs([0.5], reductions=["A0"], explores=[0.05],
+                        explore_policies=["block-age"])
+    assert [(c.explore, c.explore_policy) for c in a0] == [(0.0, "random")]
+    with pytest.raises(ValueError, match="explore policy 'oldest' is not one of"):
+        replay.configs([0.5], explore_policies=["oldest"])
 
 
 # ---------------------------------------------------------------- CLI
@@ -352,9 +365,12 @@ def test_cli_end_to_end(tmp_path):
 @needs_spin
 def test_cli_errors(tmp_path):
     trace = traces.generate(str(tmp_path / "t"), **SMALL)
-    done = _cli(trace, "--explore-policy", "block-age")
+    done = _cli(trace, "--explore-policy", "random,oldest")
     assert done.returncode == 2
-    assert "not supported" in done.stderr and "random exploration only" in done.stderr
+    assert "'oldest' is not one of none, random, staleness-score, block-age" in done.stderr
+    done = _cli(trace, "--explore-policy", "none", "--explore", "0.1")
+    assert done.returncode == 2
+    assert "--explore-policy none conflicts with a nonzero --explore" in done.stderr
     done = _cli(trace, "--pooling", "median")
     assert done.returncode == 2 and "'median' is not one of max, mean, top4" in done.stderr
     # w.npy of a generated trace lives in the trace root (shared by all steps)
@@ -505,12 +521,25 @@ def test_static_score_trace_never_misses(tmp_path):
 
 
 @needs_spin
-def test_scores_trace_refuses_a0_a2(tmp_path):
-    path = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
-    for r in ("A0", "A2"):
-        with pytest.raises(ValueError, match=rf"reduction {r} cannot replay a scores trace: "
-                                             "only A1"):
-            replay.replay(path, replay.configs([0.5], reductions=[r]))
+@pytest.mark.parametrize("rows", [1, 3])
+def test_scores_trace_matches_inputs_trace_a0_a2_and_policies(tmp_path, rows):
+    # A0 and A2 replay on scores traces, and so do the exploration policies:
+    # the same numbers as the inputs trace they were made from.
+    kw = dict(layers=2, steps=10, batch=2, context=256, rows=rows, shifts=(5,), seed=5)
+    inputs = traces.generate(str(tmp_path / "i"), **kw)
+    scores = traces.generate(str(tmp_path / "s"), kind="scores", **kw)
+    cs = replay.configs([0.3, 0.6], poolings=["max", "mean"], reductions=["A0", "A1", "A2"],
+                        explores=[0.25], rows=rows,
+                        explore_policies=["none", "random", "staleness-score", "block-age"])
+    assert {c.reduction for c in cs} == {"A0", "A1", "A2"}
+    assert {c.explore_policy for c in cs} == {"random", "staleness-score", "block-age"}
+    a, b = replay.replay(inputs, cs, diagnostics=False), \
+        replay.replay(scores, cs, diagnostics=False)
+    for x, y in zip(a["runs"], b["runs"]):
+        assert x["label"] == y["label"]
+        assert x["per_layer"] == y["per_layer"], x["label"]
+        assert x["overall"] == y["overall"], x["label"]
+    assert a["heatmap"] == b["heatmap"]
 
 
 @needs_spin
@@ -535,8 +564,10 @@ def test_cli_scores_end_to_end(tmp_path):
         assert run["overall"]["rows"] == 11 * 2 * 2 * 2   # steps x requests x rows x layers
         assert 0.0 <= run["overall"]["miss_mean"] <= 1.0
     assert set(report["diagnostics"]["overall"]) == set(replay.PREDICTORS)
-    done = _cli(trace, "--reduction", "A2")
-    assert done.returncode == 2 and "reduction A2 cannot replay a scores trace" in done.stderr
+    done = _cli(trace, "--sparsity", "0.5", "--reduction", "A0,A2", "--no-diagnostics")
+    assert done.returncode == 0, done.stderr
+    assert "rho=0.5 A0 explore=0 mtp=union/prefix" in done.stdout
+    assert "rho=0.5 A2-max explore=0.05 mtp=union/prefix" in done.stdout
 
 
 def _add_resets(path, resets):
@@ -589,3 +620,247 @@ def test_reset_starts_a_new_turn_with_a_dense_warm_up(tmp_path):
     differs = [t for t in range(1, 10)
                if plain["heatmap"]["spin_topk"][label][t] != plain["heatmap"]["dense_topk"][t]]
     assert 6 in differs  # without the reset, step 6 was a sparse step that missed
+
+
+# ---------------------------------------------------------------- exploration policies
+
+
+@needs_spin
+def test_explore_policies_share_the_budget(tmp_path):
+    # Every policy explores the same fraction of the same block budget, so
+    # the realized sparsity is the same as without exploration; which
+    # blocks are explored differs.
+    path = traces.generate(str(tmp_path / "shift"), layers=1, steps=30, batch=2,
+                           context=512, diagonal=(), shifts=(4,), noise=0.05)
+    cs = replay.configs([0.5], explores=[0.1], explore_policies=list(replay.EXPLORE_POLICIES))
+    report = replay.replay(path, cs, diagnostics=False)
+    by_policy = {(r["config"]["explore_policy"] if r["config"]["explore"] else "none"): r
+                 for r in report["runs"]}
+    assert set(by_policy) == set(replay.EXPLORE_POLICIES)
+    assert len({r["overall"]["sparsity"] for r in report["runs"]}) == 1
+    assert all(r["overall"]["rows"] == 29 * 2 for r in report["runs"])
+    # After the shift at step 4, every policy finds the new blocks sooner
+    # than no exploration; they do not all explore the same blocks.
+    miss = {p: r["overall"]["miss_mean"] for p, r in by_policy.items()}
+    for p in ("random", "staleness-score", "block-age"):
+        assert miss[p] < miss["none"], miss
+    assert len({miss["random"], miss["staleness-score"], miss["block-age"]}) > 1, miss
+
+
+@needs_spin
+def test_cli_compares_every_policy(tmp_path):
+    trace = traces.generate(str(tmp_path / "t"), **SMALL)
+    out = str(tmp_path / "r.json")
+    done = _cli(trace, "--sparsity", "0.5", "--explore", "0.25", "--explore-policy",
+                "none,random,staleness-score,block-age", "--no-diagnostics", "--json", out)
+    assert done.returncode == 0, done.stderr
+    for label in ("rho=0.5 A1-max explore=0 ", "rho=0.5 A1-max explore=0.25 ",
+                  "rho=0.5 A1-max explore=0.25 staleness-score",
+                  "rho=0.5 A1-max explore=0.25 block-age"):
+        assert label in done.stdout, (label, done.stdout)
+    with open(out) as f:
+        runs = json.load(f)["runs"]
+    assert [r["config"]["explore_policy"] for r in runs] == \
+        ["random", "random", "staleness-score", "block-age"]
+
+
+# ---------------------------------------------------------------- joining and leaving
+
+
+def _set_ids(path, ids, **changes):
+    _edit_header(path, request_ids=ids, **changes)
+
+
+@pytest.mark.parametrize("ids,message", [
+    ([[100, 101]] * 5, "request_ids lists 5 steps, expected 6 (steps) lists of 2 entries "
+                       "(batch)"),
+    ([[100, 101]] * 5 + [[100]], "request_ids[5] must list 2 entries (batch), got [100]"),
+    ([[100, 101]] * 5 + [[7, 7]], "request_ids[5] lists request 7 twice (batch indices 0 "
+                                  "and 1); a request is at one batch index per step"),
+    ([[100, 101]] * 5 + [[7, "a"]], "request_ids[5][1] = 'a' is not an integer or null "
+                                    "(no request)"),
+    ([[100, 101]] * 5 + [[7, True]], "request_ids[5][1] = True is not an integer or null"),
+    ([[100, 101]] * 5 + [[7, 2 ** 63]], "request_ids[5][1] = 9223372036854775808 does not "
+                                        "fit in int64"),
+    ([100, None], "request_ids[1] = None is not an integer"),
+    ([5, 5], "request_ids lists request 5 twice (batch indices 0 and 1)"),
+    ("all", "request_ids must be a list of 2 distinct integers (batch) or one such list "
+            "per step, got 'all'"),
+])
+def test_request_ids_per_step_validation(small_trace, ids, message):
+    _set_ids(small_trace, ids)
+    with pytest.raises(traces.TraceError, match=re.escape(message)) as e:
+        traces.load_trace(small_trace)
+    assert str(e.value).startswith(os.path.join(small_trace, "header.json") + ": ")
+
+
+def test_join_leave_validation_of_resets_accepted_and_scores(tmp_path):
+    ids = [[100, 101], [100, 101], [100, None], [100, None], [100, 102], [100, 102]]
+    path = traces.generate(str(tmp_path / "t"), **SMALL)
+    _set_ids(path, ids, resets=[[3, 1]])
+    with pytest.raises(traces.TraceError, match=re.escape(
+            "reset [3, 1]: batch index 1 holds no request at step 3 (request_ids[3][1] is "
+            "null)")):
+        traces.load_trace(path)
+    mtp = traces.generate(str(tmp_path / "m"), **dict(SMALL, rows=2))
+    accepted = [[0, 1]] * 6
+    accepted[2] = [1, None]          # null at the empty batch index: fine
+    _set_ids(mtp, ids, accepted=accepted)
+    t = traces.load_trace(mtp)
+    assert t.accepted[2].tolist() == [1, 0]
+    accepted[4] = [0, None]          # batch index 1 holds request 102 at step 4
+    _set_ids(mtp, ids, accepted=accepted)
+    with pytest.raises(traces.TraceError, match=re.escape(
+            "'accepted' values must lie in 0..1 (rows - 1); accepted[4][1] is None")):
+        traces.load_trace(mtp)
+    scores = traces.generate(str(tmp_path / "s"), kind="scores", **SMALL)
+    _set_ids(scores, ids)
+    with pytest.raises(traces.TraceError, match=r"request_ids\.npy: .*header\.json lists "
+                                                r"request_ids per step .* takes no "
+                                                r"request_ids\.npy; remove it"):
+        traces.load_trace(scores)
+
+
+def test_empty_batch_indices_are_not_read(tmp_path):
+    path = traces.generate(str(tmp_path / "t"), **SMALL)
+    ids = [[100, 101]] * 3 + [[100, None]] * 3
+    _set_ids(path, ids)
+    # garbage where nobody is: lengths beyond the table, positions before them
+    for layer in range(2):
+        for t in range(3, 6):
+            d = os.path.join(path, f"layer_{layer:03d}", f"step_{t:05d}")
+            n = np.load(os.path.join(d, "lengths.npy"))
+            n[1] = 10 ** 6
+            np.save(os.path.join(d, "lengths.npy"), n)
+            p = np.load(os.path.join(d, "positions.npy"))
+            p[1] = -5
+            np.save(os.path.join(d, "positions.npy"), p)
+    t = traces.load_trace(path)
+    assert t.active[:, 1].tolist() == [True] * 3 + [False] * 3
+    assert t.step(1, 4)["lengths"][1, 0] == 10 ** 6     # loaded, not checked
+    assert t.max_live_requests() == 2 and t.last_steps() == {100: 5, 101: 2}
+    # occupied again at step 3, the same garbage is read and reported
+    ids[3] = [100, 103]
+    _set_ids(path, ids)
+    with pytest.raises(traces.TraceError, match="lengths.npy has a value 1000000 larger"):
+        traces.load_trace(path).step(0, 3)
+
+
+def test_generate_joins_and_leaves(tmp_path):
+    path = traces.generate(str(tmp_path / "t"), **dict(SMALL, batch=3),
+                           joins=[(2, 1), (4, 2)], leaves=[(1, 2), (3, 0)])
+    t = traces.load_trace(path)
+    assert t.ids.tolist() == [[100, 101, 102], [100, 101, -1], [100, 103, -1],
+                              [-1, 103, -1], [-1, 103, 104], [-1, 103, 104]]
+    assert t.first_steps().astype(int).tolist() == [[1, 1, 1], [0, 0, 0], [0, 1, 0],
+                                                    [0, 0, 0], [0, 0, 1], [0, 0, 0]]
+    assert t.max_live_requests() == 3
+    a = t.step(0, 3)
+    assert a["lengths"][[0, 2]].tolist() == [[0], [0]] and a["lengths"][1, 0] > 0
+    with pytest.raises(ValueError, match=r"join \(9, 0\) is outside the 6 steps x 3 batch"):
+        traces.generate(str(tmp_path / "u"), **dict(SMALL, batch=3), joins=[(9, 0)])
+    with pytest.raises(ValueError, match=r"leave \(2, 1\): batch index 1 already has a join"):
+        traces.generate(str(tmp_path / "v"), **dict(SMALL, batch=3), joins=[(2, 1)],
+                        leaves=[(2, 1)])
+
+
+def _permute_batch(path, steps, order):
+    """Rewrites the given steps of a generated inputs trace with the batch
+    indices in ``order`` (per-step copies of the shared arrays too) and the
+    header's request_ids to match."""
+    h = json.load(open(os.path.join(path, "header.json")))
+    T, L = h["steps"], h["layers"]
+    base = h["request_ids"]
+    table, w = np.load(os.path.join(path, "block_table.npy")), np.load(os.path.join(path,
+                                                                                   "w.npy"))
+    ids = []
+    for t in range(T):
+        perm = order if t in steps else list(range(len(base)))
+        ids.append([base[i] for i in perm])
+        for layer in range(L):
+            d = os.path.join(path, f"layer_{layer:03d}", f"step_{t:05d}")
+            for name in ("q", "lengths", "positions"):
+                a = np.load(os.path.join(d, name + ".npy"))
+                np.save(os.path.join(d, name + ".npy"), np.ascontiguousarray(a[perm]))
+            np.save(os.path.join(d, "block_table.npy"), np.ascontiguousarray(table[perm]))
+            np.save(os.path.join(d, "w.npy"), np.ascontiguousarray(w[perm]))
+    _set_ids(path, ids)
+
+
+@needs_spin
+def test_requests_moving_between_batch_indices_keep_their_state(tmp_path):
+    # The state follows the request id, not the batch index: a trace whose
+    # batch is reordered at some steps replays exactly like the original.
+    kw = dict(layers=2, steps=10, batch=3, context=256, shifts=(5,), seed=4)
+    a = traces.generate(str(tmp_path / "a"), **kw)
+    b = traces.generate(str(tmp_path / "b"), **kw)
+    _permute_batch(b, steps={3, 4, 7}, order=[2, 0, 1])
+    cs = replay.configs([0.5], explores=[0.25],
+                        explore_policies=["random", "staleness-score", "block-age"])
+    ra, rb = replay.replay(a, cs), replay.replay(b, cs)
+    for x, y in zip(ra["runs"], rb["runs"]):
+        assert x["per_layer"] == y["per_layer"] and x["overall"] == y["overall"], x["label"]
+    for p in replay.PREDICTORS:
+        if p == "random":
+            continue  # uniform draws in row order: the order changed
+        for m in ("pearson", "recall"):
+            assert rb["diagnostics"]["overall"][p][m] == pytest.approx(
+                ra["diagnostics"]["overall"][p][m], abs=1e-12)
+    assert ra["heatmap"] == rb["heatmap"]
+
+
+@needs_spin
+@pytest.mark.parametrize("kind", ["inputs", "scores"])
+def test_join_and_leave_replay(tmp_path, kind):
+    # batch index 1: request 101 leaves at step 3, request 102 joins at
+    # step 5; batch index 0 holds request 100 throughout. Sparse rows: 100
+    # at steps 1-7, 101 at steps 1-2, 102 at steps 6-7 (step 5 is its
+    # warm-up) -> 11 per layer, 2 layers.
+    kw = dict(layers=2, steps=8, batch=2, context=256, shifts=(4,), seed=6, kind=kind)
+    path = traces.generate(str(tmp_path / "t"), **kw, joins=[(5, 1)], leaves=[(3, 1)])
+    cs = replay.configs([0.6], explores=[0.25], explore_policies=["random", "block-age"])
+    report = replay.replay(path, cs, heatmap_request=102)
+    for run in report["runs"]:
+        assert run["overall"]["rows"] == 11 * 2, run["label"]
+        assert [l["rows"] for l in run["per_layer"]] == [11, 11]
+    heat = report["heatmap"]
+    assert heat["request_id"] == 102
+    assert heat["dense_topk"][:5] == [[]] * 5           # not in the batch yet
+    for label, spin_top in heat["spin_topk"].items():
+        assert spin_top[:5] == [[]] * 5
+        assert spin_top[5] == heat["dense_topk"][5], label   # its warm-up is dense
+    # the diagnostics know no previous step of a request before its first
+    prev_rows = report["diagnostics"]["overall"]["prev-iter"]["rows"]
+    assert prev_rows == 2 * (7 + 2 + 2)
+
+
+@needs_spin
+def test_one_batch_index_serving_requests_in_turn(tmp_path):
+    # Four requests one after the other in a batch of one: the replay's
+    # state holds one request at a time (each is released after its last
+    # step), and each first step is a dense warm-up.
+    path = traces.generate(str(tmp_path / "t"), layers=1, steps=8, batch=1, context=256,
+                           joins=[(2, 0), (4, 0), (6, 0)])
+    t = traces.load_trace(path)
+    assert t.max_live_requests() == 1
+    report = replay.replay(path, replay.configs([0.5], explores=[0.0]), diagnostics=False)
+    assert report["runs"][0]["overall"]["rows"] == 4   # steps 1, 3, 5, 7
+
+
+@needs_spin
+def test_cli_join_leave_end_to_end(tmp_path):
+    trace = str(tmp_path / "t")
+    done = _cli(trace, "--steps", "8", "--batch", "3", "--join", "4:1,5:2", "--leave", "2:2",
+                "--layers", "1", tool="spin-trace-gen")
+    assert done.returncode == 0, done.stderr
+    assert json.load(open(os.path.join(trace, "header.json")))["request_ids"][3] == \
+        [100, 101, None]
+    done = _cli(trace, "--sparsity", "0.5", "--explore-policy", "block-age",
+                "--heatmap-request", "103")
+    assert done.returncode == 0, done.stderr
+    assert "rho=0.5 A1-max explore=0.05 block-age" in done.stdout
+    assert "3 batch indices (5 requests joining and leaving)" in done.stdout
+    done = _cli(trace, "--leave", "x:1", tool="spin-trace-gen")
+    assert done.returncode == 2 and "'x:1' is not STEP:BATCH_INDEX" in done.stderr
+    done = _cli(trace, "--heatmap-request", "999")
+    assert done.returncode == 2 and "request 999 is not in the trace" in done.stderr

@@ -55,6 +55,10 @@ GpuStatePool::create(const StatePoolOptions &options, CUstream stream,
 StatusOr<std::unique_ptr<GpuStatePool>>
 GpuStatePool::create(std::shared_ptr<Context> context,
                      const StatePoolOptions &options, CUstream stream) {
+  if (options.lastObserved)
+    return Status::error("a GPU state pool cannot keep last_observed: the "
+                         "GPU path explores randomly only (staleness-score "
+                         "and block-age run on the CPU path)");
   StatePoolOptions hostOptions = options;
   hostOptions.hostState = false;
   StatusOr<StateLayout> layout = StatePool::layoutOf(hostOptions);

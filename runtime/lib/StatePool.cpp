@@ -78,7 +78,8 @@ private:
 std::string describe(const StatePoolOptions &o) {
   return str(o.numLayers) + " layers x " + str(o.numSlots) +
          " slots with capacity " + str(o.capacity) + ", " + str(o.maxRows) +
-         " rows and block size " + str(o.blockSize);
+         " rows and block size " + str(o.blockSize) +
+         (o.lastObserved ? " (with last_observed)" : "");
 }
 
 std::string notInPool(int64_t requestId) {
@@ -140,6 +141,9 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
     result.obsLen = layout.add(slotsTimesRows, sizeof(int32_t));
     result.obsMask = layout.add(slotsTimesBlocks, sizeof(uint8_t));
     result.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
+    // Last, so that pools without it keep the layout of the other arrays.
+    if (options.lastObserved)
+      result.lastObserved = layout.add(slotsTimesBlocks, sizeof(int32_t));
     layout.add(0, 1); // Round the layer up to the alignment.
   }
   result.layerStride = layout.bytes();
@@ -265,6 +269,8 @@ LayerBuffers StatePool::buffers(int64_t layer) const {
     b.obsLen = reinterpret_cast<int32_t *>(start + fields.obsLen);
     b.obsMask = reinterpret_cast<uint8_t *>(start + fields.obsMask);
     b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
+    if (fields.lastObserved >= 0)
+      b.lastObserved = reinterpret_cast<int32_t *>(start + fields.lastObserved);
   }
   b.numSlots = opts.numSlots;
   b.capacity = opts.capacity;
@@ -284,6 +290,9 @@ void StatePool::zeroSlot(int32_t slot) const {
     std::memset(b.v + row, 0, rowBytes);
     std::memset(b.d + row, 0, rowBytes);
     b.it[slot] = 0;
+    if (b.lastObserved)
+      std::memset(b.lastObserved + static_cast<int64_t>(slot) * blocks, 0,
+                  static_cast<size_t>(blocks) * sizeof(int32_t));
   }
 }
 
@@ -409,6 +418,25 @@ StatusOr<const float *> StatePool::v(int64_t requestId, int64_t layer) const {
 
 StatusOr<const float *> StatePool::d(int64_t requestId, int64_t layer) const {
   return row(requestId, layer, &LayerBuffers::d);
+}
+
+StatusOr<const int32_t *> StatePool::lastObserved(int64_t requestId,
+                                                  int64_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Request *request = find(requestId);
+  if (Status s = checkIdle(request, requestId, "read its state after endStep");
+      !s.ok())
+    return s;
+  if (Status s = checkLayer(layer); !s.ok())
+    return s;
+  if (Status s = checkHostState(requestId, "last_observed"); !s.ok())
+    return s;
+  if (!opts.lastObserved)
+    return Status::error("the state pool keeps no last_observed: create it "
+                         "with lastObserved (the state of the staleness-score "
+                         "and block-age exploration policies)");
+  return static_cast<const int32_t *>(buffers(layer).lastObserved +
+                                      request->slot * blocks);
 }
 
 LayerBuffers StatePool::layer(int64_t layer) const {

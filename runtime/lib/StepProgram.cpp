@@ -286,6 +286,13 @@ Status StepProgram::checkInputs(
         return Status::error("the program uses state of layer " +
                              std::to_string(arg.layer) + " but the pool has " +
                              std::to_string(pool.options().numLayers) + " layers");
+      if (arg.name == "last_observed" && !pool.options().lastObserved)
+        return Status::error(
+            "the program explores by block age (staleness-score or "
+            "block-age) and needs per-block last_observed state on layer " +
+            std::to_string(arg.layer) +
+            ", but the state pool was created without it (set "
+            "StatePoolOptions::lastObserved)");
       int64_t capacity = pool.options().capacity;
       if (arg.blockSize > 0 &&
           pool.numBlocks() < (capacity + arg.blockSize - 1) / arg.blockSize)
@@ -446,6 +453,8 @@ Status StepProgram::run(StatePool &pool,
         bind(layer.obsMask, {s, layer.numBlocks});
       else if (arg.name == "obs_z")
         bind(layer.obsZ, {s, m, c});
+      else if (arg.name == "last_observed")
+        bind(layer.lastObserved, {s, layer.numBlocks});
       else {
         pool.endStep(Span<int64_t>(requests), Span<int64_t>(layers));
         return Status::error("unknown state field '" + arg.name + "'");

@@ -535,6 +535,67 @@ TEST(StatePoolLayout, MatchesTheHostArena) {
             "state pool option maxRows must be positive, got 0");
 }
 
+TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
+  StatePoolOptions options = smallOptions();
+  StatusOr<StateLayout> plain = StatePool::layoutOf(options);
+  options.lastObserved = true;
+  StatusOr<StateLayout> aged = StatePool::layoutOf(options);
+  ASSERT_TRUE(plain.ok() && aged.ok());
+  // Without it, nothing of the layout refers to it; with it, the eight
+  // arrays keep their offsets and it comes last: 4 slots x 7 blocks of i32.
+  EXPECT_EQ(plain->lastObserved, -1);
+  EXPECT_EQ(aged->v, plain->v);
+  EXPECT_EQ(aged->obsMask, plain->obsMask);
+  EXPECT_EQ(aged->obsZ, plain->obsZ);
+  int64_t obsZEnd = plain->obsZ + 4 * 4 * 100 * int64_t(sizeof(float));
+  EXPECT_EQ(aged->lastObserved, (obsZEnd + 63) / 64 * 64);
+  EXPECT_EQ(aged->layerStride, (aged->lastObserved + 4 * 7 * 4 + 63) / 64 * 64);
+  EXPECT_EQ(plain->layerStride, (obsZEnd + 63) / 64 * 64);
+
+  auto pool = makePool(options);
+  ASSERT_TRUE(pool);
+  EXPECT_EQ(pool->allocatedBytes(), aged->bytes);
+  EXPECT_EQ(pool->layer(0).lastObservedMemRef().sizes[1], 7);
+  auto withoutIt = makePool(smallOptions());
+  ASSERT_TRUE(withoutIt);
+  EXPECT_EQ(withoutIt->layer(1).lastObserved, nullptr);
+  ASSERT_TRUE(withoutIt->acquire(3).ok());
+  EXPECT_EQ(withoutIt->lastObserved(3, 0).message(),
+            "the state pool keeps no last_observed: create it with "
+            "lastObserved (the state of the staleness-score and block-age "
+            "exploration policies)");
+}
+
+TEST(StatePool, ResetAndAcquireClearLastObserved) {
+  StatePoolOptions options = smallOptions();
+  options.lastObserved = true;
+  auto pool = makePool(options);
+  ASSERT_TRUE(pool);
+  ASSERT_EQ(*pool->acquire(10), 0);
+  ASSERT_EQ(*pool->acquire(11), 1);
+  for (int64_t l = 0; l < 2; ++l) {
+    LayerBuffers b = pool->layer(l);
+    for (int64_t j = 0; j < b.numBlocks; ++j) {
+      b.lastObserved[0 * b.numBlocks + j] = static_cast<int32_t>(j + 1);
+      b.lastObserved[1 * b.numBlocks + j] = 5;
+    }
+  }
+  EXPECT_EQ((*pool->lastObserved(10, 1))[6], 7);
+  ASSERT_TRUE(pool->reset(10).ok());
+  for (int64_t l = 0; l < 2; ++l) {
+    const int32_t *last = *pool->lastObserved(10, l);
+    EXPECT_TRUE(std::all_of(last, last + 7, [](int32_t x) { return x == 0; }));
+    const int32_t *other = *pool->lastObserved(11, l);
+    EXPECT_TRUE(std::all_of(other, other + 7, [](int32_t x) { return x == 5; }));
+  }
+  ASSERT_TRUE(pool->release(11).ok());
+  ASSERT_EQ(*pool->acquire(12), 1);
+  const int32_t *fresh = *pool->lastObserved(12, 0);
+  EXPECT_TRUE(std::all_of(fresh, fresh + 7, [](int32_t x) { return x == 0; }));
+  EXPECT_EQ(pool->lastObserved(12, 2).message(),
+            "layer 2 is out of range: the pool has 2 layers");
+}
+
 StatePoolOptions deviceOptions() {
   StatePoolOptions options = smallOptions();
   options.hostState = false;

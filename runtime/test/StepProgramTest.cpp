@@ -371,6 +371,38 @@ TEST_F(StepProgramTest, RefusesAPoolWithCoarserBlocks) {
             "blocks");
 }
 
+TEST_F(StepProgramTest, BindsLastObservedOnlyFromAPoolThatKeepsIt) {
+  // A program that explores by block age takes last_observed last.
+  signature.insert(signature.end() - 1,
+                   arg(ArgSpec::Role::State, "last_observed", DType::i32,
+                       {-1, -1}, 0));
+  ranks.insert(ranks.end() - 1, 2);
+  int32Args.insert(int32Args.end() - 1, false);
+  StepProgram program(fakeStep, signature);
+  int before = calls.load();
+  Status refused = program.run(*pool, inputs(), outputs());
+  EXPECT_EQ(refused.message(),
+            "the program explores by block age (staleness-score or block-age) "
+            "and needs per-block last_observed state on layer 0, but the "
+            "state pool was created without it (set "
+            "StatePoolOptions::lastObserved)");
+  EXPECT_EQ(calls.load(), before);
+  EXPECT_TRUE(pool->beginStep({7, 9}, true).ok()) << "refused step left "
+                                                     "requests busy";
+  pool->endStep({7, 9});
+
+  StatePoolOptions options = pool->options();
+  options.lastObserved = true;
+  auto aged = StatePool::create(options);
+  ASSERT_TRUE(aged.ok()) << aged.message();
+  ASSERT_TRUE((*aged)->acquire(7).ok());
+  ASSERT_TRUE((*aged)->acquire(9).ok());
+  ASSERT_TRUE(program.run(**aged, inputs(), outputs()).ok());
+  EXPECT_EQ(lastCall.data[15], (*aged)->layer(0).lastObserved);
+  EXPECT_EQ(lastCall.sizes[15], (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(lastCall.data[16], topk.data());
+}
+
 TEST_F(StepProgramTest, OverlappingStepsOfOneRequestAreRefused) {
   // A request inside a step cannot enter a second one.
   std::vector<int64_t> busy = {7};

@@ -6,6 +6,8 @@
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=block-size=0 2>&1 | FileCheck %s --check-prefix=BLOCK0
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=block-size=48 2>&1 | FileCheck %s --check-prefix=BLOCK48
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A0 explore=0.05" 2>&1 | FileCheck %s --check-prefix=A0EXPLORE
+// RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A0 explore-policy=block-age" 2>&1 | FileCheck %s --check-prefix=A0AGE
+// RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=explore-policy=oldest 2>&1 | FileCheck %s --check-prefix=POLICY
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=pooling=median 2>&1 | FileCheck %s --check-prefix=POOLING
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=reduction=A3 2>&1 | FileCheck %s --check-prefix=REDUCTION
 // RUN: not spin-opt %s --split-input-file --spin-sparsify-indexer=mtp-mask=all 2>&1 | FileCheck %s --check-prefix=MTPMASK
@@ -19,6 +21,8 @@
 // BLOCK0: error: spin-sparsify-indexer: option 'block-size' must be positive, got 0
 // BLOCK48: error: block-size 48 does not divide the page size 64 of this indexer's key cache
 // A0EXPLORE: error: spin-sparsify-indexer: reduction A0 has no block budget to explore with; 'explore' must be 0, got 0.05
+// A0AGE: error: spin-sparsify-indexer: reduction A0 has no block budget to explore with; 'explore-policy' must be random
+// POLICY: Cannot find option named 'oldest'!
 // POOLING: Cannot find option named 'median'!
 // REDUCTION: Cannot find option named 'A3'!
 // MTPMASK: Cannot find option named 'all'!

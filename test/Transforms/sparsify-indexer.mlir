@@ -9,6 +9,10 @@
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A2 pooling=mean" 2>/dev/null | FileCheck %s --check-prefix=A2
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A1 mtp-mask=union mtp-update=prefix" 2>/dev/null | FileCheck %s
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer=report-sparsity 2>/dev/null | FileCheck %s --check-prefix=SPARSITY
+// The age-based exploration policies get a state with last_observed.
+// RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="explore=0.25 explore-policy=block-age" 2>/dev/null | FileCheck %s --check-prefix=AGE
+// RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="reduction=A2 explore=0.25 explore-policy=staleness-score" 2>/dev/null | FileCheck %s --check-prefix=STALE
+// RUN: spin-opt %s --split-input-file --spin-sparsify-indexer="explore=0.25 explore-policy=random" 2>/dev/null | FileCheck %s --check-prefix=RANDOM
 // Indexers that cannot be sparsified say why.
 // RUN: spin-opt %s --split-input-file --spin-sparsify-indexer 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
 
@@ -58,6 +62,20 @@
 // A2-NOT:     spin.pool
 // A2:         spin.select_blocks %[[S]] scores(%[[BS]] : tensor<2x1x4xf32>) {{.*}} reduction = #spin.reduction<a2>
 // A2:         spin.ema_update %[[S]] {{.*}} {block_size = 64 : i64, decay = 5.000000e-01 : f64, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block>
+
+// AGE-LABEL: func.func @decode
+// AGE:         %[[S:.*]] = spin.layer_state {{.*}} -> !spin.state<layer = 0, last_observed = true>
+// AGE:         spin.select_blocks %[[S]] {{.*}} {block_size = 64 : i64, explore = 2.500000e-01 : f64, explore_policy = #spin.explore_policy<block_age>, sparsity = 4.000000e-01 : f64, topk = 128 : i64} : !spin.state<layer = 0, last_observed = true>
+// AGE:         spin.ema_update %[[S]] {{.*}} : !spin.state<layer = 0, last_observed = true>
+
+// STALE-LABEL: func.func @decode
+// STALE:         %[[S:.*]] = spin.layer_state {{.*}} -> !spin.state<layer = 0, level = block, last_observed = true>
+// STALE:         spin.select_blocks %[[S]] {{.*}} explore_policy = #spin.explore_policy<staleness_score>, reduction = #spin.reduction<a2>
+
+// RANDOM-LABEL: func.func @decode
+// RANDOM:         %[[S:.*]] = spin.layer_state {{.*}} -> !spin.state<layer = 0>{{$}}
+// RANDOM-NOT:     explore_policy
+// RANDOM-NOT:     last_observed
 func.func @decode(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
                   %k: tensor<?x64x16xbf16>, %bt: tensor<2x4xi32>,
                   %n: tensor<2x1xi32>) -> tensor<2x1x128xi32> {

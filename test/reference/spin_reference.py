@@ -1,7 +1,8 @@
 """Independent reference implementation of SPIN (Shadow Predictive Indexer).
 
-Written from ``docs/SPIN_SPEC.md`` (the semantics) and ``docs/Runtime-ABI.md``
-(the state layout, for naming) only; it does not share code or structure with
+Written from ``docs/SPIN_SPEC.md`` (the semantics, including the exploration
+policies of its §7.1) and ``docs/Runtime-ABI.md`` (the state layout, for
+naming) only; it does not share code or structure with
 the compiler's lowerings.  It exists so that tests can check the CPU and GPU
 code of the compiler bit for bit on *selections* (block masks, top-K indices,
 EMA state) and with a tolerance on scores.
@@ -32,7 +33,9 @@ Numerical rules fixed here (where the spec leaves the arithmetic open):
   descending order, divided by their count.  A block with no visible slot
   pools to -inf.
 * Integer/hash rules (SPEC §3.4-§3.7) use Python integers (exact), uint64
-  arithmetic masked to 64 bits.
+  arithmetic masked to 64 bits.  Block ages (SPEC §7.1) are Python integers;
+  the staleness-score key is ``float32(age) * float32(max(S, 0))`` rounded
+  once to float32, a NaN score counting as 0.
 """
 
 import math
@@ -43,6 +46,7 @@ __all__ = [
     "fp8_e4m3_to_f32", "bf16_to_f32", "f32_to_bf16_bits", "f16_to_f32",
     "dense_scores", "sparse_scores", "topk",
     "splitmix64", "explore_hash", "budget", "num_blocks_of",
+    "EXPLORE_POLICIES", "block_ages", "staleness_keys",
     "LayerState", "predict", "pool", "select_row", "select",
     "ema_update", "observe", "commit", "reset", "block_sparsity",
     "spin_step", "miss_rate", "topk_recall", "pearson",
@@ -292,6 +296,29 @@ def budget(num_blocks, k, bs, sparsity):
     return min(B, max(need, int(frac)))
 
 
+#: Exploration policies (SPEC §3.7 random; §7.1 staleness-score, block-age).
+EXPLORE_POLICIES = ("random", "staleness-score", "block-age")
+_I32_MAX = 2 ** 31 - 1
+
+
+def block_ages(state, num_blocks):
+    """Block ages (SPEC §7.1): ``age[j] = it + 1 - last[j]`` for the first
+    ``num_blocks`` blocks, as Python integers.  A block scored by the last
+    update has age 1; a never-scored one ``it + 1``."""
+    return [state.it + 1 - state.last[j] for j in range(int(num_blocks))]
+
+
+def staleness_keys(ages, S):
+    """Staleness-score keys (SPEC §7.1): ``float32(age) * max(S[j], 0)`` in
+    float32 (one rounding), a NaN predicted score counting as 0."""
+    keys = np.zeros(len(ages), dtype=np.float32)
+    for j, age in enumerate(ages):
+        s = _F32(S[j])
+        positive = _F32(0.0) if (np.isnan(s) or s < 0) else s
+        keys[j] = _F32(_F32(age) * positive)
+    return keys
+
+
 def _forced_blocks(B):
     """Forced blocks F = {0, B-1} (SPEC §3.5); {0} when B == 1, {} when 0."""
     if B <= 0:
@@ -316,6 +343,12 @@ class LayerState:
     ``it`` counts decode iterations since the last reset (0 = warm-up next).
     ``pending`` holds the buffered, uncommitted MTP observations (the ABI's
     ``obs_*`` fields), or None.
+    ``last`` (SPEC §7.1, the ABI's ``last_observed``): for every block ``j``
+    of ``block_size`` slots (``ceil(capacity / block_size)`` entries), 0 if
+    the block was never scored since the last reset, else ``it + 1`` of the
+    update that last scored it.  Kept for every state here (it changes
+    nothing for the random policy); the ABI has it only where a policy reads
+    it.
     """
 
     def __init__(self, capacity, block_size, level="slot"):
@@ -328,6 +361,7 @@ class LayerState:
         self.D = np.zeros(self.capacity, dtype=np.float32)
         self.it = 0
         self.pending = None
+        self.last = [0] * num_blocks_of(self.capacity, self.block_size)
 
     @property
     def obs_rows(self):
@@ -339,6 +373,7 @@ class LayerState:
         other.V = self.V.copy()
         other.D = self.D.copy()
         other.it = self.it
+        other.last = list(self.last)
         if self.pending is not None:
             other.pending = {
                 "rows": [(z.copy(), p, n) for (z, p, n) in self.pending["rows"]],
@@ -365,11 +400,12 @@ def _check_row(state, p, n):
 
 def reset(state):
     """Reset (SPEC §2, ABI ``reset``): zero V and D, ``it = 0``, drop any
-    buffered MTP rows."""
+    buffered MTP rows, forget every block's last observation (SPEC §7.1)."""
     state.V[:] = 0
     state.D[:] = 0
     state.it = 0
     state.pending = None
+    state.last = [0] * len(state.last)
 
 
 # ---------------------------------------------------------------------------
@@ -442,7 +478,8 @@ def _rank_desc(scores, candidates, count):
 
 
 def select_row(state, request_id, layer, p, N, *, topk_k, bs, sparsity,
-               explore=0.0, seed=0, reduction="a1", pooling="max"):
+               explore=0.0, seed=0, reduction="a1", pooling="max",
+               explore_policy="random"):
     """Selected blocks of one row (SPEC §3 steps 1-7); sorted int64 array.
 
     1. ``B = ceil(N / bs)``; none when ``B == 0``.
@@ -450,12 +487,16 @@ def select_row(state, request_id, layer, p, N, *, topk_k, bs, sparsity,
     A1 (default): 2-3. ``S = pool(max(V[i], D[p-i]))``; 4. budget ``m``;
        5. forced ``F = {0, B-1}``; 6. ``e = min(floor(gamma*m), m-|F|)``
        (>= 0), exploit ``x = m - |F| - e`` highest ``S`` among non-forced
-       blocks (ties lower index); 7. explore the ``e`` smallest hashes
-       among blocks not yet selected (ties lower index).
+       blocks (ties lower index); 7. explore ``e`` blocks among those not yet
+       selected: the smallest hashes ("random"), the largest ages
+       ("block-age") or the largest :func:`staleness_keys`
+       ("staleness-score"), ties to the lower index (SPEC §7.1).
     A2: as A1 with ``S[j] = max(Vb[j], Db[p // bs - j])`` (block state).
     A0: the top-``K`` slots by ``zhat`` among ``i < N`` (ties lower index),
        every block holding one, plus ``F``; no budget, no exploration.
     """
+    if explore_policy not in EXPLORE_POLICIES:
+        raise ValueError("explore_policy must be one of %s" % (EXPLORE_POLICIES,))
     p, n = _check_row(state, p, N)
     bs = int(bs)
     B = num_blocks_of(n, bs)
@@ -493,8 +534,15 @@ def select_row(state, request_id, layer, p, N, *, topk_k, bs, sparsity,
     selected.update(_rank_desc(S, others, x))
     if e > 0:
         rest = [j for j in range(B) if j not in selected]
-        keyed = sorted((explore_hash(seed, request_id, layer, state.it, j), j)
-                       for j in rest)
+        if explore_policy == "random":
+            keyed = sorted((explore_hash(seed, request_id, layer, state.it, j), j)
+                           for j in rest)
+        elif explore_policy == "block-age":
+            ages = block_ages(state, B)
+            keyed = sorted((-ages[j], j) for j in rest)
+        else:
+            keys = staleness_keys(block_ages(state, B), S)
+            keyed = sorted((-float(keys[j]), j) for j in rest)
         selected.update(j for (_, j) in keyed[:e])
     return np.asarray(sorted(selected), dtype=np.int64)
 
@@ -550,10 +598,15 @@ def _block_observations(z_row, n, mask, bs, pooling):
 
 
 def _apply_ema(state, z_row, p, n, mask, bs, alpha, pooling):
-    """One row's EMA (SPEC §3.10) without touching ``it``."""
+    """One row's EMA (SPEC §3.10) without touching ``it``; every scored block
+    ``j < ceil(n / bs)`` is marked observed at ``it + 1`` (SPEC §7.1),
+    whatever its scores."""
     p, n = _check_row(state, p, n)
     bs = int(bs)
     mask = np.asarray(mask, dtype=bool)
+    for j in range(num_blocks_of(n, bs)):
+        if mask[j]:
+            state.last[j] = min(state.it + 1, _I32_MAX)
     a32, b32 = _ema_coefficients(alpha)
     if state.level == "slot":
         z_row = np.asarray(z_row, dtype=np.float32)
@@ -659,7 +712,8 @@ def block_sparsity(mask, N, bs):
 def spin_step(states, request_ids, layer, q, w, keys, scales, block_table,
               lengths, positions, *, k, bs, sparsity, explore=0.0, seed=0,
               alpha=0.5, pooling="max", reduction="a1", mtp_mask="union",
-              mtp_update="prefix", accepted=None, reset_flags=None):
+              mtp_update="prefix", accepted=None, reset_flags=None,
+              explore_policy="random"):
     """One decode step of one layer for a batch, as the compiled graph does.
 
     ``states[b]`` is the LayerState of request ``request_ids[b]``.
@@ -684,7 +738,8 @@ def spin_step(states, request_ids, layer, q, w, keys, scales, block_table,
         raise ValueError("bs must divide the page size")
     NB = NS // bs
     opts = dict(topk_k=k, bs=bs, sparsity=sparsity, explore=explore,
-                seed=seed, reduction=reduction, pooling=pooling)
+                seed=seed, reduction=reduction, pooling=pooling,
+                explore_policy=explore_policy)
     mask = np.zeros((Bq, NB), dtype=bool)
     for b in range(Bq):
         st = states[b]

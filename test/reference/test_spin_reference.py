@@ -318,6 +318,132 @@ def test_exploration_budget_clamped():
 
 
 # ---------------------------------------------------------------------------
+# Exploration by block age (SPEC §7.1)
+# ---------------------------------------------------------------------------
+
+# Ten 16-slot blocks, every slot of block j scoring Z_BLOCKS[j], the query
+# fixed at p = 159 (N = 160) so that D[p - i] follows V[i]. Budget: m =
+# max(ceil(16/16), ceil(0.5 * 10)) = 5, forced {0, 9}, e = floor(0.25 * 5)
+# = 1, x = 2. With decay 0.5 the warm-up leaves V = z / 2 per block.
+Z_BLOCKS = [1, 10, 9, 1, 8, 7, 1, 1, 1, 1]
+
+
+def _static_steps(policy, steps):
+    """Warm-up, then ``steps`` sparse steps; returns the state and, per
+    sparse step, the explored block (selected minus forced and exploited)."""
+    z = np.repeat(np.asarray(Z_BLOCKS, dtype=np.float32), 16)
+    st = sr.LayerState(160, 16)
+    sr.ema_update(st, z, 159, 160, np.ones(10, bool), 16, 0.5)
+    explored = []
+    for _ in range(steps):
+        sel = sr.select_row(st, 5, 0, 159, 160, topk_k=16, bs=16, sparsity=0.5,
+                            explore=0.25, explore_policy=policy)
+        chosen = set(int(j) for j in sel)
+        assert len(chosen) == 5 and {0, 9, 1, 2} <= chosen  # forced + exploit
+        (extra,) = chosen - {0, 9, 1, 2}
+        explored.append(extra)
+        mask = np.zeros(10, bool)
+        mask[sel] = True
+        sr.ema_update(st, z, 159, 160, mask, 16, 0.5)
+    return st, explored
+
+
+def test_last_observed_after_warmup_update_and_reset():
+    z = np.repeat(np.asarray(Z_BLOCKS, dtype=np.float32), 16)
+    st = sr.LayerState(160, 16)
+    assert st.last == [0] * 10
+    # warm-up over N = 100 (7 blocks): it was 0, so the scored blocks get 1
+    sr.ema_update(st, z, 99, 100, np.ones(10, bool), 16, 0.5)
+    assert st.last == [1] * 7 + [0] * 3
+    # it = 1: blocks 0 and 6 scored -> 2; blocks beyond N never, masked or not
+    mask = np.zeros(10, bool)
+    mask[[0, 6, 8]] = True
+    sr.ema_update(st, z, 99, 100, mask, 16, 0.5)
+    assert st.last == [2, 1, 1, 1, 1, 1, 2, 0, 0, 0]
+    # ages at it = 2: it + 1 - last; the never-scored ones are the oldest
+    assert sr.block_ages(st, 10) == [1, 2, 2, 2, 2, 2, 1, 3, 3, 3]
+    # a block whose every score is -inf or NaN was still scored
+    bad = np.full(160, -np.inf, np.float32)
+    bad[16:32] = np.nan
+    mask[:] = False
+    mask[[1, 2]] = True
+    sr.ema_update(st, bad, 99, 100, mask, 16, 0.5)
+    assert st.last[1] == 3 and st.last[2] == 3
+    sr.reset(st)
+    assert st.last == [0] * 10 and st.it == 0
+
+
+def test_block_age_explores_round_robin_by_hand():
+    # Step 1 (it = 1): every age is 1 -> the lowest candidate, block 3.
+    # Step 2: block 3 has age 1, blocks 4..8 age 2 -> block 4; then 5, 6,
+    # 7, 8; step 7 (it = 7): block 3 (last 2) has age 6, the oldest -> 3.
+    st, explored = _static_steps("block-age", 8)
+    assert explored == [3, 4, 5, 6, 7, 8, 3, 4]
+    # Block 8 is never exploited and is explored at the 6th sparse step:
+    # within ceil((B - |F|) / e) = 8 and ceil(B / e) = 10.
+    assert explored.index(8) + 1 <= math.ceil((10 - 2) / 1) <= math.ceil(10 / 1)
+    assert st.last == [9, 9, 9, 8, 9, 4, 5, 6, 7, 9]
+
+
+def test_staleness_score_by_hand():
+    # Warm-up: V = [.5, 5, 4.5, .5, 4, 3.5, .5, .5, .5, .5], all last = 1.
+    # Step 1 (it = 1), ages 1: keys = S; block 4 (S = 4) beats the lower
+    #   block 3 (S = .5): an old high-score block over an old low-score one.
+    #   V[4] = 2 + 4 = 6, last[4] = 2.
+    # Step 2 (it = 2): exploit 1 (7.5), 2 (6.75); keys: block 3: 2 * .5 = 1,
+    #   block 4: 1 * 6 = 6, block 5: 2 * 3.5 = 7 -> block 5 (older beats the
+    #   younger, higher-scored block 4). V[5] = 1.75 + 3.5 = 5.25.
+    # Step 3 (it = 3): block 3: 3 * .5, block 4: 2 * 6 = 12, block 5:
+    #   1 * 5.25 -> block 4; V[4] = 3 + 4 = 7.
+    # Step 4 (it = 4): block 4: 1 * 7, block 5: 2 * 5.25 = 10.5 -> block 5.
+    _, explored = _static_steps("staleness-score", 4)
+    assert explored == [4, 5, 4, 5]
+    # block-age would have taken block 3 first (lowest index among equals)
+    assert _static_steps("block-age", 1)[1] == [3]
+
+
+def test_staleness_keys_rounding_nan_and_negative():
+    keys = sr.staleness_keys([3, 2, 5, 1], np.array([0.1, -4.0, np.nan, np.inf],
+                                                    dtype=np.float32))
+    assert keys.dtype == np.float32
+    # f32(3) * f32(0.1) = 0.3000000044703... rounded once to f32: f32(0.3)
+    assert keys[0] == np.float32(0.3)
+    assert keys[1] == 0.0 and keys[2] == 0.0 and keys[3] == np.inf
+
+
+def test_commit_marks_the_blocks_each_replayed_row_sees():
+    # bs = 16: row 0 sees N = 48 (blocks 0-2), row 1 N = 49 (blocks 0-3);
+    # the union mask has blocks 0, 2 and 3.
+    def buffered():
+        st = sr.LayerState(160, 16)
+        st.it = 4
+        z = np.ones(160, np.float32)
+        mask = np.zeros(10, bool)
+        mask[[0, 2, 3]] = True
+        sr.observe(st, [z, z], [(47, 48), (48, 49)], mask, 16)
+        return st
+    st = buffered()
+    sr.commit(st, 0, 0.5, "prefix")        # row 0 only: block 3 unseen
+    assert st.last[:5] == [5, 0, 5, 0, 0] and st.it == 5
+    st = buffered()
+    sr.commit(st, 1, 0.5, "prefix")        # rows 0 and 1
+    assert st.last[:5] == [5, 0, 5, 5, 0]
+    st = buffered()
+    sr.commit(st, 1, 0.5, "row0")          # row-0 update: row 1 discarded
+    assert st.last[:5] == [5, 0, 5, 0, 0]
+
+
+def test_age_policies_keep_the_random_budget():
+    # Same m, forced, e and exploit for every policy: only the explored
+    # blocks differ.
+    for policy in sr.EXPLORE_POLICIES:
+        st, explored = _static_steps(policy, 3)
+        assert len(explored) == 3
+    with pytest.raises(ValueError, match="explore_policy"):
+        _static_steps("oldest", 1)
+
+
+# ---------------------------------------------------------------------------
 # Prediction, pooling, A0 / A2 (SPEC §3.2-§3.3, "Block-reduction variants")
 # ---------------------------------------------------------------------------
 

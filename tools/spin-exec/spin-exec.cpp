@@ -67,6 +67,9 @@ static cl::opt<double> emaDecay("ema-decay", cl::init(0.5), cl::desc("EMA decay"
 static cl::opt<double> explore("explore", cl::init(0.0),
                                cl::desc("Explored fraction of the budget"));
 static cl::opt<uint64_t> seed("seed", cl::init(0), cl::desc("Exploration seed"));
+static cl::opt<std::string>
+    explorePolicy("explore-policy", cl::init("random"),
+                  cl::desc("random | staleness-score | block-age"));
 static cl::opt<std::string> pooling("pooling", cl::init("max"),
                                     cl::desc("max | mean | top4"));
 static cl::opt<std::string> reduction("reduction", cl::init("A1"),
@@ -149,7 +152,7 @@ int main(int argc, char **argv) {
       "sparsity=" + std::to_string(sparsity) + " block-size=" +
       std::to_string(blockSize) + " ema-decay=" + std::to_string(emaDecay) +
       " explore=" + std::to_string(explore) + " seed=" + std::to_string(seed) +
-      " pooling=" + pooling + " reduction=" + reduction + " mtp-mask=" + mtpMask +
+      " explore-policy=" + explorePolicy + " pooling=" + pooling + " reduction=" + reduction + " mtp-mask=" + mtpMask +
       " mtp-update=" + mtpUpdate;
   if (mlir::failed(options.parseFromString(pipeline)))
     return fail("invalid pipeline options: " + pipeline);
@@ -171,6 +174,10 @@ int main(int argc, char **argv) {
   poolOptions.capacity = maxPages * pageSize;
   poolOptions.maxRows = rows;
   poolOptions.blockSize = blockSize;
+  // Programs that explore by block age read and write last_observed.
+  for (const rt::ArgSpec &arg : program.signature())
+    if (arg.role == rt::ArgSpec::Role::State && arg.name == "last_observed")
+      poolOptions.lastObserved = true;
   auto pool = rt::StatePool::create(poolOptions);
   if (!pool.ok())
     return fail(pool.message());

@@ -54,6 +54,17 @@ struct SparsifyPipelineOptions
       llvm::cl::init(0.0)};
   PassOptions::Option<uint64_t> seed{
       *this, "seed", llvm::cl::desc("Exploration seed"), llvm::cl::init(0)};
+  PassOptions::Option<ExplorePolicy> explorePolicy{
+      *this, "explore-policy",
+      llvm::cl::desc("Which blocks exploration picks (SPIN_SPEC §3.7, §7.1)"),
+      llvm::cl::init(ExplorePolicy::random),
+      llvm::cl::values(
+          clEnumValN(ExplorePolicy::random, "random",
+                     "deterministic splitmix64 ranks (default)"),
+          clEnumValN(ExplorePolicy::staleness_score, "staleness-score",
+                     "largest block age times positive predicted score"),
+          clEnumValN(ExplorePolicy::block_age, "block-age",
+                     "least recently observed blocks"))};
   PassOptions::Option<PoolingKind> pooling{
       *this, "pooling", llvm::cl::desc("Block pooling of predictions"),
       llvm::cl::init(PoolingKind::max),

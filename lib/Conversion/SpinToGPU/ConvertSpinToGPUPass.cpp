@@ -406,6 +406,11 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     return op.emitOpError("GPU path: only the A1 block reduction is "
                           "supported (got ")
            << stringifyReduction(op.getReduction()) << ")";
+  if (op.getExplorePolicy() != ExplorePolicy::random)
+    return op.emitOpError("GPU path: only random exploration is supported "
+                          "(got explore_policy ")
+           << stringifyExplorePolicy(op.getExplorePolicy())
+           << "; staleness_score and block_age run on the CPU path)";
   auto maskType = cast<RankedTensorType>(op.getMask().getType());
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
   auto layerState = layerStateOf(op.getState());

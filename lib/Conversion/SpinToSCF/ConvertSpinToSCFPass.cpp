@@ -69,6 +69,7 @@ struct LayerUse {
   Value requestIds;
   StateLevel level = StateLevel::slot;
   bool buffersRows = false;
+  bool lastObserved = false;
 };
 
 struct ConvertSpinToSCFPass
@@ -87,11 +88,19 @@ private:
 LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
                                             StateBufferMap &buffers) {
   llvm::MapVector<int64_t, LayerUse> layers;
+  LayerStateOp mismatch;
   func.walk([&](Operation *op) {
     if (auto layerState = dyn_cast<LayerStateOp>(op)) {
-      LayerUse &use = layers[layerState.getState().getType().getLayer()];
+      StateType type = layerState.getState().getType();
+      LayerUse &use = layers[type.getLayer()];
+      // Every handle of a layer in one function must describe the same
+      // state buffers.
+      if (use.requestIds && (use.level != type.getLevel() ||
+                             use.lastObserved != type.getLastObserved()))
+        mismatch = layerState;
       use.requestIds = layerState.getRequestIds();
-      use.level = layerState.getState().getType().getLevel();
+      use.level = type.getLevel();
+      use.lastObserved = type.getLastObserved();
     }
     bool buffers = isa<ObserveOp, CommitOp>(op);
     if (auto score = dyn_cast<FusedScoreOp>(op))
@@ -101,6 +110,11 @@ LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
         if (auto state = dyn_cast<StateType>(operand.getType()))
           layers[state.getLayer()].buffersRows = true;
   });
+  if (mismatch)
+    return mismatch.emitError()
+           << "layer " << mismatch.getState().getType().getLayer()
+           << " is bound with two different state types in @"
+           << func.getSymName();
   if (layers.empty())
     return success();
   for (auto &[layer, use] : layers)
@@ -210,6 +224,9 @@ LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
       state.obsZ =
           field("obs_z", MemRefType::get({dyn, dyn, dyn}, b.getF32Type()));
     }
+    if (use.lastObserved)
+      state.lastObserved =
+          field("last_observed", MemRefType::get({dyn, dyn}, b.getI32Type()));
     buffers[{func.getOperation(), layer}] = state;
   }
   return success();

@@ -112,9 +112,10 @@ struct PoolLowering : public OpConversionPattern<PoolOp> {
   }
 };
 
-/// spin.select_blocks (SPIN_SPEC §3.4-3.7, §4): per request and row, warm-up
-/// or budget, forced blocks, exploitation and exploration, into a row mask
-/// that is OR-ed into the request's mask (union) or taken from row 0 only.
+/// spin.select_blocks (SPIN_SPEC §3.4-3.7, §4, §7.1): per request and row,
+/// warm-up or budget, forced blocks, exploitation and exploration (by hash
+/// rank or by block age), into a row mask that is OR-ed into the request's
+/// mask (union) or taken from row 0 only.
 struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
   using StatefulLowering::StatefulLowering;
 
@@ -122,6 +123,11 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
   matchAndRewrite(SelectBlocksOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     const StateBuffers &state = stateOf(op);
+    ExplorePolicy policy = op.getExplorePolicy();
+    if (policy != ExplorePolicy::random && !state.lastObserved)
+      return rewriter.notifyMatchFailure(
+          op, "an age-based exploration policy needs the state's "
+              "last_observed buffer");
     Location loc = op.getLoc();
     LoopBuilder lb(rewriter, loc);
     Value scores = lb.toBuffer(adaptor.getScores());
@@ -175,6 +181,9 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
     };
     auto smallerHash = [&](Value x, Value y) {
       return lb.cmp(CmpIPredicate::ult, x, y);
+    };
+    auto olderAge = [&](Value x, Value y) {
+      return lb.cmp(CmpIPredicate::sgt, x, y);
     };
 
     lb.forEach(lb.index(0), batch, [&](Value b) {
@@ -270,7 +279,15 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                       })[0];
                   lb.forEach(lb.index(0), kept,
                              [&](Value t) { mark(lb.loadIndex(ids, {t})); });
-                  // Explore (§3.7): the smallest hashes among the rest.
+                  // Explore among the rest (§3.7, §7.1): the smallest hashes,
+                  // the largest ages, or the largest age-weighted scores
+                  // (the exploit list in keysF is consumed by now).
+                  auto age = [&](Value j) {
+                    Value last = arith::ExtSIOp::create(
+                        rewriter, loc, i64,
+                        lb.load(state.lastObserved, {slot, j}));
+                    return lb.sub(lb.add(iteration, lb.i64(1)), last);
+                  };
                   Value drawn = lb.forEachWith(
                       lb.index(0), rowBlocks, {lb.index(0)},
                       [&](Value j, ValueRange it) -> SmallVector<Value> {
@@ -279,11 +296,33 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                             indexType, taken,
                             [&]() -> SmallVector<Value> { return {it[0]}; },
                             [&]() -> SmallVector<Value> {
-                              Value hash = lb.mix(arith::XOrIOp::create(
-                                  rewriter, loc, base, lb.toI64(j)));
-                              return {lb.offerTopN(keysH, ids2, explored, it[0],
-                                                   hash, lb.toI32(j),
-                                                   smallerHash)};
+                              Value id = lb.toI32(j);
+                              switch (policy) {
+                              case ExplorePolicy::random: {
+                                Value hash = lb.mix(arith::XOrIOp::create(
+                                    rewriter, loc, base, lb.toI64(j)));
+                                return {lb.offerTopN(keysH, ids2, explored,
+                                                     it[0], hash, id,
+                                                     smallerHash)};
+                              }
+                              case ExplorePolicy::block_age:
+                                return {lb.offerTopN(keysH, ids2, explored,
+                                                     it[0], age(j), id,
+                                                     olderAge)};
+                              case ExplorePolicy::staleness_score: {
+                                // maxnumf: a NaN score counts as 0.
+                                Value positive = arith::MaxNumFOp::create(
+                                    rewriter, loc, lb.load(scores, {b, r, j}),
+                                    lb.f32(0.0));
+                                Value weight = arith::SIToFPOp::create(
+                                    rewriter, loc, f32, age(j));
+                                return {lb.offerTopN(keysF, ids2, explored,
+                                                     it[0],
+                                                     lb.mul(weight, positive),
+                                                     id, better)};
+                              }
+                              }
+                              llvm_unreachable("unknown exploration policy");
                             });
                       })[0];
                   lb.forEach(lb.index(0), drawn,

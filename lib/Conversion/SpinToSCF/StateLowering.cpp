@@ -11,6 +11,9 @@
 
 #include "LoopBuilder.h"
 
+#include <cstdint>
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::spin;
 
@@ -32,7 +35,10 @@ void advanceIteration(LoopBuilder &lb, const StateBuffers &state, Value slot) {
 
 /// Folds one observed row into the state: for every selected visible block,
 /// the finite scores of its slots (slot level) or their pool (block level).
-/// `scoreAt(i)` reads the row's score of slot i (block j for `pooled`).
+/// `scoreAt(i)` reads the row's score of slot i (block j for `pooled`). With
+/// a `last_observed` buffer, each such block is marked observed at `it + 1`
+/// (SPIN_SPEC §7.1), whatever its scores; `it` is read before the caller
+/// advances it.
 void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
                    Value p, Value visible, Value blockSize,
                    function_ref<Value(Value)> selected, Value a, Value c,
@@ -42,6 +48,14 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
   Value rowBlocks = lb.ceilDiv(visible, blockSize);
   if (maxBlocks)
     rowBlocks = lb.minUI(rowBlocks, maxBlocks);
+  Value observedAt;
+  if (state.lastObserved) {
+    // it + 1, saturated to the i32 field.
+    Value next = lb.add(lb.load(state.it, {slot}), lb.i64(1));
+    next = lb.minSI(next, lb.i64(std::numeric_limits<int32_t>::max()));
+    observedAt = arith::TruncIOp::create(lb.builder(), lb.location(),
+                                         lb.builder().getI32Type(), next);
+  }
   auto fold = [&](Value index, Value offset, Value z) {
     lb.ifThen(lb.isFinite(z), [&] {
       lb.store(lb.ema(lb.load(state.v, {slot, index}), z, a, c), state.v,
@@ -52,6 +66,8 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
   };
   lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
     lb.ifThen(selected(j), [&] {
+      if (observedAt)
+        lb.store(observedAt, state.lastObserved, {slot, j});
       if (state.level == StateLevel::block) {
         Value z;
         if (pooled) {
@@ -212,7 +228,8 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
   }
 };
 
-/// spin.reset: zero V and D, `it = 0`, drop buffered rows.
+/// spin.reset: zero V and D, `it = 0`, drop buffered rows, forget when each
+/// block was observed.
 struct ResetLowering : public StatefulLowering<ResetOp> {
   using StatefulLowering::StatefulLowering;
 
@@ -236,6 +253,10 @@ struct ResetLowering : public StatefulLowering<ResetOp> {
         lb.store(lb.i64(0), state.it, {slot});
         if (state.obsRows)
           lb.store(lb.i32(0), state.obsRows, {slot});
+        if (state.lastObserved)
+          lb.forEach(lb.index(0), lb.dim(state.lastObserved, 1), [&](Value j) {
+            lb.store(lb.i32(0), state.lastObserved, {slot, j});
+          });
       });
     });
     rewriter.replaceOp(op, adaptor.getState());

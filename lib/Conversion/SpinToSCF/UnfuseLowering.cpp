@@ -47,7 +47,7 @@ struct UnfuseSelect : public OpConversionPattern<FusedSelectOp> {
         op, maskType, adaptor.getState(), scores, adaptor.getLengths(),
         op.getTopkAttr(), op.getBlockSizeAttr(), op.getSparsityAttr(),
         op.getExploreAttr(), op.getSeedAttr(), op.getReductionAttr(),
-        op.getMtpMaskAttr());
+        op.getMtpMaskAttr(), op.getExplorePolicyAttr());
     return success();
   }
 };

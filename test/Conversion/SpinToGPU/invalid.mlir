@@ -74,3 +74,34 @@ func.func @rejects_dynamic_batch(%q: tensor<?x1x8x32xbf16> {spin.input = "q"},
       lengths(%lengths : tensor<?x1xi32>) -> tensor<?x1x64xf32>
   return %z : tensor<?x1x64xf32>
 }
+
+// -----
+
+// The GPU select kernel explores by hash rank only; the policies that rank
+// blocks by age (SPIN_SPEC §7.1) run on the CPU path.
+func.func @rejects_age_exploration_policy(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
+    %w: tensor<2x1x16xf32> {spin.input = "w"},
+    %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+    %table: tensor<2x8xi32> {spin.input = "block_table"},
+    %lengths: tensor<2x1xi32> {spin.input = "lengths"},
+    %positions: tensor<2x1xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0, last_observed = true>
+  // expected-error @below {{GPU path: only random exploration is supported (got explore_policy block_age; staleness_score and block_age run on the CPU path)}}
+  %m = spin.fused_select %s positions(%positions : tensor<2x1xi32>)
+      lengths(%lengths : tensor<2x1xi32>)
+      {block_size = 16 : i64, explore = 2.5e-01, pooling = #spin.pooling<max>,
+       sparsity = 5.0e-01, topk = 8 : i64,
+       explore_policy = #spin.explore_policy<block_age>}
+      : !spin.state<layer = 0, last_observed = true> -> tensor<2x8xi1>
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>) lengths(%lengths : tensor<2x1xi32>)
+      mask(%m : tensor<2x8xi1>)
+      state(%s : !spin.state<layer = 0, last_observed = true>)
+      positions(%positions : tensor<2x1xi32>)
+      {block_size = 16 : i64, decay = 5.0e-01, k = 8 : i64,
+       update = #spin.update<ema>}
+      -> tensor<2x1x8xi32>, tensor<2x1x128xf32>, !spin.state<layer = 0, last_observed = true>
+  return %t : tensor<2x1x8xi32>
+}

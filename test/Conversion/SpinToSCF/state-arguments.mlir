@@ -23,6 +23,7 @@
 
 // GLOBALS-DAG: memref.global "private" @__spin_state_1_v : memref<4x64xf32> = dense<0.000000e+00> {alignment = 64 : i64}
 // GLOBALS-DAG: memref.global "private" @__spin_state_4_obs_z : memref<4x4x64xf32>
+// GLOBALS-DAG: memref.global "private" @__spin_state_2_last_observed : memref<4x64xi32>
 // GLOBALS-LABEL: func.func @two_layers
 // GLOBALS-SAME:    %{{[^:]*}}: tensor<2x4xi32>) -> tensor<2x4xf32>
 // GLOBALS:         memref.get_global @__spin_state_1_v
@@ -41,4 +42,36 @@ func.func @two_layers(%ids: tensor<2xi64>, %p: tensor<2x1xi32>, %n: tensor<2x1xi
       : tensor<2x4x64xf32> -> tensor<2x4x4xf32>
   %r = tensor.extract_slice %S[0, 0, 0] [2, 1, 4] [1, 1, 1] : tensor<2x4x4xf32> to tensor<2x4xf32>
   return %r : tensor<2x4xf32>
+}
+
+// A state with last_observed gets that field last (the layers that explore
+// by block age); the update writes it and the reset clears it.
+// CHECK-LABEL: func.func @block_age_layer
+// CHECK-SAME:    %{{.*}}: memref<?xi32> {spin.slots}
+// CHECK-SAME:    %{{.*}}: memref<?x?xf32> {spin.layer = 2 : i64, spin.state = "v"}
+// CHECK-SAME:    %{{.*}}: memref<?x?xf32> {spin.layer = 2 : i64, spin.state = "d"}
+// CHECK-SAME:    %{{.*}}: memref<?xi64> {spin.layer = 2 : i64, spin.state = "it"}
+// CHECK-SAME:    %[[LAST:[^:]*]]: memref<?x?xi32> {spin.layer = 2 : i64, spin.state = "last_observed"})
+// CHECK-NOT:     spin.
+// CHECK:         memref.store %{{.*}}, %[[LAST]]
+// CHECK:         memref.load %[[LAST]]
+// CHECK:         memref.store %{{.*}}, %[[LAST]]
+// CHECK:         return
+
+func.func @block_age_layer(%ids: tensor<2xi64>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>,
+                           %fresh: tensor<2xi1>, %z: tensor<2x1x64xf32>) -> tensor<2x4xi1> {
+  %s0 = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 2, last_observed = true>
+  %s = spin.reset %s0 requests(%fresh : tensor<2xi1>) : !spin.state<layer = 2, last_observed = true>
+  %zh = spin.predict %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>)
+      : !spin.state<layer = 2, last_observed = true> -> tensor<2x1x64xf32>
+  %S = spin.pool %zh lengths(%n : tensor<2x1xi32>) {pooling = #spin.pooling<max>, block_size = 16 : i64}
+      : tensor<2x1x64xf32> -> tensor<2x1x4xf32>
+  %m = spin.select_blocks %s scores(%S : tensor<2x1x4xf32>) lengths(%n : tensor<2x1xi32>)
+      {topk = 16 : i64, block_size = 16 : i64, sparsity = 0.5, explore = 0.5,
+       explore_policy = #spin.explore_policy<block_age>}
+      : !spin.state<layer = 2, last_observed = true> -> tensor<2x4xi1>
+  %s1 = spin.ema_update %s scores(%z : tensor<2x1x64xf32>) positions(%p : tensor<2x1xi32>)
+      lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {decay = 0.5 : f64, block_size = 16 : i64}
+      : !spin.state<layer = 2, last_observed = true>
+  return %m : tensor<2x4xi1>
 }

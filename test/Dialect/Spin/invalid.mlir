@@ -39,6 +39,15 @@ func.func @state_rejects_missing_comma(%ids: tensor<2xi64>) {
   return
 }
 
+// -----
+
+func.func @state_rejects_non_boolean_last_observed(%ids: tensor<2xi64>) {
+  // expected-error @+2 {{expected 'true' or 'false', got 'yes'}}
+  // expected-error @+1 {{failed to parse Spin_StateType parameter 'last_observed' which is to be a `bool`}}
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0, last_observed = yes>
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // spin.layer_state, spin.reset
 //===----------------------------------------------------------------------===//
@@ -679,6 +688,39 @@ func.func @select_blocks_rejects_a0_with_explore(%s: !spin.state<layer = 0>, %z:
 
 // -----
 
+func.func @select_blocks_rejects_block_age_without_last_observed(%s: !spin.state<layer = 0>, %sc: tensor<2x1x4xf32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.select_blocks' op explore_policy block_age ranks blocks by age and needs a state with last_observed = true, got '!spin.state<layer = 0>'}}
+  %m = spin.select_blocks %s scores(%sc : tensor<2x1x4xf32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 5.0e-01, explore = 5.0e-02, explore_policy = #spin.explore_policy<block_age>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @select_blocks_rejects_staleness_score_without_last_observed(%s: !spin.state<layer = 1, level = block>, %sc: tensor<2x1x4xf32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.select_blocks' op explore_policy staleness_score ranks blocks by age and needs a state with last_observed = true, got '!spin.state<layer = 1, level = block>'}}
+  %m = spin.select_blocks %s scores(%sc : tensor<2x1x4xf32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 5.0e-01, explore = 5.0e-02, reduction = #spin.reduction<a2>, explore_policy = #spin.explore_policy<staleness_score>} : !spin.state<layer = 1, level = block> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @select_blocks_rejects_a0_with_age_policy(%s: !spin.state<layer = 0, last_observed = true>, %z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.select_blocks' op reduction a0 has no block budget to explore with; explore_policy must be random, got block_age}}
+  %m = spin.select_blocks %s scores(%z : tensor<2x1x64xf32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 5.0e-01, reduction = #spin.reduction<a0>, explore_policy = #spin.explore_policy<block_age>} : !spin.state<layer = 0, last_observed = true> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @select_blocks_rejects_unknown_explore_policy(%s: !spin.state<layer = 0, last_observed = true>, %sc: tensor<2x1x4xf32>, %n: tensor<2x1xi32>) {
+  // expected-error @+2 {{expected ::mlir::spin::ExplorePolicy to be one of: random, staleness_score, block_age}}
+  // expected-error @+1 {{failed to parse Spin_ExplorePolicyAttr parameter 'value' which is to be a `::mlir::spin::ExplorePolicy`}}
+  %m = spin.select_blocks %s scores(%sc : tensor<2x1x4xf32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 5.0e-01, explore = 5.0e-02, explore_policy = #spin.explore_policy<oldest>} : !spin.state<layer = 0, last_observed = true> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
 func.func @select_blocks_rejects_unknown_reduction(%s: !spin.state<layer = 0>, %sc: tensor<2x1x4xf32>, %n: tensor<2x1xi32>) {
   // expected-error @+2 {{expected ::mlir::spin::Reduction to be one of: a0, a1, a2}}
   // expected-error @+1 {{failed to parse Spin_ReductionAttr parameter 'value' which is to be a `::mlir::spin::Reduction`}}
@@ -1087,6 +1129,22 @@ func.func @fused_select_rejects_a1_with_block_state(%s: !spin.state<layer = 0, l
 func.func @fused_select_rejects_a0_with_explore(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
   // expected-error @+1 {{'spin.fused_select' op reduction a0 has no block budget to explore with; explore must be 0}}
   %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, explore = 0.1 : f64, reduction = #spin.reduction<a0>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_block_age_without_last_observed(%s: !spin.state<layer = 0>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op explore_policy block_age ranks blocks by age and needs a state with last_observed = true, got '!spin.state<layer = 0>'}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, explore = 0.1 : f64, pooling = #spin.pooling<max>, explore_policy = #spin.explore_policy<block_age>} : !spin.state<layer = 0> -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+func.func @fused_select_rejects_a0_with_age_policy(%s: !spin.state<layer = 0, last_observed = true>, %p: tensor<2x1xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.fused_select' op reduction a0 has no block budget to explore with; explore_policy must be random, got staleness_score}}
+  %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {topk = 32 : i64, block_size = 16 : i64, sparsity = 0.5 : f64, reduction = #spin.reduction<a0>, explore_policy = #spin.explore_policy<staleness_score>} : !spin.state<layer = 0, last_observed = true> -> tensor<2x4xi1>
   return
 }
 

@@ -292,6 +292,46 @@ func.func @select_blocks(%s: !spin.state<layer = 0>,
         tensor<2x4xi1>, tensor<?x?xi1>
 }
 
+// The age-based exploration policies read a state with last_observed; the
+// default random policy is elided when printed.
+// CHECK-LABEL: func.func @select_blocks_explore_policies(
+// CHECK-SAME:    %[[S:[^:]+]]: !spin.state<layer = 1, last_observed = true>,
+// CHECK-SAME:    %[[SB:[^:]+]]: !spin.state<layer = 2, level = block, last_observed = true>,
+func.func @select_blocks_explore_policies(
+    %s: !spin.state<layer = 1, last_observed = true>,
+    %sb: !spin.state<layer = 2, level = block, last_observed = true>,
+    %sc: tensor<2x1x4xf32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32>)
+    -> (tensor<2x4xi1>, tensor<2x4xi1>, tensor<2x4xi1>, tensor<2x4xi1>) {
+  // CHECK: spin.select_blocks %[[S]] {{.*}} {block_size = 16 : i64, explore = 2.500000e-01 : f64, explore_policy = #spin.explore_policy<block_age>, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>{{$}}
+  %age = spin.select_blocks %s scores(%sc : tensor<2x1x4xf32>)
+      lengths(%n : tensor<2x1xi32>)
+      {topk = 16 : i64, block_size = 16 : i64, sparsity = 5.0e-01,
+       explore = 2.5e-01, explore_policy = #spin.explore_policy<block_age>}
+      : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>
+  // CHECK: spin.select_blocks %[[SB]] {{.*}} {block_size = 16 : i64, explore = 2.500000e-01 : f64, explore_policy = #spin.explore_policy<staleness_score>, reduction = #spin.reduction<a2>, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 2, level = block, last_observed = true> -> tensor<2x4xi1>{{$}}
+  %stale = spin.select_blocks %sb scores(%sc : tensor<2x1x4xf32>)
+      lengths(%n : tensor<2x1xi32>)
+      {topk = 16 : i64, block_size = 16 : i64, sparsity = 5.0e-01,
+       explore = 2.5e-01, reduction = #spin.reduction<a2>,
+       explore_policy = #spin.explore_policy<staleness_score>}
+      : !spin.state<layer = 2, level = block, last_observed = true> -> tensor<2x4xi1>
+  // CHECK: spin.select_blocks %[[S]] {{.*}} {block_size = 16 : i64, explore = 2.500000e-01 : f64, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>{{$}}
+  %random = spin.select_blocks %s scores(%sc : tensor<2x1x4xf32>)
+      lengths(%n : tensor<2x1xi32>)
+      {topk = 16 : i64, block_size = 16 : i64, sparsity = 5.0e-01,
+       explore = 2.5e-01, explore_policy = #spin.explore_policy<random>}
+      : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>
+  // CHECK: spin.fused_select %[[S]] {{.*}} {block_size = 16 : i64, explore = 2.500000e-01 : f64, explore_policy = #spin.explore_policy<block_age>, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>{{$}}
+  %fused = spin.fused_select %s positions(%p : tensor<2x1xi32>)
+      lengths(%n : tensor<2x1xi32>)
+      {topk = 16 : i64, block_size = 16 : i64, sparsity = 5.0e-01,
+       explore = 2.5e-01, pooling = #spin.pooling<max>,
+       explore_policy = #spin.explore_policy<block_age>}
+      : !spin.state<layer = 1, last_observed = true> -> tensor<2x4xi1>
+  return %age, %stale, %random, %fused
+      : tensor<2x4xi1>, tensor<2x4xi1>, tensor<2x4xi1>, tensor<2x4xi1>
+}
+
 //===----------------------------------------------------------------------===//
 // spin.block_sparsity
 //===----------------------------------------------------------------------===//

@@ -20,7 +20,7 @@ namespace spin {
 
 /// The memrefs behind one layer's `!spin.state` inside one function
 /// (docs/Runtime-ABI.md). The `obs*` fields are null for layers that never
-/// buffer MTP rows.
+/// buffer MTP rows, `lastObserved` for states without `last_observed`.
 struct StateBuffers {
   Value slots;      ///< [B] i32: each request's slot in the state pool.
   Value requestIds; ///< [B] i64 tensor: the ids bound by spin.layer_state.
@@ -31,6 +31,7 @@ struct StateBuffers {
   Value obsLen;     ///< [numSlots, Rmax] i32
   Value obsMask;    ///< [numSlots, NBcap] i8
   Value obsZ;       ///< [numSlots, Rmax, C] f32
+  Value lastObserved; ///< [numSlots, NBcap] i32 (0 = never observed)
   int64_t layer = 0;
   StateLevel level = StateLevel::slot;
 };

@@ -95,7 +95,8 @@ static LogicalResult verifyBlockLevelAttr(Operation *op, StateType state,
 /// block-level EMAs, A0 and A1 slot-level ones; A0 has no block budget, so
 /// there is nothing to explore with.
 static LogicalResult verifyReduction(Operation *op, StateType state,
-                                     Reduction reduction, double explore) {
+                                     Reduction reduction, double explore,
+                                     ExplorePolicy policy) {
   bool blockLevel = state.getLevel() == StateLevel::block;
   if (blockLevel != (reduction == Reduction::a2))
     return op->emitOpError() << "reduction " << stringifyReduction(reduction)
@@ -105,7 +106,23 @@ static LogicalResult verifyReduction(Operation *op, StateType state,
   if (reduction == Reduction::a0 && explore != 0.0)
     return op->emitOpError("reduction a0 has no block budget to explore with; "
                            "explore must be 0");
+  if (reduction == Reduction::a0 && policy != ExplorePolicy::random)
+    return op->emitOpError("reduction a0 has no block budget to explore with; "
+                           "explore_policy must be random, got ")
+           << stringifyExplorePolicy(policy);
   return success();
+}
+
+/// Checks that an exploration policy that ranks blocks by age reads a state
+/// that keeps the per-block last-observed iterations (SPIN_SPEC §7.1).
+static LogicalResult verifyExplorePolicy(Operation *op, StateType state,
+                                         ExplorePolicy policy) {
+  if (policy == ExplorePolicy::random || state.getLastObserved())
+    return success();
+  return op->emitOpError() << "explore_policy " << stringifyExplorePolicy(policy)
+                           << " ranks blocks by age and needs a state with "
+                              "last_observed = true, got "
+                           << state;
 }
 
 //===----------------------------------------------------------------------===//
@@ -294,7 +311,10 @@ LogicalResult PoolOp::verify() {
 LogicalResult SelectBlocksOp::verify() {
   Reduction reduction = getReduction();
   if (failed(verifyReduction(*this, getState().getType(), reduction,
-                             getExplore().convertToDouble())))
+                             getExplore().convertToDouble(),
+                             getExplorePolicy())) ||
+      failed(verifyExplorePolicy(*this, getState().getType(),
+                                 getExplorePolicy())))
     return failure();
 
   Type scores = getScores().getType(), lengths = getLengths().getType(),
@@ -383,7 +403,10 @@ LogicalResult ObserveOp::verify() { return verifyObservation(*this); }
 LogicalResult FusedSelectOp::verify() {
   Reduction reduction = getReduction();
   if (failed(verifyReduction(*this, getState().getType(), reduction,
-                             getExplore().convertToDouble())))
+                             getExplore().convertToDouble(),
+                             getExplorePolicy())) ||
+      failed(verifyExplorePolicy(*this, getState().getType(),
+                                 getExplorePolicy())))
     return failure();
   bool pools = reduction == Reduction::a1;
   if (pools && !getPooling())

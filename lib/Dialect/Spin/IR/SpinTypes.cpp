@@ -19,7 +19,8 @@ using namespace mlir::spin;
 #include "spin/Dialect/Spin/IR/SpinOpsTypes.cpp.inc"
 
 LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError,
-                                int64_t layer, StateLevel level) {
+                                int64_t layer, StateLevel level,
+                                bool lastObserved) {
   if (layer < 0)
     return emitError() << "layer id must be non-negative, got " << layer;
   return success();

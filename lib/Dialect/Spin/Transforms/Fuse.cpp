@@ -145,7 +145,8 @@ struct FuseSelect : OpRewritePattern<SelectBlocksOp> {
         select.getTopkAttr(), select.getBlockSizeAttr(),
         select.getSparsityAttr(), select.getExploreAttr(), select.getSeedAttr(),
         select.getReductionAttr(), select.getMtpMaskAttr(),
-        pool ? pool.getPoolingAttr() : PoolingKindAttr());
+        pool ? pool.getPoolingAttr() : PoolingKindAttr(),
+        select.getExplorePolicyAttr());
     rewriter.replaceOp(select, fused.getMask());
     if (pool)
       rewriter.eraseOp(pool);

@@ -135,6 +135,10 @@ LogicalResult SpinSparsifyIndexerPass::verifyOptions() {
            << "spin-sparsify-indexer: reduction A0 has no block budget to "
               "explore with; 'explore' must be 0, got "
            << formatOption(explore.getValue());
+  if (reduction == Reduction::a0 && explorePolicy != ExplorePolicy::random)
+    return emitError(getOperation().getLoc())
+           << "spin-sparsify-indexer: reduction A0 has no block budget to "
+              "explore with; 'explore-policy' must be random";
   return success();
 }
 
@@ -279,8 +283,11 @@ LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
   PoolingKindAttr poolingAttr = PoolingKindAttr::get(ctx, pooling);
 
   // The layer's state: reset and commit first, so prediction sees both.
+  // The age-based exploration policies read when each block was last scored.
+  bool agePolicy = explorePolicy != ExplorePolicy::random;
   auto stateType = StateType::get(
-      ctx, candidate.layer, blockLevel ? StateLevel::block : StateLevel::slot);
+      ctx, candidate.layer, blockLevel ? StateLevel::block : StateLevel::slot,
+      agePolicy);
   Value state = LayerStateOp::create(stateBuilder, loc, stateType, *requestIds);
   if (*reset)
     state = ResetOp::create(stateBuilder, loc, stateType, state, *reset);
@@ -306,7 +313,8 @@ LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
       b, loc, RankedTensorType::get({batch, blocks}, i1), state, scores,
       lengths, topkAttr, blockSizeAttr, b.getF64FloatAttr(sparsity),
       b.getF64FloatAttr(explore), b.getI64IntegerAttr(static_cast<int64_t>(seed)),
-      ReductionAttr::get(ctx, reduction), MtpMaskAttr::get(ctx, mtpMask));
+      ReductionAttr::get(ctx, reduction), MtpMaskAttr::get(ctx, mtpMask),
+      ExplorePolicyAttr::get(ctx, explorePolicy));
   Value sparseScores = SparseIndexerOp::create(
       b, loc, scoresType, indexer.getQ(), indexer.getW(), indexer.getKeys(),
       indexer.getScales(), indexer.getBlockTable(), lengths, mask,

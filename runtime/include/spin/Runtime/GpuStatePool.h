@@ -62,7 +62,8 @@ struct GpuLayerBuffers {
 class GpuStatePool {
 public:
   /// Validates `options` as StatePool::create does (`hostState` is
-  /// ignored), allocates the state in `context` and zeroes it on `stream`.
+  /// ignored; `lastObserved` is refused: no GPU program reads it),
+  /// allocates the state in `context` and zeroes it on `stream`.
   static StatusOr<std::unique_ptr<GpuStatePool>>
   create(std::shared_ptr<cuda::Context> context,
          const StatePoolOptions &options, cuda::CUstream stream);

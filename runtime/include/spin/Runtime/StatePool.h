@@ -45,8 +45,14 @@ struct StatePoolOptions {
   /// `Rmax`: query rows per step, 1 for plain decode, `d + 1` for MTP with
   /// draft length `d`.
   int64_t maxRows = 1;
-  /// SPIN block size `b` (= the KV page size), which sizes `obs_mask`.
+  /// SPIN block size `b` (= the KV page size), which sizes `obs_mask` and
+  /// `last_observed`.
   int64_t blockSize = 64;
+  /// Whether every layer keeps `last_observed`, the iteration at which each
+  /// block was last scored (SPIN_SPEC §7.1): the state of programs that
+  /// explore by block age (`staleness-score`, `block-age`). Off, the layout
+  /// is the one of the other eight arrays alone.
+  bool lastObserved = false;
   /// Where the eight state arrays live. True: in this pool's host memory,
   /// which the CPU step functions address. False: elsewhere (a
   /// GpuStatePool's device memory); the pool then holds only the request
@@ -57,13 +63,16 @@ struct StatePoolOptions {
 };
 
 /// Where each array of the state lives: byte offsets of one layer's eight
-/// arrays from the start of that layer's part of an allocation, and the
-/// layers' stride (layer `l` starts at `l * layerStride`). Every offset and
-/// the stride are multiples of 64 bytes. The same layout serves the host
-/// arena of a StatePool and the device allocation of a GpuStatePool.
+/// arrays (nine with `last_observed`, which follows the others) from the
+/// start of that layer's part of an allocation, and the layers' stride
+/// (layer `l` starts at `l * layerStride`). Every offset and the stride are
+/// multiples of 64 bytes. The same layout serves the host arena of a
+/// StatePool and the device allocation of a GpuStatePool.
 struct StateLayout {
   int64_t v = 0, d = 0, it = 0, obsRows = 0, obsPos = 0, obsLen = 0,
           obsMask = 0, obsZ = 0;
+  /// -1 when the pool keeps no `last_observed`.
+  int64_t lastObserved = -1;
   int64_t layerStride = 0;
   /// `layerStride * numLayers`.
   int64_t bytes = 0;
@@ -84,6 +93,8 @@ struct LayerBuffers {
   int32_t *obsLen = nullptr;  ///< i32 [numSlots, maxRows]
   uint8_t *obsMask = nullptr; ///< i8  [numSlots, numBlocks] (0/1)
   float *obsZ = nullptr;      ///< f32 [numSlots, maxRows, capacity]
+  /// i32 [numSlots, numBlocks]; null unless the pool keeps it.
+  int32_t *lastObserved = nullptr;
   int64_t numSlots = 0;
   int64_t capacity = 0;
   int64_t maxRows = 0;
@@ -119,6 +130,9 @@ struct LayerBuffers {
   MemRefDescriptor<float, 3> obsZMemRef() const {
     return makeRowMajorMemRef(obsZ, numSlots, maxRows, capacity);
   }
+  MemRefDescriptor<int32_t, 2> lastObservedMemRef() const {
+    return makeRowMajorMemRef(lastObserved, numSlots, numBlocks);
+  }
 };
 
 /// Per-request, per-layer SPIN state plus the request table.
@@ -150,7 +164,8 @@ public:
 
   /// The validated shape the pool was created with.
   const StatePoolOptions &options() const { return opts; }
-  /// `NBcap = ceil(capacity / blockSize)`, the length of an `obs_mask` row.
+  /// `NBcap = ceil(capacity / blockSize)`, the length of an `obs_mask` (and
+  /// `last_observed`) row.
   int64_t numBlocks() const { return blocks; }
   /// Bytes of host memory allocated for the state arrays of all layers
   /// (only the record of buffered rows for a pool without host state).
@@ -170,9 +185,10 @@ public:
   /// release) and for requests inside a step.
   Status release(int64_t requestId);
 
-  /// Starts a new turn (SPIN_SPEC §2): zeroes V and D of every layer, sets
-  /// `it = 0`, drops buffered MTP rows and any recorded commit, so the next
-  /// step is a warm-up. Fails for unknown or busy requests.
+  /// Starts a new turn (SPIN_SPEC §2): zeroes V and D (and `last_observed`)
+  /// of every layer, sets `it = 0`, drops buffered MTP rows and any recorded
+  /// commit, so the next step is a warm-up. Fails for unknown or busy
+  /// requests.
   Status reset(int64_t requestId);
 
   /// The slot of a live request: the index into every state array and the
@@ -196,6 +212,12 @@ public:
   /// host state, are refused.
   StatusOr<const float *> v(int64_t requestId, int64_t layer) const;
   StatusOr<const float *> d(int64_t requestId, int64_t layer) const;
+  /// Read-only view of the request's `last_observed` row on `layer`
+  /// (`numBlocks()` entries: the iteration plus one at which each block was
+  /// last scored, 0 = never), under the rules of `v`; pools created without
+  /// `lastObserved` refuse.
+  StatusOr<const int32_t *> lastObserved(int64_t requestId,
+                                         int64_t layer) const;
 
   /// The arrays of `layer`, to build the step call's descriptors; all null
   /// if `layer` is not in `[0, numLayers)` or the pool has no host state.
@@ -292,7 +314,8 @@ private:
   /// sizes) for a pool without host state.
   LayerBuffers buffers(int64_t layer) const;
 
-  /// Zeroes V and D and resets `it`, `obs_rows` of `slot` on every layer.
+  /// Zeroes V, D and `last_observed` and resets `it`, `obs_rows` of `slot`
+  /// on every layer.
   /// The caller owns the slot (it is marked busy), so no lock is held.
   void zeroSlot(int32_t slot) const;
 

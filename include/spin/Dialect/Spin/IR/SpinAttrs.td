@@ -36,6 +36,16 @@ def Spin_Reduction : I32EnumAttr<"Reduction",
   let genSpecializedAttr = 0;
 }
 
+def Spin_ExplorePolicy : I32EnumAttr<"ExplorePolicy",
+    "how the exploration budget picks blocks (SPIN_SPEC §3.7, §7)", [
+      I32EnumAttrCase<"random", 0>,
+      I32EnumAttrCase<"staleness_score", 1>,
+      I32EnumAttrCase<"block_age", 2>
+    ]> {
+  let cppNamespace = "::mlir::spin";
+  let genSpecializedAttr = 0;
+}
+
 def Spin_MtpMask : I32EnumAttr<"MtpMask",
     "which blocks an MTP verification step scores (SPIN_SPEC §4)", [
       I32EnumAttrCase<"union_", 0, "union">,
@@ -83,6 +93,7 @@ class Spin_EnumAttr<EnumAttrInfo info, string mnemonic>
 
 def Spin_PoolingKindAttr : Spin_EnumAttr<Spin_PoolingKind, "pooling">;
 def Spin_ReductionAttr : Spin_EnumAttr<Spin_Reduction, "reduction">;
+def Spin_ExplorePolicyAttr : Spin_EnumAttr<Spin_ExplorePolicy, "explore_policy">;
 def Spin_MtpMaskAttr : Spin_EnumAttr<Spin_MtpMask, "mtp_mask">;
 def Spin_MtpUpdateAttr : Spin_EnumAttr<Spin_MtpUpdate, "mtp_update">;
 def Spin_UpdateKindAttr : Spin_EnumAttr<Spin_UpdateKind, "update">;

@@ -130,7 +130,8 @@ def Spin_ResetOp : Spin_Op<"reset",
     Resets the state of every request whose entry in `requests` is true (of
     every request when `requests` is absent): `V` and `D` become zero, the
     iteration counter becomes 0 (so the next step selects every block,
-    SPIN_SPEC §2) and pending MTP observations are dropped. Serving engines
+    SPIN_SPEC §2), pending MTP observations are dropped and, in a
+    `last_observed = true` state, every block becomes never observed (0). Serving engines
     reset after prefill and at the start of each conversation turn.
 
     ```mlir
@@ -301,11 +302,18 @@ def Spin_SelectBlocksOp : Spin_Op<"select_blocks"> {
     `m = min(B, max(ceil(topk / block_size), ceil((1 - sparsity) * B)))`;
     the sink block 0 and the newest block `B - 1` are always selected and
     count toward `m`; `e = min(floor(explore * m), m - |forced|)` blocks are
-    explored (deterministic splitmix64 ranking of `seed`, request id, the
-    state's layer, the iteration counter and the block index) and the
-    remaining `m - |forced| - e` go to the highest `scores` (ties to the
-    lower block). A warm-up step (iteration counter 0 after a reset) selects
-    every block of every row, under either MTP policy.
+    explored and the remaining `m - |forced| - e` go to the highest `scores`
+    (ties to the lower block). A warm-up step (iteration counter 0 after a
+    reset) selects every block of every row, under either MTP policy.
+
+    `explore_policy` says which not-yet-selected blocks are explored:
+    `random` (default) takes the smallest deterministic splitmix64 ranks of
+    `seed`, request id, the state's layer, the iteration counter and the
+    block index (SPIN_SPEC §3.7); `block_age` the oldest blocks, by
+    `age = it + 1 - last_observed[j]`; `staleness_score` the largest
+    `f32(age) * max(scores[j], 0)` (ties to the lower block for both,
+    SPIN_SPEC §7.1). The two age policies need a state with
+    `last_observed = true`.
 
     `reduction` chooses the variant: `a1` (default) ranks pooled block
     scores `[B, R, NB]`; `a2` ranks block-level predictions of a
@@ -323,6 +331,11 @@ def Spin_SelectBlocksOp : Spin_Op<"select_blocks"> {
         {topk = 512 : i64, block_size = 64 : i64, sparsity = 5.0e-01,
          explore = 5.0e-02, seed = 7 : i64}
         : !spin.state<layer = 0> -> tensor<2x16xi1>
+    %a = spin.select_blocks %t scores(%S : tensor<2x1x16xf32>)
+        lengths(%n : tensor<2x1xi32>)
+        {topk = 512 : i64, block_size = 64 : i64, sparsity = 5.0e-01,
+         explore = 5.0e-02, explore_policy = #spin.explore_policy<block_age>}
+        : !spin.state<layer = 1, last_observed = true> -> tensor<2x16xi1>
     ```
   }];
   let arguments = (ins
@@ -335,7 +348,9 @@ def Spin_SelectBlocksOp : Spin_Op<"select_blocks"> {
     DefaultValuedAttr<Spin_UnitIntervalF64Attr, "0.0">:$explore,
     DefaultValuedAttr<I64Attr, "0">:$seed,
     DefaultValuedAttr<Spin_ReductionAttr, "::mlir::spin::Reduction::a1">:$reduction,
-    DefaultValuedAttr<Spin_MtpMaskAttr, "::mlir::spin::MtpMask::union_">:$mtp_mask);
+    DefaultValuedAttr<Spin_MtpMaskAttr, "::mlir::spin::MtpMask::union_">:$mtp_mask,
+    DefaultValuedAttr<Spin_ExplorePolicyAttr,
+                      "::mlir::spin::ExplorePolicy::random">:$explore_policy);
   let results = (outs Spin_BlockMaskTensor:$mask);
   let assemblyFormat = [{
     $state `scores` `(` $scores `:` type($scores) `)`
@@ -382,6 +397,9 @@ def Spin_EmaUpdateOp : Spin_ObservationOp<"ema_update",
     `V[i] = decay * V[i] + (1 - decay) * z[i]` and
     `D[p - i] = decay * D[p - i] + (1 - decay) * z[i]`; then the iteration
     counter increases by one. Slots of unselected blocks keep their state.
+    A `last_observed = true` state records `it + 1` (the counter before the
+    increment, plus one) for every scored block `j < ceil(N / block_size)`,
+    whatever its scores (SPIN_SPEC §7.1).
     With a `level = block` state (A2) the observed scores are first pooled
     per block with `pooling` and the block EMAs `Vb[j]`, `Db[p/block_size - j]`
     are updated. Rows must be 1: MTP steps buffer rows with `spin.observe`
@@ -421,7 +439,9 @@ def Spin_CommitOp : Spin_Op<"commit", [AllTypesMatch<["state", "new_state"]>]> {
     buffered rows `0..a` in order (`mtp_update = prefix`), or row 0 alone
     (`mtp_update = row0`), with the update rule of `spin.ema_update`, each
     row from the state the previous one left; the other rows are dropped.
-    The iteration counter increases by one per committed step. `block_size`
+    A `last_observed = true` state records `it + 1` for every buffered block
+    that a replayed row sees (`j < ceil(N_r / block_size)`). The iteration
+    counter increases by one per committed step. `block_size`
     is the one the step was observed with (the buffered mask is per block).
 
     ```mlir
@@ -480,7 +500,9 @@ def Spin_FusedSelectOp : Spin_Op<"fused_select"> {
     DefaultValuedAttr<I64Attr, "0">:$seed,
     DefaultValuedAttr<Spin_ReductionAttr, "::mlir::spin::Reduction::a1">:$reduction,
     DefaultValuedAttr<Spin_MtpMaskAttr, "::mlir::spin::MtpMask::union_">:$mtp_mask,
-    OptionalAttr<Spin_PoolingKindAttr>:$pooling);
+    OptionalAttr<Spin_PoolingKindAttr>:$pooling,
+    DefaultValuedAttr<Spin_ExplorePolicyAttr,
+                      "::mlir::spin::ExplorePolicy::random">:$explore_policy);
   let results = (outs Spin_BlockMaskTensor:$mask);
   let assemblyFormat = [{
     $state `positions` `(` $positions `:` type($positions) `)`

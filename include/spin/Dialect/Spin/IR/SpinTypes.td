@@ -15,6 +15,25 @@ def Spin_StateLevelParameter : EnumParameter<Spin_StateLevel> {
   let defaultValue = "::mlir::spin::StateLevel::slot";
 }
 
+/// A boolean type parameter written `true` / `false`, false by default (and
+/// then omitted from the printed type).
+def Spin_FlagParameter : AttrOrTypeParameter<"bool", "a flag (true or false)"> {
+  let defaultValue = "false";
+  let parser = [{ [&]() -> ::mlir::FailureOr<bool> {
+    ::llvm::StringRef keyword;
+    ::llvm::SMLoc loc = $_parser.getCurrentLocation();
+    if (::mlir::failed($_parser.parseKeyword(&keyword)))
+      return ::mlir::failure();
+    if (keyword == "true")
+      return true;
+    if (keyword == "false")
+      return false;
+    return $_parser.emitError(loc, "expected 'true' or 'false', got '")
+           << keyword << "'";
+  }() }];
+  let printer = [{ $_printer << ($_self ? "true" : "false") }];
+}
+
 class Spin_Type<string name, string typeMnemonic, list<Trait> traits = []>
     : TypeDef<Spin_Dialect, name, traits> {
   let mnemonic = typeMnemonic;
@@ -32,15 +51,21 @@ def Spin_StateType : Spin_Type<"State", "state"> {
 
     `layer` is the stable id the runtime files the state under (and part of
     the exploration hash of SPIN_SPEC §3.7). `level` defaults to `slot`.
+    `last_observed = true` adds, per request and block, the iteration at
+    which the block was last scored (SPIN_SPEC §7.1): the staleness-score
+    and block-age exploration policies rank blocks by it. The field exists
+    only in such states, so the layout of every other state stays as it is.
 
     ```mlir
     !spin.state<layer = 3>
     !spin.state<layer = 0, level = block>
+    !spin.state<layer = 1, last_observed = true>
     ```
   }];
   let parameters = (ins
     "int64_t":$layer,
-    Spin_StateLevelParameter:$level);
+    Spin_StateLevelParameter:$level,
+    Spin_FlagParameter:$last_observed);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -90,7 +90,9 @@ def SpinSparsifyIndexer : Pass<"spin-sparsify-indexer", "ModuleOp"> {
     `spin.topk` with SPIN's pipeline (SPIN_SPEC §3): predict, pool (A1),
     select, sparse score, top-K over the selection, and the state update.
 
-    * Each rewritten indexer gets its own state, `!spin.state<layer = L>`.
+    * Each rewritten indexer gets its own state, `!spin.state<layer = L>`
+      (with `last_observed = true` when `explore-policy` is
+      `staleness-score` or `block-age`, which rank blocks by age).
       Layer ids are stable: indexers are numbered in program order over the
       module, starting after the largest layer id already present in the
       module (0 in a fresh graph); an indexer carrying a `spin.layer = L : i64`
@@ -147,6 +149,17 @@ def SpinSparsifyIndexer : Pass<"spin-sparsify-indexer", "ModuleOp"> {
     Option<"explore", "explore", "double", "0.0",
            "Fraction of the block budget explored, in [0, 1]">,
     Option<"seed", "seed", "uint64_t", "0", "Exploration seed">,
+    Option<"explorePolicy", "explore-policy", "::mlir::spin::ExplorePolicy",
+           "::mlir::spin::ExplorePolicy::random",
+           "Which blocks exploration picks (SPIN_SPEC §3.7, §7.1)",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::spin::ExplorePolicy::random, "random",
+                        "deterministic splitmix64 ranks (default)"),
+             clEnumValN(::mlir::spin::ExplorePolicy::staleness_score,
+                        "staleness-score",
+                        "largest block age times positive predicted score"),
+             clEnumValN(::mlir::spin::ExplorePolicy::block_age, "block-age",
+                        "least recently observed blocks"))}]>,
     Option<"pooling", "pooling", "::mlir::spin::PoolingKind",
            "::mlir::spin::PoolingKind::max", "Block pooling of predictions",
            [{::llvm::cl::values(
