@@ -368,24 +368,6 @@ def _static_batch(graph: str, batch: int) -> str:
                   else f"tensor<{batch}x" + m.group(0)[len("tensor<?x"):], graph)
 
 
-def _fix_state_layers(artifact_dir: str) -> None:
-    """Makes the manifest's ``state.layers`` cover the highest state layer its
-    arguments use. The compiler writes the number of states of the graph,
-    which is too small for a one-layer graph pinned to layer L > 0 (each
-    Indexer layer is such a graph) and makes the manifest invalid."""
-    path = os.path.join(artifact_dir, "manifest.json")
-    with open(path) as f:
-        manifest = json.load(f)
-    state = manifest.get("state")
-    used = [a.get("layer", -1) for a in manifest.get("arguments", [])
-            if a.get("role") == "state"]
-    if isinstance(state, dict) and used and state.get("layers", 0) <= max(used):
-        state["layers"] = max(used) + 1
-        with open(path, "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
-
-
 def _sha256_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -676,7 +658,6 @@ class Indexer:
         try:
             compile_artifact(graph, _INDEXER_FUNCTION, tmp,
                              None if self.dense else self._options, chips)
-            _fix_state_layers(tmp)
             files = {name: _sha256_file(os.path.join(tmp, name))
                      for name in sorted(os.listdir(tmp))}
             record = {"format": _INDEXER_CACHE_FORMAT, "version": _INDEXER_CACHE_VERSION,
