@@ -12,7 +12,8 @@
 #    against the numpy reference, one line per configuration + a summary;
 # 3. runs the runtime's CUDA tests, python/tests/test_cuda.py;
 # 4. runs spin.Indexer(device="cuda") against the numpy reference,
-#    python/tests/test_indexer_cuda.py, and the example
+#    python/tests/test_indexer_cuda.py, spin-replay --device cuda against
+#    the CPU replay's report (python/tests/test_replay_cuda.py), and the example
 #    examples/torch_decode_loop.py --device cuda, with the GPU programs
 #    from cuda-cache/ (SPIN_CACHE_DIR): the runtime-only build cannot
 #    compile them, so they are compiled on the build machine by
@@ -75,9 +76,9 @@ log "pytest python/tests/test_cuda.py"
 SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -rs "$ROOT/python/tests/test_cuda.py"
 tests=$?
 
-log "pytest python/tests/test_indexer_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
+log "pytest python/tests/test_indexer_cuda.py test_replay_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
 SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest -q -rs \
-  "$ROOT/python/tests/test_indexer_cuda.py"
+  "$ROOT/python/tests/test_indexer_cuda.py" "$ROOT/python/tests/test_replay_cuda.py"
 indexer=$?
 
 log "examples/torch_decode_loop.py --device cuda"
@@ -88,6 +89,6 @@ log "result"
 status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }
 echo "gpu_check.py:              $(status $check)"
 echo "test_cuda.py:              $(status $tests)"
-echo "test_indexer_cuda.py:      $(status $indexer)"
+echo "test_indexer/replay_cuda:  $(status $indexer)"
 echo "torch_decode_loop.py cuda: $(status $example)"
 [ $check -eq 0 ] && [ $tests -eq 0 ] && [ $indexer -eq 0 ] && [ $example -eq 0 ]

@@ -358,11 +358,65 @@ def _rows(arrays, keep, batch):
             for n, a in arrays.items()}
 
 
+def _batch_sizes(trace) -> List[int]:
+    """The distinct numbers of requests the trace's steps hold."""
+    return sorted({int(n) for n in trace.active.sum(axis=1) if n > 0})
+
+
+class _CudaArrays:
+    """numpy trace arrays -> contiguous CUDA torch tensors of the dtypes the
+    CUDA Indexer takes (bf16 as torch.bfloat16 from the bits the compiled
+    path rounds to, fp8 as uint8 bits), block tables padded to the state's
+    width. Arrays the trace shares between steps and layers (keys, scales)
+    are uploaded once."""
+
+    def __init__(self, key_format: str, pages: int):
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda needs torch with a CUDA device "
+                               "(torch.cuda.is_available() is False)")
+        self.torch, self.key_format, self.pages = torch, key_format, pages
+        self.shared = {}
+
+    def _bf16(self, array):
+        bits = _traces.f32_to_bf16_bits(array) if array.dtype == np.float32 else array
+        bits = np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)
+        return self.torch.from_numpy(bits).view(self.torch.bfloat16)
+
+    def _one(self, name, array):
+        torch = self.torch
+        if name == "block_table" and array.shape[1] < self.pages:
+            pad = np.zeros((array.shape[0], self.pages - array.shape[1]), np.int32)
+            array = np.concatenate([array, pad], axis=1)
+        if name in ("q", "keys") and self.key_format in ("bf16", "fp8") and \
+                array.dtype in (np.uint16, np.float32):
+            tensor = self._bf16(array)
+        else:
+            tensor = torch.from_numpy(np.ascontiguousarray(array))
+        return tensor.to("cuda").contiguous()
+
+    def __call__(self, arrays):
+        out = {}
+        for name, array in arrays.items():
+            if name in ("keys", "scales"):
+                key = (name, id(array))
+                if key not in self.shared:
+                    # Hold the array too: its id stays unique while it lives.
+                    self.shared[key] = (array, self._one(name, array))
+                out[name] = self.shared[key][1]
+            else:
+                out[name] = self._one(name, array)
+        return out
+
+
 class _InputsEngine:
     """Replays an inputs trace: spin.Indexer per configuration, dense
-    reference from spin.Indexer(dense=True), diagnostics' z in numpy."""
+    reference from spin.Indexer(dense=True), diagnostics' z in numpy. With
+    ``device="cuda"`` the Indexers run the GPU programs (compiled for
+    ``chips`` into ``cache_dir``, or found there)."""
 
-    def __init__(self, spin, trace, run_configs, seed):
+    def __init__(self, spin, trace, run_configs, seed, device="cpu", cache_dir=None,
+                 chips=None, build_only=False):
         h = trace.header
         self.trace, L, T, S = trace, h["layers"], h["steps"], h["page_size"]
         mb_max = max(trace.files[(l, t, "_mb")] for l in range(L) for t in range(T))
@@ -370,7 +424,22 @@ class _InputsEngine:
         live = trace.max_live_requests()
         common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=h["topk"],
                       key_format=h["key_format"], rows=h["rows"])
+        self.device = device
+        # The GPU check comes first: without a GPU only prebuilding makes sense.
+        self.upload = (_CudaArrays(h["key_format"], mb_max)
+                       if device != "cpu" and not build_only else None)
+        if device != "cpu":
+            common.update(device=device, cache_dir=cache_dir, chips=chips)
+            if build_only:
+                common.update(max_pages=mb_max, batch_sizes=_batch_sizes(trace), layers=L)
         self.dense = spin.Indexer(dense=True, **common)
+        if build_only:
+            for c in run_configs:
+                spin.Indexer(sparsity=c.sparsity, explore=c.explore, seed=seed,
+                             explore_policy=c.explore_policy, pooling=c.pooling,
+                             reduction=c.reduction, mtp_mask=c.mtp_mask,
+                             mtp_update=c.mtp_update, **common)
+            return
         self.dense_state = self.dense.new_state(capacity_slots=capacity, layers=L,
                                                 max_requests=live)
         self.runs = []
@@ -389,12 +458,16 @@ class _InputsEngine:
         h = self.trace.header
         a = _rows(self.trace.step(layer, t), keep, h["batch"])
         ids, fmt = np.ascontiguousarray(self.trace.ids[t, keep]), h["key_format"]
-        args = (a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"])
-        kw = {"scales": a["scales"]} if "scales" in a else {}
+        d = self.upload(a) if self.upload else a
+        args = (d["q"], d["w"], d["keys"], d["block_table"], d["lengths"], d["positions"])
+        kw = {"scales": d["scales"]} if "scales" in d else {}
         truth, _ = self.dense(*args, self.dense_state, request_ids=ids, layer=layer,
                               return_sparsity=True, **kw)
         results = [ix(*args, st, request_ids=ids, layer=layer, return_sparsity=True, **kw)
                    for ix, st in self.runs]
+        if self.upload:
+            truth = truth.cpu().numpy()
+            results = [(top.cpu().numpy(), sp.cpu().numpy()) for top, sp in results]
         zs = None
         if want_z:
             B, R = a["lengths"].shape
@@ -451,17 +524,42 @@ class _ScoresEngine:
         return truth, results, zs
 
 
+def prebuild_cuda(trace, run_configs: Sequence[Config], chips: Sequence[str],
+                  cache_dir: str, *, seed: int = 0) -> None:
+    """Compiles the GPU programs that ``replay(trace, run_configs,
+    device="cuda", cache_dir=cache_dir)`` runs, for ``chips``, into
+    ``cache_dir`` (needs the compiler, no GPU): for GPU machines whose
+    runtime-only build cannot compile."""
+    spin = _import_spin()
+    if isinstance(trace, str):
+        trace = load_trace(trace)
+    if trace.header.get("kind", "inputs") == "scores":
+        raise ValueError(_SCORES_ON_CPU)
+    _InputsEngine(spin, trace, run_configs, seed, "cuda", cache_dir, list(chips),
+                  build_only=True)
+
+
+_SCORES_ON_CPU = ("a scores trace replays on the CPU only: its graph starts from the "
+                  "scores, and the GPU path compiles graphs that score keys")
+
+
 def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
            diagnostics: bool = True, heatmap_layer: int = 0,
-           heatmap_request: Optional[int] = None, progress=None) -> dict:
+           heatmap_request: Optional[int] = None, progress=None,
+           device: str = "cpu", cache_dir: Optional[str] = None) -> dict:
     """Replays ``trace`` (a path or a loaded Trace) for each configuration;
     returns the report dictionary (what ``--json`` writes). An inputs trace
     runs spin.Indexer against spin.Indexer(dense=True); a scores trace
     (``"kind": "scores"``) runs a generated SPIN graph on its z against the
     top-K of z. Each step replays the batch indices that hold a request.
     The heat-map follows ``heatmap_request`` (default: the trace's first
-    request)."""
+    request). ``device="cuda"`` runs an inputs trace's Indexers on the GPU
+    (the configurations the GPU path compiles: bf16/fp8 keys, one row, A1,
+    random exploration), with the programs compiled into or found in
+    ``cache_dir`` (default: the Indexer's cache)."""
     spin = _import_spin()
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if isinstance(trace, str):
         trace = load_trace(trace)
     h = trace.header
@@ -469,6 +567,8 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
     if not 0 <= heatmap_layer < L:
         raise ValueError(f"heatmap layer {heatmap_layer} is outside the trace's {L} layers")
     kind = h.get("kind", "inputs")
+    if device == "cuda" and kind == "scores":
+        raise ValueError(_SCORES_ON_CPU)
     # A request's first step is its warm-up after prefill; its state is
     # released after its last step. The heat-map follows one request.
     first, last = trace.first_steps(), trace.last_steps()
@@ -480,8 +580,10 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
     else:
         raise ValueError(f"heat-map request {heatmap_request} is not in the trace "
                          f"(its requests: {', '.join(str(r) for r in sorted(last))})")
-    engine = (_ScoresEngine if kind == "scores" else _InputsEngine)(spin, trace, run_configs,
-                                                                    seed)
+    if kind == "scores":
+        engine = _ScoresEngine(spin, trace, run_configs, seed)
+    else:
+        engine = _InputsEngine(spin, trace, run_configs, seed, device, cache_dir)
     runs = [{"config": c, "state": st, "miss": [[] for _ in range(L)],
              "sparsity": [[] for _ in range(L)], "heat": []}
             for c, st in zip(run_configs, engine.states)]
@@ -554,7 +656,7 @@ def replay(trace, run_configs: Sequence[Config], *, seed: int = 0,
                 next_report += 1
             progress(f"spin-replay: step {t + 1}/{T} ({100 * (t + 1) // T}%), "
                      f"{time.time() - started:.1f} s")
-    report = {"trace": os.path.abspath(trace.path), "kind": kind,
+    report = {"trace": os.path.abspath(trace.path), "kind": kind, "device": device,
               "header": {k: v for k, v in h.items() if k != "accepted"},
               "seed": seed, "runs": []}
     for run in runs:
@@ -763,6 +865,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layer of the top-K heat-map (row 0; default 0)")
     p.add_argument("--heatmap-request", type=int, default=None,
                    help="request of the top-K heat-map (default: the trace's first)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the Indexers run (default cpu); cuda runs an inputs trace "
+                        "on the GPU path (bf16/fp8 keys, one row, A1, random exploration)")
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="GPU program cache (default: $SPIN_CACHE_DIR or ~/.cache/spin)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -791,7 +898,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report = replay(trace, run_configs, seed=args.seed,
                         diagnostics=not args.no_diagnostics,
                         heatmap_layer=args.heatmap_layer,
-                        heatmap_request=args.heatmap_request, progress=progress)
+                        heatmap_request=args.heatmap_request, progress=progress,
+                        device=args.device, cache_dir=args.cache_dir)
     except (TraceError, ValueError, RuntimeError) as e:
         print(f"spin-replay: error: {e}", file=sys.stderr)
         return 2

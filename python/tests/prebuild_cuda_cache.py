@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Compiles the GPU programs of python/tests/test_indexer_cuda.py and of
-examples/torch_decode_loop.py --device cuda into a cache directory.
+"""Compiles the GPU programs of python/tests/test_indexer_cuda.py, of
+examples/torch_decode_loop.py --device cuda and of spin-replay --device cuda
+(python/tests/test_replay.py, with the CPU replay's report to compare with)
+into a cache directory.
 
 Run on a machine with the compiler (no GPU needed); carry the directory to
 the GPU machine, whose runtime-only build cannot compile, and point
@@ -54,6 +56,20 @@ def main(argv=None):
     t = time.time()
     load_example().make_indexer("cuda", 0, chips=chips, cache_dir=out)
     print(f"examples/torch_decode_loop.py --device cuda: {time.time() - t:.1f} s", flush=True)
+    # spin-replay --device cuda (test_replay.py): its programs, and the CPU
+    # replay's report that the GPU run is compared with.
+    t = time.time()
+    import tempfile
+    # replay/traces from the source tree (the build holds a configure-time copy).
+    sys.path.insert(0, os.path.join(ROOT, "python", "spin"))
+    import replay
+    import traces
+    import cuda_replay_cases as rc
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_dir = rc.make_trace(traces, os.path.join(tmp, "trace"))
+        replay.prebuild_cuda(trace_dir, rc.run_configs(replay), chips, out, seed=rc.SEED)
+        rc.write_cpu_report(replay, trace_dir, out)
+    print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
     count = len([d for d in os.listdir(out) if d.startswith("indexer-gpu-")])
     print(f"{count} programs in {out} for {', '.join(chips)} "
           f"({time.time() - t0:.0f} s); on the GPU machine: SPIN_CACHE_DIR={out}")
