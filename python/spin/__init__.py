@@ -28,6 +28,7 @@ Semantics: docs/SPIN_SPEC.md. Errors in arguments raise ``TypeError`` or
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -497,6 +498,10 @@ class Indexer:
         if explore_policy != "random":
             self._options["explore-policy"] = explore_policy
         self._programs: Dict[Tuple[int, ...], Any] = {}
+        # cuda: device copies of recent request-id batches, so that a step
+        # can be captured in a CUDA graph after an eager step with the same
+        # ids (a capture cannot copy from the host).
+        self._device_ids: "collections.OrderedDict" = collections.OrderedDict()
         self.chips: Optional[List[str]] = None
         self.cache_dir: Optional[str] = None
 
@@ -772,6 +777,11 @@ class Indexer:
         issued on torch's current stream without waiting for it; outputs are
         CUDA tensors. Bad device data (block-table entries, lengths,
         positions) is reported by ``indexer.program(...).check()``.
+        A step can be captured in a CUDA graph (``torch.cuda.graph``) once
+        a step with the same host ``request_ids`` ran eagerly (the Indexer
+        keeps device copies of the last 16 id batches) and capture staging
+        is reserved: ``indexer.program(layer, pages, batch)
+        .reserve_captured_steps(n)``.
         """
         if self.device != "cpu":
             return self._call_cuda(q, w, keys, block_table, lengths, positions, state,
@@ -829,6 +839,30 @@ class Indexer:
             topk, sparsity = _torch.from_numpy(topk), _torch.from_numpy(sparsity)
         return (topk, sparsity) if return_sparsity else topk
 
+    def _ids_on_device(self, device, request_ids):
+        """The device copy of a host batch of request ids, kept for the last
+        16 distinct batches; while a CUDA graph is captured it must exist
+        already (from an eager step with the same ids)."""
+        torch = _torch
+        host = request_ids.cpu().numpy() if isinstance(request_ids, torch.Tensor) \
+            else np.asarray(request_ids)
+        if host.ndim != 1 or not (host.size == 0 or np.issubdtype(host.dtype, np.integer)):
+            raise ValueError("request_ids must be a 1-D sequence of integers, got "
+                             f"{request_ids!r}")
+        key = (str(device), tuple(int(i) for i in host))
+        if key in self._device_ids:
+            self._device_ids.move_to_end(key)
+            return self._device_ids[key]
+        if torch.cuda.is_current_stream_capturing():
+            raise ValueError(
+                f"request ids {list(key[1])} have no device copy yet: run one step with "
+                "them before capturing a CUDA graph (the capture cannot copy from the host)")
+        ids = torch.tensor(key[1], dtype=torch.int64, device=device)
+        self._device_ids[key] = ids
+        while len(self._device_ids) > 16:
+            self._device_ids.popitem(last=False)
+        return ids
+
     def _call_cuda(self, q, w, keys, block_table, lengths, positions, state,
                    request_ids, scales, layer, return_sparsity):
         torch = _require_torch_cuda(f"Indexer(device={self.device!r})")
@@ -876,6 +910,8 @@ class Indexer:
             inputs["positions"] = positions
             if isinstance(request_ids, torch.Tensor) and request_ids.is_cuda:
                 inputs["request_ids"] = request_ids
+            else:
+                inputs["request_ids"] = self._ids_on_device(q.device, request_ids)
         if self.dense:
             out = program(inputs, state)
         else:

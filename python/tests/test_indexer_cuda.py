@@ -608,3 +608,62 @@ def test_readme_cuda_example_runs_as_written():
     assert line.startswith("(3, 1, 128) [")
     sparsity = json.loads(line[len("(3, 1, 128) "):])
     assert len(sparsity) == 3 and all(0.0 < s < 1.0 for s in sparsity)  # past the warm-up
+
+
+@cuda
+@needs_cuda
+def test_a_step_captured_in_a_cuda_graph_matches_the_eager_step(rng):
+    """After one eager step with the same request ids, an Indexer step can
+    be captured in a CUDA graph; replayed on one state it gives what the
+    same step run eagerly gives on a twin state (top-K, sparsity, V, D,
+    it). Without that eager step the capture is refused with a message."""
+    run = Lockstep("bf16-max", rng)
+    ix = run.indexer
+    ids = [11, 12]
+    twin = ix.new_state(capacity_slots=run.NS, layers=run.L, max_requests=4)
+    tables, lengths = {}, {11: run.bs * 3 + 5, 12: run.NS - 20}
+    for r in ids:
+        run.state.add(r)
+        twin.add(r)
+        tables[r] = rng.permutation(run.pages)[:run.MB].astype(np.int32)
+
+    def inputs():
+        B = len(ids)
+        q = rng.integers(-4, 5, size=(B, 1, run.H, run.D)).astype(np.float32)
+        w = (rng.integers(-4, 5, size=(B, 1, run.H)) / 4).astype(np.float32)
+        n = np.array([[lengths[r]] for r in ids], np.int32)
+        return (run._device(gpu_check.encode_exactly(q, "bf16", "q"), "bf16"),
+                run._device(w), run.keys_dev[0], run._device(np.stack([tables[r] for r in ids])),
+                run._device(n), run._device(n - 1))
+
+    def step(args, state):
+        return ix(*args, state, request_ids=ids, layer=0, return_sparsity=True)
+
+    for _ in range(2):  # a warm-up and a sparse step, on both states
+        args = inputs()
+        step(args, run.state)
+        step(args, twin)
+    torch.cuda.synchronize()
+    ix.program(0, run.MB, len(ids)).reserve_captured_steps(1)
+    args = inputs()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured_top, captured_sp = step(args, run.state)
+    graph.replay()
+    eager_top, eager_sp = step(args, twin)
+    torch.cuda.synchronize()
+    ix.check()
+    assert captured_sp.max().item() > 0  # a sparse step
+    assert torch.equal(captured_top, eager_top) and torch.equal(captured_sp, eager_sp)
+    for r in ids:
+        assert run.state.iteration(r, 0) == twin.iteration(r, 0) == 3
+        for got, want in zip(run.state.ema(r, 0), twin.ema(r, 0)):
+            np.testing.assert_array_equal(got, want)
+
+    # Ids never stepped eagerly have no device copy to capture.
+    run.state.add(13)
+    ix.program(0, run.MB, 1).reserve_captured_steps(1)
+    one = [a[:1] if i != 2 else a for i, a in enumerate(inputs())]
+    with pytest.raises(ValueError, match="run one step with them before capturing"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            ix(*one, run.state, request_ids=[13], layer=0)
