@@ -619,9 +619,11 @@ def test_a_step_captured_in_a_cuda_graph_matches_the_eager_step(rng):
     it). Without that eager step the capture is refused with a message."""
     run = Lockstep("bf16-max", rng)
     ix = run.indexer
-    ids = [11, 12]
-    twin = ix.new_state(capacity_slots=run.NS, layers=run.L, max_requests=4)
-    tables, lengths = {}, {11: run.bs * 3 + 5, 12: run.NS - 20}
+    assert run.B == 3  # the batch of the prebuilt programs
+    ids = [11, 12, 13]
+    twin = ix.new_state(capacity_slots=run.NS, layers=run.L, max_requests=8)
+    tables = {}
+    lengths = {11: run.bs * 3 + 5, 12: run.NS - 20, 13: run.bs}
     for r in ids:
         run.state.add(r)
         twin.add(r)
@@ -661,9 +663,13 @@ def test_a_step_captured_in_a_cuda_graph_matches_the_eager_step(rng):
             np.testing.assert_array_equal(got, want)
 
     # Ids never stepped eagerly have no device copy to capture.
-    run.state.add(13)
-    ix.program(0, run.MB, 1).reserve_captured_steps(1)
-    one = [a[:1] if i != 2 else a for i, a in enumerate(inputs())]
+    fresh = [14, 15, 16]
+    for r in ids:
+        run.state.release(r)
+    for r in fresh:
+        run.state.add(r)
+    ix.program(0, run.MB, len(fresh)).reserve_captured_steps(1)
+    args = inputs()
     with pytest.raises(ValueError, match="run one step with them before capturing"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            ix(*one, run.state, request_ids=[13], layer=0)
+            ix(*args, run.state, request_ids=fresh, layer=0)
