@@ -384,32 +384,35 @@ int64_t StatePool::liveRequests() const {
 // Inspection
 //===----------------------------------------------------------------------===//
 
-StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
-  std::lock_guard<std::mutex> lock(mutex);
+StatusOr<const StatePool::Request *>
+StatePool::readable(int64_t requestId, int64_t layer, const char *what) const {
   const Request *request = find(requestId);
   if (Status s = checkIdle(request, requestId, "read its state after endStep");
       !s.ok())
     return s;
   if (Status s = checkLayer(layer); !s.ok())
     return s;
-  if (Status s = checkHostState(requestId, "the iteration counter"); !s.ok())
+  if (Status s = checkHostState(requestId, what); !s.ok())
     return s;
-  return buffers(layer).it[request->slot];
+  return request;
+}
+
+StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  StatusOr<const Request *> request = readable(requestId, layer, "the iteration counter");
+  if (!request.ok())
+    return request.status();
+  return buffers(layer).it[(*request)->slot];
 }
 
 StatusOr<const float *> StatePool::row(int64_t requestId, int64_t layer,
                                        float *LayerBuffers::*field) const {
   std::lock_guard<std::mutex> lock(mutex);
-  const Request *request = find(requestId);
-  if (Status s = checkIdle(request, requestId, "read its state after endStep");
-      !s.ok())
-    return s;
-  if (Status s = checkLayer(layer); !s.ok())
-    return s;
-  if (Status s = checkHostState(requestId, "the EMA state"); !s.ok())
-    return s;
+  StatusOr<const Request *> request = readable(requestId, layer, "the EMA state");
+  if (!request.ok())
+    return request.status();
   return static_cast<const float *>(buffers(layer).*field +
-                                    request->slot * opts.capacity);
+                                    (*request)->slot * opts.capacity);
 }
 
 StatusOr<const float *> StatePool::v(int64_t requestId, int64_t layer) const {
@@ -423,20 +426,15 @@ StatusOr<const float *> StatePool::d(int64_t requestId, int64_t layer) const {
 StatusOr<const int32_t *> StatePool::lastObserved(int64_t requestId,
                                                   int64_t layer) const {
   std::lock_guard<std::mutex> lock(mutex);
-  const Request *request = find(requestId);
-  if (Status s = checkIdle(request, requestId, "read its state after endStep");
-      !s.ok())
-    return s;
-  if (Status s = checkLayer(layer); !s.ok())
-    return s;
-  if (Status s = checkHostState(requestId, "last_observed"); !s.ok())
-    return s;
+  StatusOr<const Request *> request = readable(requestId, layer, "last_observed");
+  if (!request.ok())
+    return request.status();
   if (!opts.lastObserved)
     return Status::error("the state pool keeps no last_observed: create it "
                          "with lastObserved (the state of the staleness-score "
                          "and block-age exploration policies)");
   return static_cast<const int32_t *>(buffers(layer).lastObserved +
-                                      request->slot * blocks);
+                                      (*request)->slot * blocks);
 }
 
 LayerBuffers StatePool::layer(int64_t layer) const {

@@ -338,6 +338,12 @@ private:
   /// `what` of `requestId` lives in device memory.
   Status checkHostState(int64_t requestId, const char *what) const;
 
+  /// The entry of `requestId` when `what` of its `layer` can be read on the
+  /// host (live and idle request, valid layer, host state); the caller
+  /// holds `mutex`.
+  StatusOr<const Request *> readable(int64_t requestId, int64_t layer,
+                                     const char *what) const;
+
   StatePoolOptions opts;
   int64_t blocks;
   int64_t arenaBytes;
