@@ -42,10 +42,12 @@ namespace {
   throw py::value_error(message);
 }
 
-template <typename T>
+/// The value, or the status raised as `Error` (ValueError by default; a
+/// RuntimeError for failures of the driver or device).
+template <typename Error = py::value_error, typename T>
 T unwrap(rt::StatusOr<T> value) {
   if (!value.ok())
-    raise(value.message());
+    throw Error(value.message());
   return std::move(*value);
 }
 
@@ -54,16 +56,6 @@ void check(const rt::Status &status) {
     raise(status.message());
 }
 
-[[noreturn]] void raiseRuntime(const std::string &message) {
-  throw std::runtime_error(message);
-}
-
-template <typename T>
-T unwrapRuntime(rt::StatusOr<T> value) {
-  if (!value.ok())
-    raiseRuntime(value.message());
-  return std::move(*value);
-}
 
 rt::DType dtypeFromName(const std::string &name) {
   std::optional<rt::DType> dtype = rt::dtypeFromName(name);
@@ -282,7 +274,7 @@ PYBIND11_MODULE(_spin, m) {
              options.blockSize = blockSize;
              // Bad options are input errors; the rest is the device's.
              unwrap(rt::StatePool::layoutOf(options));
-             return unwrapRuntime(
+             return unwrap<std::runtime_error>(
                  rt::GpuStatePool::create(options, streamFrom(stream), device));
            }),
            py::arg("layers"), py::arg("slots"), py::arg("capacity"),
@@ -340,7 +332,7 @@ PYBIND11_MODULE(_spin, m) {
           [](const std::string &dir, int device) {
             // Manifest errors are input errors; the rest is the device's.
             unwrap(rt::GpuManifest::read(dir));
-            return unwrapRuntime(rt::GpuProgram::load(dir, device));
+            return unwrap<std::runtime_error>(rt::GpuProgram::load(dir, device));
           },
           py::arg("directory"), py::arg("device"))
       .def(
@@ -370,7 +362,7 @@ PYBIND11_MODULE(_spin, m) {
               status = program.check(streamFrom(stream));
             }
             if (!status.ok())
-              raiseRuntime(status.message());
+              throw std::runtime_error(status.message());
           },
           py::arg("stream"))
       .def("reserve_captured_steps",
