@@ -427,23 +427,30 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
           mTiles, SmallVector<SmallVector<Value, 4>>(
                       nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
+      // Thread row r's A registers of chunk c, in k-step order (two per
+      // k-step: k 2t..2t+1 and 2t+8..2t+9 of the mma.sync A layout).
+      auto chunkRegs = [&](int64_t r, int64_t c) {
+        SmallVector<Value> regs;
+        Value vec = rowPart(r, 2 + c);
+        for (int64_t x = 0; x < 4; ++x) {
+          Value word = kb.extract(vec, x);
+          if (fp8) {
+            auto [lo, hi] = fp8QuadToF16(kb, word);
+            regs.append({lo, hi});
+          } else {
+            regs.push_back(word);
+          }
+        }
+        return regs;
+      };
       if (spec.wgmma) {
         // A registers of every k-step (two thread rows, one M tile), pinned
         // before the fence so that no conversion lands between the fence
         // and the wgmma that reads it.
         SmallVector<SmallVector<Value, 4>> aRegs;
         for (int64_t c = 0; c < chunks; ++c) {
-          SmallVector<SmallVector<Value>> regs(2);
-          for (int64_t r = 0; r < 2; ++r)
-            for (int64_t x = 0; x < 4; ++x) {
-              Value word = kb.extract(rowPart(r, 2 + c), x);
-              if (fp8) {
-                auto [lo, hi] = fp8QuadToF16(kb, word);
-                regs[r].append({lo, hi});
-              } else {
-                regs[r].push_back(word);
-              }
-            }
+          SmallVector<SmallVector<Value>> regs = {chunkRegs(0, c),
+                                                  chunkRegs(1, c)};
           for (int64_t s = 0; s < ksteps; ++s)
             aRegs.push_back({regs[0][2 * s], regs[1][2 * s],
                              regs[0][2 * s + 1], regs[1][2 * s + 1]});
@@ -463,21 +470,11 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
           for (int64_t j = 0; j < 4; ++j)
             acc[0][nt][j] = pinRegister(kb, d[4 * nt + j], "f");
       }
-      for (int64_t c = 0; c < (spec.wgmma ? 0 : chunks); ++c) {
-        // This chunk's A registers of every thread row, in k-step order.
-        SmallVector<SmallVector<Value>> regs(threadRows);
-        for (int64_t r = 0; r < threadRows; ++r) {
-          Value vec = rowPart(r, 2 + c);
-          for (int64_t x = 0; x < 4; ++x) {
-            Value word = kb.extract(vec, x);
-            if (fp8) {
-              auto [lo, hi] = fp8QuadToF16(kb, word);
-              regs[r].append({lo, hi});
-            } else {
-              regs[r].push_back(word);
-            }
-          }
-        }
+      for (int64_t c = 0; !spec.wgmma && c < chunks; ++c) {
+        // This chunk's A registers of every thread row.
+        SmallVector<SmallVector<Value>> regs;
+        for (int64_t r = 0; r < threadRows; ++r)
+          regs.push_back(chunkRegs(r, c));
         for (int64_t nt = 0; nt < nTiles; ++nt) {
           // This thread's B registers: head nt*8+g, the same bytes of the
           // chunk as its A registers (two vectors for fp8).

@@ -95,12 +95,12 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
           return {out};
         },
         [&]() -> SmallVector<Value> {
-          Value nan = kb.f32Bits(0x7fc00000u);
-          Value undef = LLVM::UndefOp::create(kb.builder(), kb.location(), vec);
-          for (int64_t e = 0; e < 4; ++e)
-            undef = LLVM::InsertElementOp::create(kb.builder(), kb.location(),
-                                                  undef, nan, kb.i32(e));
-          return {undef};
+          // Past the chunk: NaN, never eligible.
+          return {arith::ConstantOp::create(
+              kb.builder(), kb.location(),
+              DenseElementsAttr::get(cast<ShapedType>(vec),
+                                     llvm::APFloat::getQNaN(
+                                         llvm::APFloat::IEEEsingle())))};
         })[0]);
   }
   for (int64_t v = 0; v < 4; ++v)
