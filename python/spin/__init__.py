@@ -844,12 +844,7 @@ class Indexer:
         16 distinct batches; while a CUDA graph is captured it must exist
         already (from an eager step with the same ids)."""
         torch = _torch
-        host = request_ids.cpu().numpy() if isinstance(request_ids, torch.Tensor) \
-            else np.asarray(request_ids)
-        if host.ndim != 1 or not (host.size == 0 or np.issubdtype(host.dtype, np.integer)):
-            raise ValueError("request_ids must be a 1-D sequence of integers, got "
-                             f"{request_ids!r}")
-        key = (str(device), tuple(int(i) for i in host))
+        key = (str(device), tuple(CudaProgram._request_ids(request_ids, True)))
         if key in self._device_ids:
             self._device_ids.move_to_end(key)
             return self._device_ids[key]
