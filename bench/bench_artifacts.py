@@ -38,7 +38,6 @@ SLOTS = (16384, 65536, 131072, 262144)
 TOPK = (512, 2048)
 SPARSITIES = (0.2, 0.4, 0.5)
 DENSE_ROWS = (1, 4)
-NO_WGMMA = False  # --no-wgmma: mma.sync scoring on sm_90a (for comparisons)
 
 
 def config_name(c):
@@ -109,10 +108,9 @@ func.func @bench_indexer(
 """
 
 
-def compile_args(c, compiler, graph, out_dir, target):
-    args = [compiler, graph, f"--target={target}", "-o", out_dir]
-    if NO_WGMMA:
-        args.append("--no-wgmma")
+def compile_args(c, compiler, graph, out_dir, target, flags=()):
+    """spin-compile's command line; ``flags`` are extra options (--no-wgmma)."""
+    args = [compiler, graph, f"--target={target}", "-o", out_dir, *flags]
     if c["mode"] == "spin":
         args.append(f"--sparsify=sparsity={c['sparsity']:g} block-size={PAGE}")
     return args
@@ -126,13 +124,13 @@ def dir_bytes(path):
     return total
 
 
-def build_one(c, compiler, out_root, target, force):
+def build_one(c, compiler, out_root, target, force, flags=()):
     d = os.path.join(out_root, c["name"])
     text = graph_text(c)
     # The stamp names the graph, the options and the compiler binary (its
     # size and time), so a rebuilt compiler recompiles everything.
     st = os.stat(compiler)
-    stamp = hashlib.sha256((text + "\0" + " ".join(compile_args(c, "", "", "", target)) +
+    stamp = hashlib.sha256((text + "\0" + " ".join(compile_args(c, "", "", "", target, flags)) +
                             f"\0{st.st_size}:{st.st_mtime_ns}").encode()).hexdigest()
     stamp_path = os.path.join(d, "build-stamp")
     if not force and os.path.exists(os.path.join(d, "manifest.json")) and \
@@ -147,7 +145,7 @@ def build_one(c, compiler, out_root, target, force):
     graph = os.path.join(tmp, "graph.mlir")
     with open(graph, "w") as f:
         f.write(text)
-    args = compile_args(c, compiler, graph, tmp, target)
+    args = compile_args(c, compiler, graph, tmp, target, flags)
     t0 = time.time()
     proc = subprocess.run(args, capture_output=True, text=True)
     dt = time.time() - t0
@@ -208,8 +206,7 @@ def main(argv=None):
     p.add_argument("--no-wgmma", action="store_true",
                    help="pass --no-wgmma to spin-compile (mma.sync scoring on sm_90a)")
     args = p.parse_args(argv)
-    global NO_WGMMA
-    NO_WGMMA = args.no_wgmma
+    flags = ("--no-wgmma",) if args.no_wgmma else ()
 
     configs = all_configs()
     if args.minimum:
@@ -235,7 +232,8 @@ def main(argv=None):
     t0 = time.time()
     done = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(build_one, c, args.compiler, args.out, args.target, args.force)
+        futures = [pool.submit(build_one, c, args.compiler, args.out, args.target, args.force,
+                               flags)
                    for c in configs]
         for fut in concurrent.futures.as_completed(futures):
             c, what, dt = fut.result()
