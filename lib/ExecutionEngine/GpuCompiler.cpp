@@ -201,55 +201,61 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   if (sparsify)
     optionText["sparsify"] = sparsifyText;
 
-  // Every chip gets its own conversion (sm_90a may score with wgmma) and
-  // lowering; the launch plans must agree, since one manifest serves all.
-  GpuArtifact artifact;
-  OwningOpRef<ModuleOp> firstPlan;
-  std::vector<OwningOpRef<ModuleOp>> otherPlans;
-  for (const std::string &chip : options.chips) {
-    OwningOpRef<ModuleOp> perChip(module->clone());
-    PassManager toGpu(&context);
-    ConvertSpinToGPUOptions gpu;
-    gpu.capacity = options.capacity;
-    gpu.tilesPerWarp = options.tilesPerWarp;
-    gpu.mTiles = options.mTiles;
-    gpu.wgmma = options.wgmma && chip == "sm_90a" && options.mTiles <= 1;
-    toGpu.addPass(createConvertSpinToGPU(gpu));
-    if (failed(toGpu.run(*perChip)))
-      return fail("convert-spin-to-gpu failed");
-    if (!firstPlan) {
-      llvm::raw_string_ostream os(artifact.planIR);
-      perChip->print(os);
-    }
-    // Lower the kernels for this chip (convert-spin-to-gpu already ran:
-    // build the rest of spin-lower-to-nvvm on the plan).
-    LowerToNVVMOptions chipLowering;
-    chipLowering.chips = {chip};
-    chipLowering.ptxVersion = lowering.ptxVersion;
-    chipLowering.optLevel = lowering.optLevel;
-    chipLowering.capacity = lowering.capacity;
-    PassManager toPtx(&context);
-    buildLowerToNVVMPipelineAfterPlan(toPtx, chipLowering);
-    if (failed(toPtx.run(*perChip)))
-      return fail("spin-lower-to-nvvm failed for " + chip);
-    for (auto binary : perChip->getOps<gpu::BinaryOp>())
-      for (Attribute attr : binary.getObjects()) {
-        auto object = cast<gpu::ObjectAttr>(attr);
-        auto target = cast<NVVM::NVVMTargetAttr>(object.getTarget());
-        artifact.ptx[target.getChip().str()] = object.getObject().str();
-      }
-    if (!firstPlan)
-      firstPlan = std::move(perChip);
-    else
-      otherPlans.push_back(std::move(perChip));
-  }
-
+  // One PTX version for every chip: the manifest's.
   int64_t version = options.ptxVersion;
   if (version == 0) {
     version = 86;
     for (const std::string &chip : options.chips)
       version = std::max(version, minimumPtxVersion(chip));
   }
+  // One conversion per group of chips that share their kernels (wgmma
+  // scoring or mma.sync); the launch plans must agree, since one manifest
+  // serves every chip.
+  std::map<bool, std::vector<std::string>> groups;
+  for (const std::string &chip : options.chips)
+    groups[options.wgmma && options.mTiles <= 1 && chipHasWgmma(chip)]
+        .push_back(chip);
+  GpuArtifact artifact;
+  OwningOpRef<ModuleOp> firstPlan;
+  std::vector<OwningOpRef<ModuleOp>> otherPlans;
+  for (const auto &[wgmma, chips] : groups) {
+    OwningOpRef<ModuleOp> plan(module->clone());
+    PassManager toGpu(&context);
+    ConvertSpinToGPUOptions gpu;
+    gpu.capacity = options.capacity;
+    gpu.tilesPerWarp = options.tilesPerWarp;
+    gpu.mTiles = options.mTiles;
+    gpu.wgmma = wgmma;
+    toGpu.addPass(createConvertSpinToGPU(gpu));
+    if (failed(toGpu.run(*plan)))
+      return fail("convert-spin-to-gpu failed");
+    if (!firstPlan) {
+      llvm::raw_string_ostream os(artifact.planIR);
+      plan->print(os);
+    }
+    // Lower the kernels for these chips (convert-spin-to-gpu already ran:
+    // build the rest of spin-lower-to-nvvm on the plan).
+    LowerToNVVMOptions groupLowering;
+    groupLowering.chips = chips;
+    groupLowering.ptxVersion = version;
+    groupLowering.optLevel = lowering.optLevel;
+    groupLowering.capacity = lowering.capacity;
+    PassManager toPtx(&context);
+    buildLowerToNVVMPipelineAfterPlan(toPtx, groupLowering);
+    if (failed(toPtx.run(*plan)))
+      return fail("spin-lower-to-nvvm failed");
+    for (auto binary : plan->getOps<gpu::BinaryOp>())
+      for (Attribute attr : binary.getObjects()) {
+        auto object = cast<gpu::ObjectAttr>(attr);
+        auto target = cast<NVVM::NVVMTargetAttr>(object.getTarget());
+        artifact.ptx[target.getChip().str()] = object.getObject().str();
+      }
+    if (!firstPlan)
+      firstPlan = std::move(plan);
+    else
+      otherPlans.push_back(std::move(plan));
+  }
+
   StatusOr<std::string> manifest =
       buildManifest(firstPlan->lookupSymbol<func::FuncOp>(function),
                     artifact.ptx, version, optionText);

@@ -123,6 +123,8 @@ void mlir::spin::buildLowerBuffersToLLVMPipeline(OpPassManager &pm) {
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+bool mlir::spin::chipHasWgmma(llvm::StringRef chip) { return chip == "sm_90a"; }
+
 int64_t mlir::spin::minimumPtxVersion(llvm::StringRef chip) {
   return llvm::StringSwitch<int64_t>(chip)
       .Case("sm_90a", 78)
@@ -182,9 +184,12 @@ void mlir::spin::buildLowerToNVVMPipeline(OpPassManager &pm,
                                           const LowerToNVVMOptions &options) {
   ConvertSpinToGPUOptions gpu;
   gpu.capacity = options.capacity;
-  // One gpu.module serves every chip here: wgmma only when sm_90a is the
-  // only one (spin-compile converts per chip).
-  gpu.wgmma = options.chips.size() == 1 && options.chips.front() == "sm_90a";
+  // One gpu.module serves every chip here: wgmma only when every chip has
+  // it (spin-compile converts per group of chips).
+  gpu.wgmma = !options.chips.empty() &&
+              llvm::all_of(options.chips, [](const std::string &chip) {
+                return chipHasWgmma(chip);
+              });
   pm.addPass(createConvertSpinToGPU(gpu));
   buildLowerToNVVMPipelineAfterPlan(pm, options);
 }

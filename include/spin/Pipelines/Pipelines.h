@@ -174,6 +174,10 @@ struct LowerToNVVMOptions : public PassPipelineOptions<LowerToNVVMOptions> {
 /// The chips spin generates PTX for, and the lowest PTX version of each.
 int64_t minimumPtxVersion(llvm::StringRef chip);
 
+/// Whether the scoring kernels for `chip` use wgmma (sm_90a only; the other
+/// chips use mma.sync).
+bool chipHasWgmma(llvm::StringRef chip);
+
 /// Checks `options` (known chips, a PTX version every chip accepts, an
 /// optimisation level 0-3); the message names the offending value.
 LogicalResult verifyLowerToNVVMOptions(const LowerToNVVMOptions &options,
