@@ -31,6 +31,51 @@ uint64_t splitmix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+
+/// Max pooling of the predictions max(V[i], D[p - i]) of slots
+/// [firstSlot, endSlot) into the order-preserving u32 keys
+/// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf): each
+/// warp streams slots with four loads in flight, the lanes of one block
+/// reduce by shuffles and one lane per block folds the result in.
+void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
+                  Value stateBase, Value p, Value firstSlot, Value endSlot,
+                  Value firstBlock, Value keys, int64_t bs, int64_t warps,
+                  Value warp, Value lane) {
+  OpBuilder &b = kb.builder();
+  Location loc = kb.location();
+  Type i32 = kb.i32T(), f32 = kb.f32T();
+  Value last = kb.sub(endSlot, kb.i32(1));
+  const int64_t unroll = 4, segment = std::min<int64_t>(bs, 32);
+  kb.forLoop(
+      kb.add(firstSlot, kb.mul(warp, kb.i32(32 * unroll))), endSlot,
+      kb.i32(warps * 32 * unroll), [&](Value base) {
+        SmallVector<Value> slotsIn, values;
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+          Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
+          Value at = kb.minS(i, last);
+          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
+          Value di = kb.loadAt(f32, dState,
+                               kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+          slotsIn.push_back(in);
+          values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
+        }
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value z = values[u];
+          for (int64_t off = segment / 2; off >= 1; off /= 2)
+            z = kb.maxF(z, kb.shflXor(z, off));
+          Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+          Value leader = kb.cmp(CmpIPredicate::eq,
+                                kb.remU(lane, kb.i32(segment)), kb.i32(0));
+          kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
+            Value j = kb.sub(kb.divU(i, kb.i32(bs)), firstBlock);
+            LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax,
+                                      kb.gep(keys, i32, j), kb.orderedKey(z),
+                                      LLVM::AtomicOrdering::monotonic);
+          });
+        }
+      });
+}
 } // namespace
 
 bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
@@ -42,7 +87,7 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const SelectKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 256, warps = threads / 32;
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
   const int64_t range = spec.predictBlocksPerCta;
@@ -81,37 +126,8 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
     Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
-    Value last = kb.sub(endSlot, kb.i32(1));
-    const int64_t unroll = 4, segment = std::min<int64_t>(bs, 32);
-    kb.forLoop(
-        kb.add(firstSlot, kb.mul(warp, kb.i32(32 * unroll))), endSlot,
-        kb.i32(warps * 32 * unroll), [&](Value base) {
-          SmallVector<Value> slotsIn, values;
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
-            Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
-            Value at = kb.minS(i, last);
-            Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
-            Value di = kb.loadAt(f32, dState,
-                                 kb.add(stateBase, kb.extS64(kb.sub(p, at))));
-            slotsIn.push_back(in);
-            values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
-          }
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value z = values[u];
-            for (int64_t off = segment / 2; off >= 1; off /= 2)
-              z = kb.maxF(z, kb.shflXor(z, off));
-            Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
-            Value leader = kb.cmp(CmpIPredicate::eq,
-                                  kb.remU(lane, kb.i32(segment)), kb.i32(0));
-            kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
-              Value j = kb.sub(kb.divU(i, kb.i32(bs)), firstBlock);
-              LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax,
-                                        kb.gep(local, i32, j), kb.orderedKey(z),
-                                        LLVM::AtomicOrdering::monotonic);
-            });
-          }
-        });
+    maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
+                 firstBlock, local, bs, warps, warp, lane);
     kb.barrier();
     Value outBase = kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
     forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
@@ -221,48 +237,13 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
                            scoreKeys, j);
               });
             } else if (fastMax) {
-              // Max pooling: every thread streams slots with several loads
-              // in flight; lanes of one block reduce by shuffles, and one
-              // lane per block folds the result in with an atomic max.
+              // Max pooling by all warps (maxPoolSlots).
               forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
                 kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
               });
               kb.barrier();
-              const int64_t unroll = 4, segment = std::min<int64_t>(bs, 32);
-              Value last = kb.sub(n, kb.i32(1));
-              kb.forLoop(
-                  kb.mul(warp, kb.i32(32 * unroll)), n,
-                  kb.i32(warps * 32 * unroll), [&](Value base) {
-                    SmallVector<Value> slotsIn, values;
-                    for (int64_t u = 0; u < unroll; ++u) {
-                      Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
-                      Value in = kb.cmp(CmpIPredicate::slt, i, n);
-                      Value at = kb.minS(i, last);
-                      Value vi = kb.loadAt(f32, vState,
-                                           kb.add(stateBase, kb.extS64(at)));
-                      Value di = kb.loadAt(
-                          f32, dState,
-                          kb.add(stateBase, kb.extS64(kb.sub(p, at))));
-                      slotsIn.push_back(in);
-                      values.push_back(
-                          kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
-                    }
-                    for (int64_t u = 0; u < unroll; ++u) {
-                      Value z = values[u];
-                      for (int64_t off = segment / 2; off >= 1; off /= 2)
-                        z = kb.maxF(z, kb.shflXor(z, off));
-                      Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
-                      Value leader = kb.cmp(CmpIPredicate::eq,
-                                            kb.remU(lane, kb.i32(segment)),
-                                            kb.i32(0));
-                      kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
-                        LLVM::AtomicRMWOp::create(
-                            b, loc, LLVM::AtomicBinOp::umax,
-                            kb.gep(scoreKeys, i32, kb.divU(i, kb.i32(bs))),
-                            kb.orderedKey(z), LLVM::AtomicOrdering::monotonic);
-                      });
-                    }
-                  });
+              maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n,
+                           kb.i32(0), scoreKeys, bs, warps, warp, lane);
             } else {
               Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
               kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
