@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+import gpu_artifacts  # the graph text (same directory)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H, DH, PAGE = 64, 128, 64
 FORMATS = ("fp8", "bf16")
@@ -76,36 +78,11 @@ def graph_text(c):
     """The dense indexer graph a frontend emits (as
     examples/deepseek-v4-flash-indexer.mlir), at this configuration."""
     b, r, n, k = c["batch"], c["rows"], c["slots"], c["k"]
-    pages = n // PAGE
-    fp8 = c["format"] == "fp8"
-    ktype = f"tensor<?x{PAGE}x{DH}x{'f8E4M3FN' if fp8 else 'bf16'}>"
-    qtype = f"tensor<{b}x{r}x{H}x{DH}xbf16>"
-    wtype = f"tensor<{b}x{r}x{H}xf32>"
-    ttype = f"tensor<{b}x{pages}xi32>"
-    ltype = f"tensor<{b}x{r}xi32>"
-    stype = f"tensor<{b}x{r}x{n}xf32>"
-    otype = f"tensor<{b}x{r}x{k}xi32>"
-    scale_arg = f"\n    %scales: tensor<?x{PAGE}xf32>," if fp8 else ""
-    scale_use = f"\n      scales(%scales : tensor<?x{PAGE}xf32>)" if fp8 else ""
-    return f"""// Benchmark graph {c['name']} (bench/bench_artifacts.py): B={b}, R={r},
-// H={H}, Dh={DH}, {c['format']} keys, {PAGE}-slot pages, N={n} slots per request, K={k}.
-func.func @bench_indexer(
-    %q: {qtype},
-    %w: {wtype},
-    %keys: {ktype},{scale_arg}
-    %block_table: {ttype},
-    %lengths: {ltype})
-    -> {otype} {{
-  %scores = spin.dense_indexer q(%q : {qtype})
-      w(%w : {wtype})
-      keys(%keys : {ktype}){scale_use}
-      block_table(%block_table : {ttype})
-      lengths(%lengths : {ltype}) -> {stype}
-  %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {k} : i64}}
-      : {stype} -> {otype}
-  return %topk : {otype}
-}}
-"""
+    header = f"""// Benchmark graph {c['name']} (bench/bench_artifacts.py): B={b}, R={r},
+// H={H}, Dh={DH}, {c['format']} keys, {PAGE}-slot pages, N={n} slots per request, K={k}."""
+    return gpu_artifacts.indexer_graph("bench_indexer", header, batch=b, rows=r, heads=H,
+                                       head_dim=DH, page_size=PAGE, table_pages=n // PAGE,
+                                       topk=k, key_format=c["format"])
 
 
 def compile_args(c, compiler, graph, out_dir, target, flags=()):

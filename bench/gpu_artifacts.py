@@ -155,31 +155,29 @@ def sparsify_options(c):
     return " ".join(opts)
 
 
-def graph_text(c):
-    """The dense indexer graph (as examples/deepseek-v4-flash-indexer.mlir)."""
-    B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
-                          c["table_pages"], c["topk"])
+def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
+                  table_pages, topk, key_format, q_format="bf16"):
+    """A dense indexer graph (as examples/deepseek-v4-flash-indexer.mlir):
+    `@function` scoring B x R rows over paged keys and taking their top-K,
+    after the comment lines ``header``. bench/bench_artifacts.py uses it too."""
+    B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
     NS = MB * S
-    kt = MLIR_TYPES[c["key_format"]]
-    qt = MLIR_TYPES[c["q_format"]]
-    qtype = f"tensor<{B}x1x{H}x{Dh}x{qt}>"
-    wtype = f"tensor<{B}x1x{H}xf32>"
+    kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
+    qtype = f"tensor<{B}x{R}x{H}x{Dh}x{qt}>"
+    wtype = f"tensor<{B}x{R}x{H}xf32>"
     ktype = f"tensor<?x{S}x{Dh}x{kt}>"
     sctype = f"tensor<?x{S}xf32>"
     ttype = f"tensor<{B}x{MB}xi32>"
-    ltype = f"tensor<{B}x1xi32>"
-    ztype = f"tensor<{B}x1x{NS}xf32>"
-    otype = f"tensor<{B}x1x{K}xi32>"
-    fp8 = c["key_format"] == "fp8"
+    ltype = f"tensor<{B}x{R}xi32>"
+    ztype = f"tensor<{B}x{R}x{NS}xf32>"
+    otype = f"tensor<{B}x{R}x{K}xi32>"
+    fp8 = key_format == "fp8"
     scale_arg = f"\n    %scales: {sctype},           // per-slot key scales [pages, {S}]" \
         if fp8 else ""
     scale_use = f"\n      scales(%scales : {sctype})" if fp8 else ""
-    return f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
-//   {B} requests, 1 query row each, H = {H}, Dh = {Dh}, top-K = {K},
-//   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, block tables of
-//   {MB} pages ({NS} slots) per request; the page count (`?`) is known at run time.
+    return f"""{header}
 
-func.func @{FUNCTION}(
+func.func @{function}(
     %q: {qtype},          // indexer queries [B, R, H, Dh]
     %w: {wtype},               // head weights [B, R, H]
     %keys: {ktype},      // key cache [pages, {S}, Dh]{scale_arg}
@@ -196,6 +194,19 @@ func.func @{FUNCTION}(
   return %topk : {otype}
 }}
 """
+
+
+def graph_text(c):
+    """The correctness check's graph of configuration ``c``."""
+    B, S, MB = c["batch"], c["page_size"], c["table_pages"]
+    header = f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
+//   {B} requests, 1 query row each, H = {c['heads']}, Dh = {c['head_dim']}, top-K = {c['topk']},
+//   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, block tables of
+//   {MB} pages ({MB * S} slots) per request; the page count (`?`) is known at run time."""
+    return indexer_graph(FUNCTION, header, batch=B, rows=1, heads=c["heads"],
+                         head_dim=c["head_dim"], page_size=S, table_pages=MB,
+                         topk=c["topk"], key_format=c["key_format"],
+                         q_format=c["q_format"])
 
 
 def compile_args(c, compiler, graph, out_dir, target):
