@@ -25,13 +25,6 @@
 
 namespace spin::runtime {
 
-int64_t DeviceTensorRef::numElements() const {
-  int64_t n = 1;
-  for (int64_t size : shape)
-    n *= size;
-  return n;
-}
-
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();

@@ -100,13 +100,6 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return os.str();
 }
 
-int64_t TensorRef::numElements() const {
-  int64_t n = 1;
-  for (int64_t size : shape)
-    n *= size;
-  return n;
-}
-
 namespace {
 
 /// A memref descriptor of any rank as 64-bit words: allocated, aligned,

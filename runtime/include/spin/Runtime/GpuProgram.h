@@ -44,7 +44,7 @@ struct DeviceTensorRef {
   std::vector<int64_t> shape;
   DType dtype = DType::f32;
 
-  int64_t numElements() const;
+  int64_t numElements() const { return numElementsOf(shape); }
 };
 
 //===----------------------------------------------------------------------===//

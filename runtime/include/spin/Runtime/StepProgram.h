@@ -43,13 +43,21 @@ bool isPagedCacheInput(const std::string &name);
 /// A shape as messages print it: "[16, ?, 64]" (-1 for a dynamic size).
 std::string shapeString(const std::vector<int64_t> &shape);
 
+/// The product of `shape` (1 for a scalar).
+inline int64_t numElementsOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t size : shape)
+    n *= size;
+  return n;
+}
+
 /// A contiguous row-major tensor owned by the caller.
 struct TensorRef {
   void *data = nullptr;
   std::vector<int64_t> shape;
   DType dtype = DType::f32;
 
-  int64_t numElements() const;
+  int64_t numElements() const { return numElementsOf(shape); }
 };
 
 /// One argument of a compiled step function, in call order.
