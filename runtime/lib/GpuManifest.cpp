@@ -28,6 +28,9 @@ namespace spin::runtime {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+/// The whole i64 range: fields whose range is checked after reading.
+constexpr int64_t kAnyMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kAnyMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 std::string str(int64_t value) { return std::to_string(value); }
@@ -312,8 +315,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     int64_t count =
         isArgument ? numArgs : static_cast<int64_t>(m.scratch.size());
     if (Status s = r.integer(value, path, "index", arg.index,
-                             std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max());
+                             kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= count)
@@ -333,8 +335,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     if (Status s = r.object(value, path, {"kind", "argument", "dim"}); !s.ok())
       return s;
     if (Status s = r.integer(value, path, "argument", arg.index,
-                             std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max());
+                             kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= numArgs)
@@ -344,8 +345,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
     int64_t rank = static_cast<int64_t>(of.shape.size());
     if (Status s = r.integer(value, path, "dim", arg.dim,
-                             std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max());
+                             kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.dim < 0 || arg.dim >= rank)
@@ -412,8 +412,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
                                  quoted(format) + " (not a spin GPU artifact)");
   int64_t version = 0;
   if (Status s = r.integer(root, "", "version", version,
-                           std::numeric_limits<int64_t>::min(),
-                           std::numeric_limits<int64_t>::max());
+                           kAnyMin, kAnyMax);
       !s.ok())
     return s;
   if (version != 1)
@@ -677,8 +676,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
       std::string waitPath = at(join(path, "wait"), w);
       int64_t event = 0;
       if (Status s = r.integerValue((*wait)[w], waitPath, event,
-                                    std::numeric_limits<int64_t>::min(),
-                                    std::numeric_limits<int64_t>::max());
+                                    kAnyMin, kAnyMax);
           !s.ok())
         return s;
       if (event < 0 || event >= m.events)
@@ -694,8 +692,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
       launch.wait.push_back(event);
     }
     if (Status s = r.integer(value, path, "record", launch.record,
-                             std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max(), -1);
+                             kAnyMin, kAnyMax, -1);
         !s.ok())
       return s;
     if (launch.record < -1 || launch.record >= m.events)
