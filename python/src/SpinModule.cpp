@@ -56,7 +56,6 @@ void check(const rt::Status &status) {
     raise(status.message());
 }
 
-
 rt::DType dtypeFromName(const std::string &name) {
   std::optional<rt::DType> dtype = rt::dtypeFromName(name);
   if (!dtype)
@@ -332,7 +331,8 @@ PYBIND11_MODULE(_spin, m) {
           [](const std::string &dir, int device) {
             // Manifest errors are input errors; the rest is the device's.
             unwrap(rt::GpuManifest::read(dir));
-            return unwrap<std::runtime_error>(rt::GpuProgram::load(dir, device));
+            return unwrap<std::runtime_error>(
+                rt::GpuProgram::load(dir, device));
           },
           py::arg("directory"), py::arg("device"))
       .def(

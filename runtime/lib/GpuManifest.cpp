@@ -314,8 +314,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
         isArgument ? GpuLaunchArg::Kind::Argument : GpuLaunchArg::Kind::Scratch;
     int64_t count =
         isArgument ? numArgs : static_cast<int64_t>(m.scratch.size());
-    if (Status s = r.integer(value, path, "index", arg.index,
-                             kAnyMin, kAnyMax);
+    if (Status s = r.integer(value, path, "index", arg.index, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= count)
@@ -334,8 +333,8 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     arg.kind = GpuLaunchArg::Kind::Dim;
     if (Status s = r.object(value, path, {"kind", "argument", "dim"}); !s.ok())
       return s;
-    if (Status s = r.integer(value, path, "argument", arg.index,
-                             kAnyMin, kAnyMax);
+    if (Status s =
+            r.integer(value, path, "argument", arg.index, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= numArgs)
@@ -344,8 +343,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
                          plural(numArgs, "argument"));
     const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
     int64_t rank = static_cast<int64_t>(of.shape.size());
-    if (Status s = r.integer(value, path, "dim", arg.dim,
-                             kAnyMin, kAnyMax);
+    if (Status s = r.integer(value, path, "dim", arg.dim, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.dim < 0 || arg.dim >= rank)
@@ -411,8 +409,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
     return r.error("format", "expected \"spin-gpu-artifact\", got " +
                                  quoted(format) + " (not a spin GPU artifact)");
   int64_t version = 0;
-  if (Status s = r.integer(root, "", "version", version,
-                           kAnyMin, kAnyMax);
+  if (Status s = r.integer(root, "", "version", version, kAnyMin, kAnyMax);
       !s.ok())
     return s;
   if (version != 1)
@@ -675,8 +672,8 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
     for (size_t w = 0; w < wait->size(); ++w) {
       std::string waitPath = at(join(path, "wait"), w);
       int64_t event = 0;
-      if (Status s = r.integerValue((*wait)[w], waitPath, event,
-                                    kAnyMin, kAnyMax);
+      if (Status s =
+              r.integerValue((*wait)[w], waitPath, event, kAnyMin, kAnyMax);
           !s.ok())
         return s;
       if (event < 0 || event >= m.events)
@@ -691,8 +688,8 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
                                      "of the step");
       launch.wait.push_back(event);
     }
-    if (Status s = r.integer(value, path, "record", launch.record,
-                             kAnyMin, kAnyMax, -1);
+    if (Status s = r.integer(value, path, "record", launch.record, kAnyMin,
+                             kAnyMax, -1);
         !s.ok())
       return s;
     if (launch.record < -1 || launch.record >= m.events)

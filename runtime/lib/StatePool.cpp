@@ -399,7 +399,8 @@ StatePool::readable(int64_t requestId, int64_t layer, const char *what) const {
 
 StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
   std::lock_guard<std::mutex> lock(mutex);
-  StatusOr<const Request *> request = readable(requestId, layer, "the iteration counter");
+  StatusOr<const Request *> request =
+      readable(requestId, layer, "the iteration counter");
   if (!request.ok())
     return request.status();
   return buffers(layer).it[(*request)->slot];
@@ -408,7 +409,8 @@ StatusOr<int64_t> StatePool::iteration(int64_t requestId, int64_t layer) const {
 StatusOr<const float *> StatePool::row(int64_t requestId, int64_t layer,
                                        float *LayerBuffers::*field) const {
   std::lock_guard<std::mutex> lock(mutex);
-  StatusOr<const Request *> request = readable(requestId, layer, "the EMA state");
+  StatusOr<const Request *> request =
+      readable(requestId, layer, "the EMA state");
   if (!request.ok())
     return request.status();
   return static_cast<const float *>(buffers(layer).*field +
@@ -426,7 +428,8 @@ StatusOr<const float *> StatePool::d(int64_t requestId, int64_t layer) const {
 StatusOr<const int32_t *> StatePool::lastObserved(int64_t requestId,
                                                   int64_t layer) const {
   std::lock_guard<std::mutex> lock(mutex);
-  StatusOr<const Request *> request = readable(requestId, layer, "last_observed");
+  StatusOr<const Request *> request =
+      readable(requestId, layer, "last_observed");
   if (!request.ok())
     return request.status();
   if (!opts.lastObserved)

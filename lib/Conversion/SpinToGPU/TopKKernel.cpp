@@ -98,9 +98,9 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
           // Past the chunk: NaN, never eligible.
           return {arith::ConstantOp::create(
               kb.builder(), kb.location(),
-              DenseElementsAttr::get(cast<ShapedType>(vec),
-                                     llvm::APFloat::getQNaN(
-                                         llvm::APFloat::IEEEsingle())))};
+              DenseElementsAttr::get(
+                  cast<ShapedType>(vec),
+                  llvm::APFloat::getQNaN(llvm::APFloat::IEEEsingle())))};
         })[0]);
   }
   for (int64_t v = 0; v < 4; ++v)
