@@ -182,8 +182,11 @@ def main(argv=None):
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
     p.add_argument("--no-wgmma", action="store_true",
                    help="pass --no-wgmma to spin-compile (mma.sync scoring on sm_90a)")
+    p.add_argument("--flag", action="append", default=[], metavar="OPTION",
+                   help="an extra spin-compile option for every configuration, "
+                        "e.g. --flag=--tiles-per-warp=32 (repeatable; for experiments)")
     args = p.parse_args(argv)
-    flags = ("--no-wgmma",) if args.no_wgmma else ()
+    flags = (("--no-wgmma",) if args.no_wgmma else ()) + tuple(args.flag)
 
     configs = all_configs()
     if args.minimum:

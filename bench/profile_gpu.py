@@ -9,6 +9,7 @@ step's time goes. Runs on the GPU machine (torch with CUDA, spin from the
 runtime-only build on PYTHONPATH).
 """
 
+import argparse
 import collections
 import os
 import sys
@@ -45,6 +46,9 @@ def main(argv):
             program(inputs, state, request_ids=ids)
         program.check()
         torch.cuda.synchronize()
+        # Per-kernel times with plain launches: a programmatic launch starts
+        # a kernel before its predecessor ends, and its waiting would count.
+        program.programmatic_launches = False
         steps = 10
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
@@ -58,6 +62,23 @@ def main(argv):
         for kname, us in totals.items():
             print(f"   {kname:36s} {us / steps:9.1f} us")
         print(f"   {'sum':36s} {sum(totals.values()) / steps:9.1f} us")
+        # The whole step as a CUDA-graph replay (L2 flushed, median), with
+        # programmatic dependent launches and with plain launches, side by
+        # side.
+        timer = bg.Timer(torch, argparse.Namespace(
+            rep_ms=200.0, min_reps=50, max_reps=2000, warmup_ms=20.0))
+        medians = {}
+        for on in (True, False, True):
+            program.programmatic_launches = on
+            graph = bg.capture_graphs(
+                torch, program, [lambda: program(inputs, state, request_ids=ids)])[0]
+            medians.setdefault(on, []).append(timer(graph.replay)["median_us"])
+            del graph
+        program.programmatic_launches = True
+        program.check()
+        on, off = min(medians[True]), medians[False][0]
+        print(f"   graph replay: programmatic launches {on:.1f} us, "
+              f"plain launches {off:.1f} us ({off / on:.3f}x)")
 
 
 if __name__ == "__main__":

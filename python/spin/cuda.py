@@ -358,3 +358,15 @@ class CudaProgram:
     def captured_steps_left(self) -> int:
         """Steps that can still be captured without reserving more."""
         return self._native.captured_steps_left
+
+    @property
+    def programmatic_launches(self) -> bool:
+        """Whether each kernel of a step after the first is a programmatic
+        dependent launch, scheduled while its predecessor finishes (on by
+        default; docs/GPU-ABI.md, "Launch order"). Set it to False for plain
+        launches, e.g. to compare; it applies to later steps."""
+        return self._native.programmatic_launches
+
+    @programmatic_launches.setter
+    def programmatic_launches(self, on: bool) -> None:
+        self._native.programmatic_launches = bool(on)

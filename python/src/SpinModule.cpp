@@ -371,6 +371,9 @@ PYBIND11_MODULE(_spin, m) {
            })
       .def_property_readonly("captured_steps_left",
                              &rt::GpuProgram::capturedStepsLeft)
+      .def_property("programmatic_launches",
+                    &rt::GpuProgram::programmaticLaunchesEnabled,
+                    &rt::GpuProgram::setProgrammaticLaunches)
       .def_property_readonly(
           "signature",
           [](const rt::GpuProgram &p) { return signatureOf(p.signature()); })

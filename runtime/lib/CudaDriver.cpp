@@ -71,6 +71,8 @@ StatusOr<std::unique_ptr<Driver>> Driver::open(const std::string &library) {
   need(d.moduleGetFunction, "cuModuleGetFunction");
   need(d.funcSetAttribute, "cuFuncSetAttribute");
   need(d.launchKernel, "cuLaunchKernel");
+  // Optional: programmatic dependent launches need it (CUDA 12.0).
+  bind(handle, d.launchKernelEx, "cuLaunchKernelEx");
   need(d.memAlloc, "cuMemAlloc_v2");
   need(d.memFree, "cuMemFree_v2");
   need(d.memAllocHost, "cuMemAllocHost_v2");

@@ -245,8 +245,11 @@ Status GpuProgram::loadOnDevice() {
       return s;
   }
 
-  // Zero what kernels read before writing.
+  // Zero what kernels read before writing: the error record, the default
+  // reset flags and the scratch, which kernels leave zeroed after each step.
   CUstream setup = nullptr;
+  if (Status s = clearScratch(setup); !s.ok())
+    return s;
   if (Status s = d.check(
           d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), setup),
           "cuMemsetD8Async");
@@ -259,6 +262,17 @@ Status GpuProgram::loadOnDevice() {
         !s.ok())
       return s;
   return d.check(d.streamSynchronize(setup), "cuStreamSynchronize");
+}
+
+Status GpuProgram::clearScratch(cuda::CUstream stream) {
+  const Driver &d = ctx->driver();
+  for (const DeviceMemory &buffer : scratch)
+    if (Status s = d.check(
+            d.memsetD8Async(buffer.get(), 0, buffer.size(), stream),
+            "cuMemsetD8Async");
+        !s.ok())
+      return s;
+  return Status::success();
 }
 
 Status GpuProgram::addStagingBlock(int64_t entries, std::vector<Staging> &out) {
@@ -582,6 +596,9 @@ Status GpuProgram::issue(GpuStatePool *pool,
       pool->bookkeeping().endStep(ids, stepLayers);
     if (!issued)
       return s;
+    // Kernels leave the scratch zeroed for the next step (docs/GPU-ABI.md);
+    // a step cut short may not have.
+    clearScratch(stream).ignore();
     return Status::error(s.message() +
                          " (the step was partly issued: reset its requests)");
   };
@@ -667,10 +684,17 @@ Status GpuProgram::issue(GpuStatePool *pool,
   }
   std::vector<uint64_t> values;
   std::vector<void *> params;
+  // Per stream: whether the last work issued to it is a kernel of this
+  // step, which a programmatic launch may then overlap (docs/GPU-ABI.md,
+  // "Launch order").
+  std::array<bool, 2> afterKernel = {false, false};
   for (size_t l = 0; l < spec.launches.size(); ++l) {
     const GpuLaunchSpec &launch = spec.launches[l];
     const GpuKernelSpec &kernel = spec.kernels[launch.kernel];
     CUstream on = streamOf(launch.stream);
+    bool &overlap = afterKernel[launch.stream == 0 ? 0 : 1];
+    if (!launch.wait.empty())
+      overlap = false;
     for (int64_t event : launch.wait)
       if (Status s = d.check(d.streamWaitEvent(on, events[event], 0),
                              "cuStreamWaitEvent");
@@ -704,19 +728,41 @@ Status GpuProgram::issue(GpuStatePool *pool,
       }
       params[a] = &values[a];
     }
-    if (Status s = d.check(
-            d.launchKernel(functions[launch.kernel], launch.grid[0],
-                           launch.grid[1], launch.grid[2], kernel.block[0],
-                           kernel.block[1], kernel.block[2],
-                           static_cast<unsigned>(kernel.sharedBytes), on,
-                           params.data(), nullptr),
-            "cuLaunchKernel");
+    bool programmatic = overlap && programmaticLaunches && d.launchKernelEx;
+    CUresult result;
+    if (programmatic) {
+      cuda::LaunchAttribute attribute;
+      attribute.id = cuda::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      cuda::LaunchConfig config;
+      config.gridX = launch.grid[0];
+      config.gridY = launch.grid[1];
+      config.gridZ = launch.grid[2];
+      config.blockX = kernel.block[0];
+      config.blockY = kernel.block[1];
+      config.blockZ = kernel.block[2];
+      config.sharedBytes = static_cast<unsigned>(kernel.sharedBytes);
+      config.stream = on;
+      config.attributes = &attribute;
+      config.numAttributes = 1;
+      result = d.launchKernelEx(&config, functions[launch.kernel],
+                                params.data(), nullptr);
+    } else {
+      result = d.launchKernel(functions[launch.kernel], launch.grid[0],
+                              launch.grid[1], launch.grid[2], kernel.block[0],
+                              kernel.block[1], kernel.block[2],
+                              static_cast<unsigned>(kernel.sharedBytes), on,
+                              params.data(), nullptr);
+    }
+    if (Status s = d.check(result, programmatic ? "cuLaunchKernelEx"
+                                                : "cuLaunchKernel");
         !s.ok()) {
       finish().ignore();
       return fail(Status::error("launch " + str(l) + " (kernel \"" +
                                 kernel.name + "\"): " + s.message()));
     }
     issued = true;
+    overlap = launch.record < 0;
     if (launch.record >= 0)
       if (Status s = d.check(d.eventRecord(events[launch.record], on),
                              "cuEventRecord");

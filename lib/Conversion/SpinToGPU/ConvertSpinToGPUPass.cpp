@@ -112,6 +112,9 @@ struct MaskBuffers {
   /// leaves the request's state untouched.
   Buffer skip;
   int64_t maxBlocks, blockSize;
+  /// Blocks a row selects after warm-up (SPIN_SPEC §3.4 at the full
+  /// width), for sizing the scoring grid.
+  int64_t expectedBlocks;
 };
 
 /// Builds the launch plan of one function.
@@ -322,7 +325,8 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
     return op.emitOpError("GPU path: m-tiles must be 1 or 2 (got ")
                << spec.mTiles << ")",
            failure();
-  spec.tilesPerWarp = o.tilesPerWarp > 0 ? o.tilesPerWarp : 16;
+  // 0 here: chosen by tilesForWork once the entries per row are known.
+  spec.tilesPerWarp = std::max<int64_t>(o.tilesPerWarp, 0);
   if (o.wgmma) {
     if (spec.mTiles != 1 || spec.warps % 4 != 0 || spec.heads > 256)
       return op.emitOpError("GPU path: wgmma scoring needs m-tiles = 1, "
@@ -363,11 +367,32 @@ indexerOperands(IndexerLike op,
   return operands;
 }
 
+/// Warp tiles per warp when the options leave them open: the largest of
+/// 32, 16 and 8 that still gives `kMinCtas` scoring CTAs for rows of
+/// `entries` entries, else 8. Measured on the H200 (bench/profile_gpu.py,
+/// fp8, B = 16): larger CTAs stage the queries less often (dense 128K: 93.0
+/// us at 16, 88.4 at 32; 64K: 46.5 at 16, 43.3 at 32), but a grid of
+/// fewer CTAs than the GPU holds at once leaves SMs idle (sparse rows of
+/// 32K entries: 25.7 us at 16, 40.6 at 32).
+static void tilesForWork(ScoreKernelSpec &spec, int64_t entries) {
+  constexpr int64_t kMinCtas = 256; // two per SM on a 132-SM H200, about
+  if (spec.tilesPerWarp > 0)
+    return;
+  for (int64_t tiles : {32, 16, 8}) {
+    int64_t perCta = spec.warps * tiles * 16 * spec.mTiles;
+    int64_t ctas = spec.batch * spec.rows * llvm::divideCeil(entries, perCta);
+    spec.tilesPerWarp = tiles;
+    if (ctas >= kMinCtas)
+      return;
+  }
+}
+
 LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
   FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
   if (failed(spec))
     return failure();
   spec->name = kernelName("score_dense");
+  tilesForWork(*spec, spec->outWidth());
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -452,7 +477,14 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                    addScratch(spec.name + "_blocks", cells * 4),
                    addScratch(spec.name + "_counts", spec.batch * 4),
                    addScratch(spec.name + "_skip", spec.batch * 4),
-                   spec.maxBlocks, spec.blockSize};
+                   spec.maxBlocks, spec.blockSize,
+                   std::min<int64_t>(
+                       spec.maxBlocks,
+                       std::max<int64_t>(
+                           llvm::divideCeil(spec.topk, spec.blockSize),
+                           static_cast<int64_t>(std::ceil(
+                               (1.0 - spec.sparsity) * spec.maxBlocks -
+                               1e-9))))};
   std::optional<Buffer> predicted;
   if (canPredictByMax(spec)) {
     spec.precomputed = true;
@@ -502,6 +534,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->sparse = true;
   spec->blockSize = mask.blockSize;
   spec->maxBlocks = mask.maxBlocks;
+  tilesForWork(*spec, mask.expectedBlocks * mask.blockSize);
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -554,6 +587,7 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   int64_t rows = spec.batch * spec.rows;
   Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
   Buffer counter = addScratch(spec.name + "_found", rows * 4);
+  Buffer done = addScratch(spec.name + "_done", rows * 4);
   Buffer thresholds = addScratch(spec.name + "_bin", rows * 4);
   Buffer candidates =
       addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
@@ -561,13 +595,11 @@ void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
   SmallVector<Buffer> row = {scores, lengths};
   if (mask)
     row.push_back(mask->counts);
-  launch(spec.name + "_clear", shapes.clear, {hist, counter}, op);
   SmallVector<Buffer> histArgs(row);
-  histArgs.push_back(hist);
+  histArgs.append({hist, done, thresholds});
   launch(spec.name + "_hist", shapes.hist, histArgs, op);
-  launch(spec.name + "_threshold", shapes.threshold, {hist, thresholds}, op);
   SmallVector<Buffer> collectArgs(row);
-  collectArgs.append({thresholds, counter, candidates});
+  collectArgs.append({thresholds, counter, candidates, hist});
   launch(spec.name + "_collect", shapes.collect, collectArgs, op);
   SmallVector<Buffer> finalArgs = {scores, lengths};
   if (mask)

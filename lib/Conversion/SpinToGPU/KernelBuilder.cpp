@@ -215,6 +215,13 @@ Value KernelBuilder::atomicCAS(Value ptr, Value expected, Value desired) {
 //===----------------------------------------------------------------------===//
 
 void KernelBuilder::barrier() { gpu::BarrierOp::create(b, loc); }
+void KernelBuilder::fenceDevice() {
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
+                            "fence.acq_rel.gpu;", "~{memory}",
+                            /*has_side_effects=*/true, /*is_align_stack=*/false,
+                            LLVM::tailcallkind::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
+}
 
 Value KernelBuilder::shflXor(Value v, int64_t laneMask) {
   return NVVM::ShflOp::create(b, loc, v.getType(), i32(-1), v, i32(laneMask),
@@ -340,6 +347,16 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
   func.setKnownBlockSizeAttr(
       b.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
   b.setInsertionPointToStart(&func.getBody().front());
+  // Programmatic dependent launch (docs/GPU-ABI.md, "Launch order"): the
+  // runtime may start a kernel while the kernel before it in the stream
+  // still runs. Every thread first waits until the grids it depends on have
+  // completed and their memory is visible, so no kernel reads or writes
+  // global memory before its predecessors are done; it then lets the next
+  // kernel's CTAs be scheduled, which only fills SM space this grid leaves
+  // free. Without a programmatic launch both are no-ops.
+  NVVM::GriddepcontrolOp::create(b, loc, NVVM::GridDepActionKind::wait);
+  NVVM::GriddepcontrolOp::create(b, loc,
+                                 NVVM::GridDepActionKind::launch_dependents);
   gpu::ReturnOp::create(b, loc);
   return func;
 }

@@ -118,6 +118,9 @@ public:
 
   //===--- synchronisation and warps ---------------------------------------===//
   void barrier();
+  /// `fence.acq_rel.gpu`: orders this thread's memory operations before and
+  /// after it for every thread of the device.
+  void fenceDevice();
   /// `shfl.sync.bfly` / `.idx` over the full warp for i32 or f32 values.
   Value shflXor(Value v, int64_t laneMask);
   Value shflIdx(Value v, Value lane);

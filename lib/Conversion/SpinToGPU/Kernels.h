@@ -83,28 +83,29 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 // Top-K (SPIN_SPEC §1, §3.9)
 //===----------------------------------------------------------------------===//
 
-/// Top-K of every row in five launches, so that long rows are read by many
+/// Top-K of every row in three launches, so that long rows are read by many
 /// CTAs and only a short candidate list by one:
-///  1. `<name>_clear` zeroes the per-row histograms and candidate counters;
-///  2. `<name>_hist` (chunks x rows CTAs) histograms the top 12 bits of the
-///     order-preserving keys of the eligible (non-NaN) scores;
-///  3. `<name>_threshold` (one CTA per row) finds the bin holding the K-th
-///     largest;
-///  4. `<name>_collect` (chunks x rows) appends every entry at or above
-///     that bin as (key, entry);
-///  5. `<name>` (one CTA per row) radix-selects the K largest candidates
+///  1. `<name>_hist` (chunks x rows CTAs) histograms the top 12 bits of the
+///     order-preserving keys of the eligible (non-NaN) scores; the last CTA
+///     of a row to finish (a per-row counter) finds the bin holding the
+///     K-th largest;
+///  2. `<name>_collect` (chunks x rows) appends every entry at or above
+///     that bin as (key, entry), and zeroes its share of the histogram;
+///  3. `<name>` (one CTA per row) radix-selects the K largest candidates
 ///     (ties to the lower entry, so to the lower slot), sorts them by
 ///     (score desc, entry asc) with a bitonic sort and writes slots, -1 for
-///     missing ones. When the candidates overflow their buffer (a bin
-///     holding more than `candidates` entries, e.g. many equal scores) it
-///     selects from the whole row instead.
+///     missing ones, and zeroes the candidate counter. When the candidates
+///     overflow their buffer (a bin holding more than `candidates` entries,
+///     e.g. many equal scores) it selects from the whole row instead.
+/// The histograms and counters must be zero when a step starts: the
+/// runtime zeroes scratch at load, and each step leaves them zeroed.
 /// Dense rows hold entries [0, N); sparse rows [0, count * blockSize), mapped
 /// back to slots through the block list.
 ///
-/// Parameters: clear(hist, counter); hist(scores, lengths, [counts], hist);
-/// threshold(hist, thresholds); collect(scores, lengths, [counts],
-/// thresholds, counter, candidates);
-/// final(scores, lengths, [blocks, counts], counter, candidates, out).
+/// Parameters: hist(scores, lengths, [counts], hist, done, thresholds);
+/// collect(scores, lengths, [counts], thresholds, counter, candidates,
+/// hist); final(scores, lengths, [blocks, counts], counter, candidates,
+/// out).
 struct TopKKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, width = 1, k = 1;
@@ -118,7 +119,7 @@ struct TopKKernelSpec {
   int64_t chunksPerRow() const { return (width + chunk - 1) / chunk; }
 };
 struct TopKLaunches {
-  LaunchShape clear, hist, threshold, collect, final;
+  LaunchShape hist, collect, final;
 };
 TopKLaunches buildTopKKernels(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,

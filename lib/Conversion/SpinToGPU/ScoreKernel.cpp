@@ -20,6 +20,8 @@
 #include "KernelLibrary.h"
 #include "Kernels.h"
 
+#include <numeric>
+
 using namespace mlir;
 using namespace mlir::spin;
 using namespace mlir::spin::gpu_codegen;
@@ -180,7 +182,62 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   Value active =
       kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
 
+  // The CTA's entries [ctaStart, ctaStart + ctaEntries) in units of `unit`
+  // entries that lie in one page (units start at multiples of `unit` in
+  // slots too, and `unit` divides the page size and, sparse, the block
+  // size): each unit's first slot and page (-1: out of range or a bad
+  // page) are looked up once per CTA into shared memory, so the key loads
+  // of a tile wait for no block-list or block-table load.
+  const int64_t ctaEntries = tilesPerCta * 16 * spec.mTiles;
+  const int64_t unit = std::gcd(
+      ctaEntries, spec.sparse ? std::gcd(spec.blockSize, spec.pageSize)
+                              : spec.pageSize);
+  const int64_t units = ctaEntries / unit;
+
   kb.ifThen(active, [&] {
+    //===--- the pages of the CTA's entries ------------------------------===//
+    Value unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);
+    Value unitPage = kb.sharedArray(spec.name + "_unit_page", i32, units);
+    forEachThreadStrided(kb, kb.i32(units), threads, [&](Value u) {
+      Value first = kb.add(ctaStart, kb.mul(u, kb.i32(unit)));
+      Value inRange = kb.cmp(CmpIPredicate::slt, first, total);
+      Value slot = first;
+      if (spec.sparse) {
+        Value bs = kb.i32(spec.blockSize);
+        Value block = kb.ifThenElse(
+            {i32}, inRange,
+            [&]() -> SmallVector<Value> {
+              return {kb.loadAt(i32, blocks,
+                                kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
+                                       kb.divU(first, bs)),
+                                true)};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+        slot = kb.add(kb.mul(block, bs), kb.remU(first, bs));
+        inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
+      }
+      Value page = kb.ifThenElse(
+          {i32}, inRange,
+          [&]() -> SmallVector<Value> {
+            return {kb.loadAt(
+                i32, table,
+                kb.add(kb.mul(request, kb.i32(spec.tablePages)),
+                       kb.divU(slot, kb.i32(spec.pageSize))),
+                true)};
+          },
+          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
+      Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
+                             kb.cmp(CmpIPredicate::slt, page, pages));
+      kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
+        recordError(kb, errors, ErrorBadPage, page, request, row);
+        if (skip)
+          kb.storeAt(kb.i32(1), skip, request);
+      });
+      kb.storeAt(slot, unitSlot, u);
+      kb.storeAt(kb.select(kb.andI(inRange, pageOk), page, kb.i32(-1)),
+                 unitPage, u);
+    });
+
     //===--- stage the row's queries in shared memory ---------------------===//
     Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
     Value qBase = kb.mul(rowId, kb.i32(H * Dh));
@@ -348,40 +405,20 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // a tile only when all four have nothing in it.
     Value groupWarp = spec.wgmma ? kb.andI(warp, kb.i32(~3)) : warp;
     auto fetchRow = [&](Value entry) -> SmallVector<Value> {
-      Value inRange = kb.cmp(CmpIPredicate::slt, entry, total);
-      Value slot = entry;
-      if (spec.sparse) {
-        Value bs = kb.i32(spec.blockSize);
-        Value listAt = kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
-                              kb.divU(entry, bs));
-        Value block = kb.ifThenElse(
-            {i32}, inRange,
-            [&]() -> SmallVector<Value> {
-              return {kb.loadAt(i32, blocks, listAt, true)};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-        slot = kb.add(kb.mul(block, bs), kb.remU(entry, bs));
-        inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
-      }
-      Value pageIdx = kb.divU(slot, kb.i32(spec.pageSize));
+      // Entries past the CTA's range (the prefetch after its last tile)
+      // load nothing.
+      Value local = kb.sub(entry, ctaStart);
+      Value inCta = kb.cmp(CmpIPredicate::ult, local, kb.i32(ctaEntries));
+      Value u = kb.select(inCta, kb.divU(local, kb.i32(unit)), kb.i32(0));
+      Value within = kb.remU(local, kb.i32(unit));
+      Value slot = kb.add(kb.loadAt(i32, unitSlot, u), within);
+      Value page = kb.loadAt(i32, unitPage, u);
+      Value valid = kb.andI(
+          kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
+          kb.cmp(CmpIPredicate::sge, page, kb.i32(0)));
+      if (spec.sparse)
+        valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, visible));
       Value offset = kb.remU(slot, kb.i32(spec.pageSize));
-      Value page = kb.ifThenElse(
-          {i32}, inRange,
-          [&]() -> SmallVector<Value> {
-            return {kb.loadAt(
-                i32, table,
-                kb.add(kb.mul(request, kb.i32(spec.tablePages)), pageIdx),
-                true)};
-          },
-          [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-      Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
-                             kb.cmp(CmpIPredicate::slt, page, pages));
-      kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
-        recordError(kb, errors, ErrorBadPage, page, request, row);
-        if (skip)
-          kb.storeAt(kb.i32(1), skip, request);
-      });
-      Value valid = kb.andI(inRange, pageOk);
       Value slotIndex = kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
                                kb.extS64(offset));
       SmallVector<Type> types(chunks, words);

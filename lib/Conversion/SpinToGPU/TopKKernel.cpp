@@ -114,8 +114,11 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
 }
 
 /// The histogram bin holding the k-th largest key (counting from the top),
-/// or 0 when the row has at most k eligible entries. All threads of the
-/// CTA must call it; every thread gets the same value.
+/// or 0 when the row has at most k eligible entries. Other CTAs built the
+/// histogram with atomics: the caller orders its reads after them with an
+/// acquire fence. `bins` / `threads` must be a multiple of 4 and the
+/// histogram 16-byte aligned. All threads of the CTA must call it; every
+/// thread gets the same value.
 Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
                    Value histBase, int64_t bins, int64_t threads, Value k) {
   Type i32 = kb.i32T();
@@ -128,9 +131,18 @@ Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
   Value top = kb.sub(kb.i32(bins - 1), kb.mul(tid, kb.i32(per)));
   SmallVector<Value> counts;
   Value own = kb.i32(0);
+  // The owned bins are contiguous: load them as 16-byte vectors (plain
+  // loads: the caller's acquire fence orders them after the atomics).
+  Value lowest = kb.add(histBase, kb.sub(top, kb.i32(per - 1)));
+  SmallVector<Value> ascending;
+  for (int64_t v = 0; v < per / 4; ++v) {
+    Value vec = kb.load(kb.vecT(i32, 4),
+                        kb.gep(hist, i32, kb.add(lowest, kb.i32(4 * v))), 16);
+    for (int64_t e = 0; e < 4; ++e)
+      ascending.push_back(kb.extract(vec, e));
+  }
   for (int64_t q = 0; q < per; ++q) {
-    counts.push_back(
-        kb.loadAt(i32, hist, kb.add(histBase, kb.sub(top, kb.i32(q)))));
+    counts.push_back(ascending[per - 1 - q]);
     own = kb.add(own, counts.back());
   }
   auto [before, total] = blockExclusiveScan(kb, prefix, own, threads);
@@ -170,21 +182,6 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
   const int64_t small = 256;
   TopKLaunches launches;
 
-  //===--- 1. clear ----------------------------------------------------------===//
-  {
-    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_clear",
-                                   {ptr, ptr}, small);
-    Value hist = f.getArgument(0), counter = f.getArgument(1);
-    Value rowId = kb.blockIdX();
-    forEachThreadStrided(kb, kb.i32(bins), small, [&](Value i) {
-      kb.storeAt(kb.i32(0), hist, kb.add(kb.mul(rowId, kb.i32(bins)), i));
-    });
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-              [&] { kb.storeAt(kb.i32(0), counter, rowId); });
-    launches.clear.grid = {rows, 1, 1};
-    launches.clear.blockThreads = small;
-  }
-
   auto rowParams = [&](SmallVector<Type> tail) {
     SmallVector<Type> params = {ptr, ptr};
     if (spec.sparse)
@@ -193,14 +190,15 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     return params;
   };
 
-  //===--- 2. histogram of the top 12 bits ----------------------------------===//
+  //===--- 1. histogram of the top 12 bits ----------------------------------===//
   {
     gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_hist",
-                                   rowParams({ptr}), small);
+                                   rowParams({ptr, ptr, ptr}), small);
     unsigned a = 0;
     Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
     Value counts = spec.sparse ? f.getArgument(a++) : Value();
-    Value hist = f.getArgument(a++);
+    Value hist = f.getArgument(a++), done = f.getArgument(a++);
+    Value thresholds = f.getArgument(a++);
     RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
     Value local = kb.sharedArray(spec.name + "_hist_local", i32, bins);
     forEachThreadStrided(kb, kb.i32(bins), small,
@@ -224,35 +222,56 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
         kb.atomicAdd(kb.gep(hist, i32, kb.add(histBase, bin)), count);
       });
     });
+    // The row's last CTA to finish finds the bin of the K-th largest (its
+    // counter is zeroed again for the next step).
+    kb.fenceDevice();
+    kb.barrier();
+    Value lastCell = kb.sharedArray(spec.name + "_hist_last", i32, 1);
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
+      Value before = kb.atomicAdd(kb.gep(done, i32, row.rowId), kb.i32(1));
+      kb.storeAt(kb.zext(kb.cmp(CmpIPredicate::eq, before,
+                                kb.i32(spec.chunksPerRow() - 1)),
+                         i32),
+                 lastCell, kb.i32(0));
+    });
+    kb.barrier();
+    kb.ifThen(kb.cmp(CmpIPredicate::ne, kb.loadAt(i32, lastCell, kb.i32(0)),
+                     kb.i32(0)),
+              [&] {
+      kb.fenceDevice();
+      Value bin = thresholdBin(kb, spec.name + "_threshold", hist, histBase,
+                               bins, small, kb.i32(spec.k));
+      kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
+        kb.storeAt(bin, thresholds, row.rowId);
+        kb.storeAt(kb.i32(0), done, row.rowId);
+      });
+    });
     launches.hist.grid = {spec.chunksPerRow(), rows, 1};
     launches.hist.blockThreads = small;
   }
 
-  //===--- 3. the bin of the K-th largest, once per row ----------------------===//
-  {
-    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_threshold",
-                                   {ptr, ptr}, small);
-    Value hist = f.getArgument(0), thresholds = f.getArgument(1);
-    Value rowId = kb.blockIdX();
-    Value bin = thresholdBin(kb, spec.name + "_threshold", hist,
-                             kb.mul(rowId, kb.i32(bins)), bins, small,
-                             kb.i32(spec.k));
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-              [&] { kb.storeAt(bin, thresholds, rowId); });
-    launches.threshold.grid = {rows, 1, 1};
-    launches.threshold.blockThreads = small;
-  }
-
-  //===--- 4. collect the candidates ----------------------------------------===//
+  //===--- 2. collect the candidates ----------------------------------------===//
   {
     gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_collect",
-                                   rowParams({ptr, ptr, ptr}), small);
+                                   rowParams({ptr, ptr, ptr, ptr}), small);
     unsigned a = 0;
     Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
     Value counts = spec.sparse ? f.getArgument(a++) : Value();
     Value thresholds = f.getArgument(a++), counter = f.getArgument(a++);
-    Value candidates = f.getArgument(a++);
+    Value candidates = f.getArgument(a++), hist = f.getArgument(a++);
     RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+    // The histogram was read by the threshold: each CTA zeroes its share
+    // of the row's bins for the next step.
+    {
+      const int64_t share = llvm::divideCeil(bins, spec.chunksPerRow());
+      Value from = kb.mul(kb.blockIdX(), kb.i32(share));
+      Value to = kb.minS(kb.add(from, kb.i32(share)), kb.i32(bins));
+      Value histBase = kb.mul(row.rowId, kb.i32(bins));
+      forEachThreadStrided(kb, kb.maxS(kb.sub(to, from), kb.i32(0)), small,
+                           [&](Value i) {
+        kb.storeAt(kb.i32(0), hist, kb.add(histBase, kb.add(from, i)));
+      });
+    }
     Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
     kb.ifThen(kb.cmp(CmpIPredicate::slt, first, row.n), [&] {
       Value bin = kb.loadAt(i32, thresholds, row.rowId, true);
@@ -300,7 +319,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     launches.collect.blockThreads = small;
   }
 
-  //===--- 5. select, sort and write ----------------------------------------===//
+  //===--- 3. select, sort and write ----------------------------------------===//
   {
     SmallVector<Type> params = {ptr, ptr};
     if (spec.sparse)
@@ -395,6 +414,10 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
       }
       kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
     });
+    // Every thread read the counter before the sort's barriers: zero it
+    // for the next step.
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+              [&] { kb.storeAt(kb.i32(0), counter, row.rowId); });
     launches.final.grid = {rows, 1, 1};
     launches.final.blockThreads = spec.threads;
   }

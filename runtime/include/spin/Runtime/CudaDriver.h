@@ -89,6 +89,28 @@ constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
 constexpr int CU_STREAM_CAPTURE_STATUS_ACTIVE = 1;
 constexpr int CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2;
 
+/// CUlaunchAttributeID value and the layouts of cuda.h's CUlaunchAttribute
+/// (an id padded to 8 bytes, then a 64-byte value union) and CUlaunchConfig,
+/// for cuLaunchKernelEx.
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct LaunchAttribute {
+  int id = 0;
+  char pad[4] = {};
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value = {};
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute's layout");
+struct LaunchConfig {
+  unsigned gridX = 1, gridY = 1, gridZ = 1;
+  unsigned blockX = 1, blockY = 1, blockZ = 1;
+  unsigned sharedBytes = 0;
+  CUstream stream = nullptr;
+  LaunchAttribute *attributes = nullptr;
+  unsigned numAttributes = 0;
+};
+
 /// Dynamic shared memory a kernel may use without raising
 /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 constexpr int kDefaultSharedBytes = 48 * 1024;
@@ -159,6 +181,10 @@ public:
                            unsigned blockZ, unsigned sharedBytes,
                            CUstream stream, void **params,
                            void **extra) = nullptr;
+  /// cuLaunchKernelEx (CUDA 12.0); null with an older driver, where
+  /// launches fall back to launchKernel without attributes.
+  CUresult (*launchKernelEx)(const LaunchConfig *config, CUfunction function,
+                             void **params, void **extra) = nullptr;
 
   // Memory.
   CUresult (*memAlloc)(CUdeviceptr *address, size_t bytes) = nullptr;

@@ -26,6 +26,7 @@
 #include "spin/Runtime/StepProgram.h"
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -230,6 +231,15 @@ public:
   /// synchronisation).
   Status check(cuda::CUstream stream);
 
+  /// Whether a kernel that follows another kernel of the step on the same
+  /// stream is launched as a programmatic dependent launch (on by default;
+  /// where the driver has cuLaunchKernelEx): it may then be scheduled while
+  /// its predecessor finishes, and waits for it on the device
+  /// (docs/GPU-ABI.md, "Launch order"). Off gives plain launches, for
+  /// comparisons. Applies to the steps issued afterwards.
+  void setProgrammaticLaunches(bool on) { programmaticLaunches = on; }
+  bool programmaticLaunchesEnabled() const { return programmaticLaunches; }
+
   /// Allocates staging buffers for `count` more captured steps (call
   /// outside any stream capture); `capturedStepsLeft` says how many remain.
   Status reserveCapturedSteps(int64_t count);
@@ -246,6 +256,8 @@ private:
   };
 
   Status loadOnDevice();
+  /// Zeroes every scratch buffer on `stream`.
+  Status clearScratch(cuda::CUstream stream);
   Status addStagingBlock(int64_t entries, std::vector<Staging> &out);
   Status issue(GpuStatePool *pool,
                const std::map<std::string, DeviceTensorRef> &inputs,
@@ -275,6 +287,8 @@ private:
   std::vector<bool> ringUsed;
   size_t ringNext = 0;
   std::vector<Staging> captureFree;
+
+  std::atomic<bool> programmaticLaunches{true};
 
   mutable std::mutex mutex;
   /// Request ids of the steps issued since the last check (at most
