@@ -524,8 +524,8 @@ Status GpuProgram::issue(GpuStatePool *pool,
       return mismatch("maxRows", o.maxRows, want.maxRows);
     const int64_t compiledBlocks =
         (want.capacity + want.blockSize - 1) / want.blockSize;
-    if (binds({"obs_mask"}) && pool->numBlocks() != compiledBlocks)
-      return Status::error("the state pool's obs_mask rows hold " +
+    if (binds({"obs_mask", "pred_keys"}) && pool->numBlocks() != compiledBlocks)
+      return Status::error("the state pool's per-block rows hold " +
                            str(pool->numBlocks()) + " blocks but " +
                            spec.directory + " was compiled for " +
                            str(compiledBlocks));

@@ -29,6 +29,8 @@ bool GpuLayerBuffers::field(const std::string &name, CUdeviceptr &address,
       {"obs_len", &GpuLayerBuffers::obsLen, {numSlots, maxRows}},
       {"obs_mask", &GpuLayerBuffers::obsMask, {numSlots, numBlocks}},
       {"obs_z", &GpuLayerBuffers::obsZ, {numSlots, maxRows, capacity}},
+      {"pred_at", &GpuLayerBuffers::predAt, {numSlots, 4}},
+      {"pred_keys", &GpuLayerBuffers::predKeys, {numSlots, numBlocks}},
   };
   for (const Entry &entry : entries)
     if (name == entry.name) {
@@ -109,6 +111,8 @@ GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
   b.obsLen = start + layout.obsLen;
   b.obsMask = start + layout.obsMask;
   b.obsZ = start + layout.obsZ;
+  b.predAt = start + layout.predAt;
+  b.predKeys = start + layout.predKeys;
   b.numSlots = o.numSlots;
   b.capacity = o.capacity;
   b.maxRows = o.maxRows;
@@ -134,6 +138,7 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
         {b.d + slot * rowBytes, rowBytes},
         {b.it + slot * sizeof(int64_t), sizeof(int64_t)},
         {b.obsRows + slot * sizeof(int32_t), sizeof(int32_t)},
+        {b.predAt + slot * 4 * sizeof(int32_t), 4 * sizeof(int32_t)},
     };
     for (const auto &[address, bytes] : ranges)
       if (Status s = drv.check(drv.memsetD8Async(address, 0, bytes, stream),

@@ -141,6 +141,8 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
     result.obsLen = layout.add(slotsTimesRows, sizeof(int32_t));
     result.obsMask = layout.add(slotsTimesBlocks, sizeof(uint8_t));
     result.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
+    result.predAt = layout.add(slots * 4, sizeof(int32_t));
+    result.predKeys = layout.add(slotsTimesBlocks, sizeof(int32_t));
     // Last, so that pools without it keep the layout of the other arrays.
     if (options.lastObserved)
       result.lastObserved = layout.add(slotsTimesBlocks, sizeof(int32_t));
@@ -269,6 +271,8 @@ LayerBuffers StatePool::buffers(int64_t layer) const {
     b.obsLen = reinterpret_cast<int32_t *>(start + fields.obsLen);
     b.obsMask = reinterpret_cast<uint8_t *>(start + fields.obsMask);
     b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
+    b.predAt = reinterpret_cast<int32_t *>(start + fields.predAt);
+    b.predKeys = reinterpret_cast<int32_t *>(start + fields.predKeys);
     if (fields.lastObserved >= 0)
       b.lastObserved = reinterpret_cast<int32_t *>(start + fields.lastObserved);
   }
@@ -290,6 +294,8 @@ void StatePool::zeroSlot(int32_t slot) const {
     std::memset(b.v + row, 0, rowBytes);
     std::memset(b.d + row, 0, rowBytes);
     b.it[slot] = 0;
+    std::memset(b.predAt + static_cast<int64_t>(slot) * 4, 0,
+                4 * sizeof(int32_t));
     if (b.lastObserved)
       std::memset(b.lastObserved + static_cast<int64_t>(slot) * blocks, 0,
                   static_cast<size_t>(blocks) * sizeof(int32_t));

@@ -541,16 +541,22 @@ TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
   options.lastObserved = true;
   StatusOr<StateLayout> aged = StatePool::layoutOf(options);
   ASSERT_TRUE(plain.ok() && aged.ok());
-  // Without it, nothing of the layout refers to it; with it, the eight
+  // Without it, nothing of the layout refers to it; with it, the other
   // arrays keep their offsets and it comes last: 4 slots x 7 blocks of i32.
+  // Before it: obs_z, then the prediction cache (pred_at: 4 slots x 4 i32,
+  // pred_keys: 4 slots x 7 blocks of i32).
   EXPECT_EQ(plain->lastObserved, -1);
   EXPECT_EQ(aged->v, plain->v);
   EXPECT_EQ(aged->obsMask, plain->obsMask);
   EXPECT_EQ(aged->obsZ, plain->obsZ);
+  EXPECT_EQ(aged->predKeys, plain->predKeys);
   int64_t obsZEnd = plain->obsZ + 4 * 4 * 100 * int64_t(sizeof(float));
-  EXPECT_EQ(aged->lastObserved, (obsZEnd + 63) / 64 * 64);
+  EXPECT_EQ(plain->predAt, (obsZEnd + 63) / 64 * 64);
+  EXPECT_EQ(plain->predKeys, (plain->predAt + 4 * 4 * 4 + 63) / 64 * 64);
+  int64_t predEnd = plain->predKeys + 4 * 7 * 4;
+  EXPECT_EQ(aged->lastObserved, (predEnd + 63) / 64 * 64);
   EXPECT_EQ(aged->layerStride, (aged->lastObserved + 4 * 7 * 4 + 63) / 64 * 64);
-  EXPECT_EQ(plain->layerStride, (obsZEnd + 63) / 64 * 64);
+  EXPECT_EQ(plain->layerStride, (predEnd + 63) / 64 * 64);
 
   auto pool = makePool(options);
   ASSERT_TRUE(pool);

@@ -115,6 +115,10 @@ struct MaskBuffers {
   /// Blocks a row selects after warm-up (SPIN_SPEC §3.4 at the full
   /// width), for sizing the scoring grid.
   int64_t expectedBlocks;
+  /// With the prediction cache: the next-step prediction to launch after
+  /// the EMA update (its kernel, grid and operands).
+  std::optional<std::pair<std::string, LaunchShape>> predictNext;
+  SmallVector<Buffer> predictOperands;
 };
 
 /// Builds the launch plan of one function.
@@ -163,6 +167,18 @@ private:
   Buffer pagesOf(Value keys);
   /// The state fields of `layer`, bound on first use.
   std::array<Buffer, 3> stateOf(Operation *user, Value state);
+  /// The prediction cache of `state`'s layer (pred_at, pred_keys), bound on
+  /// first use.
+  std::pair<Buffer, Buffer> predictionOf(Value state) {
+    int64_t layer = cast<StateType>(state.getType()).getLayer();
+    auto it = predictions.find(layer);
+    if (it == predictions.end()) {
+      Buffer at = addPointer("state", "pred_at", "i32", {-1, 4}, layer);
+      Buffer keys = addPointer("state", "pred_keys", "i32", {-1, -1}, layer);
+      it = predictions.try_emplace(layer, at, keys).first;
+    }
+    return it->second;
+  }
 
   /// Records one launch: kernel `name`, with arguments (buffers).
   struct Launch {
@@ -234,6 +250,7 @@ private:
   std::map<int64_t, std::array<Buffer, 3>> states;
   std::map<int64_t, int64_t> capacities;
   int64_t stateBlockSize = 0;
+  DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
   SmallVector<Launch> launches;
@@ -488,11 +505,28 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   std::optional<Buffer> predicted;
   if (canPredictByMax(spec)) {
     spec.precomputed = true;
-    predicted = addScratch(spec.name + "_S",
-                           spec.batch * spec.rows * spec.maxBlocks * 4);
+    SmallVector<Buffer> predictOperands = {*positions, *lengths, *slots,
+                                           v,          d,        it};
+    // Single-row steps keep their block scores in the state, where the
+    // previous step's update already predicted them (Kernels.h).
+    spec.predictionCache = spec.rows == 1;
+    if (spec.predictionCache) {
+      auto [at, keys] = predictionOf(op.getState());
+      predicted = keys;
+      predictOperands.push_back(at);
+    } else {
+      predicted = addScratch(spec.name + "_S",
+                             spec.batch * spec.rows * spec.maxBlocks * 4);
+    }
+    predictOperands.push_back(*predicted);
     LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
-    launch(spec.name + "_predict", predict,
-           {*positions, *lengths, *slots, v, d, it, *predicted}, op);
+    launch(spec.name + "_predict", predict, predictOperands, op);
+    if (spec.predictionCache) {
+      LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
+                                            /*next=*/true);
+      mask.predictNext.emplace(spec.name + "_predict_next", next);
+      mask.predictOperands = predictOperands;
+    }
   }
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots,
@@ -632,6 +666,13 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
   l.stream = stream;
   if (wait >= 0)
     l.wait.push_back(wait);
+  // The next step's block scores, from the state just updated, on the
+  // same stream: off the next step's critical path.
+  if (mask.predictNext) {
+    Launch &next = launch(mask.predictNext->first, mask.predictNext->second,
+                          mask.predictOperands, op);
+    next.stream = stream;
+  }
   return success();
 }
 

@@ -230,10 +230,61 @@ Value mlir::spin::gpu_codegen::isSelected(KernelBuilder &kb,
   return kb.andI(eligible, kb.orI(s.takeAll, kb.orI(above, tie)));
 }
 
+/// One compare-exchange of a bitonic network in registers: thread `index`
+/// holds `mine`, its partner `index ^ stride` holds `theirs`.
+static Value bitonicStep(KernelBuilder &kb, Value index, Value mine,
+                         Value theirs, int64_t width, int64_t stride) {
+  Value ascending =
+      kb.cmp(CmpIPredicate::eq, kb.andI(index, kb.i32(width)), kb.i32(0));
+  Value lower =
+      kb.cmp(CmpIPredicate::eq, kb.andI(index, kb.i32(stride)), kb.i32(0));
+  Value keepSmaller = kb.cmp(CmpIPredicate::eq, kb.zext(ascending, kb.i32T()),
+                             kb.zext(lower, kb.i32T()));
+  Value smaller = kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), mine,
+                            theirs);
+  Value larger = kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), theirs,
+                           mine);
+  return kb.select(keepSmaller, smaller, larger);
+}
+
 void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
                                              int64_t size,
                                              int64_t blockThreads) {
   Type i64 = kb.i64T();
+  if (size <= blockThreads && size >= 2) {
+    Value tid = kb.threadIdX();
+    Value inNetwork = kb.cmp(CmpIPredicate::slt, tid, kb.i32(size));
+    Value mine = kb.ifThenElse(
+        {i64}, inNetwork,
+        [&]() -> SmallVector<Value> { return {kb.loadAt(i64, keys, tid)}; },
+        [&]() -> SmallVector<Value> { return {kb.i64(-1)}; })[0];
+    for (int64_t width = 2; width <= size; width *= 2) {
+      for (int64_t stride = width / 2; stride > 0; stride /= 2) {
+        Value theirs;
+        if (stride < 32) {
+          // Threads past the network shuffle too (full-warp shuffles);
+          // their values are never used.
+          Value lo = kb.shflXor(kb.trunc32(mine), stride);
+          Value hi = kb.shflXor(kb.trunc32(kb.shrU(mine, kb.i64(32))), stride);
+          theirs = kb.orI(kb.shl(kb.extU64(hi), kb.i64(32)), kb.extU64(lo));
+        } else {
+          kb.ifThen(inNetwork, [&] { kb.storeAt(mine, keys, tid); });
+          kb.barrier();
+          theirs = kb.ifThenElse(
+              {i64}, inNetwork,
+              [&]() -> SmallVector<Value> {
+                return {kb.loadAt(i64, keys, kb.xorI(tid, kb.i32(stride)))};
+              },
+              [&]() -> SmallVector<Value> { return {kb.i64(-1)}; })[0];
+          kb.barrier();
+        }
+        mine = bitonicStep(kb, tid, mine, theirs, width, stride);
+      }
+    }
+    kb.ifThen(inNetwork, [&] { kb.storeAt(mine, keys, tid); });
+    kb.barrier();
+    return;
+  }
   for (int64_t width = 2; width <= size; width *= 2) {
     for (int64_t stride = width / 2; stride > 0; stride /= 2) {
       forEachThreadStrided(kb, kb.i32(size / 2), blockThreads, [&](Value t) {

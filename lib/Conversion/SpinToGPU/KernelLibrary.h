@@ -57,7 +57,9 @@ Value isSelected(KernelBuilder &kb, const RadixSelection &selection,
                  Value eligible, Value key, Value index);
 
 /// Sorts `size` (a power of two) i64 keys in shared memory ascending as
-/// unsigned numbers.
+/// unsigned numbers. With `size <= blockThreads` each thread keeps one key
+/// in registers and the stages within a warp exchange them by shuffles;
+/// only the stages across warps go through shared memory.
 void bitonicSortU64(KernelBuilder &kb, Value keys, int64_t size,
                     int64_t blockThreads);
 

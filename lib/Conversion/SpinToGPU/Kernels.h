@@ -152,18 +152,34 @@ struct SelectKernelSpec {
   /// keys [batch * rows, maxBlocks], before `sparsity`).
   bool precomputed = false;
   int64_t predictBlocksPerCta = 64;
+  /// Single-row steps: the block scores live in the state's prediction
+  /// cache (`pred_at` [slots, 4], `pred_keys` [slots, numBlocks]) instead
+  /// of a scratch buffer. After a step's EMA update, `<name>_predict_next`
+  /// computes them for the request's next step at (p + 1, N + 1) and
+  /// records {p + 1, N + 1, it, 1} in `pred_at`; the next step's
+  /// `<name>_predict` skips a request whose record matches its (p, N, it)
+  /// and computes the scores otherwise. Both kernels take `pred_at` and
+  /// `pred_keys` after `it`; the select kernel reads `pred_keys` by slot.
+  bool predictionCache = false;
+  /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
+  int64_t stateBlocks() const {
+    return (capacity + blockSize - 1) / blockSize;
+  }
 };
 /// True when max pooling can be computed by many CTAs per row
 /// (buildPredictKernel).
 bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
-/// Parameters: positions, lengths, slots, v, d, it, keys (ptrs). Grid:
+/// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
+/// `predictionCache` pred_at, pred_keys instead of keys. Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
-/// rows the select kernel rejects are skipped.
+/// rows the select kernel rejects are skipped. `next` builds
+/// `<name>_predict_next` (predictionCache only).
 LaunchShape buildPredictKernel(OpBuilder &b, Location loc,
                                gpu::GPUModuleOp module,
-                               const SelectKernelSpec &spec);
+                               const SelectKernelSpec &spec,
+                               bool next = false);
 LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const SelectKernelSpec &spec);

@@ -85,37 +85,71 @@ bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
 
 LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-    const SelectKernelSpec &spec) {
+    const SelectKernelSpec &spec, bool next) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 256, warps = threads / 32;
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
   const int64_t range = spec.predictBlocksPerCta;
-  gpu::GPUFuncOp func = createKernel(b, loc, module, spec.name + "_predict",
-                                     SmallVector<Type>(7, ptr), threads);
+  const bool cache = spec.predictionCache;
+  assert((cache || !next) && "a next-step prediction needs the cache");
+  gpu::GPUFuncOp func = createKernel(
+      b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
+      SmallVector<Type>(cache ? 8 : 7, ptr), threads);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(func.getBody().front().getTerminator());
   Value positions = func.getArgument(0), lengths = func.getArgument(1);
   Value slots = func.getArgument(2), vState = func.getArgument(3);
   Value dState = func.getArgument(4), itState = func.getArgument(5);
-  Value keysOut = func.getArgument(6);
+  Value predAt = cache ? func.getArgument(6) : Value();
+  Value keysOut = func.getArgument(cache ? 7 : 6);
 
   Value lane = kb.laneId(), warp = kb.warpId();
   Value rowId = kb.blockIdY();
   Value request = kb.divU(rowId, kb.i32(spec.rows));
   Value slot = kb.loadAt(i32, slots, request, true);
-  Value warmup = kb.cmp(arith::CmpIPredicate::eq,
-                        kb.loadAt(i64, itState, slot), kb.i64(0));
+  Value iteration = kb.loadAt(i64, itState, slot);
+  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
+  if (next) {
+    // The next step of a decoding request: one more token, one further.
+    p = kb.add(p, kb.i32(1));
+    n = kb.add(n, kb.i32(1));
+  }
   // Rows the select kernel rejects (it reports them) are skipped here.
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
   Value ok = kb.andI(checks.lengthOk, checks.positionOk);
+  ok = kb.andI(ok, kb.not1(warmup));
+  Value record = kb.trunc32(iteration);
+  Value atBase = kb.mul(slot, kb.i32(4));
+  if (cache && !next) {
+    // The previous step predicted this one: nothing to do.
+    Value same = kb.i1(true);
+    Value want[] = {p, n, record, kb.i32(1)};
+    for (int64_t f = 0; f < 4; ++f)
+      same = kb.andI(same, kb.cmp(CmpIPredicate::eq,
+                                  kb.loadAt(i32, predAt,
+                                            kb.add(atBase, kb.i32(f))),
+                                  want[f]));
+    ok = kb.andI(ok, kb.not1(same));
+  }
+  if (next) {
+    // The record says for which step the cache holds scores (or none).
+    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+              [&] {
+                Value fields[] = {p, n, record, kb.i32(1)};
+                for (int64_t f = 0; f < 4; ++f)
+                  kb.storeAt(kb.select(ok, fields[f], kb.i32(0)), predAt,
+                             kb.add(atBase, kb.i32(f)));
+              });
+  }
   Value rowBlocks =
       kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
   Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
-  Value active = kb.andI(kb.andI(ok, kb.not1(warmup)),
-                         kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+  Value active =
+      kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
     Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
@@ -129,7 +163,9 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
                  firstBlock, local, bs, warps, warp, lane);
     kb.barrier();
-    Value outBase = kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
+    Value outBase =
+        cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)
+              : kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
     forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
       kb.storeAt(kb.loadAt(i32, local, j), keysOut, kb.add(outBase, j));
     });
@@ -231,7 +267,9 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
             // select ranks by).
             if (precomputed) {
               // From the predict kernel (same keys, many CTAs per row).
-              Value base = kb.mul(rowId, kb.i32(MB));
+              Value base = spec.predictionCache
+                               ? kb.mul(slot, kb.i32(spec.stateBlocks()))
+                               : kb.mul(rowId, kb.i32(MB));
               forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
                 kb.storeAt(kb.loadAt(i32, precomputed, kb.add(base, j)),
                            scoreKeys, j);

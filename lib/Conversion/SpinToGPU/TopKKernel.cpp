@@ -25,6 +25,10 @@ using arith::CmpIPredicate;
 namespace {
 
 constexpr int64_t kBinShift = 20; // 32 - 12 bits
+/// Static shared memory the final kernel gives its list and staged
+/// candidates (of the 48 KB a kernel may use statically; the radix
+/// histogram and scans take the rest).
+constexpr int64_t kStaticSharedBudget = 40 * 1024;
 
 /// Shared pieces of the four kernels: the row's entry count and its keys.
 struct RowView {
@@ -327,6 +331,11 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     params.append({ptr, ptr, ptr});
     gpu::GPUFuncOp f =
         beginKernel(b, loc, module, spec.name, params, spec.threads);
+    // One CTA per SM is all a row needs: let ptxas use the registers that
+    // leaves (it would otherwise aim at two CTAs and spill).
+    f->setAttr("nvvm.maxnreg",
+               b.getI32IntegerAttr(static_cast<int32_t>(
+                   std::min<int64_t>(255, 65536 / spec.threads))));
     unsigned a = 0;
     Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
     Value blocks = spec.sparse ? f.getArgument(a++) : Value();
@@ -339,12 +348,44 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
     Value n = kb.select(fromList, found, row.n);
     Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
+    // A list that fits is copied to shared memory first: the radix passes
+    // and the gather then read it without a trip to L2 each.
+    const int64_t listBytes = 8 * static_cast<int64_t>(
+                                      llvm::PowerOf2Ceil(spec.k));
+    const int64_t staged = std::min<int64_t>(
+        spec.candidates,
+        (kStaticSharedBudget - listBytes) / 8 / spec.threads * spec.threads);
+    Value inShared = kb.i1(false);
+    Value local;
+    if (staged > 0) {
+      local = kb.sharedArray(spec.name + "_candidates", i64, staged);
+      inShared = kb.andI(fromList,
+                         kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
+      kb.ifThen(inShared, [&] {
+        forEachThreadStrided(kb, found, spec.threads, [&](Value i) {
+          kb.storeAt(kb.loadAt(i64, candidates,
+                               kb.add(candBase, kb.extS64(i))),
+                     local, i);
+        });
+      });
+      kb.barrier();
+    }
+    auto candidate = [&](Value i) {
+      if (staged == 0)
+        return kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
+      return kb.ifThenElse(
+          {i64}, inShared,
+          [&]() -> SmallVector<Value> { return {kb.loadAt(i64, local, i)}; },
+          [&]() -> SmallVector<Value> {
+            return {kb.loadAt(i64, candidates,
+                              kb.add(candBase, kb.extS64(i)))};
+          })[0];
+    };
     auto keyOf = [&](Value i) -> std::pair<Value, Value> {
       SmallVector<Value> kv = kb.ifThenElse(
           {kb.i1T(), i32, i32}, fromList,
           [&]() -> SmallVector<Value> {
-            Value packed =
-                kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
+            Value packed = candidate(i);
             return {kb.i1(true), kb.trunc32(kb.shrU(packed, kb.i64(32))),
                     kb.trunc32(packed)};
           },
@@ -357,10 +398,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     auto entryOf = [&](Value i) -> Value {
       return kb.ifThenElse(
           {i32}, fromList,
-          [&]() -> SmallVector<Value> {
-            return {kb.trunc32(kb.loadAt(
-                i64, candidates, kb.add(candBase, kb.extS64(i))))};
-          },
+          [&]() -> SmallVector<Value> { return {kb.trunc32(candidate(i))}; },
           [&]() -> SmallVector<Value> { return {i}; })[0];
     };
     RadixSelection selection =

@@ -2,9 +2,11 @@
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
 // scheduled asynchronously) becomes: reset, prediction and max pooling
-// (many CTAs per row), selection (and realized sparsity), sparse tensor-core scoring that records
-// event 0, sparse top-K on the caller's stream, and the EMA update on the
-// side stream after event 0.
+// (many CTAs per row, into the state's prediction cache, skipped where the
+// last step predicted this one), selection (and realized sparsity), sparse
+// tensor-core scoring that records event 0, sparse top-K on the caller's
+// stream (histogram + threshold, collect, final), and on the side stream
+// after event 0 the EMA update, then the next step's prediction.
 
 // CHECK-LABEL: func.func @layer(
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 1]}
@@ -14,6 +16,8 @@
 // CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "v", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "d", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "i64", spin.layer = 0 : i64, spin.name = "it", spin.role = "state", spin.shape = [-1]}
+// CHECK-SAME: {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_at", spin.role = "state", spin.shape = [-1, 4]}
+// CHECK-SAME: {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_keys", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 1]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
@@ -21,8 +25,11 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in ({{.*}}) threads in (%c256
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3_hist {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3_collect {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict_next {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = []}
 // CHECK-NEXT: return
 // CHECK-NOT: spin.fused_select
 // CHECK: gpu.module @spin_kernels

@@ -42,6 +42,8 @@ struct GpuLayerBuffers {
   cuda::CUdeviceptr obsLen = 0;  ///< i32 [numSlots, maxRows]
   cuda::CUdeviceptr obsMask = 0; ///< i8  [numSlots, numBlocks]
   cuda::CUdeviceptr obsZ = 0;    ///< f32 [numSlots, maxRows, capacity]
+  cuda::CUdeviceptr predAt = 0;  ///< i32 [numSlots, 4]
+  cuda::CUdeviceptr predKeys = 0; ///< i32 [numSlots, numBlocks]
   int64_t numSlots = 0;
   int64_t capacity = 0;
   int64_t maxRows = 0;
@@ -50,8 +52,8 @@ struct GpuLayerBuffers {
   explicit operator bool() const { return v != 0; }
 
   /// The array of the state field `name` ("v", "d", "it", "obs_rows",
-  /// "obs_pos", "obs_len", "obs_mask", "obs_z") and its shape; false for
-  /// an unknown name.
+  /// "obs_pos", "obs_len", "obs_mask", "obs_z", "pred_at", "pred_keys")
+  /// and its shape; false for an unknown name.
   bool field(const std::string &name, cuda::CUdeviceptr &address,
              std::vector<int64_t> &shape) const;
 };

@@ -70,7 +70,7 @@ struct StatePoolOptions {
 /// StatePool and the device allocation of a GpuStatePool.
 struct StateLayout {
   int64_t v = 0, d = 0, it = 0, obsRows = 0, obsPos = 0, obsLen = 0,
-          obsMask = 0, obsZ = 0;
+          obsMask = 0, obsZ = 0, predAt = 0, predKeys = 0;
   /// -1 when the pool keeps no `last_observed`.
   int64_t lastObserved = -1;
   int64_t layerStride = 0;
@@ -93,6 +93,10 @@ struct LayerBuffers {
   int32_t *obsLen = nullptr;  ///< i32 [numSlots, maxRows]
   uint8_t *obsMask = nullptr; ///< i8  [numSlots, numBlocks] (0/1)
   float *obsZ = nullptr;      ///< f32 [numSlots, maxRows, capacity]
+  /// i32 [numSlots, 4] and [numSlots, numBlocks]: the GPU path's predicted
+  /// block scores for a request's next step (docs/Runtime-ABI.md).
+  int32_t *predAt = nullptr;
+  int32_t *predKeys = nullptr;
   /// i32 [numSlots, numBlocks]; null unless the pool keeps it.
   int32_t *lastObserved = nullptr;
   int64_t numSlots = 0;
