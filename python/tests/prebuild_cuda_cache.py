@@ -54,7 +54,8 @@ def main(argv=None):
         indexers.append(make_indexer(spin, name, chips=chips, cache_dir=out))
         print(f"{name}: {time.time() - t:.1f} s", flush=True)
     t = time.time()
-    load_example().make_indexer("cuda", 0, chips=chips, cache_dir=out)
+    for draft in (0, 2):  # one token per step, and MTP (the default)
+        load_example().make_indexer("cuda", draft, chips=chips, cache_dir=out)
     print(f"examples/torch_decode_loop.py --device cuda: {time.time() - t:.1f} s", flush=True)
     # spin-replay --device cuda (test_replay.py): its programs, and the CPU
     # replay's report that the GPU run is compared with.
