@@ -871,8 +871,12 @@ def config_seed(seed, name):
 
 def plan_stats(plan, ref):
     c = plan.cfg
-    rows = sum(len(s.rids) for s in plan.steps)
+    R = c.get("rows", 1)
+    rows = sum(len(s.rids) for s in plan.steps) * R
     parts = [f"{len(plan.steps)} steps", f"{rows} rows"]
+    if R > 1:
+        commits = [a for s in plan.steps for _, a in s.commits]
+        parts.append(f"{len(commits)} commits of {min(commits)}..{max(commits)} drafts")
     if c["mode"] == "spin":
         warm = int(sum(int(np.sum(w)) for w in ref.warm))
         sps = [float(ref.steps[t][1][b, 0]) for t in range(len(plan.steps))
