@@ -67,9 +67,11 @@ def main(argv=None):
     import traces
     import cuda_replay_cases as rc
     with tempfile.TemporaryDirectory() as tmp:
-        trace_dir = rc.make_trace(traces, os.path.join(tmp, "trace"))
-        replay.prebuild_cuda(trace_dir, rc.run_configs(replay), chips, out, seed=rc.SEED)
-        rc.write_cpu_report(replay, trace_dir, out)
+        for case in rc.CASES:
+            trace_dir = rc.make_trace(traces, os.path.join(tmp, case), case)
+            replay.prebuild_cuda(trace_dir, rc.run_configs(replay, case), chips, out,
+                                 seed=rc.SEED)
+            rc.write_cpu_report(replay, trace_dir, out, case)
     print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
     count = len([d for d in os.listdir(out) if d.startswith("indexer-gpu-")])
     print(f"{count} programs in {out} for {', '.join(chips)} "

@@ -671,7 +671,8 @@ LogicalResult PlanBuilder::lower(EmaUpdateOp op) {
                           "spin.fused_score");
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
   if (lengthsType.getDimSize(1) != 1)
-    return op.emitOpError("GPU path: MTP updates are not supported yet");
+    return op.emitOpError("GPU path: needs one static row per request (MTP "
+                          "steps buffer their rows with spin.observe)");
   FailureOr<Buffer> scores = bufferOf(op, op.getScores());
   FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
   FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
