@@ -183,53 +183,60 @@ CommitLaunches mlir::spin::gpu_codegen::buildCommitKernels(
       Value stateBase = kb.mul(slot64, kb.i64(spec.capacity));
       Value maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
       Value bsV = kb.i32(bs);
-      // z of row r at slot i if that slot is scored and its score finite.
-      auto fold = [&](Value x, Value zRow, Value i) {
-        Value bit = kb.loadAt(i8, obsMask,
-                              kb.add(maskBase, kb.extS64(kb.divU(i, bsV))));
-        Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
-        Value use = kb.andI(
-            kb.cmp(CmpIPredicate::ne, bit, kb.constant(i8, 0)),
-            kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY)));
-        return kb.select(use, kb.add(kb.mul(decay, x), kb.mul(keep, z)), x);
+      // Whether row r (position p, length n, valid) scored slot i.
+      auto scored = [&](Value i, Value n, Value valid) {
+        Value inRow = kb.andI(valid,
+                              kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
+                                      kb.cmp(CmpIPredicate::slt, i, n)));
+        return kb.ifThenElse(
+            {kb.i1T()}, inRow,
+            [&]() -> SmallVector<Value> {
+              Value bit = kb.loadAt(
+                  i8, obsMask, kb.add(maskBase, kb.extS64(kb.divU(i, bsV))));
+              return {kb.cmp(CmpIPredicate::ne, bit, kb.constant(i8, 0))};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0];
       };
       Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
                            kb.threadIdX());
       kb.forLoop(start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
                  [&](Value x) {
-        Value vAt = kb.gep(vState, f32, kb.add(stateBase, kb.extS64(x)));
-        Value dAt = kb.gep(dState, f32, kb.add(stateBase, kb.extS64(x)));
-        SmallVector<Value> folded = kb.forLoopWith(
-            kb.i32(0), count, kb.i32(1),
-            {kb.load(f32, vAt, 4), kb.load(f32, dAt, 4)},
+        // V[x] is touched by rows that scored slot x, D[x] by rows that
+        // scored slot p_r - x; the others keep their value unread.
+        SmallVector<Value> touched = kb.forLoopWith(
+            kb.i32(0), count, kb.i32(1), {kb.i1(false), kb.i1(false)},
             [&](Value r, ValueRange in) -> SmallVector<Value> {
               auto [p, n, valid] = rowOf(r);
-              Value zRow = kb.mul(kb.add(rowBase, kb.extS64(r)),
-                                  kb.i64(spec.capacity));
-              // V[x]: slot x itself.
-              Value seesSlot =
-                  kb.andI(valid, kb.cmp(CmpIPredicate::slt, x, n));
-              Value v = kb.ifThenElse(
-                  {f32}, seesSlot,
-                  [&]() -> SmallVector<Value> {
-                    return {fold(in[0], zRow, x)};
-                  },
-                  [&]() -> SmallVector<Value> { return {in[0]}; })[0];
-              // D[x]: the slot at offset x from the row's position.
-              Value i = kb.sub(p, x);
-              Value seesOffset = kb.andI(
-                  valid, kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
-                                 kb.cmp(CmpIPredicate::slt, i, n)));
-              Value d = kb.ifThenElse(
-                  {f32}, seesOffset,
-                  [&]() -> SmallVector<Value> {
-                    return {fold(in[1], zRow, i)};
-                  },
-                  [&]() -> SmallVector<Value> { return {in[1]}; })[0];
-              return {v, d};
+              return {kb.orI(in[0], scored(x, n, valid)),
+                      kb.orI(in[1], scored(kb.sub(p, x), n, valid))};
             });
-        kb.store(folded[0], vAt, 4);
-        kb.store(folded[1], dAt, 4);
+        for (bool diagonal : {false, true}) {
+          kb.ifThen(touched[diagonal], [&] {
+            Value at = kb.gep(diagonal ? dState : vState, f32,
+                              kb.add(stateBase, kb.extS64(x)));
+            Value folded = kb.forLoopWith(
+                kb.i32(0), count, kb.i32(1), {kb.load(f32, at, 4)},
+                [&](Value r, ValueRange in) -> SmallVector<Value> {
+                  auto [p, n, valid] = rowOf(r);
+                  Value i = diagonal ? kb.sub(p, x) : x;
+                  Value zRow = kb.mul(kb.add(rowBase, kb.extS64(r)),
+                                      kb.i64(spec.capacity));
+                  return kb.ifThenElse(
+                      {f32}, scored(i, n, valid),
+                      [&]() -> SmallVector<Value> {
+                        Value z = kb.loadAt(f32, obsZ,
+                                            kb.add(zRow, kb.extS64(i)));
+                        Value finite = kb.cmpF(CmpFPredicate::OLT, kb.absF(z),
+                                               kb.f32(INFINITY));
+                        Value ema = kb.add(kb.mul(decay, in[0]),
+                                           kb.mul(keep, z));
+                        return {kb.select(finite, ema, in[0])};
+                      },
+                      [&]() -> SmallVector<Value> { return {in[0]}; });
+                })[0];
+            kb.store(folded, at, 4);
+          });
+        }
       });
     });
     shapes.replay.grid = {spec.ctasPerRequest, spec.batch, 1};
