@@ -407,7 +407,8 @@ TEST_F(GpuProgramTest, MtpProgramsBindTheObservationFieldsOfAMatchingPool) {
   dir.write("manifest.json",
             spin::runtime::testing::toyMtpManifestWithObservations());
   dir.write("sm_90.ptx", readFile(inputsDir() + "/toy_mtp/sm_90.ptx"));
-  StatusOr<std::unique_ptr<GpuProgram>> loaded = GpuProgram::load(ctx, dir.path());
+  StatusOr<std::unique_ptr<GpuProgram>> loaded =
+      GpuProgram::load(ctx, dir.path());
   ASSERT_TRUE(loaded.ok()) << loaded.message();
   GpuProgram &program = **loaded;
   std::vector<int64_t> ids = {8, 7};

@@ -108,8 +108,8 @@ LayerStateOp layerStateOf(Value state) {
     } else if (auto exec = state.getDefiningOp<async::ExecuteOp>()) {
       auto result = cast<OpResult>(state);
       // Result 0 is the token; body results follow.
-      auto yield = cast<async::YieldOp>(
-          exec.getBodyRegion().front().getTerminator());
+      auto yield =
+          cast<async::YieldOp>(exec.getBodyRegion().front().getTerminator());
       state = yield.getOperand(result.getResultNumber() - 1);
     } else {
       break;
@@ -219,10 +219,9 @@ private:
   LogicalResult lower(CommitOp op);
   /// Buffers an MTP step's rows for a later spin.commit (ObserveKernelSpec).
   LogicalResult lowerObservations(Operation *op, Value state, int64_t batch,
-                                  int64_t rows, Buffer scores,
-                                  Buffer positions, Buffer lengths,
-                                  const MaskBuffers &mask, int64_t stream,
-                                  int64_t wait);
+                                  int64_t rows, Buffer scores, Buffer positions,
+                                  Buffer lengths, const MaskBuffers &mask,
+                                  int64_t stream, int64_t wait);
   /// Rejects MTP state the GPU path does not keep: block-level (A2) and
   /// `last_observed` states.
   LogicalResult checkObservationState(Operation *op, Value state);
@@ -819,8 +818,7 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask,
-          obs.z},
+         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z},
          op);
   launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
   return success();
