@@ -239,7 +239,8 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///     `D[x]` and folds in, row after row, row r's score of slot `x` and of
 ///     slot `p_r - x` (when scored and finite): no two threads write the
 ///     same entry, and each entry sees the rows in order, exactly as the
-///     CPU path's sequential replay;
+///     CPU path's sequential replay; entries no replayed row touches are
+///     not accessed;
 ///  2. `<name>_finish` (one thread per request) advances `it` and drops the
 ///     buffer, after every CTA of the first launch has read `obs_rows`.
 ///

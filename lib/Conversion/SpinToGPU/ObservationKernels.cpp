@@ -119,8 +119,10 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
 /// The replay (SPIN_SPEC §4): rows 0..last of the buffer, each with the
 /// §3.10 rule `x = a*x + c*z` (a = f32(decay), c = f32(1 - decay), two
 /// roundings, no FMA) for every scored slot with a finite score. Thread `x`
-/// carries V[x] and D[x] through the rows in registers; row r touches V[x]
-/// if slot x is scored for it and D[x] if slot p_r - x is.
+/// owns V[x] and D[x]; row r touches V[x] if it scored slot x and D[x] if it
+/// scored slot p_r - x. A first pass over the rows reads only mask bits, so
+/// that entries no replayed row touches are neither read nor written; a
+/// touched entry is carried through the rows in a register.
 CommitLaunches
 mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
