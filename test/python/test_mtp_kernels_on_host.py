@@ -210,7 +210,7 @@ def check_step(k, rng, update, where):
     scores = rng.standard_normal((B * R, MB * bs)).astype(np.float32)
     z_by_slot = np.full((B, R, C), -np.inf, np.float32)
     for b in range(B):
-        nb = -(-int(lengths[b].max()) // bs)
+        nb = -(-min(int(lengths[b].max()), C) // bs)   # a bad row may reach past C
         extra = rng.choice(nb, size=int(rng.integers(0, nb + 1)), replace=False)
         chosen = sorted({0, nb - 1} | set(extra.tolist()))
         mask[b, chosen] = 1
