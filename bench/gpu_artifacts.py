@@ -14,8 +14,10 @@
 # Dh in {64, 128}, pages of 64 and 16 slots with SPIN blocks of 64 and 16,
 # batch 1, 3 and 16, K in {16, 512}, SPIN sparsity 0 / 0.5 / 0.9, exploration
 # 0 and 0.25 with seeds >= 2^63, pooling max / mean / top4, reset-input on one
-# configuration; the "exact" input scheme everywhere except one noninteger
-# dense and one noninteger SPIN configuration per key format.
+# configuration; MTP (2, 3 and 4 query rows, union / row-0 masks, prefix /
+# row-0 updates, a host reset and the reset input, bf16 / f16 / fp8 keys);
+# the "exact" input scheme everywhere except one noninteger dense and one
+# noninteger SPIN configuration per key format, and one noninteger MTP one.
 #
 # A configuration spin-compile rejects is NOT dropped silently: it stays in
 # index.json with "compiled": false and the exact command and error, is
@@ -60,12 +62,15 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              bad_table=kw.pop("bad_table", None),
              zero_length=kw.pop("zero_length", False),
              extreme_ids=kw.pop("extreme_ids", False))
+    c["rows"] = kw.pop("rows", 1)
     if mode == "spin":
         c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
                  explore=kw.pop("x", 0.0), seed=kw.pop("seed", 0),
                  pooling=kw.pop("pool", "max"), ema_decay=0.5,
                  reset_input=kw.pop("reset_input", False),
-                 host_reset=kw.pop("host_reset", False))
+                 host_reset=kw.pop("host_reset", False),
+                 mtp_mask=kw.pop("mtp_mask", "union"),
+                 mtp_update=kw.pop("mtp_update", "prefix"))
     if kw:
         raise ValueError(f"{name}: unknown options {sorted(kw)}")
     if c["key_format"] == "bf16" and c["q_format"] != "bf16":
@@ -134,6 +139,18 @@ def all_configs():
           24, 3, 16, bs=16, sp=0.5, pool="mean", scheme="noninteger"),
         C("nonint-spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64,
           128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, scheme="noninteger"),
+        # --- MTP (SPIN_SPEC §4): R = d + 1 rows, commits of 0..d drafts -------
+        C("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3-sp0.5-max", s, "bf16", 8, 64, 64, 16, 3, 16,
+          bs=16, sp=0.5, rows=3, host_reset=True, extra=1),
+        C("mtp-fp8-h64-d128-p64-bs64-b16-k512-r4-sp0.5-x0.25-max-qbf16", s, "fp8", 64, 128,
+          64, 64, 16, 512, bs=64, sp=0.5, x=0.25, seed=SEED_A, rows=4, extra=4),
+        C("mtp-f16-h8-d64-p16-bs16-b3-k16-r2-sp0.9-x0.25-top4-row0-qf16", s, "f16", 8, 64,
+          16, 48, 3, 16, q="f16", bs=16, sp=0.9, x=0.25, seed=SEED_B, pool="top4", rows=2,
+          mtp_mask="row0", mtp_update="row0"),
+        C("mtp-bf16-h8-d64-p64-bs16-b3-k16-r4-sp0.5-mean-reset", s, "bf16", 8, 64, 64, 16,
+          3, 16, bs=16, sp=0.5, pool="mean", rows=4, reset_input=True, extra=1),
+        C("nonint-mtp-fp8-h64-d128-p64-bs64-b3-k512-r3-sp0.5-max-qf16", s, "fp8", 64, 128,
+          64, 64, 3, 512, q="f16", bs=64, sp=0.5, rows=3, scheme="noninteger"),
     ]
     names = [c["name"] for c in cs]
     assert len(set(names)) == len(names), "duplicate configuration names"
@@ -152,6 +169,8 @@ def sparsify_options(c):
             f"seed={c['seed']}", f"pooling={c['pooling']}"]
     if c["reset_input"]:
         opts.append("reset-input=true")
+    if c["rows"] > 1:
+        opts += [f"mtp-mask={c['mtp_mask']}", f"mtp-update={c['mtp_update']}"]
     return " ".join(opts)
 
 
@@ -199,11 +218,12 @@ func.func @{function}(
 def graph_text(c):
     """The correctness check's graph of configuration ``c``."""
     B, S, MB = c["batch"], c["page_size"], c["table_pages"]
+    R = c["rows"]
     header = f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
-//   {B} requests, 1 query row each, H = {c['heads']}, Dh = {c['head_dim']}, top-K = {c['topk']},
+//   {B} requests, {R} query row{'s' if R > 1 else ''} each, H = {c['heads']}, Dh = {c['head_dim']}, top-K = {c['topk']},
 //   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, block tables of
 //   {MB} pages ({MB * S} slots) per request; the page count (`?`) is known at run time."""
-    return indexer_graph(FUNCTION, header, batch=B, rows=1, heads=c["heads"],
+    return indexer_graph(FUNCTION, header, batch=B, rows=R, heads=c["heads"],
                          head_dim=c["head_dim"], page_size=S, table_pages=MB,
                          topk=c["topk"], key_format=c["key_format"],
                          q_format=c["q_format"])
@@ -221,22 +241,25 @@ def expected_arguments(c):
     binds or reads, in the order the GPU ABI gives them."""
     B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
                           c["table_pages"], c["topk"])
+    R = c["rows"]
     kd = MANIFEST_DTYPES[c["key_format"]]
     qd = MANIFEST_DTYPES[c["q_format"]]
-    args = [("input", "q", qd, [B, 1, H, Dh]), ("input", "w", "f32", [B, 1, H]),
+    args = [("input", "q", qd, [B, R, H, Dh]), ("input", "w", "f32", [B, R, H]),
             ("input", "keys", kd, [-1, S, Dh])]
     if c["key_format"] == "fp8":
         args.append(("input", "scales", "f32", [-1, S]))
     args += [("input", "block_table", "i32", [B, MB]),
-             ("input", "lengths", "i32", [B, 1])]
+             ("input", "lengths", "i32", [B, R])]
     if c["mode"] == "spin":
-        args += [("positions", "positions", "i32", [B, 1]),
+        args += [("positions", "positions", "i32", [B, R]),
                  ("request_ids", "request_ids", "i64", [B])]
+        if R > 1:
+            args.append(("accepted", "accepted", "i32", [B]))
         if c["reset_input"]:
             args.append(("reset", "reset", "i1", [B]))
-    args.append(("output", "topk", "i32", [B, 1, K]))
+    args.append(("output", "topk", "i32", [B, R, K]))
     if c["mode"] == "spin":
-        args.append(("output", "sparsity", "f32", [B, 1]))
+        args.append(("output", "sparsity", "f32", [B, R]))
     return args
 
 
@@ -246,7 +269,8 @@ def check_manifest(c, d):
     m = json.load(open(os.path.join(d, "manifest.json")))
     problems = []
     got = {a["name"]: a for a in m["arguments"]
-           if a["role"] in ("input", "positions", "request_ids", "reset", "output")}
+           if a["role"] in ("input", "positions", "request_ids", "accepted", "reset",
+                            "output")}
     want = expected_arguments(c)
     for role, name, dtype, shape in want:
         a = got.get(name)
@@ -258,8 +282,9 @@ def check_manifest(c, d):
     extra = sorted(set(got) - {w[1] for w in want})
     if extra:
         problems.append(f"unexpected arguments {extra}")
-    if m["batch"] != c["batch"] or m["rows"] != 1:
-        problems.append(f"batch/rows {m['batch']}/{m['rows']}, expected {c['batch']}/1")
+    if m["batch"] != c["batch"] or m["rows"] != c["rows"]:
+        problems.append(f"batch/rows {m['batch']}/{m['rows']}, expected "
+                        f"{c['batch']}/{c['rows']}")
     if "sm_90a" not in m["ptx"]:
         problems.append(f"no sm_90a PTX ({sorted(m['ptx'])})")
     stateful = any(a["role"] == "state" for a in m["arguments"])
@@ -269,9 +294,14 @@ def check_manifest(c, d):
     if c["mode"] == "spin":
         st = m.get("state", {})
         if st.get("capacity") != c["capacity"] or st.get("block_size") != c["block_size"] \
-                or st.get("layers") != 1:
+                or st.get("layers") != 1 or st.get("max_rows") != c["rows"]:
             problems.append(f"state section {st}, expected capacity {c['capacity']}, "
-                            f"block_size {c['block_size']}, 1 layer")
+                            f"block_size {c['block_size']}, 1 layer, max_rows {c['rows']}")
+        fields = [a["name"] for a in m["arguments"] if a["role"] == "state"]
+        want_fields = ["v", "d", "it"] + (["obs_rows", "obs_pos", "obs_len", "obs_mask",
+                                            "obs_z"] if c["rows"] > 1 else [])
+        if fields != want_fields:
+            problems.append(f"state fields {fields}, expected {want_fields}")
         opts = m.get("options", {}).get("sparsify", "")
         for key, value in (("seed", str(c["seed"])), ("pooling", c["pooling"]),
                            ("reduction", "A1"),

@@ -15,6 +15,11 @@
 #     mid-sequence where the graph has one);
 #   * test/reference/spin_reference.py runs in lockstep (one LayerState per
 #     request, the same request ids);
+#   * MTP configurations (R = d + 1 rows): row r of a request sees N + r
+#     slots at position N - 1 + gap + r; after every step each request of
+#     the batch commits 0..d accepted drafts (state.commit), replayed at its
+#     next step, and its length grows by accepted + 1; top-K and sparsity
+#     are checked row by row;
 #   * "exact" inputs (integer q / keys in [-4, 4], w multiples of 1/4,
 #     power-of-two fp8 scales, decay 0.5: every f32 operation is exact):
 #     top-K indices must be equal, sparsity equal to 1e-6, and the state
@@ -132,10 +137,12 @@ class Request:
 
 class Step:
     """One decode step: batch request ids, encoded and decoded inputs, the
-    host-side events before it (add / release / host reset)."""
+    host-side events before it (add / release / host reset) and, for MTP,
+    the commits after it."""
 
     def __init__(self):
         self.events = []        # ("add" | "release" | "reset", rid)
+        self.commits = []       # MTP: (rid, accepted drafts) after the step
         self.rids = []
         self.q_stored = self.q = self.w = None
         self.block_table = self.lengths = self.positions = None
@@ -165,6 +172,7 @@ def make_plan(cfg, rng):
     B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
                           c["table_pages"], c["topk"])
     P, NS, T = c["pages"], c["capacity"], c["steps"]
+    R = c.get("rows", 1)
     bs = c["block_size"] if spin else S
     plan = Plan()
     plan.cfg = c
@@ -185,9 +193,10 @@ def make_plan(cfg, rng):
 
     # Requests: ids, fixed random block tables over the shared pages, ragged
     # initial lengths (tiny, around a block, near the capacity, anywhere) and
-    # query-position gaps; n0 + gap + T <= NS keeps p < capacity throughout.
+    # query-position gaps; n0 + gap + T <= NS keeps p < capacity throughout
+    # (MTP: lengths grow by up to R per step and the last row sees n + R - 1).
     taken = set()
-    hi = NS - T
+    hi = NS - T * R - (R - 1)
 
     def new_request(rid, kind=None):
         """kind: "zero" (N = 0), "long" (upper half), "tiny" (< 2 blocks),
@@ -239,26 +248,28 @@ def make_plan(cfg, rng):
 
     def build_step(step, batch):
         step.rids = [r.rid for r in batch]
-        qshape = (len(batch), 1, H, Dh)
+        qshape = (len(batch), R, H, Dh)
         if exact:
             qv = rng.integers(-4, 5, size=qshape).astype(np.float32)
-            w = (rng.integers(-4, 5, size=(len(batch), 1, H)) / 4.0).astype(np.float32)
+            w = (rng.integers(-4, 5, size=(len(batch), R, H)) / 4.0).astype(np.float32)
         else:
             # Normal floats rounded to bf16 (tiny ones flushed), so that q is
             # exact in both bf16 and f16 and every backend sees the same q.
             qv = rng.standard_normal(qshape).astype(np.float32)
             qv = sr.bf16_to_f32(sr.f32_to_bf16_bits(qv))
             qv[np.abs(qv) < 2.0 ** -14] = 0.0
-            w = (0.5 * rng.standard_normal((len(batch), 1, H))).astype(np.float32)
+            w = (0.5 * rng.standard_normal((len(batch), R, H))).astype(np.float32)
         step.q = qv
         step.q_stored = encode_exactly(qv, c["q_format"], "q")
         step.w = w
         step.block_table = np.stack([r.table for r in batch]).astype(np.int32)
         step.valid_table = step.block_table
-        step.lengths = np.array([[r.n] for r in batch], dtype=np.int32)
-        step.positions = np.array([[r.p] for r in batch], dtype=np.int32)
+        step.lengths = np.array([[r.n + i for i in range(R)] for r in batch],
+                                dtype=np.int32)
+        step.positions = np.array([[r.p + i for i in range(R)] for r in batch],
+                                  dtype=np.int32)
         for r in batch:
-            assert 0 <= r.n <= r.p + 1 <= NS, "test bug: row outside the capacity"
+            assert 0 <= r.n <= r.p + 1 and r.p + R <= NS, "test bug: row outside the capacity"
         if spin:
             for r in batch:
                 if r.rid not in added:
@@ -309,8 +320,13 @@ def make_plan(cfg, rng):
         # adds so that a reset never precedes its request's add).
         step.events.sort(key=lambda e: {"release": 0, "add": 1, "reset": 2}[e[0]])
         plan.steps.append(step)
-        for r in batch:
-            r.n += 1
+        for i, r in enumerate(batch):
+            grow = 1
+            if R > 1:
+                # Every count 0..d occurs in the first steps, then at random.
+                grow = 1 + ((t + i) % R if t < R else int(rng.integers(0, R)))
+                step.commits.append((r.rid, grow - 1))
+            r.n += grow
             r.stepped += 1
 
     if want_reset:
@@ -318,6 +334,9 @@ def make_plan(cfg, rng):
 
     # The last step with one bad block-table entry (after the main checks).
     plan.bad_step = None
+    if c["bad_table"] and R > 1:
+        raise AssertionError("test bug: no bad-table step for MTP configurations (its "
+                             "commit of the previous rows is not 'left as it was')")
     if c["bad_table"]:
         if len(pool) == B:
             batch = list(pool)
@@ -373,6 +392,7 @@ def run_reference(plan):
     out = Outputs()
     out.z, out.masks, out.warm = [], [], []
     states = {}
+    recorded = {}   # MTP: rid -> the accepted count of its last step
 
     def apply_events(step):
         for kind, rid in step.events:
@@ -380,8 +400,10 @@ def run_reference(plan):
                 states[rid] = sr.LayerState(c["capacity"], c["block_size"])
             elif kind == "release":
                 del states[rid]
+                recorded.pop(rid, None)
             elif kind == "reset":
                 sr.reset(states[rid])
+                recorded.pop(rid, None)
 
     def compute(step):
         if not spin:
@@ -390,19 +412,24 @@ def run_reference(plan):
             idx = sr.topk(z, step.lengths, c["topk"])
             return idx, None, z, None, np.ones(len(step.rids), bool)
         sts = [states[rid] for rid in step.rids]
-        warm = np.array([bool((step.reset is not None and step.reset[b]) or st.it == 0)
+        # A pending MTP step is committed first: then it is no warm-up.
+        warm = np.array([bool((step.reset is not None and step.reset[b])
+                              or (st.it == 0 and st.pending is None))
                          for b, st in enumerate(sts)])
         idx, mask, sp, z = sr.spin_step(
             sts, step.rids, 0, step.q, step.w, plan.keys, plan.scales,
             step.valid_table, step.lengths, step.positions, k=c["topk"],
             bs=c["block_size"], sparsity=c["sparsity"], explore=c["explore"],
             seed=c["seed"], alpha=c["ema_decay"], pooling=c["pooling"],
-            reduction="a1", reset_flags=step.reset)
+            reduction="a1", reset_flags=step.reset,
+            mtp_mask=c.get("mtp_mask", "union"), mtp_update=c.get("mtp_update", "prefix"),
+            accepted=[recorded.get(rid, 0) for rid in step.rids])
         return idx, sp, z, mask, warm
 
     for step in plan.steps:
         apply_events(step)
         idx, sp, z, mask, warm = compute(step)
+        recorded.update(step.commits)
         out.steps.append((idx, sp, None))
         out.z.append(z)
         out.masks.append(mask)
@@ -505,6 +532,8 @@ class TorchBackend:
                 program.check()
             except RuntimeError as e:
                 error = str(e)
+            for rid, accepted in step.commits:
+                state.commit(rid, accepted)
             topk = res["topk"].cpu().numpy()
             sp = res["sparsity"].cpu().numpy() if spin_mode else None
             return topk, sp, error
@@ -592,25 +621,38 @@ class CpuBackend:
     def run(self, plan, art_dir):
         c = plan.cfg
         spin_mode = c["mode"] == "spin"
+        R = c.get("rows", 1)
         cpu_q = {"bf16": "bf16", "fp8": "bf16", "f16": "f16"}[c["key_format"]]
         steps = []
+        recorded = {}   # MTP: rid -> accepted count not yet passed to spin-exec
         for step in plan.steps:
             reset = np.zeros(len(step.rids), dtype=np.uint8)
             for kind, rid in step.events:
                 if kind == "reset":
                     reset[step.rids.index(rid)] = 1
+                if kind in ("reset", "release"):
+                    recorded.pop(rid, None)
             if step.reset is not None:
                 reset |= step.reset.astype(np.uint8)
+            accepted = None
+            if R > 1:
+                # spin-exec commits before the step (-1: nothing to commit);
+                # a reset drops the buffered rows and their commit.
+                accepted = np.array([-1 if reset[b] else recorded.pop(rid, -1)
+                                     for b, rid in enumerate(step.rids)], dtype=np.int32)
+                for rid in step.rids:
+                    recorded.pop(rid, None)
+                recorded.update(step.commits)
             q = encode_exactly(step.q, cpu_q, "q (CPU format)")
             steps.append(dict(q=q.view("<u2") if cpu_q == "bf16" else q.astype("<f2"),
                               w=step.w, block_table=step.block_table,
                               lengths=step.lengths, positions=step.positions,
                               request_ids=np.array(step.rids, dtype=np.int64),
-                              accepted=None, reset=reset if spin_mode else None))
+                              accepted=accepted, reset=reset if spin_mode else None))
         keys = plan.keys_stored
         keys = {"bf16": lambda k: k.view("<u2"), "f16": lambda k: k.astype("<f2"),
                 "fp8": lambda k: k.view("|u1")}[c["key_format"]](keys)
-        argv = ["--heads", c["heads"], "--head-dim", c["head_dim"], "--rows", 1,
+        argv = ["--heads", c["heads"], "--head-dim", c["head_dim"], "--rows", R,
                 "--topk", c["topk"], "--page-size", c["page_size"],
                 "--max-pages", c["table_pages"], "--key-format", c["key_format"],
                 "--num-slots", len(plan.all_ids) + 1]
@@ -618,7 +660,9 @@ class CpuBackend:
             argv += ["--block-size", c["block_size"], "--sparsity", repr(float(c["sparsity"])),
                      "--ema-decay", repr(float(c["ema_decay"])),
                      "--explore", repr(float(c["explore"])), "--seed", c["seed"],
-                     "--pooling", c["pooling"], "--reduction", "A1"]
+                     "--pooling", c["pooling"], "--reduction", "A1",
+                     "--mtp-mask", c.get("mtp_mask", "union"),
+                     "--mtp-update", c.get("mtp_update", "prefix")]
         else:
             argv += ["--dense", "--block-size", c["page_size"]]
         with tempfile.TemporaryDirectory(prefix="gpu-check-cpu-") as d:
@@ -736,7 +780,7 @@ def _names_value(message, value):
 def compare(plan, ref, dev):
     c = plan.cfg
     spin = c["mode"] == "spin"
-    B, K = c["batch"], c["topk"]
+    B, K, R = c["batch"], c["topk"], c.get("rows", 1)
     problems = []
 
     def check_step(t, step, r_out, d_out, z, mask, warm, skip=None):
@@ -746,27 +790,29 @@ def compare(plan, ref, dev):
         if err is not None and skip is None:
             problems.append(f"{label}: program.check() raised: {err}")
         g_idx = np.asarray(g_idx)
-        if g_idx.shape != (B, 1, K) or g_idx.dtype != np.int32:
+        if g_idx.shape != (B, R, K) or g_idx.dtype != np.int32:
             problems.append(f"{label}: topk has shape {g_idx.shape} {g_idx.dtype}, "
-                            f"expected ({B}, 1, {K}) int32")
+                            f"expected ({B}, {R}, {K}) int32")
             return
         if spin:
             g_sp = np.asarray(g_sp)
-            if g_sp.shape != (B, 1) or g_sp.dtype != np.float32:
+            if g_sp.shape != (B, R) or g_sp.dtype != np.float32:
                 problems.append(f"{label}: sparsity has shape {g_sp.shape} {g_sp.dtype}, "
-                                f"expected ({B}, 1) float32")
+                                f"expected ({B}, {R}) float32")
                 return
         for b in range(B):
             if b == skip:
                 continue
-            n, p = int(step.lengths[b, 0]), int(step.positions[b, 0])
-            where = (f"{label}, batch index {b} (request {step.rids[b]}, N={n}, p={p}"
-                     + (f", warm-up={bool(warm[b])}" if spin else "") + ")")
-            problems.extend(compare_row(
-                c, where, r_idx[b, 0], g_idx[b, 0],
-                None if r_sp is None else r_sp[b, 0],
-                None if g_sp is None else g_sp[b, 0], z[b, 0], n,
-                None if mask is None else mask[b]))
+            for i in range(R):
+                n, p = int(step.lengths[b, i]), int(step.positions[b, i])
+                where = (f"{label}, batch index {b}" + (f" row {i}" if R > 1 else "")
+                         + f" (request {step.rids[b]}, N={n}, p={p}"
+                         + (f", warm-up={bool(warm[b])}" if spin else "") + ")")
+                problems.extend(compare_row(
+                    c, where, r_idx[b, i], g_idx[b, i],
+                    None if r_sp is None else r_sp[b, i],
+                    None if g_sp is None else g_sp[b, i], z[b, i], n,
+                    None if mask is None else mask[b]))
 
     for t, step in enumerate(plan.steps):
         if t >= len(dev.steps):
@@ -825,8 +871,12 @@ def config_seed(seed, name):
 
 def plan_stats(plan, ref):
     c = plan.cfg
-    rows = sum(len(s.rids) for s in plan.steps)
+    R = c.get("rows", 1)
+    rows = sum(len(s.rids) for s in plan.steps) * R
     parts = [f"{len(plan.steps)} steps", f"{rows} rows"]
+    if R > 1:
+        commits = [a for s in plan.steps for _, a in s.commits]
+        parts.append(f"{len(commits)} commits of {min(commits)}..{max(commits)} drafts")
     if c["mode"] == "spin":
         warm = int(sum(int(np.sum(w)) for w in ref.warm))
         sps = [float(ref.steps[t][1][b, 0]) for t in range(len(plan.steps))

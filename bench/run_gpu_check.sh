@@ -14,7 +14,8 @@
 # 4. runs spin.Indexer(device="cuda") against the numpy reference,
 #    python/tests/test_indexer_cuda.py, spin-replay --device cuda against
 #    the CPU replay's report (python/tests/test_replay_cuda.py), and the example
-#    examples/torch_decode_loop.py --device cuda, with the GPU programs
+#    examples/torch_decode_loop.py --device cuda (MTP with two draft tokens,
+#    and --draft 0: one token per step), with the GPU programs
 #    from cuda-cache/ (SPIN_CACHE_DIR): the runtime-only build cannot
 #    compile them, so they are compiled on the build machine by
 #
@@ -81,9 +82,11 @@ SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest 
   "$ROOT/python/tests/test_indexer_cuda.py" "$ROOT/python/tests/test_replay_cuda.py"
 indexer=$?
 
-log "examples/torch_decode_loop.py --device cuda"
+log "examples/torch_decode_loop.py --device cuda (--draft 2, then --draft 0)"
 SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" "$ROOT/examples/torch_decode_loop.py" --device cuda
 example=$?
+SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" "$ROOT/examples/torch_decode_loop.py" --device cuda --draft 0
+[ $? -eq 0 ] || example=1
 
 log "result"
 status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }

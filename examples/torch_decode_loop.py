@@ -6,9 +6,8 @@ added (its first step is a dense warm-up), every decode step scores each
 layer through SPIN, and request 1 starts a new conversation turn half-way
 (its state is reset). With draft tokens (speculative decoding, MTP: d + 1
 query rows per request) the sampled acceptance counts are committed after
-each verification step. The loop is the same on both devices: on the CPU it
-verifies two draft tokens per step by default; on CUDA, where MTP is not
-supported yet, it decodes one token per step (--draft 0).
+each verification step. The loop is the same on both devices; it verifies
+two draft tokens per step by default (--draft 0 decodes one token per step).
 
     python3 examples/torch_decode_loop.py [--device cpu|cuda] [--draft N] [--steps N]
 
@@ -45,11 +44,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--draft", type=int, default=None,
-                        help="draft tokens per step (default: 2 on cpu, 0 on cuda)")
+                        help="draft tokens per step (default: 2)")
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
     device = args.device
-    draft = args.draft if args.draft is not None else (2 if device == "cpu" else 0)
+    draft = args.draft if args.draft is not None else 2
 
     generator = torch.Generator().manual_seed(0)
     indexer = make_indexer(device, draft)

@@ -431,9 +431,9 @@ class Indexer:
     Indexer with explicit ``chips`` can fill a cache on a machine without a
     GPU; a build without the compiler (the GPU runtime alone) only looks
     programs up, and raises an error naming the missing cache entry.
-    Not on CUDA yet: MTP (``rows > 1`` with SPIN; dense indexers take several
-    rows), the A0/A2 reductions, the age-based exploration policies and f32
-    keys.
+    MTP (``rows = d + 1`` query rows, ``state.commit(request, accepted)``)
+    runs on both devices. Not on CUDA yet: the A0/A2 reductions, the
+    age-based exploration policies and f32 keys.
 
     ``explore_policy`` picks the explored blocks: ``"random"`` (hash ranks),
     ``"staleness-score"`` or ``"block-age"`` (by block age, SPIN_SPEC §7.1;
@@ -538,10 +538,6 @@ class Indexer:
         if self.key_format == "f32":
             raise ValueError("key_format='f32' is not supported on cuda (the GPU "
                              "kernels take bf16, f16 and fp8 keys); use device='cpu'")
-        if self.rows > 1 and not self.dense:
-            raise ValueError(f"MTP on CUDA is not supported yet: rows={self.rows} "
-                             "with SPIN state (d + 1 query rows per request) runs "
-                             "on device='cpu' only; use rows=1 (or dense=True) on cuda")
         if self._options["reduction"] != "A1" and not self.dense:
             raise ValueError(f"reduction={self._options['reduction']!r} is not "
                              "supported on cuda yet (only A1); use device='cpu'")

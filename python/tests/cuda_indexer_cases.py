@@ -38,6 +38,25 @@ CASES = {
         indexer=dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=32,
                      key_format="bf16", dense=True),
         batch=3, max_pages=8, layers=1),
+    # MTP (SPIN_SPEC §4): d + 1 query rows, commits of 0..d accepted drafts.
+    "mtp-bf16-union-prefix": dict(
+        indexer=dict(heads=8, head_dim=64, page_size=64, block_size=16, topk=32,
+                     sparsity=0.5, pooling="max", key_format="bf16", rows=3),
+        batch=3, max_pages=8, layers=1),
+    "mtp-fp8-explore-two-layers": dict(
+        indexer=dict(heads=16, head_dim=64, page_size=64, block_size=32, topk=32,
+                     sparsity=0.6, explore=0.25, seed=2 ** 63 + 31, pooling="mean",
+                     key_format="fp8", rows=4),
+        batch=3, max_pages=10, layers=2),
+    "mtp-bf16-row0": dict(
+        indexer=dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=16,
+                     sparsity=0.5, explore=0.1, seed=5, pooling="top4",
+                     key_format="bf16", rows=2, mtp_mask="row0", mtp_update="row0"),
+        batch=2, max_pages=8, layers=1),
+    "mtp-nonint-f16": dict(
+        indexer=dict(heads=8, head_dim=32, page_size=32, block_size=32, topk=32,
+                     sparsity=0.5, pooling="max", key_format="f16", rows=3),
+        batch=2, max_pages=12, layers=1),
     "nonint-bf16": dict(
         indexer=dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=64,
                      sparsity=0.5, pooling="max", key_format="bf16"),

@@ -54,7 +54,8 @@ def main(argv=None):
         indexers.append(make_indexer(spin, name, chips=chips, cache_dir=out))
         print(f"{name}: {time.time() - t:.1f} s", flush=True)
     t = time.time()
-    load_example().make_indexer("cuda", 0, chips=chips, cache_dir=out)
+    for draft in (0, 2):  # one token per step, and MTP (the default)
+        load_example().make_indexer("cuda", draft, chips=chips, cache_dir=out)
     print(f"examples/torch_decode_loop.py --device cuda: {time.time() - t:.1f} s", flush=True)
     # spin-replay --device cuda (test_replay.py): its programs, and the CPU
     # replay's report that the GPU run is compared with.
@@ -66,9 +67,11 @@ def main(argv=None):
     import traces
     import cuda_replay_cases as rc
     with tempfile.TemporaryDirectory() as tmp:
-        trace_dir = rc.make_trace(traces, os.path.join(tmp, "trace"))
-        replay.prebuild_cuda(trace_dir, rc.run_configs(replay), chips, out, seed=rc.SEED)
-        rc.write_cpu_report(replay, trace_dir, out)
+        for case in rc.CASES:
+            trace_dir = rc.make_trace(traces, os.path.join(tmp, case), case)
+            replay.prebuild_cuda(trace_dir, rc.run_configs(replay, case), chips, out,
+                                 seed=rc.SEED)
+            rc.write_cpu_report(replay, trace_dir, out, case)
     print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
     count = len([d for d in os.listdir(out) if d.startswith("indexer-gpu-")])
     print(f"{count} programs in {out} for {', '.join(chips)} "

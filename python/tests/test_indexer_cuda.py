@@ -204,11 +204,32 @@ def test_disk_cache_off_compiles_into_a_private_directory(tmp_path, monkeypatch)
     spin.read_manifest(indexer.artifact(0, 4, 1))
 
 
-def test_mtp_on_cuda_is_a_clear_error():
-    with pytest.raises(ValueError, match="^MTP on CUDA is not supported yet: rows=3 "):
-        spin.Indexer(**SMALL, rows=3, device="cuda", chips=["sm_90a"])
-    with pytest.raises(ValueError, match="MTP on CUDA is not supported yet"):
-        make_indexer(spin, "bf16-max", rows=2, chips=["sm_90a"])
+@needs_compiler
+@pytest.mark.parametrize("name", ["mtp-bf16-union-prefix", "mtp-bf16-row0"])
+def test_mtp_programs_compile_without_a_gpu(tmp_path, name):
+    """An MTP Indexer's program takes the accepted counts and binds the
+    pending-observation fields of its layer (docs/Runtime-ABI.md); its
+    kernels buffer the rows and replay the accepted ones."""
+    case = CASES[name]
+    rows = case["indexer"]["rows"]
+    indexer = make_indexer(spin, name, chips=["sm_90a"], cache_dir=tmp_path)
+    path = indexer.artifact(0, case["max_pages"], case["batch"])
+    manifest = spin.read_manifest(path)  # the runtime's validation
+    assert manifest["rows"] == rows and manifest["state"]["max_rows"] == rows
+    args = {a["name"]: a for a in manifest["arguments"]}
+    assert args["accepted"]["role"] == "accepted"
+    assert args["accepted"]["shape"] == [case["batch"]]
+    fields = [a["name"] for a in manifest["arguments"] if a["role"] == "state"]
+    assert fields == ["v", "d", "it", "obs_rows", "obs_pos", "obs_len", "obs_mask", "obs_z"]
+    assert args["topk"]["shape"] == [case["batch"], rows, case["indexer"]["topk"]]
+    with open(os.path.join(path, "manifest.json")) as f:
+        kernels = [launch["kernel"] for launch in json.load(f)["launches"]]
+    commit = [k for k in kernels if k.startswith("spin_commit_")]
+    assert len(commit) == 2 and commit[1] == commit[0] + "_finish"
+    assert kernels.index(commit[1]) < min(i for i, k in enumerate(kernels)
+                                          if k.startswith("spin_select_"))
+    assert any(k.startswith("spin_observe_") for k in kernels)
+    assert not any(k.startswith("spin_update_") for k in kernels)
 
 
 @needs_compiler
@@ -277,7 +298,8 @@ def test_prebuild_script_covers_the_gpu_tests_and_the_example(tmp_path, monkeypa
     monkeypatch.setenv("SPIN_CACHE_DIR", str(out))
     for name in CASES:
         make_indexer(spin, name, chips=["sm_90a"])
-    load_example().make_indexer("cuda", 0, chips=["sm_90a"])
+    for draft in (0, 2):
+        load_example().make_indexer("cuda", draft, chips=["sm_90a"])
     # The README's example builds the same Indexer (here with the chip named).
     call = re.search(r"indexer = (spin\.Indexer\(.*?\))\s+#", readme_cuda_example(),
                      re.S).group(1)
@@ -323,6 +345,7 @@ class Lockstep:
         self.H, self.D, self.K = self.opts["heads"], self.opts["head_dim"], self.opts["topk"]
         self.fmt = self.opts["key_format"]
         self.dense = self.opts.get("dense", False)
+        self.R = self.opts.get("rows", 1)
         self.NS = self.MB * self.S
         self.pages = self.MB + 5
         self.indexer = make_indexer(spin, name)
@@ -345,6 +368,7 @@ class Lockstep:
             self.scales_dev.append(None if scales is None else self._device(scales))
         self.states = {}    # (layer, request) -> reference LayerState
         self.requests = {}  # request -> [table, length, position gap]
+        self.accepted = {}  # request -> its last commit (MTP)
 
     @staticmethod
     def _device(array, fmt=None):
@@ -367,20 +391,32 @@ class Lockstep:
     def release(self, request):
         self.state.release(request)
         del self.requests[request]
+        self.accepted.pop(request, None)
         for layer in range(self.L):
             del self.states[layer, request]
 
     def reset(self, request):
         self.state.reset(request)
+        self.accepted.pop(request, None)
         for layer in range(self.L):
             ref.reset(self.states[layer, request])
 
+    def commit(self, request, accepted):
+        """MTP: ``accepted`` draft tokens of the request's last step were
+        accepted; its next step replays rows 0..accepted (on the GPU at its
+        next step; the reference at its next spin_step too)."""
+        self.state.commit(request, int(accepted))
+        self.accepted[request] = int(accepted)
+        self.requests[request][1] += int(accepted) + 1
+
     def step(self, order, ids_as="list"):
         """One step of every layer over the requests ``order``; checks the
-        top-K and the sparsity of each layer against the reference."""
-        B = len(order)
+        top-K and the sparsity of each layer against the reference. With
+        MTP (R rows) row r of a request sees N + r slots at position
+        N - 1 + gap + r, and lengths advance only at ``commit``."""
+        B, R = len(order), self.R
         table = np.stack([self.requests[r][0] for r in order])
-        n = np.array([[self.requests[r][1]] for r in order], np.int32)
+        n = np.array([[self.requests[r][1] + i for i in range(R)] for r in order], np.int32)
         p = n - 1 + np.array([[self.requests[r][2]] for r in order], np.int32)
         q_fmt = "f16" if self.fmt == "f16" else "bf16"
         ids = {"list": list(order), "numpy": np.array(order, np.int64),
@@ -388,13 +424,13 @@ class Lockstep:
                "cuda": torch.tensor(order, dtype=torch.int64, device="cuda")}[ids_as]
         for layer in range(self.L):
             if self.exact:
-                q = self.rng.integers(-4, 5, size=(B, 1, self.H, self.D)).astype(np.float32)
-                w = (self.rng.integers(-4, 5, size=(B, 1, self.H)) / 4).astype(np.float32)
+                q = self.rng.integers(-4, 5, size=(B, R, self.H, self.D)).astype(np.float32)
+                w = (self.rng.integers(-4, 5, size=(B, R, self.H)) / 4).astype(np.float32)
             else:
                 q = ref.bf16_to_f32(ref.f32_to_bf16_bits(
-                    self.rng.standard_normal((B, 1, self.H, self.D)).astype(np.float32)))
+                    self.rng.standard_normal((B, R, self.H, self.D)).astype(np.float32)))
                 q[np.abs(q) < 2.0 ** -14] = 0.0
-                w = (0.5 * self.rng.standard_normal((B, 1, self.H))).astype(np.float32)
+                w = (0.5 * self.rng.standard_normal((B, R, self.H))).astype(np.float32)
             q_stored = gpu_check.encode_exactly(q, q_fmt, "q")
             top, sparsity = self.indexer(
                 self._device(q_stored, q_fmt), self._device(w), self.keys_dev[layer],
@@ -402,18 +438,21 @@ class Lockstep:
                 request_ids=ids, scales=self.scales_dev[layer], layer=layer,
                 return_sparsity=True)
             assert top.device.type == "cuda" and top.dtype == torch.int32
-            assert tuple(top.shape) == (B, 1, self.K) and tuple(sparsity.shape) == (B, 1)
+            assert tuple(top.shape) == (B, R, self.K) and tuple(sparsity.shape) == (B, R)
             got_top, got_sp = top.cpu().numpy(), sparsity.cpu().numpy()
             if self.dense:
                 z = ref.dense_scores(q, w, self.keys[layer], self.scales[layer], table, n)
-                want_top, want_sp, mask = ref.topk(z, n, self.K), np.zeros((B, 1)), None
+                want_top, want_sp, mask = ref.topk(z, n, self.K), np.zeros((B, R)), None
             else:
                 want_top, mask, want_sp, z = ref.spin_step(
                     [self.states[layer, r] for r in order], list(order), layer, q, w,
                     self.keys[layer], self.scales[layer], table, n, p, k=self.K,
                     bs=self.bs, sparsity=self.opts["sparsity"],
                     explore=self.opts.get("explore", 0.0), seed=self.opts.get("seed", 0),
-                    pooling=self.opts.get("pooling", "max"))
+                    pooling=self.opts.get("pooling", "max"),
+                    mtp_mask=self.opts.get("mtp_mask", "union"),
+                    mtp_update=self.opts.get("mtp_update", "prefix"),
+                    accepted=[self.accepted.get(r, 0) for r in order])
             where = f"{self.name} layer {layer}, requests {list(order)}"
             if self.exact:
                 np.testing.assert_array_equal(got_top, want_top, err_msg=where)
@@ -422,15 +461,17 @@ class Lockstep:
                      "block_size": self.bs, "page_size": self.S}
                 problems = []
                 for b in range(B):
-                    problems += gpu_check.compare_row(
-                        c, f"{where} batch index {b}", want_top[b, 0], got_top[b, 0],
-                        want_sp[b, 0], got_sp[b, 0], z[b, 0], int(n[b, 0]),
-                        None if mask is None else mask[b])
+                    for i in range(R):
+                        problems += gpu_check.compare_row(
+                            c, f"{where} batch index {b} row {i}", want_top[b, i],
+                            got_top[b, i], want_sp[b, i], got_sp[b, i], z[b, i],
+                            int(n[b, i]), None if mask is None else mask[b])
                 assert not problems, "\n".join(problems)
             np.testing.assert_allclose(got_sp, want_sp, atol=1e-6, err_msg=where)
         self.indexer.check()
-        for r in order:
-            self.requests[r][1] += 1
+        if R == 1:
+            for r in order:
+                self.requests[r][1] += 1
         return got_sp
 
     def check_states(self):
@@ -487,6 +528,65 @@ def test_steps_match_the_reference(rng, name):
         run.check_states()
         assert not realized[0].any()               # warm-up: dense
         assert any(sp.max() > 0 for sp in realized[1:])
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("name", ["mtp-bf16-union-prefix", "mtp-fp8-explore-two-layers",
+                                  "mtp-bf16-row0"])
+def test_mtp_steps_match_the_reference(rng, name):
+    """MTP verification steps (SPIN_SPEC §4): d + 1 rows per request with
+    ragged lengths and position gaps, a warm-up, then sparse steps whose
+    buffered rows are committed with 0..d accepted drafts (every count
+    occurs) and replayed at the request's next step; a host reset drops a
+    request's buffered rows and its commit; a released request's slot is
+    reused. Top-K and sparsity of every row, and V, D, it after every step,
+    equal the reference's."""
+    steps = 7
+    run = Lockstep(name, rng)
+    d = run.R - 1
+    top = run.NS - (steps + 1) * (d + 1) - 8
+    lengths = [int(rng.integers(1, 2 * run.bs)),
+               run.bs * int(rng.integers(2, max(3, top // run.bs))) - 1,
+               int(rng.integers(top - 20, top))]
+    ids = [2 ** 41 + 3, -9, 17][:run.B]
+    for i, request in enumerate(ids):
+        run.add(request, lengths[i], gap=4 if i == 1 else 0)
+    counts = set()
+    for t in range(steps):
+        if t == 3:
+            run.reset(ids[0])           # drops its buffered rows and commit
+        if t == 5:
+            run.release(ids[-1])
+            ids[-1] = 77
+            run.add(77, int(rng.integers(run.bs, run.NS // 3)))
+        order = [ids[i] for i in rng.permutation(len(ids))]
+        sp = run.step(order)
+        if t == 0:
+            assert not sp.any()         # warm-up: every block of every row
+        run.check_states()
+        for i, request in enumerate(order):
+            accepted = (t + i) % (d + 1) if t < d + 1 else int(rng.integers(0, d + 1))
+            counts.add(accepted)
+            run.commit(request, accepted)
+    assert counts == set(range(d + 1))
+    # One more step replays the last commits; the state still matches.
+    run.step([ids[i] for i in rng.permutation(len(ids))])
+    run.check_states()
+
+
+@cuda
+@needs_cuda
+def test_mtp_noninteger_f16_steps_within_the_gpu_check_tolerance(rng):
+    steps = 5
+    run = Lockstep("mtp-nonint-f16", rng, exact=False)
+    for request, length in zip((5, 6), (40, run.NS // 2)):
+        run.add(request, length)
+    for t in range(steps):
+        run.step([5, 6] if t % 2 else [6, 5])
+        run.check_states()
+        run.commit(5, t % run.R)
+        run.commit(6, (t + 1) % run.R)
 
 
 @cuda
@@ -580,8 +680,9 @@ def test_bad_block_table_entries_are_reported_by_check(rng):
 @cuda
 @needs_cuda
 def test_example_runs_on_cuda():
-    done = subprocess.run([sys.executable, EXAMPLE, "--device", "cuda", "--steps", "6"],
-                          capture_output=True, text=True, env=_package_env())
+    done = subprocess.run([sys.executable, EXAMPLE, "--device", "cuda", "--draft", "0",
+                           "--steps", "6"], capture_output=True, text=True,
+                          env=_package_env())
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [f"step {i:2d}" for i in range(6)]
@@ -591,11 +692,28 @@ def test_example_runs_on_cuda():
     assert all(0.0 < s < 1.0 for s in sparsity[1])    # SPIN after it
     # Request 1 starts a new turn at step 3 (its iterations restart).
     assert lines[-1].endswith("iterations [6, 3, 6]")
-    with pytest.raises(subprocess.CalledProcessError) as mtp:
-        subprocess.run([sys.executable, EXAMPLE, "--device", "cuda", "--draft", "2",
-                        "--steps", "1"], capture_output=True, text=True,
-                       env=_package_env(), check=True)
-    assert "MTP on CUDA is not supported yet" in mtp.value.stderr
+
+
+@cuda
+@needs_cuda
+def test_example_runs_mtp_on_cuda():
+    """--draft 2: three query rows per request, commits of 0..2 accepted
+    draft tokens; a committed verification step counts as one iteration
+    (at the request's next step)."""
+    done = subprocess.run([sys.executable, EXAMPLE, "--device", "cuda", "--draft", "2",
+                           "--steps", "6"], capture_output=True, text=True,
+                          env=_package_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"step {i:2d}" for i in range(6)]
+    assert all("; accepted [" in line for line in lines)
+    sparsity = [[float(x) for x in re.search(r"per layer ([0-9., ]+);", line).group(1)
+                 .split(", ")] for line in lines]
+    assert sparsity[0] == [0.0, 0.0]                  # warm-up
+    assert all(0.0 < s < 1.0 for s in sparsity[1])    # SPIN after it
+    # Iterations count committed steps: step t's line shows t (request 1
+    # restarted at step 3: 2 there at the end).
+    assert lines[-1].endswith("iterations [5, 2, 5]")
 
 
 @cuda

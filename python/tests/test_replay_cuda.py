@@ -3,7 +3,8 @@
 Everywhere: the errors (no CUDA device, a scores trace) and the prebuild of
 the GPU programs into a cache directory (needs the compiler). On a GPU
 (tests marked ``cuda``): the replay of python/tests/cuda_replay_cases.py's
-trace on the GPU against the CPU replay's report, which
+traces (one row per step, and MTP) on the GPU against the CPU replay's
+reports, which
 python/tests/prebuild_cuda_cache.py stored in $SPIN_CACHE_DIR beside the
 programs (the GPU machine's runtime-only build cannot compile or run the
 CPU path).
@@ -68,40 +69,42 @@ def test_unknown_device_is_rejected(tmp_path):
 
 
 @needs_compiler
-def test_prebuild_compiles_every_program_the_replay_needs(tmp_path):
-    trace_dir = rc.make_trace(traces, str(tmp_path / "trace"))
+@pytest.mark.parametrize("case", sorted(rc.CASES))
+def test_prebuild_compiles_every_program_the_replay_needs(tmp_path, case):
+    trace_dir = rc.make_trace(traces, str(tmp_path / "trace"), case)
     cache = tmp_path / "cache"
-    replay.prebuild_cuda(trace_dir, rc.run_configs(replay), ["sm_90a"], str(cache),
+    replay.prebuild_cuda(trace_dir, rc.run_configs(replay, case), ["sm_90a"], str(cache),
                          seed=rc.SEED)
     programs = sorted(p for p in os.listdir(cache) if p.startswith("indexer-gpu-"))
     trace = traces.load_trace(trace_dir)
     sizes = replay._batch_sizes(trace)
     assert len(sizes) > 1  # joins and leaves: several batch sizes
     # (dense + one per configuration) x layers x batch sizes
-    configs = len(rc.run_configs(replay))
+    configs = len(rc.run_configs(replay, case))
     assert len(programs) == (1 + configs) * trace.header["layers"] * len(sizes)
     for p in programs:
         assert os.path.exists(os.path.join(cache, p, "sm_90a.ptx"))
     # A second prebuild finds them all.
-    replay.prebuild_cuda(trace_dir, rc.run_configs(replay), ["sm_90a"], str(cache),
+    replay.prebuild_cuda(trace_dir, rc.run_configs(replay, case), ["sm_90a"], str(cache),
                          seed=rc.SEED)
     assert sorted(p for p in os.listdir(cache) if p.startswith("indexer-gpu-")) == programs
 
 
 @pytest.mark.cuda
 @needs_cuda
-def test_cuda_replay_matches_the_cpu_replay(tmp_path):
+@pytest.mark.parametrize("case", sorted(rc.CASES))
+def test_cuda_replay_matches_the_cpu_replay(tmp_path, case):
     cache = os.environ.get("SPIN_CACHE_DIR")
-    if not cache or not os.path.exists(rc.cpu_report_path(cache)):
+    if not cache or not os.path.exists(rc.cpu_report_path(cache, case)):
         pytest.fail("SPIN_CACHE_DIR must hold the programs and the CPU report written by "
                     "python/tests/prebuild_cuda_cache.py")
-    with open(rc.cpu_report_path(cache)) as f:
+    with open(rc.cpu_report_path(cache, case)) as f:
         cpu = json.load(f)
-    trace_dir = rc.make_trace(traces, str(tmp_path / "trace"))
-    gpu = replay.replay(trace_dir, rc.run_configs(replay), seed=rc.SEED, diagnostics=False,
-                        device="cuda", cache_dir=cache)
+    trace_dir = rc.make_trace(traces, str(tmp_path / "trace"), case)
+    gpu = replay.replay(trace_dir, rc.run_configs(replay, case), seed=rc.SEED,
+                        diagnostics=False, device="cuda", cache_dir=cache)
     assert gpu["device"] == "cuda" and cpu["device"] == "cpu"
-    assert len(gpu["runs"]) == len(cpu["runs"]) == len(rc.run_configs(replay))
+    assert len(gpu["runs"]) == len(cpu["runs"]) == len(rc.run_configs(replay, case))
     for g, c in zip(gpu["runs"], cpu["runs"]):
         assert g["config"] == c["config"]
         go, co = g["overall"], c["overall"]

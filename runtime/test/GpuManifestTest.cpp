@@ -110,6 +110,29 @@ TEST(GpuManifest, ReadsTheToyArtifact) {
   EXPECT_TRUE(mtp->launches[0].wait.empty());
 }
 
+TEST(GpuManifest, ReadsTheObservationFieldsOfAnMtpProgram) {
+  // Compiled MTP programs bind every observation field with the pool's
+  // sizes left to run time.
+  TempDir dir;
+  dir.write("sm_90.ptx", "// not loaded");
+  StatusOr<GpuManifest> m = GpuManifest::parse(
+      spin::runtime::testing::toyMtpManifestWithObservations(), dir.path());
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_TRUE(m->commits());
+  ASSERT_TRUE(m->state);
+  EXPECT_EQ(m->state->maxRows, 2);
+  std::vector<std::string> fields;
+  for (const ArgSpec &a : m->arguments)
+    if (a.role == ArgSpec::Role::State)
+      fields.push_back(a.name);
+  EXPECT_EQ(fields, (std::vector<std::string>{"it", "obs_rows", "obs_pos",
+                                              "obs_len", "obs_mask", "obs_z"}));
+  EXPECT_EQ(m->arguments[9].dtype, DType::f32);
+  EXPECT_EQ(m->arguments[9].shape, (std::vector<int64_t>{-1, -1, -1}));
+  EXPECT_EQ(m->arguments[8].dtype, DType::i8);
+  EXPECT_EQ(m->launches[0].args[4].index, 10);
+}
+
 TEST(GpuManifest, ReportsMissingDirectoriesAndFiles) {
   EXPECT_EQ(GpuManifest::read("/nonexistent/spin-artifact").message(),
             "GPU artifact /nonexistent/spin-artifact is not a directory");

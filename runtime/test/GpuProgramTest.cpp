@@ -398,6 +398,62 @@ TEST_F(GpuProgramTest, MtpStepsUploadCommitsAndKeepBufferedRows) {
   EXPECT_EQ(*pool->bufferedRows(8, 1, stream), 0);
 }
 
+TEST_F(GpuProgramTest, MtpProgramsBindTheObservationFieldsOfAMatchingPool) {
+  // The toy MTP kernel with every observation field bound (as compiled MTP
+  // programs bind them): the pool's row count and block count must be the
+  // ones the program was compiled for, since the kernels index obs_pos,
+  // obs_len, obs_z and obs_mask with them.
+  TempDir dir;
+  dir.write("manifest.json",
+            spin::runtime::testing::toyMtpManifestWithObservations());
+  dir.write("sm_90.ptx", readFile(inputsDir() + "/toy_mtp/sm_90.ptx"));
+  StatusOr<std::unique_ptr<GpuProgram>> loaded =
+      GpuProgram::load(ctx, dir.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  GpuProgram &program = **loaded;
+  std::vector<int64_t> ids = {8, 7};
+  std::map<std::string, DeviceTensorRef> inputs = {
+      {"positions", {upload(std::vector<int32_t>(4, 5)), {2, 2}, DType::i32}},
+      {"request_ids", {upload(ids), {2}, DType::i64}}};
+  CUdeviceptr seen = upload(std::vector<int32_t>(2, -1));
+  std::map<std::string, DeviceTensorRef> outputs = {
+      {"seen", {seen, {2}, DType::i32}}};
+
+  auto poolWith = [&](int64_t maxRows, int64_t blockSize) {
+    StatusOr<StatePoolOptions> options = program.stateOptions(3);
+    EXPECT_TRUE(options.ok()) << options.message();
+    options->maxRows = maxRows;
+    options->blockSize = blockSize;
+    StatusOr<std::unique_ptr<GpuStatePool>> pool =
+        GpuStatePool::create(ctx, *options, stream);
+    EXPECT_TRUE(pool.ok()) << pool.message();
+    for (int64_t id : {7, 8})
+      EXPECT_TRUE((*pool)->acquire(id, stream).ok());
+    return std::move(pool).value();
+  };
+  auto wider = poolWith(3, 4);
+  EXPECT_EQ(program.run(*wider, inputs, outputs, ids, stream).message(),
+            "the state pool has maxRows 3 but " + dir.path() +
+                " was compiled for 2");
+  auto finer = poolWith(2, 2);
+  EXPECT_EQ(program.run(*finer, inputs, outputs, ids, stream).message(),
+            "the state pool's obs_mask rows hold 4 blocks but " + dir.path() +
+                " was compiled for 2");
+  // Refused steps leave no bookkeeping behind; a matching pool steps, and
+  // the layer binding obs_rows buffers the step's rows.
+  EXPECT_FALSE(wider->hasPendingRows(7));
+  auto pool = poolWith(2, 4);
+  ASSERT_TRUE(program.run(*pool, inputs, outputs, ids, stream).ok());
+  EXPECT_EQ(download<int32_t>(seen, 2), (std::vector<int32_t>{0, 0}));
+  EXPECT_TRUE(pool->hasPendingRows(8));
+  EXPECT_EQ(*pool->bufferedRows(8, 1, stream), 2);
+  ASSERT_TRUE(pool->commit(7, 0).ok());
+  ASSERT_TRUE(pool->commit(8, 1).ok());
+  ASSERT_TRUE(program.run(*pool, inputs, outputs, ids, stream).ok());
+  EXPECT_EQ(download<int32_t>(seen, 2), (std::vector<int32_t>{102, 2}));
+  ASSERT_TRUE(program.check(stream).ok());
+}
+
 TEST_F(GpuProgramTest, LoadErrorsNameTheFileAndTheDriverError) {
   std::string manifest = readFile(inputsDir() + "/toy_step/manifest.json");
   {

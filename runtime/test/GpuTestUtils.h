@@ -62,6 +62,37 @@ inline std::string readFile(const std::string &path) {
                      std::istreambuf_iterator<char>());
 }
 
+/// The toy MTP artifact's manifest (Inputs/toy_mtp) with every observation
+/// field of layer 1 bound, as compiled MTP programs bind them: after
+/// `obs_rows`, with the pool's sizes left to run time (-1).
+inline std::string toyMtpManifestWithObservations() {
+  std::string text = readFile(inputsDir() + "/toy_mtp/manifest.json");
+  auto replace = [&](const std::string &from, const std::string &to) {
+    size_t at = text.find(from);
+    if (at == std::string::npos)
+      ADD_FAILURE() << "no '" << from << "' in toy_mtp/manifest.json";
+    else
+      text.replace(at, from.size(), to);
+  };
+  const std::string rows = "{\"role\": \"state\", \"name\": \"obs_rows\", "
+                           "\"layer\": 1, \"dtype\": \"i32\", \"shape\": "
+                           "[-1]},";
+  replace(rows,
+          rows +
+              "\n{\"role\": \"state\", \"name\": \"obs_pos\", \"layer\": 1, "
+              "\"dtype\": \"i32\", \"shape\": [-1, -1]},"
+              "\n{\"role\": \"state\", \"name\": \"obs_len\", \"layer\": 1, "
+              "\"dtype\": \"i32\", \"shape\": [-1, -1]},"
+              "\n{\"role\": \"state\", \"name\": \"obs_mask\", \"layer\": 1, "
+              "\"dtype\": \"i8\", \"shape\": [-1, -1]},"
+              "\n{\"role\": \"state\", \"name\": \"obs_z\", \"layer\": 1, "
+              "\"dtype\": \"f32\", \"shape\": [-1, -1, -1]},");
+  // The output moved from argument 6 to 10.
+  replace("{\"kind\": \"argument\", \"index\": 6}",
+          "{\"kind\": \"argument\", \"index\": 10}");
+  return text;
+}
+
 } // namespace spin::runtime::testing
 
 #endif // SPIN_RUNTIME_TEST_GPUTESTUTILS_H

@@ -26,6 +26,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
+#include <set>
 
 #define DEBUG_TYPE "convert-spin-to-gpu"
 
@@ -94,10 +95,26 @@ SmallVector<Operation *> usersThroughAsync(Value value) {
   return users;
 }
 
-/// The spin.layer_state a state value comes from (through resets).
+/// The spin.layer_state a state value comes from (through resets and MTP
+/// commits, and the async values spin-schedule-async makes of them).
 LayerStateOp layerStateOf(Value state) {
-  while (auto reset = state.getDefiningOp<ResetOp>())
-    state = reset.getState();
+  while (true) {
+    if (auto reset = state.getDefiningOp<ResetOp>()) {
+      state = reset.getState();
+    } else if (auto commit = state.getDefiningOp<CommitOp>()) {
+      state = commit.getState();
+    } else if (auto await = state.getDefiningOp<async::AwaitOp>()) {
+      state = await.getOperand();
+    } else if (auto exec = state.getDefiningOp<async::ExecuteOp>()) {
+      auto result = cast<OpResult>(state);
+      // Result 0 is the token; body results follow.
+      auto yield =
+          cast<async::YieldOp>(exec.getBodyRegion().front().getTerminator());
+      state = yield.getOperand(result.getResultNumber() - 1);
+    } else {
+      break;
+    }
+  }
   return state.getDefiningOp<LayerStateOp>();
 }
 
@@ -179,6 +196,13 @@ private:
     }
     return it->second;
   }
+  /// The MTP pending-observation fields of a layer (docs/Runtime-ABI.md).
+  struct ObservationFields {
+    Buffer rows, pos, len, mask, z;
+  };
+  /// The observation fields of `state`'s layer, bound on first use (after
+  /// its v, d and it, the CPU step function's order).
+  ObservationFields observationsOf(Operation *user, Value state);
 
   /// Records one launch: kernel `name`, with arguments (buffers).
   struct Launch {
@@ -210,6 +234,16 @@ private:
   LogicalResult lower(EmaUpdateOp op);
   LogicalResult lower(ResetOp op);
   LogicalResult lower(BlockSparsityOp op);
+  LogicalResult lower(ObserveOp op);
+  LogicalResult lower(CommitOp op);
+  /// Buffers an MTP step's rows for a later spin.commit (ObserveKernelSpec).
+  LogicalResult lowerObservations(Operation *op, Value state, int64_t batch,
+                                  int64_t rows, Buffer scores, Buffer positions,
+                                  Buffer lengths, const MaskBuffers &mask,
+                                  int64_t stream, int64_t wait);
+  /// Rejects MTP state the GPU path does not keep: block-level (A2) and
+  /// `last_observed` states.
+  LogicalResult checkObservationState(Operation *op, Value state);
   LogicalResult lowerUpdate(Operation *op, Value state, int64_t batch,
                             Buffer scores, Buffer positions, Buffer lengths,
                             const MaskBuffers &mask, double decay,
@@ -248,6 +282,11 @@ private:
   DenseMap<Value, MaskBuffers> masks;  // selections
   DenseMap<Value, Buffer> pageCounts;  // key caches -> dim arguments
   std::map<int64_t, std::array<Buffer, 3>> states;
+  std::map<int64_t, ObservationFields> observations;
+  /// Layers that buffer MTP rows (their resets drop the buffer too), and
+  /// the rows per step of the graph's MTP layers (the pool's maxRows).
+  std::set<int64_t> bufferingLayers;
+  int64_t mtpRows = 0;
   std::map<int64_t, int64_t> capacities;
   int64_t stateBlockSize = 0;
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
@@ -296,6 +335,25 @@ std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
       addPointer("state", "d", "f32", {-1, -1}, layer),
       addPointer("state", "it", "i64", {-1}, layer)};
   states[layer] = fields;
+  return fields;
+}
+
+PlanBuilder::ObservationFields PlanBuilder::observationsOf(Operation *user,
+                                                           Value state) {
+  int64_t layer = cast<StateType>(state.getType()).getLayer();
+  stateOf(user, state);
+  auto it = observations.find(layer);
+  if (it != observations.end())
+    return it->second;
+  // Sizes beyond the slot count are the pool's (maxRows, blocks, capacity):
+  // the runtime checks them against the manifest's state section.
+  ObservationFields fields = {
+      addPointer("state", "obs_rows", "i32", {-1}, layer),
+      addPointer("state", "obs_pos", "i32", {-1, -1}, layer),
+      addPointer("state", "obs_len", "i32", {-1, -1}, layer),
+      addPointer("state", "obs_mask", "i8", {-1, -1}, layer),
+      addPointer("state", "obs_z", "f32", {-1, -1, -1}, layer)};
+  observations[layer] = fields;
   return fields;
 }
 
@@ -561,9 +619,6 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
   if (failed(spec))
     return failure();
-  if (op.getState() && spec->rows != 1)
-    return op.emitOpError("GPU path: MTP observation buffering is not "
-                          "supported yet");
   spec->name = kernelName("score_sparse");
   spec->sparse = true;
   spec->blockSize = mask.blockSize;
@@ -582,7 +637,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   buffers[op.getScores()] = scores;
   masks[op.getScores()] = mask; // the scores' entries follow the list
   for (Operation *user : usersThroughAsync(op.getScores()))
-    if (isa<EmaUpdateOp>(user) && user->getParentOfType<async::ExecuteOp>()) {
+    if (isa<EmaUpdateOp, ObserveOp>(user) &&
+        user->getParentOfType<async::ExecuteOp>()) {
       scoring.record = events;
       scoreEvents[op.getScores()] = events++;
       break;
@@ -607,6 +663,10 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
     FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
     if (failed(positions))
       return failure();
+    if (op.getUpdate() == UpdateKind::observe)
+      return lowerObservations(op, op.getState(), spec->batch, spec->rows,
+                               scores, *positions, *lengths, mask,
+                               /*stream=*/0, /*wait=*/-1);
     return lowerUpdate(op, op.getState(), spec->batch, scores, *positions,
                        *lengths, mask,
                        op.getDecay() ? op.getDecay()->convertToDouble() : 0.5,
@@ -683,7 +743,8 @@ LogicalResult PlanBuilder::lower(EmaUpdateOp op) {
                           "spin.fused_score");
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
   if (lengthsType.getDimSize(1) != 1)
-    return op.emitOpError("GPU path: MTP updates are not supported yet");
+    return op.emitOpError("GPU path: needs one static row per request (MTP "
+                          "steps buffer their rows with spin.observe)");
   FailureOr<Buffer> scores = bufferOf(op, op.getScores());
   FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
   FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
@@ -712,15 +773,135 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
   auto [v, d, it] = stateOf(op, op.getState());
+  SmallVector<Buffer> operands = {*flags, *slots, v, d, it};
+  if (bufferingLayers.count(layer)) {
+    spec.observations = true;
+    operands.push_back(observationsOf(op, op.getState()).rows);
+  }
   LaunchShape shape = buildResetKernel(b, op.getLoc(), kernels, spec);
-  launch(spec.name, shape, {*flags, *slots, v, d, it}, op);
+  launch(spec.name, shape, operands, op);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MTP: buffered observations and their commit (SPIN_SPEC §4)
+//===----------------------------------------------------------------------===//
+
+LogicalResult PlanBuilder::checkObservationState(Operation *op, Value state) {
+  auto type = cast<StateType>(state.getType());
+  if (type.getLevel() == StateLevel::block)
+    return op->emitOpError("GPU path: block-level state (the A2 reduction) "
+                           "is not supported; MTP with A2 runs on the CPU "
+                           "path");
+  if (type.getLastObserved())
+    return op->emitOpError("GPU path: states with last_observed (the "
+                           "block-age exploration policies) are not "
+                           "supported");
+  if (capacityOf(type.getLayer()) <= 0)
+    return op->emitOpError("GPU path: the capacity of layer ")
+           << type.getLayer()
+           << " is unknown (no spin.fused_select of it, and no capacity "
+              "option)";
+  return success();
+}
+
+LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
+                                             int64_t batch, int64_t rows,
+                                             Buffer scores, Buffer positions,
+                                             Buffer lengths,
+                                             const MaskBuffers &mask,
+                                             int64_t stream, int64_t wait) {
+  if (failed(checkObservationState(op, state)))
+    return failure();
+  if (rows != mtpRows)
+    return op->emitOpError("GPU path: MTP steps of one graph must have the "
+                           "same number of rows (this one has ")
+           << rows << ", another " << mtpRows
+           << "): the state pool buffers one row count";
+  int64_t layer = cast<StateType>(state.getType()).getLayer();
+  ObserveKernelSpec spec;
+  spec.name = kernelName("observe");
+  spec.batch = batch;
+  spec.rows = rows;
+  spec.capacity = capacityOf(layer);
+  spec.blockSize = mask.blockSize;
+  spec.maxBlocks = mask.maxBlocks;
+  spec.stateBlocks = llvm::divideCeil(spec.capacity, mask.blockSize);
+  spec.ctasPerRequest = std::max<int64_t>(
+      1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
+  ObservationFields obs = observationsOf(op, state);
+  LaunchShape shape = buildObserveKernel(b, op->getLoc(), kernels, spec);
+  Launch &l = launch(spec.name, shape,
+                     {scores, positions, lengths, *slots, mask.blocks,
+                      mask.counts, mask.mask, mask.skip, obs.rows, obs.pos,
+                      obs.len, obs.mask, obs.z},
+                     op);
+  l.stream = stream;
+  if (wait >= 0)
+    l.wait.push_back(wait);
+  return success();
+}
+
+LogicalResult PlanBuilder::lower(ObserveOp op) {
+  auto maskIt = masks.find(op.getScores());
+  if (maskIt == masks.end())
+    return op.emitOpError("GPU path: the scores must come from "
+                          "spin.fused_score");
+  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
+  FailureOr<Buffer> scores = bufferOf(op, op.getScores());
+  FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
+  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
+  if (failed(scores) || failed(positions) || failed(lengths))
+    return failure();
+  // With spin-schedule-async the buffering runs on the side stream after
+  // the scores' event, next to the top-K (as an EMA update does).
+  bool async = static_cast<bool>(op->getParentOfType<async::ExecuteOp>());
+  auto event = scoreEvents.find(op.getScores());
+  return lowerObservations(
+      op, op.getState(), lengthsType.getDimSize(0), lengthsType.getDimSize(1),
+      *scores, *positions, *lengths, maskIt->second, async ? 1 : 0,
+      async && event != scoreEvents.end() ? event->second : -1);
+}
+
+LogicalResult PlanBuilder::lower(CommitOp op) {
+  if (failed(checkObservationState(op, op.getState())))
+    return failure();
+  FailureOr<Buffer> accepted = bufferOf(op, op.getAccepted());
+  if (failed(accepted))
+    return failure();
+  if (mtpRows <= 0)
+    return op.emitOpError("GPU path: a commit needs the graph's MTP step "
+                          "(spin.observe or spin.fused_score with "
+                          "update = observe) to size the buffer");
+  int64_t layer = cast<StateType>(op.getState().getType()).getLayer();
+  CommitKernelSpec spec;
+  spec.name = kernelName("commit");
+  spec.batch = cast<RankedTensorType>(op.getAccepted().getType()).getDimSize(0);
+  spec.rows = mtpRows;
+  spec.capacity = capacityOf(layer);
+  spec.blockSize = op.getBlockSize();
+  spec.stateBlocks = llvm::divideCeil(spec.capacity, spec.blockSize);
+  spec.decay = op.getDecay().convertToDouble();
+  spec.rowZeroOnly = op.getMtpUpdate() == MtpUpdate::row0;
+  spec.ctasPerRequest =
+      std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
+  auto [v, d, it] = stateOf(op, op.getState());
+  ObservationFields obs = observationsOf(op, op.getState());
+  CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
+  // The replay and the finish run in order on the commit's stream, before
+  // the selection that reads the committed state.
+  launch(spec.name, shapes.replay,
+         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z},
+         op);
+  launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
   return success();
 }
 
 LogicalResult PlanBuilder::lowerOne(Operation *op) {
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case<DenseIndexerOp, TopKOp, FusedSelectOp, FusedScoreOp, EmaUpdateOp,
-            ResetOp, BlockSparsityOp>([&](auto typed) { return lower(typed); })
+            ResetOp, BlockSparsityOp, ObserveOp, CommitOp>(
+          [&](auto typed) { return lower(typed); })
       .Case<LayerStateOp, async::YieldOp, func::ReturnOp>(
           [](Operation *) { return success(); })
       .Case<async::AwaitOp>([&](async::AwaitOp await) {
@@ -852,6 +1033,33 @@ LogicalResult PlanBuilder::run() {
                             .getDimSize(1) *
                         static_cast<int64_t>(op.getBlockSize());
   });
+  // MTP layers: which buffer rows, and how many rows a step has.
+  WalkResult mtp = func.walk([&](Operation *op) -> WalkResult {
+    Value state;
+    std::optional<int64_t> rows;
+    if (auto observe = dyn_cast<ObserveOp>(op)) {
+      state = observe.getState();
+      rows = observe.getLengths().getType().getDimSize(1);
+    } else if (auto score = dyn_cast<FusedScoreOp>(op);
+               score && score.getUpdate() == UpdateKind::observe) {
+      state = score.getState();
+      rows = score.getLengths().getType().getDimSize(1);
+    } else if (auto commit = dyn_cast<CommitOp>(op)) {
+      state = commit.getState();
+    }
+    if (!state)
+      return WalkResult::advance();
+    bufferingLayers.insert(cast<StateType>(state.getType()).getLayer());
+    if (rows) {
+      if (ShapedType::isDynamic(*rows))
+        return op->emitOpError("GPU path: needs a static row count"),
+               WalkResult::interrupt();
+      mtpRows = std::max(mtpRows, *rows);
+    }
+    return WalkResult::advance();
+  });
+  if (mtp.wasInterrupted())
+    return failure();
   // The graph's arguments, with their roles (inputs named by use).
   nameGraphInputs(func);
   for (BlockArgument arg : func.getArguments()) {
@@ -880,8 +1088,6 @@ LogicalResult PlanBuilder::run() {
     if (role.empty())
       return func.emitOpError("GPU path: argument ")
              << i << " has no spin role attribute (spin.input, ...)";
-    if (role == "accepted")
-      return func.emitOpError("GPU path: MTP commits are not supported yet");
     buffers[arg] = addPointer(role, name, *dtype, shape);
   }
   errors = addArg(pointer(), NamedAttrList(b.getNamedAttr(

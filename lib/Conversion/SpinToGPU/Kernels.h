@@ -205,16 +205,79 @@ LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               const UpdateKernelSpec &spec);
 
 /// Zeroes V and D and sets `it = 0` for the requests whose reset flag is
-/// set. Parameters: reset (i8), slots, v, d, it (ptrs). Grid:
+/// set (and drops their buffered MTP rows: `obs_rows = 0`). Parameters:
+/// reset (i8), slots, v, d, it, [obs_rows] (ptrs). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
   std::string name;
   int64_t batch = 1, capacity = 1;
   int64_t threads = 256, ctasPerRequest = 1;
+  /// The layer buffers MTP rows: take `obs_rows` as a last parameter.
+  bool observations = false;
 };
 LaunchShape buildResetKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,
                              const ResetKernelSpec &spec);
+
+//===----------------------------------------------------------------------===//
+// MTP: buffered observations and their commit (SPIN_SPEC §4)
+//===----------------------------------------------------------------------===//
+
+/// Buffers the rows of an MTP verification step in the request's
+/// pending-observation fields (docs/Runtime-ABI.md), as spin.observe does on
+/// the CPU: `obs_rows = rows`, `obs_pos[r]`, `obs_len[r]`, the step's union
+/// mask in `obs_mask` (0/1, the first min(maxBlocks, stateBlocks) entries)
+/// and, for every scored slot `i < N_r` of row `r`, its score in
+/// `obs_z[r][i]` (read from the sparse score layout above; other entries
+/// keep stale values no commit reads). A request whose `skip` flag is set or
+/// one of whose rows has a bad length or position (reported by the select
+/// kernel) buffers nothing: `obs_rows = 0`.
+///
+/// Parameters: scores, positions, lengths, slots, blocks, counts, mask,
+/// skip, obs_rows, obs_pos, obs_len, obs_mask, obs_z (ptrs).
+/// Grid: (ctasPerRequest, batch).
+struct ObserveKernelSpec {
+  std::string name;
+  /// `rows` is also the pool's `maxRows` (the row stride of the obs fields).
+  int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
+  int64_t stateBlocks = 1; ///< entries of an obs_mask row: ceil(C / block)
+  int64_t threads = 256, ctasPerRequest = 1;
+};
+LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
+                               gpu::GPUModuleOp module,
+                               const ObserveKernelSpec &spec);
+
+/// Replays the buffered rows `0..a` (`a = accepted[b]` clamped to
+/// `[0, obs_rows - 1]`; row 0 alone with `rowZeroOnly`) into V and D in row
+/// order, with the update rule of buildUpdateKernel, then `it += 1` and
+/// `obs_rows = 0`; requests with nothing buffered are untouched. Two
+/// launches:
+///  1. `<name>` (ctasPerRequest x batch CTAs): thread `x` owns `V[x]` and
+///     `D[x]` and folds in, row after row, row r's score of slot `x` and of
+///     slot `p_r - x` (when scored and finite): no two threads write the
+///     same entry, and each entry sees the rows in order, exactly as the
+///     CPU path's sequential replay; entries no replayed row touches are
+///     not accessed;
+///  2. `<name>_finish` (one thread per request) advances `it` and drops the
+///     buffer, after every CTA of the first launch has read `obs_rows`.
+///
+/// Parameters: replay(accepted, slots, v, d, obs_rows, obs_pos, obs_len,
+/// obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
+struct CommitKernelSpec {
+  std::string name;
+  /// `rows` is the pool's `maxRows` (the row stride of the obs fields).
+  int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64;
+  int64_t stateBlocks = 1; ///< entries of an obs_mask row: ceil(C / block)
+  double decay = 0.5;
+  bool rowZeroOnly = false; ///< `mtp_update = row0`
+  int64_t threads = 256, ctasPerRequest = 1;
+};
+struct CommitLaunches {
+  LaunchShape replay, finish;
+};
+CommitLaunches buildCommitKernels(OpBuilder &b, Location loc,
+                                  gpu::GPUModuleOp module,
+                                  const CommitKernelSpec &spec);
 
 } // namespace mlir::spin::gpu_codegen
 

@@ -94,7 +94,7 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params(5, ptr);
+  SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
   gpu::GPUFuncOp func =
       createKernel(b, loc, module, spec.name, params, spec.threads);
   OpBuilder::InsertionGuard guard(b);
@@ -102,6 +102,7 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4);
+  Value obsRows = spec.observations ? func.getArgument(5) : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
@@ -117,7 +118,11 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
                });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
-              [&] { kb.storeAt(kb.i64(0), itState, slot); });
+              [&] {
+                kb.storeAt(kb.i64(0), itState, slot);
+                if (obsRows)
+                  kb.storeAt(kb.i32(0), obsRows, slot);
+              });
   });
   (void)f32;
   LaunchShape shape;

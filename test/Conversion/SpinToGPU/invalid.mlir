@@ -105,3 +105,108 @@ func.func @rejects_age_exploration_policy(%q: tensor<2x1x16x64xbf16> {spin.input
       -> tensor<2x1x8xi32>, tensor<2x1x128xf32>, !spin.state<layer = 0, last_observed = true>
   return %t : tensor<2x1x8xi32>
 }
+
+// -----
+
+// MTP with block-level (A2) state runs on the CPU path only.
+func.func @commit_rejects_block_level_state(
+    %lengths: tensor<2x2xi32> {spin.input = "lengths"},
+    %positions: tensor<2x2xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids},
+    %accepted: tensor<2xi32> {spin.accepted}) -> tensor<2x8xi1> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0, level = block>
+  // expected-error @below {{GPU path: block-level state (the A2 reduction) is not supported; MTP with A2 runs on the CPU path}}
+  %c = spin.commit %s accepted(%accepted : tensor<2xi32>)
+      {block_size = 16 : i64, decay = 5.0e-01}
+      : !spin.state<layer = 0, level = block>
+  %m = spin.fused_select %c positions(%positions : tensor<2x2xi32>)
+      lengths(%lengths : tensor<2x2xi32>)
+      {block_size = 16 : i64, sparsity = 5.0e-01, topk = 8 : i64,
+       reduction = #spin.reduction<a2>}
+      : !spin.state<layer = 0, level = block> -> tensor<2x8xi1>
+  return %m : tensor<2x8xi1>
+}
+
+// -----
+
+// The GPU state pool keeps no last_observed (the block-age policies).
+func.func @commit_rejects_last_observed_state(
+    %lengths: tensor<2x2xi32> {spin.input = "lengths"},
+    %positions: tensor<2x2xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids},
+    %accepted: tensor<2xi32> {spin.accepted}) -> tensor<2x8xi1> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0, last_observed = true>
+  // expected-error @below {{GPU path: states with last_observed (the block-age exploration policies) are not supported}}
+  %c = spin.commit %s accepted(%accepted : tensor<2xi32>)
+      {block_size = 16 : i64, decay = 5.0e-01}
+      : !spin.state<layer = 0, last_observed = true>
+  %m = spin.fused_select %c positions(%positions : tensor<2x2xi32>)
+      lengths(%lengths : tensor<2x2xi32>)
+      {block_size = 16 : i64, sparsity = 5.0e-01, topk = 8 : i64,
+       pooling = #spin.pooling<max>}
+      : !spin.state<layer = 0, last_observed = true> -> tensor<2x8xi1>
+  return %m : tensor<2x8xi1>
+}
+
+// -----
+
+// The replay's row stride is the buffering step's row count.
+func.func @commit_rejects_a_graph_without_an_mtp_step(
+    %lengths: tensor<2x2xi32> {spin.input = "lengths"},
+    %positions: tensor<2x2xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids},
+    %accepted: tensor<2xi32> {spin.accepted}) -> tensor<2x8xi1> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  // expected-error @below {{GPU path: a commit needs the graph's MTP step (spin.observe or spin.fused_score with update = observe) to size the buffer}}
+  %c = spin.commit %s accepted(%accepted : tensor<2xi32>)
+      {block_size = 16 : i64, decay = 5.0e-01}
+      : !spin.state<layer = 0>
+  %m = spin.fused_select %c positions(%positions : tensor<2x2xi32>)
+      lengths(%lengths : tensor<2x2xi32>)
+      {block_size = 16 : i64, sparsity = 5.0e-01, topk = 8 : i64,
+       pooling = #spin.pooling<max>}
+      : !spin.state<layer = 0> -> tensor<2x8xi1>
+  return %m : tensor<2x8xi1>
+}
+
+// -----
+
+// One state pool buffers one row count: two MTP layers of one graph must
+// agree on it.
+func.func @observe_rejects_mtp_layers_with_different_rows(
+    %q2: tensor<2x2x16x64xbf16> {spin.input = "q"},
+    %w2: tensor<2x2x16xf32> {spin.input = "w"},
+    %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+    %table: tensor<2x8xi32> {spin.input = "block_table"},
+    %n2: tensor<2x2xi32> {spin.input = "lengths"},
+    %p2: tensor<2x2xi32> {spin.positions},
+    %n3: tensor<2x3xi32> {spin.input = "lengths_1"},
+    %p3: tensor<2x3xi32> {spin.input = "positions_1"},
+    %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x2x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %m = spin.fused_select %s positions(%p2 : tensor<2x2xi32>)
+      lengths(%n2 : tensor<2x2xi32>)
+      {block_size = 16 : i64, sparsity = 5.0e-01, topk = 8 : i64,
+       pooling = #spin.pooling<max>}
+      : !spin.state<layer = 0> -> tensor<2x8xi1>
+  // expected-error @below {{GPU path: MTP steps of one graph must have the same number of rows (this one has 2, another 3): the state pool buffers one row count}}
+  %t, %z, %s1 = spin.fused_score q(%q2 : tensor<2x2x16x64xbf16>)
+      w(%w2 : tensor<2x2x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>) lengths(%n2 : tensor<2x2xi32>)
+      mask(%m : tensor<2x8xi1>) state(%s : !spin.state<layer = 0>)
+      positions(%p2 : tensor<2x2xi32>)
+      {block_size = 16 : i64, k = 8 : i64, update = #spin.update<observe>}
+      -> tensor<2x2x8xi32>, tensor<2x2x128xf32>, !spin.state<layer = 0>
+  %t1 = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 1>
+  %z3 = tensor.empty() : tensor<2x3x128xf32>
+  %m1 = spin.fused_select %t1 positions(%p3 : tensor<2x3xi32>)
+      lengths(%n3 : tensor<2x3xi32>)
+      {block_size = 16 : i64, sparsity = 5.0e-01, topk = 8 : i64,
+       pooling = #spin.pooling<max>}
+      : !spin.state<layer = 1> -> tensor<2x8xi1>
+  %o = spin.observe %t1 scores(%z3 : tensor<2x3x128xf32>)
+      positions(%p3 : tensor<2x3xi32>) lengths(%n3 : tensor<2x3xi32>)
+      mask(%m1 : tensor<2x8xi1>) {block_size = 16 : i64}
+      : !spin.state<layer = 1>
+  return %t : tensor<2x2x8xi32>
+}

@@ -1,0 +1,78 @@
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 schedule-async=false mtp-mask=row0 mtp-update=row0" --convert-spin-to-gpu | FileCheck %s --check-prefix=FUSED
+
+// An MTP verification step (3 query rows) after spin-sparsify-pipeline
+// becomes: the reset (which also drops buffered rows), the replay of the
+// previous step's accepted rows and its finish (it += 1, obs_rows = 0)
+// before the selection that reads the committed state, the selection over
+// every row (their union), sparse scoring of all rows recording event 0,
+// each row's top-K on the caller's stream, and the buffering of the rows on
+// the side stream after event 0. The plan takes the accepted counts and
+// binds the layer's observation fields after v, d, it (the CPU step
+// function's order).
+
+// CHECK-LABEL: func.func @verify(
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "lengths", spin.role = "input", spin.shape = [2, 3]}
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 3]}
+// CHECK-SAME: {spin.dtype = "i64", spin.name = "request_ids", spin.role = "request_ids", spin.shape = [2]}
+// CHECK-SAME: %[[ACC:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "accepted", spin.role = "accepted", spin.shape = [2]}
+// CHECK-SAME: %[[RESET:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i1", spin.name = "reset", spin.role = "reset", spin.shape = [2]}
+// CHECK-SAME: %[[SLOTS:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "slots", spin.role = "slots", spin.shape = [-1]}
+// CHECK-SAME: %[[V:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "v", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: %[[D:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "d", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: %[[IT:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i64", spin.layer = 0 : i64, spin.name = "it", spin.role = "state", spin.shape = [-1]}
+// CHECK-SAME: %[[ROWS:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_rows", spin.role = "state", spin.shape = [-1]}
+// CHECK-SAME: %[[POS:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_pos", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: %[[LEN:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_len", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: %[[MASK:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i8", spin.layer = 0 : i64, spin.name = "obs_mask", spin.role = "state", spin.shape = [-1, -1]}
+// CHECK-SAME: %[[Z:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "obs_z", spin.role = "state", spin.shape = [-1, -1, -1]}
+// CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 3, 8]}
+// CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 3]}
+// CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
+// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 blocks in (%{{.*}}, %c6{{.*}}, %{{.*}}) {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_4 blocks in (%c6{{.*}}) {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}} args({{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
+// CHECK-NEXT: return
+// CHECK-NOT: spin.commit
+// CHECK-NOT: spin.observe
+// CHECK-LABEL: gpu.func @spin_commit_1(
+// CHECK: nvvm.read.ptx.sreg.ctaid.y
+// The accepted count of the request (mtp-update=prefix) is read.
+// CHECK: llvm.getelementptr %arg0[
+// CHECK: gpu.return
+// CHECK-LABEL: gpu.func @spin_commit_1_finish(
+// CHECK-LABEL: gpu.func @spin_observe_5(
+
+// Without spin-schedule-async the buffering is fused into the scoring op and
+// follows the top-K on the caller's stream; with mtp-update=row0 the replay
+// never reads the accepted counts.
+
+// FUSED-LABEL: func.func @verify(
+// FUSED-SAME: spin.name = "accepted", spin.role = "accepted"
+// FUSED-SAME: spin.events = 0 : i64
+// FUSED: gpu.launch_func @spin_kernels::@spin_commit_0 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// FUSED: gpu.launch_func @spin_kernels::@spin_commit_0_finish
+// FUSED: gpu.launch_func @spin_kernels::@spin_select_1 blocks
+// FUSED: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// FUSED: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 blocks
+// FUSED: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// FUSED-NEXT: return
+// FUSED-LABEL: gpu.func @spin_commit_0(
+// FUSED-NOT: llvm.getelementptr %arg0[
+// FUSED: gpu.return
+func.func @verify(%q: tensor<2x3x16x64xbf16>, %w: tensor<2x3x16xf32>,
+                  %keys: tensor<?x16x64xbf16>, %table: tensor<2x8xi32>,
+                  %lengths: tensor<2x3xi32>) -> tensor<2x3x8xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x3x16x64xbf16>)
+      w(%w : tensor<2x3x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x3xi32>) -> tensor<2x3x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x3xi32>) {k = 8 : i64}
+      : tensor<2x3x128xf32> -> tensor<2x3x8xi32>
+  return %t : tensor<2x3x8xi32>
+}
