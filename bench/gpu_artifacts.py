@@ -298,8 +298,13 @@ def check_manifest(c, d):
             problems.append(f"state section {st}, expected capacity {c['capacity']}, "
                             f"block_size {c['block_size']}, 1 layer, max_rows {c['rows']}")
         fields = [a["name"] for a in m["arguments"] if a["role"] == "state"]
+        # Single-row steps whose max pooling runs in many CTAs keep their
+        # block scores in the state's prediction cache (Kernels.h).
+        bs = c["block_size"]
+        cached = c["rows"] == 1 and c["pooling"] == "max" and (bs % 32 == 0 or 32 % bs == 0)
         want_fields = ["v", "d", "it"] + (["obs_rows", "obs_pos", "obs_len", "obs_mask",
-                                            "obs_z"] if c["rows"] > 1 else [])
+                                            "obs_z"] if c["rows"] > 1 else []) + \
+            (["pred_at", "pred_keys"] if cached else [])
         if fields != want_fields:
             problems.append(f"state fields {fields}, expected {want_fields}")
         opts = m.get("options", {}).get("sparsify", "")
