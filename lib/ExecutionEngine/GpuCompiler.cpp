@@ -147,6 +147,9 @@ StatusOr<std::string> buildManifest(func::FuncOp plan,
       {"options", std::move(options)},
       {"ptx", std::move(ptxFiles)},
       {"ptx_version", ptxVersion},
+      // Every kernel waits for its predecessors (griddepcontrol.wait) before
+      // it touches memory: the runtime may launch them programmatically.
+      {"programmatic_launch", 1},
       {"batch", batch},
       {"rows", rows},
       {"state",

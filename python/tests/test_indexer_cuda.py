@@ -532,6 +532,28 @@ def test_steps_match_the_reference(rng, name):
 
 @cuda
 @needs_cuda
+@pytest.mark.parametrize("name", ["bf16-max", "fp8-mean"])
+def test_steps_at_repeated_and_skipped_positions_match_the_reference(rng, name):
+    """With max pooling the state predicts a request's next step at
+    (p + 1, N + 1) after its update; a step at the same position again, or
+    further ahead, computes its prediction itself. Every step equals the
+    reference, whichever way the block scores came."""
+    run = Lockstep(name, rng)
+    lengths = _ragged_lengths(run, 12)
+    ids = [5, 6, 7][:run.B]
+    for i, request in enumerate(ids):
+        run.add(request, lengths[i])
+    # Length change after each step's own +1: 0 decodes, -1 repeats the
+    # position, +2 skips ahead.
+    for move in [0, 0, -1, 0, +2, -1, 0, 0]:
+        run.step(list(ids))
+        for request in ids:
+            run.requests[request][1] = max(1, run.requests[request][1] + move)
+    run.check_states()
+
+
+@cuda
+@needs_cuda
 @pytest.mark.parametrize("name", ["mtp-bf16-union-prefix", "mtp-fp8-explore-two-layers",
                                   "mtp-bf16-row0"])
 def test_mtp_steps_match_the_reference(rng, name):

@@ -478,6 +478,10 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
                      "PTX file " + quoted(name) + " is not in " + directory);
     m.ptx.emplace_back(chip, name);
   }
+  if (Status s = r.integer(root, "", "programmatic_launch",
+                          m.programmaticLaunch, 0, 1, 0);
+      !s.ok())
+    return s;
   if (Status s = r.integer(root, "", "ptx_version", m.ptxVersion, 0, 1000, 0);
       !s.ok())
     return s;

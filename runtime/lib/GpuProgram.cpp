@@ -728,7 +728,8 @@ Status GpuProgram::issue(GpuStatePool *pool,
       }
       params[a] = &values[a];
     }
-    bool programmatic = overlap && programmaticLaunches && d.launchKernelEx;
+    bool programmatic = overlap && programmaticLaunches &&
+                        spec.programmaticLaunch && d.launchKernelEx;
     CUresult result;
     if (programmatic) {
       cuda::LaunchAttribute attribute;

@@ -52,6 +52,8 @@ TEST(GpuManifest, ReadsTheToyArtifact) {
   EXPECT_EQ(m->ptx[0].first, "sm_90");
   EXPECT_EQ(m->ptx[0].second, "sm_90.ptx");
   EXPECT_EQ(m->ptxVersion, 80);
+  // Hand-written kernels do not wait for their predecessors: plain launches.
+  EXPECT_EQ(m->programmaticLaunch, 0);
   EXPECT_EQ(m->batch, 4);
   EXPECT_EQ(m->rows, 1);
   ASSERT_TRUE(m->state);
@@ -191,6 +193,8 @@ const BadCase kBadCases[] = {
      "ptx.sm_90: expected a file name, got an integer"},
     {"\"ptx_version\": 80", "\"ptx_version\": -1",
      "ptx_version: -1 is outside [0, 1000]"},
+    {"\"ptx_version\": 80", "\"ptx_version\": 80, \"programmatic_launch\": 2",
+     "programmatic_launch: 2 is outside [0, 1]"},
     // Shapes and state.
     {"\"batch\": 4", "\"batch\": 0", "batch: 0 is outside [1, 2147483647]"},
     {"\"batch\": 4,", "", "the manifest: missing member \"batch\""},

@@ -118,6 +118,11 @@ struct GpuManifest {
   std::vector<std::pair<std::string, std::string>> ptx;
   /// PTX ISA version times ten (86 for 8.6); 0 if not given.
   int64_t ptxVersion = 0;
+  /// 1 when every kernel waits for the grids before it (griddepcontrol.wait)
+  /// before it touches memory, so that its launch may be programmatic
+  /// (docs/GPU-ABI.md, "Launch order"); 0 (absent) for other artifacts,
+  /// whose kernels are always launched plainly.
+  int64_t programmaticLaunch = 0;
   /// The largest batch the launch grids cover.
   int64_t batch = 0;
   /// Query rows per request.
@@ -233,6 +238,7 @@ public:
 
   /// Whether a kernel that follows another kernel of the step on the same
   /// stream is launched as a programmatic dependent launch (on by default;
+  /// only for artifacts whose manifest says `programmatic_launch`, and
   /// where the driver has cuLaunchKernelEx): it may then be scheduled while
   /// its predecessor finishes, and waits for it on the device
   /// (docs/GPU-ABI.md, "Launch order"). Off gives plain launches, for
