@@ -31,7 +31,7 @@
 
 namespace spin::runtime {
 
-/// Device addresses of the eight arrays of one layer (docs/Runtime-ABI.md);
+/// Device addresses of the ten arrays of one layer (docs/Runtime-ABI.md);
 /// all zero for "no such layer".
 struct GpuLayerBuffers {
   cuda::CUdeviceptr v = 0;       ///< f32 [numSlots, capacity]

@@ -51,9 +51,9 @@ struct StatePoolOptions {
   /// Whether every layer keeps `last_observed`, the iteration at which each
   /// block was last scored (SPIN_SPEC §7.1): the state of programs that
   /// explore by block age (`staleness-score`, `block-age`). Off, the layout
-  /// is the one of the other eight arrays alone.
+  /// is the one of the other ten arrays alone.
   bool lastObserved = false;
-  /// Where the eight state arrays live. True: in this pool's host memory,
+  /// Where the ten state arrays live. True: in this pool's host memory,
   /// which the CPU step functions address. False: elsewhere (a
   /// GpuStatePool's device memory); the pool then holds only the request
   /// table and its own record of each slot's buffered MTP rows (the host's
@@ -62,8 +62,8 @@ struct StatePoolOptions {
   bool hostState = true;
 };
 
-/// Where each array of the state lives: byte offsets of one layer's eight
-/// arrays (nine with `last_observed`, which follows the others) from the
+/// Where each array of the state lives: byte offsets of one layer's ten
+/// arrays (eleven with `last_observed`, which follows the others) from the
 /// start of that layer's part of an allocation, and the layers' stride
 /// (layer `l` starts at `l * layerStride`). Every offset and the stride are
 /// multiples of 64 bytes. The same layout serves the host arena of a
@@ -80,7 +80,7 @@ struct StateLayout {
   int64_t numBlocks = 0;
 };
 
-/// Raw pointers to the eight arrays of one layer (docs/Runtime-ABI.md), for
+/// Raw pointers to the ten arrays of one layer (docs/Runtime-ABI.md), for
 /// building the memref descriptors of a step call. All arrays are
 /// contiguous, row-major and 64-byte aligned. A default-constructed value
 /// (all null) stands for "no such layer".
