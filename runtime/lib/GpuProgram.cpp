@@ -524,11 +524,12 @@ Status GpuProgram::issue(GpuStatePool *pool,
       return mismatch("maxRows", o.maxRows, want.maxRows);
     const int64_t compiledBlocks =
         (want.capacity + want.blockSize - 1) / want.blockSize;
-    if (binds({"obs_mask", "pred_keys"}) && pool->numBlocks() != compiledBlocks)
-      return Status::error("the state pool's per-block rows hold " +
-                           str(pool->numBlocks()) + " blocks but " +
-                           spec.directory + " was compiled for " +
-                           str(compiledBlocks));
+    for (const char *perBlock : {"obs_mask", "pred_keys"})
+      if (binds({perBlock}) && pool->numBlocks() != compiledBlocks)
+        return Status::error(std::string("the state pool's ") + perBlock +
+                             " rows hold " + str(pool->numBlocks()) +
+                             " blocks but " + spec.directory +
+                             " was compiled for " + str(compiledBlocks));
     for (size_t i = 0; i < n; ++i) {
       const ArgSpec &arg = args[i];
       if (arg.role != ArgSpec::Role::State)
