@@ -10,7 +10,8 @@
 // RUN: FileCheck %s --check-prefix=MANIFEST < %t/manifest.json
 // RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
 
-// Every generated kernel assembles for every chip; fp8 keys decode into f16
+// Every generated kernel assembles for every chip and begins with the
+// programmatic-launch waits (docs/GPU-ABI.md, "Launch order"); fp8 keys decode into f16
 // MMAs (wgmma on sm_90a, B from a shared-memory descriptor after a proxy
 // fence; mma.sync on sm_100a, or with --no-wgmma); the EMA update is unfused
 // (mul.rn/add.rn: no FMA contraction).
@@ -18,6 +19,8 @@
 // LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
 // PTX: .target sm_90a
 // PTX: .entry spin_reset_0
+// PTX: griddepcontrol.wait
+// PTX-NEXT: griddepcontrol.launch_dependents
 // PTX: .entry spin_select_1
 // PTX: .entry spin_score_sparse_2
 // PTX: fence.proxy.async.shared::cta
