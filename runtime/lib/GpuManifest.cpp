@@ -479,7 +479,7 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
     m.ptx.emplace_back(chip, name);
   }
   if (Status s = r.integer(root, "", "programmatic_launch",
-                          m.programmaticLaunch, 0, 1, 0);
+                           m.programmaticLaunch, 0, 1, 0);
       !s.ok())
     return s;
   if (Status s = r.integer(root, "", "ptx_version", m.ptxVersion, 0, 1000, 0);

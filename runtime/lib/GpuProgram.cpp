@@ -267,9 +267,9 @@ Status GpuProgram::loadOnDevice() {
 Status GpuProgram::clearScratch(cuda::CUstream stream) {
   const Driver &d = ctx->driver();
   for (const DeviceMemory &buffer : scratch)
-    if (Status s = d.check(
-            d.memsetD8Async(buffer.get(), 0, buffer.size(), stream),
-            "cuMemsetD8Async");
+    if (Status s =
+            d.check(d.memsetD8Async(buffer.get(), 0, buffer.size(), stream),
+                    "cuMemsetD8Async");
         !s.ok())
       return s;
   return Status::success();
@@ -734,7 +734,8 @@ Status GpuProgram::issue(GpuStatePool *pool,
     CUresult result;
     if (programmatic) {
       cuda::LaunchAttribute attribute;
-      attribute.id = cuda::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.id =
+          cuda::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attribute.value.programmaticStreamSerializationAllowed = 1;
       cuda::LaunchConfig config;
       config.gridX = launch.grid[0];

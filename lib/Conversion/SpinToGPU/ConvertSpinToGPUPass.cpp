@@ -548,18 +548,19 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     return failure();
   auto [v, d, it] = stateOf(op, op.getState());
   int64_t cells = spec.batch * spec.maxBlocks;
+  // SPIN_SPEC §3.4's budget at the full width.
+  int64_t budget = std::min<int64_t>(
+      spec.maxBlocks,
+      std::max<int64_t>(llvm::divideCeil(spec.topk, spec.blockSize),
+                        static_cast<int64_t>(std::ceil(
+                            (1.0 - spec.sparsity) * spec.maxBlocks - 1e-9))));
   MaskBuffers mask{addScratch(spec.name + "_mask", cells),
                    addScratch(spec.name + "_blocks", cells * 4),
                    addScratch(spec.name + "_counts", spec.batch * 4),
                    addScratch(spec.name + "_skip", spec.batch * 4),
-                   spec.maxBlocks, spec.blockSize,
-                   std::min<int64_t>(
-                       spec.maxBlocks,
-                       std::max<int64_t>(
-                           llvm::divideCeil(spec.topk, spec.blockSize),
-                           static_cast<int64_t>(std::ceil(
-                               (1.0 - spec.sparsity) * spec.maxBlocks -
-                               1e-9))))};
+                   spec.maxBlocks,
+                   spec.blockSize,
+                   budget};
   std::optional<Buffer> predicted;
   if (canPredictByMax(spec)) {
     spec.precomputed = true;

@@ -240,10 +240,10 @@ static Value bitonicStep(KernelBuilder &kb, Value index, Value mine,
       kb.cmp(CmpIPredicate::eq, kb.andI(index, kb.i32(stride)), kb.i32(0));
   Value keepSmaller = kb.cmp(CmpIPredicate::eq, kb.zext(ascending, kb.i32T()),
                              kb.zext(lower, kb.i32T()));
-  Value smaller = kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), mine,
-                            theirs);
-  Value larger = kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), theirs,
-                           mine);
+  Value smaller =
+      kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), mine, theirs);
+  Value larger =
+      kb.select(kb.cmp(CmpIPredicate::ult, mine, theirs), theirs, mine);
   return kb.select(keepSmaller, smaller, larger);
 }
 

@@ -162,9 +162,7 @@ struct SelectKernelSpec {
   /// `pred_keys` after `it`; the select kernel reads `pred_keys` by slot.
   bool predictionCache = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
-  int64_t stateBlocks() const {
-    return (capacity + blockSize - 1) / blockSize;
-  }
+  int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
 };
 /// True when max pooling can be computed by many CTAs per row
 /// (buildPredictKernel).
@@ -178,8 +176,7 @@ bool canPredictByMax(const SelectKernelSpec &spec);
 /// `<name>_predict_next` (predictionCache only).
 LaunchShape buildPredictKernel(OpBuilder &b, Location loc,
                                gpu::GPUModuleOp module,
-                               const SelectKernelSpec &spec,
-                               bool next = false);
+                               const SelectKernelSpec &spec, bool next = false);
 LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const SelectKernelSpec &spec);

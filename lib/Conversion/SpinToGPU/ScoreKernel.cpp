@@ -189,9 +189,9 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   // page) are looked up once per CTA into shared memory, so the key loads
   // of a tile wait for no block-list or block-table load.
   const int64_t ctaEntries = tilesPerCta * 16 * spec.mTiles;
-  const int64_t unit = std::gcd(
-      ctaEntries, spec.sparse ? std::gcd(spec.blockSize, spec.pageSize)
-                              : spec.pageSize);
+  const int64_t unit =
+      std::gcd(ctaEntries, spec.sparse ? std::gcd(spec.blockSize, spec.pageSize)
+                                       : spec.pageSize);
   const int64_t units = ctaEntries / unit;
 
   kb.ifThen(active, [&] {
@@ -219,11 +219,10 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       Value page = kb.ifThenElse(
           {i32}, inRange,
           [&]() -> SmallVector<Value> {
-            return {kb.loadAt(
-                i32, table,
-                kb.add(kb.mul(request, kb.i32(spec.tablePages)),
-                       kb.divU(slot, kb.i32(spec.pageSize))),
-                true)};
+            return {kb.loadAt(i32, table,
+                              kb.add(kb.mul(request, kb.i32(spec.tablePages)),
+                                     kb.divU(slot, kb.i32(spec.pageSize))),
+                              true)};
           },
           [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
       Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
@@ -413,9 +412,9 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       Value within = kb.remU(local, kb.i32(unit));
       Value slot = kb.add(kb.loadAt(i32, unitSlot, u), within);
       Value page = kb.loadAt(i32, unitPage, u);
-      Value valid = kb.andI(
-          kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
-          kb.cmp(CmpIPredicate::sge, page, kb.i32(0)));
+      Value valid =
+          kb.andI(kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
+                  kb.cmp(CmpIPredicate::sge, page, kb.i32(0)));
       if (spec.sparse)
         valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, visible));
       Value offset = kb.remU(slot, kb.i32(spec.pageSize));

@@ -128,10 +128,10 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     Value same = kb.i1(true);
     Value want[] = {p, n, record, kb.i32(1)};
     for (int64_t f = 0; f < 4; ++f)
-      same = kb.andI(same, kb.cmp(CmpIPredicate::eq,
-                                  kb.loadAt(i32, predAt,
-                                            kb.add(atBase, kb.i32(f))),
-                                  want[f]));
+      same = kb.andI(same,
+                     kb.cmp(CmpIPredicate::eq,
+                            kb.loadAt(i32, predAt, kb.add(atBase, kb.i32(f))),
+                            want[f]));
     ok = kb.andI(ok, kb.not1(same));
   }
   if (next) {
@@ -148,8 +148,7 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value rowBlocks =
       kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
   Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
-  Value active =
-      kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+  Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
     Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);

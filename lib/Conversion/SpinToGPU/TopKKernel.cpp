@@ -194,7 +194,8 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     return params;
   };
 
-  //===--- 1. histogram of the top 12 bits ----------------------------------===//
+  //===--- 1. histogram of the top 12 bits
+  //----------------------------------===//
   {
     gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_hist",
                                    rowParams({ptr, ptr, ptr}), small);
@@ -242,19 +243,21 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     kb.ifThen(kb.cmp(CmpIPredicate::ne, kb.loadAt(i32, lastCell, kb.i32(0)),
                      kb.i32(0)),
               [&] {
-      kb.fenceDevice();
-      Value bin = thresholdBin(kb, spec.name + "_threshold", hist, histBase,
-                               bins, small, kb.i32(spec.k));
-      kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
-        kb.storeAt(bin, thresholds, row.rowId);
-        kb.storeAt(kb.i32(0), done, row.rowId);
-      });
-    });
+                kb.fenceDevice();
+                Value bin = thresholdBin(kb, spec.name + "_threshold", hist,
+                                         histBase, bins, small, kb.i32(spec.k));
+                kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+                          [&] {
+                            kb.storeAt(bin, thresholds, row.rowId);
+                            kb.storeAt(kb.i32(0), done, row.rowId);
+                          });
+              });
     launches.hist.grid = {spec.chunksPerRow(), rows, 1};
     launches.hist.blockThreads = small;
   }
 
-  //===--- 2. collect the candidates ----------------------------------------===//
+  //===--- 2. collect the candidates
+  //----------------------------------------===//
   {
     gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_collect",
                                    rowParams({ptr, ptr, ptr, ptr}), small);
@@ -271,10 +274,10 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
       Value from = kb.mul(kb.blockIdX(), kb.i32(share));
       Value to = kb.minS(kb.add(from, kb.i32(share)), kb.i32(bins));
       Value histBase = kb.mul(row.rowId, kb.i32(bins));
-      forEachThreadStrided(kb, kb.maxS(kb.sub(to, from), kb.i32(0)), small,
-                           [&](Value i) {
-        kb.storeAt(kb.i32(0), hist, kb.add(histBase, kb.add(from, i)));
-      });
+      forEachThreadStrided(
+          kb, kb.maxS(kb.sub(to, from), kb.i32(0)), small, [&](Value i) {
+            kb.storeAt(kb.i32(0), hist, kb.add(histBase, kb.add(from, i)));
+          });
     }
     Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
     kb.ifThen(kb.cmp(CmpIPredicate::slt, first, row.n), [&] {
@@ -323,7 +326,8 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     launches.collect.blockThreads = small;
   }
 
-  //===--- 3. select, sort and write ----------------------------------------===//
+  //===--- 3. select, sort and write
+  //----------------------------------------===//
   {
     SmallVector<Type> params = {ptr, ptr};
     if (spec.sparse)
@@ -350,21 +354,20 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
     // A list that fits is copied to shared memory first: the radix passes
     // and the gather then read it without a trip to L2 each.
-    const int64_t listBytes = 8 * static_cast<int64_t>(
-                                      llvm::PowerOf2Ceil(spec.k));
-    const int64_t staged = std::min<int64_t>(
-        spec.candidates,
-        (kStaticSharedBudget - listBytes) / 8 / spec.threads * spec.threads);
+    const int64_t listBytes =
+        8 * static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
+    const int64_t staged =
+        std::min<int64_t>(spec.candidates, (kStaticSharedBudget - listBytes) /
+                                               8 / spec.threads * spec.threads);
     Value inShared = kb.i1(false);
     Value local;
     if (staged > 0) {
       local = kb.sharedArray(spec.name + "_candidates", i64, staged);
-      inShared = kb.andI(fromList,
-                         kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
+      inShared =
+          kb.andI(fromList, kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
       kb.ifThen(inShared, [&] {
         forEachThreadStrided(kb, found, spec.threads, [&](Value i) {
-          kb.storeAt(kb.loadAt(i64, candidates,
-                               kb.add(candBase, kb.extS64(i))),
+          kb.storeAt(kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i))),
                      local, i);
         });
       });
@@ -377,8 +380,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
           {i64}, inShared,
           [&]() -> SmallVector<Value> { return {kb.loadAt(i64, local, i)}; },
           [&]() -> SmallVector<Value> {
-            return {kb.loadAt(i64, candidates,
-                              kb.add(candBase, kb.extS64(i)))};
+            return {kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)))};
           })[0];
     };
     auto keyOf = [&](Value i) -> std::pair<Value, Value> {
