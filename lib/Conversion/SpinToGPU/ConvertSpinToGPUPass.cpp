@@ -244,6 +244,22 @@ private:
   /// Rejects MTP state the GPU path does not keep: block-level (A2) and
   /// `last_observed` states.
   LogicalResult checkObservationState(Operation *op, Value state);
+  /// What a state op after the scoring (spin.ema_update, spin.observe)
+  /// reads, and where it runs: on the side stream after the scores' event
+  /// when spin-schedule-async put it in an async.execute.
+  struct DeferredInputs {
+    Buffer scores, positions, lengths;
+    const MaskBuffers *mask;
+    int64_t stream, wait;
+  };
+  FailureOr<DeferredInputs> deferredInputs(Operation *op, Value scores,
+                                           Value positions, Value lengths);
+  /// Puts `l` on `stream`, after event `wait` (-1: none).
+  static void placeOn(Launch &l, int64_t stream, int64_t wait) {
+    l.stream = stream;
+    if (wait >= 0)
+      l.wait.push_back(wait);
+  }
   LogicalResult lowerUpdate(Operation *op, Value state, int64_t batch,
                             Buffer scores, Buffer positions, Buffer lengths,
                             const MaskBuffers &mask, double decay,
@@ -724,40 +740,48 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
                      {scores, positions, lengths, *slots, mask.blocks,
                       mask.counts, mask.skip, v, d, it},
                      op);
-  l.stream = stream;
-  if (wait >= 0)
-    l.wait.push_back(wait);
+  placeOn(l, stream, wait);
   // The next step's block scores, from the state just updated, on the
   // same stream: off the next step's critical path.
   if (mask.predictNext) {
-    Launch &next = launch(mask.predictNext->first, mask.predictNext->second,
-                          mask.predictOperands, op);
-    next.stream = stream;
+    placeOn(launch(mask.predictNext->first, mask.predictNext->second,
+                   mask.predictOperands, op),
+            stream, /*wait=*/-1);
   }
   return success();
 }
 
-LogicalResult PlanBuilder::lower(EmaUpdateOp op) {
-  auto maskIt = masks.find(op.getScores());
+FailureOr<PlanBuilder::DeferredInputs>
+PlanBuilder::deferredInputs(Operation *op, Value scores, Value positions,
+                            Value lengths) {
+  auto maskIt = masks.find(scores);
   if (maskIt == masks.end())
-    return op.emitOpError("GPU path: the scores must come from "
-                          "spin.fused_score");
-  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
-  if (lengthsType.getDimSize(1) != 1)
-    return op.emitOpError("GPU path: needs one static row per request (MTP "
-                          "steps buffer their rows with spin.observe)");
-  FailureOr<Buffer> scores = bufferOf(op, op.getScores());
-  FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
-  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
-  if (failed(scores) || failed(positions) || failed(lengths))
+    return op->emitOpError("GPU path: the scores must come from "
+                           "spin.fused_score");
+  FailureOr<Buffer> scoreBuffer = bufferOf(op, scores);
+  FailureOr<Buffer> positionBuffer = bufferOf(op, positions);
+  FailureOr<Buffer> lengthBuffer = bufferOf(op, lengths);
+  if (failed(scoreBuffer) || failed(positionBuffer) || failed(lengthBuffer))
     return failure();
   bool async = static_cast<bool>(op->getParentOfType<async::ExecuteOp>());
-  auto event = scoreEvents.find(op.getScores());
-  return lowerUpdate(op, op.getState(), lengthsType.getDimSize(0), *scores,
-                     *positions, *lengths,
-                     maskIt->second, op.getDecay().convertToDouble(),
-                     async ? 1 : 0,
-                     async && event != scoreEvents.end() ? event->second : -1);
+  auto event = scoreEvents.find(scores);
+  int64_t wait = async && event != scoreEvents.end() ? event->second : -1;
+  return DeferredInputs{*scoreBuffer,    *positionBuffer, *lengthBuffer,
+                        &maskIt->second, async ? 1 : 0,   wait};
+}
+
+LogicalResult PlanBuilder::lower(EmaUpdateOp op) {
+  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
+  if (masks.count(op.getScores()) && lengthsType.getDimSize(1) != 1)
+    return op.emitOpError("GPU path: needs one static row per request (MTP "
+                          "steps buffer their rows with spin.observe)");
+  FailureOr<DeferredInputs> in =
+      deferredInputs(op, op.getScores(), op.getPositions(), op.getLengths());
+  if (failed(in))
+    return failure();
+  return lowerUpdate(op, op.getState(), lengthsType.getDimSize(0), in->scores,
+                     in->positions, in->lengths, *in->mask,
+                     op.getDecay().convertToDouble(), in->stream, in->wait);
 }
 
 LogicalResult PlanBuilder::lower(ResetOp op) {
@@ -837,31 +861,21 @@ LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
                       mask.counts, mask.mask, mask.skip, obs.rows, obs.pos,
                       obs.len, obs.mask, obs.z},
                      op);
-  l.stream = stream;
-  if (wait >= 0)
-    l.wait.push_back(wait);
+  placeOn(l, stream, wait);
   return success();
 }
 
 LogicalResult PlanBuilder::lower(ObserveOp op) {
-  auto maskIt = masks.find(op.getScores());
-  if (maskIt == masks.end())
-    return op.emitOpError("GPU path: the scores must come from "
-                          "spin.fused_score");
-  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
-  FailureOr<Buffer> scores = bufferOf(op, op.getScores());
-  FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
-  FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
-  if (failed(scores) || failed(positions) || failed(lengths))
-    return failure();
   // With spin-schedule-async the buffering runs on the side stream after
   // the scores' event, next to the top-K (as an EMA update does).
-  bool async = static_cast<bool>(op->getParentOfType<async::ExecuteOp>());
-  auto event = scoreEvents.find(op.getScores());
-  return lowerObservations(
-      op, op.getState(), lengthsType.getDimSize(0), lengthsType.getDimSize(1),
-      *scores, *positions, *lengths, maskIt->second, async ? 1 : 0,
-      async && event != scoreEvents.end() ? event->second : -1);
+  FailureOr<DeferredInputs> in =
+      deferredInputs(op, op.getScores(), op.getPositions(), op.getLengths());
+  if (failed(in))
+    return failure();
+  auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
+  return lowerObservations(op, op.getState(), lengthsType.getDimSize(0),
+                           lengthsType.getDimSize(1), in->scores, in->positions,
+                           in->lengths, *in->mask, in->stream, in->wait);
 }
 
 LogicalResult PlanBuilder::lower(CommitOp op) {
