@@ -141,10 +141,12 @@ struct MaskBuffers {
 /// Builds the launch plan of one function.
 class PlanBuilder {
 public:
+  /// `counter` numbers the kernels of the shared kernel module: it runs on
+  /// over the functions of a module, so their kernel names never collide.
   PlanBuilder(func::FuncOp func, gpu::GPUModuleOp kernels,
-              const ConvertSpinToGPUOptions &options)
-      : func(func), kernels(kernels), options(options),
-        b(func.getContext()) {}
+              const ConvertSpinToGPUOptions &options, unsigned &counter)
+      : func(func), kernels(kernels), options(options), b(func.getContext()),
+        counter(counter) {}
 
   LogicalResult run();
 
@@ -266,7 +268,7 @@ private:
                             int64_t stream, int64_t wait);
   LogicalResult lowerOne(Operation *op);
   /// The three launches of a top-K (Kernels.h) and their scratch buffers.
-  void launchTopK(Operation *op, const TopKKernelSpec &spec, Buffer scores,
+  void launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
                   Buffer lengths, std::optional<MaskBuffers> mask, Buffer out);
   /// `to` stands for the same device data as `from` (async values).
   void alias(Value to, Value from) {
@@ -291,7 +293,7 @@ private:
   gpu::GPUModuleOp kernels;
   const ConvertSpinToGPUOptions &options;
   OpBuilder b;
-  unsigned counter = 0;
+  unsigned &counter;
 
   SmallVector<HostArg> args;
   DenseMap<Value, Buffer> buffers;     // tensors in device memory
@@ -458,24 +460,30 @@ indexerOperands(IndexerLike op,
   return operands;
 }
 
-/// Warp tiles per warp when the options leave them open: the largest of
-/// 32, 16 and 8 that still gives `kMinCtas` scoring CTAs for rows of
-/// `entries` entries, else 8. Measured on the H200 (bench/profile_gpu.py,
-/// fp8, B = 16): larger CTAs stage the queries less often (dense 128K: 93.0
-/// us at 16, 88.4 at 32; 64K: 46.5 at 16, 43.3 at 32), but a grid of
-/// fewer CTAs than the GPU holds at once leaves SMs idle (sparse rows of
-/// 32K entries: 25.7 us at 16, 40.6 at 32).
+/// Warp tiles per warp when the options leave them open. Scoring CTAs run
+/// in waves of two per SM, and a CTA takes about as long as its tiles plus
+/// two (staging the queries and its page table), so a grid costs about
+/// ceil(CTAs / 264) x (tiles + 2) on a 132-SM H200: the tiles in [8, 64]
+/// that minimise this for rows of `entries` entries (the fewest on a tie).
+/// Fitted on the H200 (bench/profile_gpu.py, fp8, B = 16, N = 128K, 8, 16
+/// and 32 tiles): dense 104.1 / 92.8 / 87.4 us, sparse rho = 0.5 56.8 /
+/// 49.4 / 45.3 us, and rho = 0.2 (105K entries) 91.1 / 89.3 / 88.2 us:
+/// 1664, 832 or 416 CTAs are 7, 4 or 2 waves whose last is mostly empty.
 static void tilesForWork(ScoreKernelSpec &spec, int64_t entries) {
-  constexpr int64_t kMinCtas = 256; // two per SM on a 132-SM H200, about
+  constexpr int64_t kCtaSlots = 2 * 132, kOverheadTiles = 2;
   if (spec.tilesPerWarp > 0)
     return;
-  for (int64_t tiles : {32, 16, 8}) {
+  int64_t best = 0, bestCost = 0;
+  for (int64_t tiles = 8; tiles <= 64; ++tiles) {
     int64_t perCta = spec.warps * tiles * 16 * spec.mTiles;
     int64_t ctas = spec.batch * spec.rows * llvm::divideCeil(entries, perCta);
-    spec.tilesPerWarp = tiles;
-    if (ctas >= kMinCtas)
-      return;
+    int64_t cost = llvm::divideCeil(ctas, kCtaSlots) * (tiles + kOverheadTiles);
+    if (best == 0 || cost < bestCost) {
+      best = tiles;
+      bestCost = cost;
+    }
   }
+  spec.tilesPerWarp = best;
 }
 
 LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
@@ -692,10 +700,14 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   return success();
 }
 
-void PlanBuilder::launchTopK(Operation *op, const TopKKernelSpec &spec,
-                             Buffer scores, Buffer lengths,
-                             std::optional<MaskBuffers> mask, Buffer out) {
+void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
+                             Buffer lengths, std::optional<MaskBuffers> mask,
+                             Buffer out) {
   int64_t rows = spec.batch * spec.rows;
+  // The final kernel is a chain of CTA barriers: the fewest threads that
+  // still sort K in registers (H200, fp8 16 x 128K, K = 512: 7.8 us with
+  // 1024 threads, 6.0 with 512).
+  spec.threads = spec.k > 512 ? 1024 : 512;
   Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
   Buffer counter = addScratch(spec.name + "_found", rows * 4);
   Buffer done = addScratch(spec.name + "_done", rows * 4);
@@ -1169,13 +1181,14 @@ struct ConvertSpinToGPUPass
                     b.getUnitAttr());
     ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles,
                                  wgmma};
+    unsigned counter = 0;
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&
           !SymbolTable::getSymbolUses(func, module)->empty()) {
         func.emitOpError("GPU path: functions with callers are not supported");
         return signalPassFailure();
       }
-      PlanBuilder plan(func, kernels, opts);
+      PlanBuilder plan(func, kernels, opts, counter);
       if (failed(plan.run()))
         return signalPassFailure();
     }

@@ -240,6 +240,9 @@ Value KernelBuilder::ballot(Value pred) {
   return NVVM::VoteSyncOp::create(b, loc, i32T(), i32(-1), pred,
                                   NVVM::VoteSyncKind::ballot);
 }
+Value KernelBuilder::popc(Value v) {
+  return LLVM::CtPopOp::create(b, loc, i32T(), v);
+}
 Value KernelBuilder::cttz(Value v) {
   return LLVM::CountTrailingZerosOp::create(b, loc, i32T(), v, b.getBoolAttr(false));
 }

@@ -129,6 +129,8 @@ public:
   Value ballot(Value pred);
   /// Count of trailing zeros of an i32.
   Value cttz(Value v);
+  /// Number of set bits of an i32.
+  Value popc(Value v);
   /// An integer constant of `type` (i32 or i64).
   Value constant(Type type, int64_t v);
 

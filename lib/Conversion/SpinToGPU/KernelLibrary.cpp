@@ -19,6 +19,36 @@ void mlir::spin::gpu_codegen::forEachThreadStrided(
   kb.forLoop(kb.threadIdX(), n, kb.i32(blockThreads), body);
 }
 
+void mlir::spin::gpu_codegen::forEachThreadStridedInWarps(
+    KernelBuilder &kb, Value n, int64_t blockThreads,
+    function_ref<void(Value, Value)> body) {
+  Value step = kb.i32(blockThreads);
+  // n rounded up to a multiple of the block size (n >= 0).
+  Value bound = kb.mul(
+      kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(blockThreads - 1)), step),
+      step);
+  kb.forLoop(kb.i32(0), bound, step, [&](Value base) {
+    Value i = kb.add(base, kb.threadIdX());
+    body(i, kb.cmp(CmpIPredicate::slt, i, n));
+  });
+}
+
+Value mlir::spin::gpu_codegen::warpReserve(KernelBuilder &kb, Value counter,
+                                           Value take) {
+  Value lane = kb.laneId();
+  Value takers = kb.ballot(take);
+  Value leader = kb.cttz(takers); // 32 when no lane takes
+  Value first = kb.ifThenElse(
+      {kb.i32T()}, kb.cmp(CmpIPredicate::eq, leader, lane),
+      [&]() -> SmallVector<Value> {
+        return {kb.atomicAdd(counter, kb.popc(takers))};
+      },
+      [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+  Value base = kb.shflIdx(first, kb.andI(leader, kb.i32(31)));
+  Value below = kb.sub(kb.shl(kb.i32(1), lane), kb.i32(1));
+  return kb.add(base, kb.popc(kb.andI(takers, below)));
+}
+
 /// Inclusive prefix sum within each warp (shfl.up).
 static Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane) {
   for (int64_t d = 1; d < 32; d *= 2) {
@@ -161,28 +191,47 @@ static DigitChoice chooseDigit(KernelBuilder &kb, StringRef prefix,
   return choice;
 }
 
-/// The radix passes over all digits of `keyType`; returns the threshold,
-/// how many keys equal to it are still needed, the count of such keys and
-/// whether the eligible keys number at most `k`.
+/// The radix passes over the digits of `keyType`, most significant first;
+/// returns the threshold, how many keys equal to it are still needed, the
+/// count of such keys and whether the eligible keys number at most `k`.
+/// Once a digit's bin holds exactly the keys still needed, the remaining
+/// passes are skipped (uniformly): the threshold keeps zero low digits, so
+/// every key of that bin is `>= threshold` and all its ties are needed.
 static std::tuple<Value, Value, Value, Value>
 radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
             Value k, int64_t blockThreads, KeyFunction keyOf) {
   int64_t bits = keyType.getIntOrFloatBitWidth();
+  Type i32 = kb.i32T();
   Value keyPrefix = kb.constant(keyType, 0), keyMask = kb.constant(keyType, 0);
-  Value remaining = k, inBin = kb.i32(0), takeAll;
+  Value remaining = k, inBin = kb.i32(0), takeAll, settled = kb.i1(false);
   for (int64_t shift = bits - 8; shift >= 0; shift -= 8) {
-    DigitChoice choice = chooseDigit(kb, prefix, keyType, n, blockThreads,
-                                     keyOf, keyPrefix, keyMask, shift,
-                                     remaining);
-    if (shift == bits - 8)
-      takeAll = kb.cmp(CmpIPredicate::sle, choice.matching, k);
-    Value digit = kb.maxS(choice.digit, kb.i32(0));
-    Value wide = keyType == kb.i32T() ? digit : kb.extU64(digit);
+    auto pass = [&]() -> SmallVector<Value> {
+      DigitChoice choice =
+          chooseDigit(kb, prefix, keyType, n, blockThreads, keyOf, keyPrefix,
+                      keyMask, shift, remaining);
+      return {choice.digit, choice.above, choice.inBin, choice.matching};
+    };
+    SmallVector<Value> choice;
+    if (shift == bits - 8) {
+      choice = pass();
+      takeAll = kb.cmp(CmpIPredicate::sle, choice[3], k);
+    } else {
+      choice = kb.ifThenElse(
+          {i32, i32, i32, i32}, settled,
+          [&]() -> SmallVector<Value> {
+            return {kb.i32(0), kb.i32(0), inBin, kb.i32(0)};
+          },
+          pass);
+    }
+    Value digit = kb.maxS(choice[0], kb.i32(0));
+    Value wide = keyType == i32 ? digit : kb.extU64(digit);
     keyPrefix =
         kb.orI(keyPrefix, kb.shl(wide, kb.constant(keyType, shift)));
     keyMask = kb.orI(keyMask, kb.constant(keyType, int64_t(255) << shift));
-    remaining = kb.sub(remaining, choice.above);
-    inBin = choice.inBin;
+    remaining = kb.sub(remaining, choice[1]);
+    inBin = choice[2];
+    settled = kb.orI(
+        settled, kb.orI(takeAll, kb.cmp(CmpIPredicate::eq, inBin, remaining)));
   }
   return {keyPrefix, remaining, inBin, takeAll};
 }

@@ -80,6 +80,18 @@ RowChecks checkRow(KernelBuilder &kb, Value p, Value n, int64_t capacity,
 void forEachThreadStrided(KernelBuilder &kb, Value n, int64_t blockThreads,
                           function_ref<void(Value)> body);
 
+/// The same visit, but every thread of the CTA runs the same number of
+/// iterations (`body(i, inRange)` with `inRange = i < n`), so warp-wide
+/// operations inside `body` see the whole warp.
+void forEachThreadStridedInWarps(KernelBuilder &kb, Value n,
+                                 int64_t blockThreads,
+                                 function_ref<void(Value, Value)> body);
+
+/// Reserves one cell of `*counter` for every lane of the warp with `take`
+/// by one atomic per warp; returns this lane's cell (meaningless where
+/// `take` is false). All 32 lanes must call it.
+Value warpReserve(KernelBuilder &kb, Value counter, Value take);
+
 } // namespace mlir::spin::gpu_codegen
 
 #endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELLIBRARY_H

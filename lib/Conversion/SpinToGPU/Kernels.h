@@ -111,7 +111,7 @@ struct TopKKernelSpec {
   int64_t batch = 1, rows = 1, width = 1, k = 1;
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
-  int64_t threads = 1024;
+  int64_t threads = 1024; ///< of the final kernel (the plan: 512 for K <= 512)
   int64_t chunk = 4096; ///< entries per histogram / collect CTA (16 per thread)
   int64_t candidates = 16384; ///< candidate buffer per row
 

@@ -25,6 +25,7 @@ using arith::CmpIPredicate;
 namespace {
 
 constexpr int64_t kBinShift = 20; // 32 - 12 bits
+constexpr int64_t kHistBins = int64_t(1) << (32 - kBinShift);
 /// Static shared memory the final kernel gives its list and staged
 /// candidates (of the 48 KB a kernel may use statically; the radix
 /// histogram and scans take the rest).
@@ -174,6 +175,88 @@ gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   return func;
 }
 
+/// A CTA's share of a row's histogram: 16-bit counters packed two to a
+/// word in shared memory (a CTA counts at most `chunk` < 65536 entries).
+struct PackedHistogram {
+  Value words;
+  /// Zeroes the counters (all threads; ends with a barrier).
+  static PackedHistogram begin(KernelBuilder &kb, StringRef prefix,
+                               int64_t threads);
+  /// Counts the order-preserving key of one eligible score.
+  void count(KernelBuilder &kb, Value key) const;
+  /// All threads of every CTA of the row: adds this CTA's counts into the
+  /// row's `hist` (rows x kHistBins); the row's last CTA to get here
+  /// (`done`, zeroed again) writes the bin holding the K-th largest to
+  /// `thresholds[rowId]`.
+  void finish(KernelBuilder &kb, StringRef prefix, Value hist, Value done,
+              Value thresholds, Value rowId, int64_t ctasPerRow, int64_t k,
+              int64_t threads) const;
+};
+
+PackedHistogram PackedHistogram::begin(KernelBuilder &kb, StringRef prefix,
+                                       int64_t threads) {
+  PackedHistogram h;
+  h.words = kb.sharedArray((prefix + "_bins").str(), kb.i32T(), kHistBins / 2);
+  forEachThreadStrided(kb, kb.i32(kHistBins / 2), threads,
+                       [&](Value i) { kb.storeAt(kb.i32(0), h.words, i); });
+  kb.barrier();
+  return h;
+}
+
+void PackedHistogram::count(KernelBuilder &kb, Value key) const {
+  Value bin = kb.shrU(key, kb.i32(kBinShift));
+  Value one = kb.shl(kb.i32(1), kb.mul(kb.andI(bin, kb.i32(1)), kb.i32(16)));
+  kb.atomicAdd(kb.gep(words, kb.i32T(), kb.shrU(bin, kb.i32(1))), one);
+}
+
+void PackedHistogram::finish(KernelBuilder &kb, StringRef prefix, Value hist,
+                             Value done, Value thresholds, Value rowId,
+                             int64_t ctasPerRow, int64_t k,
+                             int64_t threads) const {
+  Type i32 = kb.i32T();
+  kb.barrier();
+  Value histBase = kb.mul(rowId, kb.i32(kHistBins));
+  forEachThreadStrided(kb, kb.i32(kHistBins / 2), threads, [&](Value w) {
+    Value pair = kb.loadAt(i32, words, w);
+    kb.ifThen(kb.cmp(CmpIPredicate::ne, pair, kb.i32(0)), [&] {
+      Value bin = kb.add(histBase, kb.mul(w, kb.i32(2)));
+      Value low = kb.andI(pair, kb.i32(0xffff));
+      Value high = kb.shrU(pair, kb.i32(16));
+      kb.ifThen(kb.cmp(CmpIPredicate::ne, low, kb.i32(0)),
+                [&] { kb.atomicAdd(kb.gep(hist, i32, bin), low); });
+      kb.ifThen(kb.cmp(CmpIPredicate::ne, high, kb.i32(0)), [&] {
+        kb.atomicAdd(kb.gep(hist, i32, kb.add(bin, kb.i32(1))), high);
+      });
+    });
+  });
+  // The row's last CTA to finish finds the bin of the K-th largest (its
+  // counter is zeroed again for the next step). As in a grid barrier, one
+  // thread fences for the CTA: after the barrier its release fence orders
+  // every thread's histogram atomics before the counter, and the last
+  // CTA's acquire fence orders the counter before the reads that follow
+  // the next barrier.
+  kb.barrier();
+  Value lastCell = kb.sharedArray((prefix + "_last").str(), i32, 1);
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
+    kb.fenceDevice();
+    Value before = kb.atomicAdd(kb.gep(done, i32, rowId), kb.i32(1));
+    Value last = kb.cmp(CmpIPredicate::eq, before, kb.i32(ctasPerRow - 1));
+    kb.ifThen(last, [&] { kb.fenceDevice(); });
+    kb.storeAt(kb.zext(last, i32), lastCell, kb.i32(0));
+  });
+  kb.barrier();
+  kb.ifThen(
+      kb.cmp(CmpIPredicate::ne, kb.loadAt(i32, lastCell, kb.i32(0)), kb.i32(0)),
+      [&] {
+        Value bin = thresholdBin(kb, (prefix + "_threshold").str(), hist,
+                                 histBase, kHistBins, threads, kb.i32(k));
+        kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
+          kb.storeAt(bin, thresholds, rowId);
+          kb.storeAt(kb.i32(0), done, rowId);
+        });
+      });
+}
+
 } // namespace
 
 TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
@@ -183,6 +266,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t rows = spec.batch * spec.rows, bins = spec.histBins();
+  assert(bins == kHistBins && "the histogram has one bin per top-12 key");
   const int64_t small = 256;
   TopKLaunches launches;
 
@@ -205,53 +289,16 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     Value hist = f.getArgument(a++), done = f.getArgument(a++);
     Value thresholds = f.getArgument(a++);
     RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
-    Value local = kb.sharedArray(spec.name + "_hist_local", i32, bins);
-    forEachThreadStrided(kb, kb.i32(bins), small,
-                         [&](Value i) { kb.storeAt(kb.i32(0), local, i); });
-    kb.barrier();
+    PackedHistogram local =
+        PackedHistogram::begin(kb, spec.name + "_hist", small);
     Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
     Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
-    forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last,
-                      small,
+    forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last, small,
                       [&](Value, Value eligible, Value key) {
-      kb.ifThen(eligible, [&] {
-        kb.atomicAdd(kb.gep(local, i32, kb.shrU(key, kb.i32(kBinShift))),
-                     kb.i32(1));
-      });
-    });
-    kb.barrier();
-    Value histBase = kb.mul(row.rowId, kb.i32(bins));
-    forEachThreadStrided(kb, kb.i32(bins), small, [&](Value bin) {
-      Value count = kb.loadAt(i32, local, bin);
-      kb.ifThen(kb.cmp(CmpIPredicate::ne, count, kb.i32(0)), [&] {
-        kb.atomicAdd(kb.gep(hist, i32, kb.add(histBase, bin)), count);
-      });
-    });
-    // The row's last CTA to finish finds the bin of the K-th largest (its
-    // counter is zeroed again for the next step).
-    kb.fenceDevice();
-    kb.barrier();
-    Value lastCell = kb.sharedArray(spec.name + "_hist_last", i32, 1);
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
-      Value before = kb.atomicAdd(kb.gep(done, i32, row.rowId), kb.i32(1));
-      kb.storeAt(kb.zext(kb.cmp(CmpIPredicate::eq, before,
-                                kb.i32(spec.chunksPerRow() - 1)),
-                         i32),
-                 lastCell, kb.i32(0));
-    });
-    kb.barrier();
-    kb.ifThen(kb.cmp(CmpIPredicate::ne, kb.loadAt(i32, lastCell, kb.i32(0)),
-                     kb.i32(0)),
-              [&] {
-                kb.fenceDevice();
-                Value bin = thresholdBin(kb, spec.name + "_threshold", hist,
-                                         histBase, bins, small, kb.i32(spec.k));
-                kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-                          [&] {
-                            kb.storeAt(bin, thresholds, row.rowId);
-                            kb.storeAt(kb.i32(0), done, row.rowId);
-                          });
-              });
+                        kb.ifThen(eligible, [&] { local.count(kb, key); });
+                      });
+    local.finish(kb, spec.name + "_hist", hist, done, thresholds, row.rowId,
+                 spec.chunksPerRow(), spec.k, small);
     launches.hist.grid = {spec.chunksPerRow(), rows, 1};
     launches.hist.blockThreads = small;
   }
@@ -416,19 +463,30 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
     kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
               [&] { kb.storeAt(kb.i32(0), count, kb.i32(0)); });
     kb.barrier();
-    forEachThreadStrided(kb, n, spec.threads, [&](Value i) {
-      auto [eligible, key] = keyOf(i);
-      Value entry = entryOf(i);
-      kb.ifThen(isSelected(kb, selection, eligible, key, entry), [&] {
-        Value at = kb.atomicAdd(count, kb.i32(1));
-        kb.ifThen(kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k)), [&] {
-          Value packed = kb.orI(
-              kb.shl(kb.extU64(kb.xorI(key, kb.i32(-1))), kb.i64(32)),
-              kb.extU64(entry));
-          kb.storeAt(packed, list, at);
+    // One counter atomic per warp places the winners.
+    forEachThreadStridedInWarps(
+        kb, n, spec.threads, [&](Value i, Value inRange) {
+          SmallVector<Value> kv = kb.ifThenElse(
+              {kb.i1T(), i32, i32}, inRange,
+              [&]() -> SmallVector<Value> {
+                auto [eligible, key] = keyOf(i);
+                Value entry = entryOf(i);
+                return {isSelected(kb, selection, eligible, key, entry), key,
+                        entry};
+              },
+              [&]() -> SmallVector<Value> {
+                return {kb.i1(false), kb.i32(0), kb.i32(0)};
+              });
+          Value at = warpReserve(kb, count, kv[0]);
+          kb.ifThen(
+              kb.andI(kv[0], kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k))),
+              [&] {
+                Value packed = kb.orI(
+                    kb.shl(kb.extU64(kb.xorI(kv[1], kb.i32(-1))), kb.i64(32)),
+                    kb.extU64(kv[2]));
+                kb.storeAt(packed, list, at);
+              });
         });
-      });
-    });
     kb.barrier();
     bitonicSortU64(kb, list, size, spec.threads);
 

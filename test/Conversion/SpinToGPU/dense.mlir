@@ -1,7 +1,8 @@
 // RUN: spin-opt %s --convert-spin-to-gpu | FileCheck %s
 
 // A dense indexer (fp8 keys + scales) becomes a tensor-core scoring kernel
-// and a radix-select top-K kernel; the function becomes their launch plan
+// and a radix-select top-K (histogram, collect, final: 512 threads for this
+// K); the function becomes their launch plan
 // over device pointers that keep their roles.
 
 // CHECK-LABEL: func.func @dense(
@@ -13,12 +14,22 @@
 // CHECK-SAME: %[[PAGES:arg[0-9]+]]: i32 {spin.argument = 2 : i64, spin.dim = 0 : i64, spin.role = "dim"}
 // CHECK-SAME: attributes {spin.block_size = 0 : i64, spin.capacity = 0 : i64, spin.events = 0 : i64, spin.launch_plan, spin.layers = 0 : i64}
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 {{.*}} args(%[[Q]] : !llvm.ptr<1>, {{.*}}, %[[SCORES]] : !llvm.ptr<1>, %[[PAGES]] : i32, %[[ERR]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in ({{.*}}) threads in (%c1024{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, {{.*}}, %[[OUT]] : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in ({{.*}}) threads in (%c512{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, {{.*}}, %[[OUT]] : !llvm.ptr<1>)
 // CHECK-NOT: spin.dense_indexer
+
+// A second graph in the module gets kernels of its own names.
+// CHECK-LABEL: func.func @second(
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_2
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3_hist
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3_collect
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3 blocks
+
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
 // CHECK: gpu.func @spin_topk_1
+// CHECK: gpu.func @spin_score_dense_2(
+// CHECK: gpu.func @spin_topk_3_hist
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
                  %w: tensor<2x1x16xf32> {spin.input = "w"},
                  %keys: tensor<?x16x64xf8E4M3FN> {spin.input = "keys"},
@@ -29,6 +40,21 @@ func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
   %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
       w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xf8E4M3FN>)
       scales(%scales : tensor<?x16xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
+      : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+func.func @second(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
+                  %w: tensor<2x1x16xf32> {spin.input = "w"},
+                  %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+                  %table: tensor<2x8xi32> {spin.input = "block_table"},
+                  %lengths: tensor<2x1xi32> {spin.input = "lengths"})
+    -> tensor<2x1x8xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
       block_table(%table : tensor<2x8xi32>)
       lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
   %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}

@@ -1,11 +1,12 @@
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu | FileCheck %s
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="tiles-per-warp=16" | FileCheck %s --check-prefix=FIXED
 
-// The scoring grid follows the work: 8 warps x 16 slots x (32, 16 or 8)
-// tiles per CTA, the most tiles that still give 256 CTAs (docs/GPU-ABI.md);
-// --tiles-per-warp fixes the count.
+// The scoring grid follows the work: 8 warps x 16 slots x T tiles per CTA,
+// T in [8, 64] minimising ceil(CTAs / 264) x (T + 2), waves of two CTAs per
+// SM of a 132-SM H200 (docs/GPU-ABI.md); --tiles-per-warp fixes T.
 
-// 16 rows of 64K slots: 32 tiles (4096 slots per CTA), 16 x 16 CTAs.
+// 16 rows of 64K slots: 32 tiles (4096 slots per CTA), 16 x 16 CTAs: one
+// wave.
 // CHECK-LABEL: func.func @rows16_64k(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c16{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 // FIXED-LABEL: func.func @rows16_64k(
@@ -40,4 +41,24 @@ func.func @row1_16k(%q: tensor<1x1x64x128xbf16>, %w: tensor<1x1x64xf32>,
   %t = spin.topk %z lengths(%lengths : tensor<1x1xi32>) {k = 512 : i64}
       : tensor<1x1x16384xf32> -> tensor<1x1x512xi32>
   return %t : tensor<1x1x512xi32>
+}
+
+// -----
+
+// 16 rows of 104896 slots (1639 pages): 25 tiles give 33 x 16 = 528 CTAs,
+// two full waves (32 tiles would leave the second wave mostly empty).
+// CHECK-LABEL: func.func @rows16_105k(
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c33{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// FIXED-LABEL: func.func @rows16_105k(
+// FIXED: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c52{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+func.func @rows16_105k(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
+                       %keys: tensor<?x64x128xbf16>, %table: tensor<16x1639xi32>,
+                       %lengths: tensor<16x1xi32>) -> tensor<16x1x512xi32> {
+  %z = spin.dense_indexer q(%q : tensor<16x1x64x128xbf16>)
+      w(%w : tensor<16x1x64xf32>) keys(%keys : tensor<?x64x128xbf16>)
+      block_table(%table : tensor<16x1639xi32>)
+      lengths(%lengths : tensor<16x1xi32>) -> tensor<16x1x104896xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<16x1xi32>) {k = 512 : i64}
+      : tensor<16x1x104896xf32> -> tensor<16x1x512xi32>
+  return %t : tensor<16x1x512xi32>
 }
