@@ -56,24 +56,51 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     Value width = kb.i32(spec.maxBlocks * spec.blockSize);
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
                          kb.threadIdX());
-    kb.forLoop(start, total, kb.i32(spec.threads * spec.ctasPerRequest),
-               [&](Value e) {
-      Value z = kb.loadAt(f32, scores, kb.add(kb.mul(request, width), e), true);
-      Value finite = kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
-      kb.ifThen(finite, [&] {
-        Value bs = kb.i32(spec.blockSize);
-        Value block = kb.loadAt(
+    // Each thread takes kUnroll entries at a time and issues all their
+    // loads before it uses any: the scores and block-list entries
+    // together, then V and D (the kernel is bound by the latency of these
+    // dependent rounds, not by bandwidth). Loads of entries past the end or
+    // with a non-finite score read a valid cell (entry total - 1, slot p)
+    // and store nothing. Distinct entries are distinct slots, so the
+    // entries of one round never touch the same V or D cell.
+    constexpr int64_t kUnroll = 8;
+    const int64_t stride = spec.threads * spec.ctasPerRequest;
+    Value bs = kb.i32(spec.blockSize);
+    Value lastEntry = kb.sub(total, kb.i32(1));
+    kb.forLoop(start, total, kb.i32(stride * kUnroll), [&](Value first) {
+      SmallVector<Value> zs, blockOf, inRange;
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        Value e = kb.add(first, kb.i32(u * stride));
+        inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
+        Value at = kb.minS(e, lastEntry);
+        zs.push_back(
+            kb.loadAt(f32, scores, kb.add(kb.mul(request, width), at), true));
+        blockOf.push_back(kb.loadAt(
             i32, blocks,
-            kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(e, bs)),
-            true);
-        Value i = kb.add(kb.mul(block, bs), kb.remU(e, bs));
-        Value vAt = kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i)));
-        Value dAt = kb.gep(dState, f32,
-                           kb.add(stateBase, kb.extS64(kb.sub(p, i))));
-        Value cz = kb.mul(keep, z);
-        kb.store(kb.add(kb.mul(decay, kb.load(f32, vAt, 4)), cz), vAt, 4);
-        kb.store(kb.add(kb.mul(decay, kb.load(f32, dAt, 4)), cz), dAt, 4);
-      });
+            kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(at, bs)),
+            true));
+      }
+      SmallVector<Value> vAts, dAts, olds, used;
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        Value e = kb.minS(kb.add(first, kb.i32(u * stride)), lastEntry);
+        Value finite =
+            kb.cmpF(CmpFPredicate::OLT, kb.absF(zs[u]), kb.f32(INFINITY));
+        used.push_back(kb.andI(inRange[u], finite));
+        Value i = kb.select(used.back(),
+                            kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)), p);
+        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i))));
+        dAts.push_back(
+            kb.gep(dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, i)))));
+        olds.push_back(kb.load(f32, vAts.back(), 4));
+        olds.push_back(kb.load(f32, dAts.back(), 4));
+      }
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        kb.ifThen(used[u], [&] {
+          Value cz = kb.mul(keep, zs[u]);
+          kb.store(kb.add(kb.mul(decay, olds[2 * u]), cz), vAts[u], 4);
+          kb.store(kb.add(kb.mul(decay, olds[2 * u + 1]), cz), dAts[u], 4);
+        });
+      }
     });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
