@@ -227,6 +227,7 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;
     gpu.tilesPerWarp = options.tilesPerWarp;
+    gpu.smCount = options.smCount;
     gpu.mTiles = options.mTiles;
     gpu.wgmma = wgmma;
     toGpu.addPass(createConvertSpinToGPU(gpu));

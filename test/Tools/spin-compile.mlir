@@ -4,6 +4,7 @@
 // RUN: not spin-compile %s --target=sm_103a --ptx-version=8.6 -o %t.b 2>&1 | FileCheck %s --check-prefix=PTX
 // RUN: not spin-compile %s --ptx-version=eight -o %t.c 2>&1 | FileCheck %s --check-prefix=PTXTEXT
 // RUN: not spin-compile %s --dense --sparsify="sparsity=0.5" -o %t.d 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: not spin-compile %s --sm-count=0 -o %t.h 2>&1 | FileCheck %s --check-prefix=SMS
 // RUN: not spin-compile %s --sparsify="sparsity=2" -o %t.e 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: not spin-compile %s --function=missing -o %t.f 2>&1 | FileCheck %s --check-prefix=FUNC
 // RUN: not spin-compile %t.does-not-exist.mlir -o %t.g 2>&1 | FileCheck %s --check-prefix=FILE
@@ -21,6 +22,7 @@
 // PTX: spin-compile: error: sm_103a needs PTX version 8.8 or later (got 8.6)
 // PTXTEXT: spin-compile: error: --ptx-version must look like 88 or 8.8 (got 'eight')
 // BOTH: spin-compile: error: --dense and --sparsify exclude each other
+// SMS: --sm-count must be positive (got 0)
 // RANGE: spin-compile: error: spin-sparsify-pipeline failed:
 // RANGE-NEXT: option 'sparsity' must be in [0, 1], got 2
 // FUNC: spin-compile: error: the graph has no function @missing

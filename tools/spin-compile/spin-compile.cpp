@@ -47,8 +47,15 @@ static cl::opt<int64_t>
              cl::init(0));
 static cl::opt<int64_t> tilesPerWarp(
     "tiles-per-warp",
-    cl::desc("Scoring: warp tiles per warp (default: 16)"),
+    cl::desc("Scoring: warp tiles per warp (default: by the wave cost model "
+             "for --sm-count SMs)"),
     cl::init(0));
+static cl::opt<int64_t>
+    smCount("sm-count",
+            cl::desc("Scoring: SMs of the GPU the grids are sized for, two "
+                     "CTAs each (default: 132, an H100 SXM or H200; 148 for "
+                     "a B200 or B300)"),
+            cl::init(132));
 static cl::opt<int64_t>
     mTiles("m-tiles",
            cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
@@ -107,6 +114,10 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.capacity = capacity;
   options.tilesPerWarp = tilesPerWarp;
+  if (smCount <= 0)
+    return fail("--sm-count must be positive (got " + std::to_string(smCount) +
+                ")");
+  options.smCount = smCount;
   options.mTiles = mTiles;
   options.wgmma = !noWgmma;
 

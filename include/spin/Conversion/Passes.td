@@ -110,12 +110,16 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
     Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
            "warps per CTA of the scoring kernels">,
     Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "0",
-           "warp tiles each scoring warp handles (0: 16)">,
+           "warp tiles each scoring warp handles (0: by the wave cost "
+           "model, see sm-count)">,
     Option<"mTiles", "m-tiles", "int64_t", "0",
            "16-slot MMA tiles per warp tile, 1 or 2 (0: 1)">,
     Option<"wgmma", "wgmma", "bool", "false",
            "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
            "multiple of 4)">,
+    Option<"smCount", "sm-count", "int64_t", "132",
+           "SMs of the GPU the scoring grids are sized for, two CTAs each "
+           "(132: H100 SXM / H200; 148: B200 / B300)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

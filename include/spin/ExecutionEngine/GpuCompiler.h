@@ -31,6 +31,9 @@ struct GpuCompileOptions {
   int64_t capacity = 0;
   /// Scoring kernel shape (convert-spin-to-gpu's options; 0: by key format).
   int64_t tilesPerWarp = 0, mTiles = 0;
+  /// SMs of the GPU the scoring grids are sized for (convert-spin-to-gpu's
+  /// `sm-count`; 132: H100 SXM / H200, 148: B200 / B300).
+  int64_t smCount = 132;
   /// sm_90a's PTX scores with wgmma (the other chips use mma.sync); false:
   /// mma.sync everywhere. The launch plan is the same for every chip.
   bool wgmma = true;

@@ -463,14 +463,17 @@ indexerOperands(IndexerLike op,
 /// Warp tiles per warp when the options leave them open. Scoring CTAs run
 /// in waves of two per SM, and a CTA takes about as long as its tiles plus
 /// two (staging the queries and its page table), so a grid costs about
-/// ceil(CTAs / 264) x (tiles + 2) on a 132-SM H200: the tiles in [8, 64]
-/// that minimise this for rows of `entries` entries (the fewest on a tie).
+/// ceil(CTAs / (2 x SMs)) x (tiles + 2), SMs = the `sm-count` option (132
+/// on an H200: 264 CTAs a wave): the tiles in [8, 64] that minimise this for
+/// rows of `entries` entries (the fewest on a tie).
 /// Fitted on the H200 (bench/profile_gpu.py, fp8, B = 16, N = 128K, 8, 16
 /// and 32 tiles): dense 104.1 / 92.8 / 87.4 us, sparse rho = 0.5 56.8 /
 /// 49.4 / 45.3 us, and rho = 0.2 (105K entries) 91.1 / 89.3 / 88.2 us:
 /// 1664, 832 or 416 CTAs are 7, 4 or 2 waves whose last is mostly empty.
-static void tilesForWork(ScoreKernelSpec &spec, int64_t entries) {
-  constexpr int64_t kCtaSlots = 2 * 132, kOverheadTiles = 2;
+static void tilesForWork(ScoreKernelSpec &spec, int64_t entries,
+                         int64_t smCount) {
+  constexpr int64_t kOverheadTiles = 2;
+  const int64_t kCtaSlots = 2 * smCount;
   if (spec.tilesPerWarp > 0)
     return;
   int64_t best = 0, bestCost = 0;
@@ -491,7 +494,7 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
   if (failed(spec))
     return failure();
   spec->name = kernelName("score_dense");
-  tilesForWork(*spec, spec->outWidth());
+  tilesForWork(*spec, spec->outWidth(), options.smCount);
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -648,7 +651,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->sparse = true;
   spec->blockSize = mask.blockSize;
   spec->maxBlocks = mask.maxBlocks;
-  tilesForWork(*spec, mask.expectedBlocks * mask.blockSize);
+  tilesForWork(*spec, mask.expectedBlocks * mask.blockSize, options.smCount);
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -1179,8 +1182,13 @@ struct ConvertSpinToGPUPass
     auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp, mTiles,
-                                 wgmma};
+    if (smCount <= 0) {
+      module.emitError("convert-spin-to-gpu: sm-count must be positive (got ")
+          << static_cast<int64_t>(smCount) << ")";
+      return signalPassFailure();
+    }
+    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp,
+                                 mTiles,   wgmma,       smCount};
     unsigned counter = 0;
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&

@@ -1,9 +1,13 @@
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu | FileCheck %s
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="tiles-per-warp=16" | FileCheck %s --check-prefix=FIXED
+// RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=148" | FileCheck %s --check-prefix=SM148
+// RUN: not spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=0" 2>&1 | FileCheck %s --check-prefix=BADSM
 
 // The scoring grid follows the work: 8 warps x 16 slots x T tiles per CTA,
 // T in [8, 64] minimising ceil(CTAs / 264) x (T + 2), waves of two CTAs per
-// SM of a 132-SM H200 (docs/GPU-ABI.md); --tiles-per-warp fixes T.
+// SM of a 132-SM H200 (docs/GPU-ABI.md); --sm-count sizes the waves for
+// another GPU, --tiles-per-warp fixes T.
+// BADSM: error: convert-spin-to-gpu: sm-count must be positive (got 0)
 
 // 16 rows of 64K slots: 32 tiles (4096 slots per CTA), 16 x 16 CTAs: one
 // wave.
@@ -49,6 +53,10 @@ func.func @row1_16k(%q: tensor<1x1x64x128xbf16>, %w: tensor<1x1x64xf32>,
 // two full waves (32 tiles would leave the second wave mostly empty).
 // CHECK-LABEL: func.func @rows16_105k(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c33{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// On 148 SMs (296 CTAs a wave) 46 tiles fit all rows in one wave of
+// 18 x 16 CTAs.
+// SM148-LABEL: func.func @rows16_105k(
+// SM148: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c18{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 // FIXED-LABEL: func.func @rows16_105k(
 // FIXED: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c52{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 func.func @rows16_105k(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
