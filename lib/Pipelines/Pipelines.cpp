@@ -184,6 +184,7 @@ void mlir::spin::buildLowerToNVVMPipeline(OpPassManager &pm,
                                           const LowerToNVVMOptions &options) {
   ConvertSpinToGPUOptions gpu;
   gpu.capacity = options.capacity;
+  gpu.smCount = options.smCount;
   // One gpu.module serves every chip here: wgmma only when every chip has
   // it (spin-compile converts per group of chips).
   gpu.wgmma = !options.chips.empty() &&

@@ -169,19 +169,22 @@ def compile(mlir_text: str, function: str,
 def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = None,
                      chips: Sequence[str] = ("sm_90a",),
-                     ptx_version: int = 0) -> str:
+                     ptx_version: int = 0, sm_count: int = 132) -> str:
     """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
     does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
     "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
     :func:`load` on the serving machine. No GPU is needed. ``ptx_version``
-    (e.g. 88) defaults to the lowest every chip accepts."""
+    (e.g. 88) defaults to the lowest every chip accepts. ``sm_count`` is the
+    serving GPU's SM count, which sizes the scoring grids (``spin-compile
+    --sm-count``; 132 for an H100 SXM or H200, 148 for a B200 or B300)."""
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: "
                            "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
     if isinstance(chips, str):
         chips = [chips]
     _spin.compile_gpu(mlir_text, function, _sparsify_text(pipeline_options),
-                      list(chips), int(ptx_version), os.fspath(out_dir))
+                      list(chips), int(ptx_version), os.fspath(out_dir),
+                      int(sm_count))
     return os.fspath(out_dir)
 
 

@@ -447,7 +447,10 @@ PYBIND11_MODULE(_spin, m) {
       "compile_gpu",
       [](const std::string &source, const std::string &function,
          py::object options, const std::vector<std::string> &chips,
-         int64_t ptxVersion, const std::string &outDir) {
+         int64_t ptxVersion, const std::string &outDir, int64_t smCount) {
+        if (smCount <= 0)
+          throw py::value_error("sm_count must be positive (got " +
+                                std::to_string(smCount) + ")");
         mlir::spin::SparsifyPipelineOptions parsed;
         const mlir::spin::SparsifyPipelineOptions *sparsify = nullptr;
         if (!options.is_none()) {
@@ -459,6 +462,7 @@ PYBIND11_MODULE(_spin, m) {
         mlir::spin::GpuCompileOptions gpu;
         gpu.chips = chips;
         gpu.ptxVersion = ptxVersion;
+        gpu.smCount = smCount;
         rt::Status written = rt::Status::success();
         {
           py::gil_scoped_release release;
@@ -472,7 +476,9 @@ PYBIND11_MODULE(_spin, m) {
       },
       py::arg("source"), py::arg("function"), py::arg("options"),
       py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),
+      py::arg("sm_count") = 132,
       "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
-      "chip and manifest.json in `out_dir`");
+      "chip and manifest.json in `out_dir`; the scoring grids are sized for "
+      "`sm_count` SMs");
 #endif
 }

@@ -83,3 +83,37 @@ def test_compile_artifact_names_an_age_exploration_policy(tmp_path, policy):
 def test_compile_target_must_be_cpu_or_cuda():
     with pytest.raises(ValueError, match="target must be 'cpu' or 'cuda'"):
         spin.compile(_graph(), "dsv4_flash_indexer_layer", target="sm_90a")
+
+
+def _expected_score_grid(entries, rows, sm_count):
+    """docs/GPU-ABI.md's rule: T in [8, 64] tiles of 16 slots per warp (8
+    warps) minimising ceil(CTAs / (2 x SMs)) x (T + 2), the fewest on a tie;
+    returns the CTAs per row."""
+    best = None
+    for t in range(8, 65):
+        per_row = -(-entries // (8 * 16 * t))
+        cost = -(-(rows * per_row) // (2 * sm_count)) * (t + 2)
+        if best is None or cost < best[0]:
+            best = (cost, per_row)
+    return best[1]
+
+
+@pytest.mark.parametrize("sm_count", [132, 148])
+def test_compile_artifact_sizes_the_scoring_grid_for_the_sm_count(tmp_path, sm_count):
+    out = spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer",
+                                tmp_path / str(sm_count), sm_count=sm_count)
+    with open(os.path.join(out, "manifest.json")) as f:
+        raw = json.load(f)
+    grid = next(launch["grid"] for launch in raw["launches"]
+                if launch["kernel"].startswith("spin_score_dense"))
+    # 16 rows of 131072 slots: one wave of 16 x 16 CTAs (64 tiles) on 132
+    # SMs, of 18 x 16 (57 tiles) on 148.
+    assert grid == [_expected_score_grid(131072, 16, sm_count), 16, 1]
+    assert grid[0] == {132: 16, 148: 18}[sm_count]
+
+
+def test_compile_artifact_rejects_a_bad_sm_count(tmp_path):
+    with pytest.raises(ValueError, match=re.escape("sm_count must be positive (got 0)")):
+        spin.compile_artifact(_graph(), "dsv4_flash_indexer_layer", tmp_path / "s",
+                              sm_count=0)
+    assert not (tmp_path / "s" / "manifest.json").exists()

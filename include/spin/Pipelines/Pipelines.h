@@ -169,6 +169,11 @@ struct LowerToNVVMOptions : public PassPipelineOptions<LowerToNVVMOptions> {
       *this, "capacity",
       llvm::cl::desc("Slots of state per request (0: the block table's reach)"),
       llvm::cl::init(0)};
+  PassOptions::Option<int64_t> smCount{
+      *this, "sm-count",
+      llvm::cl::desc("SMs of the GPU the scoring grids are sized for (132: "
+                     "H100 SXM / H200; 148: B200 / B300)"),
+      llvm::cl::init(132)};
 };
 
 /// The chips spin generates PTX for, and the lowest PTX version of each.

@@ -2,6 +2,7 @@
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="tiles-per-warp=16" | FileCheck %s --check-prefix=FIXED
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=148" | FileCheck %s --check-prefix=SM148
 // RUN: not spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=0" 2>&1 | FileCheck %s --check-prefix=BADSM
+// RUN: spin-opt %s --split-input-file --spin-lower-to-nvvm="chips=sm_90a sm-count=148" | FileCheck %s --check-prefix=NVVM148
 
 // The scoring grid follows the work: 8 warps x 16 slots x T tiles per CTA,
 // T in [8, 64] minimising ceil(CTAs / 264) x (T + 2), waves of two CTAs per
@@ -13,6 +14,10 @@
 // wave.
 // CHECK-LABEL: func.func @rows16_64k(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c16{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// On 148 SMs: 29 tiles, one wave of 18 x 16 CTAs (spin-lower-to-nvvm's
+// sm-count reaches the conversion).
+// NVVM148-LABEL: func.func @rows16_64k(
+// NVVM148: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c18{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 // FIXED-LABEL: func.func @rows16_64k(
 // FIXED: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c32{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 func.func @rows16_64k(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
