@@ -363,3 +363,14 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
   gpu::ReturnOp::create(b, loc);
   return func;
 }
+
+gpu::GPUFuncOp mlir::spin::gpu_codegen::beginKernel(OpBuilder &b, Location loc,
+                                                    gpu::GPUModuleOp module,
+                                                    StringRef name,
+                                                    TypeRange params,
+                                                    int64_t blockThreads) {
+  gpu::GPUFuncOp func =
+      createKernel(b, loc, module, name, params, blockThreads);
+  b.setInsertionPoint(func.getBody().front().getTerminator());
+  return func;
+}

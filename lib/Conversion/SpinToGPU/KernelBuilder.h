@@ -164,6 +164,12 @@ gpu::GPUFuncOp createKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                             StringRef name, TypeRange params,
                             int64_t blockThreads);
 
+/// `createKernel`, then moves `b`'s insertion point into the new kernel's
+/// body (before its terminator); callers keep an InsertionGuard around it.
+gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                           StringRef name, TypeRange params,
+                           int64_t blockThreads);
+
 } // namespace mlir::spin::gpu_codegen
 
 #endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H

@@ -29,10 +29,9 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T(), f32 = kb.f32T();
   SmallVector<Type> params(13, ptr);
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, spec.threads);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
   Value scores = func.getArgument(a++), positions = func.getArgument(a++);
   Value lengths = func.getArgument(a++), slots = func.getArgument(a++);
@@ -134,10 +133,9 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
   CommitLaunches shapes;
   {
     SmallVector<Type> params(9, ptr);
-    gpu::GPUFuncOp func =
-        createKernel(b, loc, module, spec.name, params, spec.threads);
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(func.getBody().front().getTerminator());
+    gpu::GPUFuncOp func =
+        beginKernel(b, loc, module, spec.name, params, spec.threads);
     unsigned a = 0;
     Value accepted = func.getArgument(a++), slots = func.getArgument(a++);
     Value vState = func.getArgument(a++), dState = func.getArgument(a++);
@@ -249,10 +247,9 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
     // the buffer is dropped.
     const int64_t threads = 128;
     SmallVector<Type> params(3, ptr);
-    gpu::GPUFuncOp func =
-        createKernel(b, loc, module, spec.name + "_finish", params, threads);
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(func.getBody().front().getTerminator());
+    gpu::GPUFuncOp func =
+        beginKernel(b, loc, module, spec.name + "_finish", params, threads);
     Value slots = func.getArgument(0), itState = func.getArgument(1);
     Value obsRows = func.getArgument(2);
     Value request =

@@ -138,14 +138,12 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   if (spec.sparse)
     params.append({ptr, ptr, ptr});
   params.append({ptr, i32, ptr});
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, threads);
+  OpBuilder::InsertionGuard guard(b);
+  gpu::GPUFuncOp func = beginKernel(b, loc, module, spec.name, params, threads);
   // One M tile: two CTAs per SM (at most 128 registers) keep twice the
   // loads in flight; two M tiles need the whole register file.
   if (spec.mTiles == 1)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
 
   unsigned a = 0;
   Value q = func.getArgument(a++), w = func.getArgument(a++);

@@ -95,11 +95,10 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   const int64_t range = spec.predictBlocksPerCta;
   const bool cache = spec.predictionCache;
   assert((cache || !next) && "a next-step prediction needs the cache");
-  gpu::GPUFuncOp func = createKernel(
+  OpBuilder::InsertionGuard guard(b);
+  gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
       SmallVector<Type>(cache ? 8 : 7, ptr), threads);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
   Value positions = func.getArgument(0), lengths = func.getArgument(1);
   Value slots = func.getArgument(2), vState = func.getArgument(3);
   Value dState = func.getArgument(4), itState = func.getArgument(5);
@@ -195,10 +194,8 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   params.push_back(ptr);
   const int64_t threads = spec.threads, warps = threads / 32;
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, threads);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
+  gpu::GPUFuncOp func = beginKernel(b, loc, module, spec.name, params, threads);
   unsigned a = 0;
   Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
   Value requestIds = func.getArgument(a++), slots = func.getArgument(a++);

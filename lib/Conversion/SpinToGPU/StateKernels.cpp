@@ -26,10 +26,9 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
   SmallVector<Type> params(10, ptr);
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, spec.threads);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
   Value scores = func.getArgument(a++), positions = func.getArgument(a++);
   Value lengths = func.getArgument(a++), slots = func.getArgument(a++);
@@ -68,11 +67,12 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     Value bs = kb.i32(spec.blockSize);
     Value lastEntry = kb.sub(total, kb.i32(1));
     kb.forLoop(start, total, kb.i32(stride * kUnroll), [&](Value first) {
-      SmallVector<Value> zs, blockOf, inRange;
+      SmallVector<Value> zs, blockOf, inRange, entries;
       for (int64_t u = 0; u < kUnroll; ++u) {
         Value e = kb.add(first, kb.i32(u * stride));
         inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
         Value at = kb.minS(e, lastEntry);
+        entries.push_back(at);
         zs.push_back(
             kb.loadAt(f32, scores, kb.add(kb.mul(request, width), at), true));
         blockOf.push_back(kb.loadAt(
@@ -82,7 +82,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
       }
       SmallVector<Value> vAts, dAts, olds, used;
       for (int64_t u = 0; u < kUnroll; ++u) {
-        Value e = kb.minS(kb.add(first, kb.i32(u * stride)), lastEntry);
+        Value e = entries[u];
         Value finite =
             kb.cmpF(CmpFPredicate::OLT, kb.absF(zs[u]), kb.f32(INFINITY));
         used.push_back(kb.andI(inRange[u], finite));
@@ -122,10 +122,9 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
   SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
-  gpu::GPUFuncOp func =
-      createKernel(b, loc, module, spec.name, params, spec.threads);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name, params, spec.threads);
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4);

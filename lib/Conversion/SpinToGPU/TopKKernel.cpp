@@ -167,14 +167,6 @@ Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
   return result;
 }
 
-/// Positions the builder inside a new kernel's body.
-gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-                           StringRef name, TypeRange params, int64_t threads) {
-  gpu::GPUFuncOp func = createKernel(b, loc, module, name, params, threads);
-  b.setInsertionPoint(func.getBody().front().getTerminator());
-  return func;
-}
-
 /// A CTA's share of a row's histogram: 16-bit counters packed two to a
 /// word in shared memory (a CTA counts at most `chunk` < 65536 entries).
 struct PackedHistogram {
