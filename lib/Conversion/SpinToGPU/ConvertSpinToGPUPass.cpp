@@ -707,31 +707,21 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
                              Buffer lengths, std::optional<MaskBuffers> mask,
                              Buffer out) {
   int64_t rows = spec.batch * spec.rows;
-  // The final kernel is a chain of CTA barriers: the fewest threads that
-  // still sort K in registers (H200, fp8 16 x 128K, K = 512: 7.8 us with
-  // 1024 threads, 6.0 with 512).
+  // The leader's selection and sort is a chain of CTA barriers: the fewest
+  // threads that still sort K in registers (H200, fp8 16 x 128K, K = 512:
+  // 7.8 us with 1024 threads, 6.0 with 512).
   spec.threads = spec.k > 512 ? 1024 : 512;
-  Buffer hist = addScratch(spec.name + "_hist", rows * spec.histBins() * 4);
-  Buffer counter = addScratch(spec.name + "_found", rows * 4);
-  Buffer done = addScratch(spec.name + "_done", rows * 4);
-  Buffer thresholds = addScratch(spec.name + "_bin", rows * 4);
+  // One CTA per 16 entries a thread of each, up to a portable cluster.
+  spec.cluster = std::clamp<int64_t>(
+      llvm::divideCeil(spec.width, 16 * spec.threads), 1, 8);
   Buffer candidates =
       addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
-  TopKLaunches shapes = buildTopKKernels(b, op->getLoc(), kernels, spec);
-  SmallVector<Buffer> row = {scores, lengths};
+  LaunchShape shape = buildTopKKernel(b, op->getLoc(), kernels, spec);
+  SmallVector<Buffer> args = {scores, lengths};
   if (mask)
-    row.push_back(mask->counts);
-  SmallVector<Buffer> histArgs(row);
-  histArgs.append({hist, done, thresholds});
-  launch(spec.name + "_hist", shapes.hist, histArgs, op);
-  SmallVector<Buffer> collectArgs(row);
-  collectArgs.append({thresholds, counter, candidates, hist});
-  launch(spec.name + "_collect", shapes.collect, collectArgs, op);
-  SmallVector<Buffer> finalArgs = {scores, lengths};
-  if (mask)
-    finalArgs.append({mask->blocks, mask->counts});
-  finalArgs.append({counter, candidates, out});
-  launch(spec.name, shapes.final, finalArgs, op);
+    args.append({mask->blocks, mask->counts});
+  args.append({candidates, out});
+  launch(spec.name, shape, args, op);
 }
 
 LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,

@@ -223,6 +223,15 @@ void KernelBuilder::fenceDevice() {
                             LLVM::AsmDialectAttr(), ArrayAttr());
 }
 
+void KernelBuilder::clusterSync() {
+  NVVM::ClusterArriveOp::create(b, loc, b.getUnitAttr());
+  NVVM::ClusterWaitOp::create(b, loc, b.getUnitAttr());
+}
+Value KernelBuilder::clusterPeer(Value shared, Value rank) {
+  Value generic = LLVM::AddrSpaceCastOp::create(b, loc, ptrT(Generic), shared);
+  return NVVM::MapaOp::create(b, loc, ptrT(Generic), generic, rank);
+}
+
 Value KernelBuilder::shflXor(Value v, int64_t laneMask) {
   return NVVM::ShflOp::create(b, loc, v.getType(), i32(-1), v, i32(laneMask),
                               i32(31), NVVM::ShflKind::bfly, UnitAttr());

@@ -121,6 +121,14 @@ public:
   /// `fence.acq_rel.gpu`: orders this thread's memory operations before and
   /// after it for every thread of the device.
   void fenceDevice();
+  /// `barrier.cluster.arrive.aligned` + `barrier.cluster.wait.aligned`
+  /// (release, then acquire, at cluster scope): every thread of the cluster's
+  /// CTAs must call it; afterwards each sees the others' earlier writes to
+  /// shared and global memory.
+  void clusterSync();
+  /// The generic address of the shared-memory location `shared` (address
+  /// space 3) in the CTA of cluster rank `rank` (`mapa`).
+  Value clusterPeer(Value shared, Value rank);
   /// `shfl.sync.bfly` / `.idx` over the full warp for i32 or f32 values.
   Value shflXor(Value v, int64_t laneMask);
   Value shflIdx(Value v, Value lane);

@@ -83,47 +83,42 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 // Top-K (SPIN_SPEC §1, §3.9)
 //===----------------------------------------------------------------------===//
 
-/// Top-K of every row in three launches, so that long rows are read by many
-/// CTAs and only a short candidate list by one:
-///  1. `<name>_hist` (chunks x rows CTAs) histograms the top 12 bits of the
-///     order-preserving keys of the eligible (non-NaN) scores; the last CTA
-///     of a row to finish (a per-row counter) finds the bin holding the
-///     K-th largest;
-///  2. `<name>_collect` (chunks x rows) appends every entry at or above
-///     that bin as (key, entry), and zeroes its share of the histogram;
-///  3. `<name>` (one CTA per row) radix-selects the K largest candidates
-///     (ties to the lower entry, so to the lower slot), sorts them by
-///     (score desc, entry asc) with a bitonic sort and writes slots, -1 for
-///     missing ones, and zeroes the candidate counter. When the candidates
-///     overflow their buffer (a bin holding more than `candidates` entries,
-///     e.g. many equal scores) it selects from the whole row instead.
-/// The histograms and counters must be zero when a step starts: the
-/// runtime zeroes scratch at load, and each step leaves them zeroed.
-/// Dense rows hold entries [0, N); sparse rows [0, count * blockSize), mapped
-/// back to slots through the block list.
+/// Top-K of every row in one launch: a cluster of `cluster` CTAs per row
+/// (thread-block clusters, sm_90 and later), so that a long row is read by
+/// several SMs and only a short candidate list by one.
+///  1. Each CTA histograms the top 12 bits of the order-preserving keys of
+///     the eligible (non-NaN) scores of its share of the row in its shared
+///     memory.
+///  2. After a cluster barrier every CTA sums the cluster's histograms
+///     through distributed shared memory and finds the bin holding the
+///     K-th largest.
+///  3. Each CTA appends its entries at or above that bin as (key, entry) to
+///     the row's candidate buffer, reserving ranges on a counter in the
+///     leader's (rank 0's) shared memory.
+///  4. After a second cluster barrier the leader radix-selects the K
+///     largest candidates (ties to the lower entry, so to the lower slot),
+///     sorts them by (score desc, entry asc) with a bitonic sort and writes
+///     slots, -1 for missing ones. When the candidates overflow their buffer
+///     (a bin holding more than `candidates` entries, e.g. many equal
+///     scores) it selects from the whole row instead.
+/// Nothing persists between launches. Dense rows hold entries [0, N);
+/// sparse rows [0, count * blockSize), mapped back to slots through the
+/// block list.
 ///
-/// Parameters: hist(scores, lengths, [counts], hist, done, thresholds);
-/// collect(scores, lengths, [counts], thresholds, counter, candidates,
-/// hist); final(scores, lengths, [blocks, counts], counter, candidates,
-/// out).
+/// Parameters: scores, lengths, [blocks, counts], candidates, out (ptrs).
+/// Grid: (cluster, batch * rows), cluster (cluster, 1, 1) fixed in the
+/// kernel (`.reqnctapercluster`).
 struct TopKKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, width = 1, k = 1;
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
-  int64_t threads = 1024; ///< of the final kernel (the plan: 512 for K <= 512)
-  int64_t chunk = 4096; ///< entries per histogram / collect CTA (16 per thread)
+  int64_t threads = 1024;     ///< per CTA (the plan: 512 for K <= 512)
+  int64_t cluster = 8;        ///< CTAs per row, 1 to 8 (a portable cluster)
   int64_t candidates = 16384; ///< candidate buffer per row
-
-  int64_t histBins() const { return 4096; }
-  int64_t chunksPerRow() const { return (width + chunk - 1) / chunk; }
 };
-struct TopKLaunches {
-  LaunchShape hist, collect, final;
-};
-TopKLaunches buildTopKKernels(OpBuilder &b, Location loc,
-                              gpu::GPUModuleOp module,
-                              const TopKKernelSpec &spec);
+LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                            const TopKKernelSpec &spec);
 
 //===----------------------------------------------------------------------===//
 // Prediction and block selection (SPIN_SPEC §3.1-3.7, §4)

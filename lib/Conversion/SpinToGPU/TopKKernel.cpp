@@ -119,33 +119,31 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
 }
 
 /// The histogram bin holding the k-th largest key (counting from the top),
-/// or 0 when the row has at most k eligible entries. Other CTAs built the
-/// histogram with atomics: the caller orders its reads after them with an
-/// acquire fence. `bins` / `threads` must be a multiple of 4 and the
-/// histogram 16-byte aligned. All threads of the CTA must call it; every
-/// thread gets the same value.
-Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
-                   Value histBase, int64_t bins, int64_t threads, Value k) {
+/// or 0 when the row has at most k eligible entries. `countsAt(word)` gives
+/// the counts of bins [word, word + 4) as a vector of four i32. `bins` /
+/// `threads` must be a multiple of 4. All threads of the CTA must call it;
+/// every thread gets the same value.
+Value thresholdBin(KernelBuilder &kb, StringRef prefix,
+                   function_ref<Value(Value)> countsAt, int64_t bins,
+                   int64_t threads, Value k) {
   Type i32 = kb.i32T();
   int64_t per = bins / threads;
   Value tid = kb.threadIdX();
   Value cell = kb.sharedArray((prefix + "_bin").str(), i32, 1);
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
             [&] { kb.storeAt(kb.i32(0), cell, kb.i32(0)); });
-  // Thread t owns the bins top, top-1, ..., top-per+1 (top = bins-1-per*t).
+  // Thread t owns the bins top, top-1, ..., top-per+1 (top = bins-1-per*t),
+  // contiguous: read as vectors of four.
   Value top = kb.sub(kb.i32(bins - 1), kb.mul(tid, kb.i32(per)));
-  SmallVector<Value> counts;
-  Value own = kb.i32(0);
-  // The owned bins are contiguous: load them as 16-byte vectors (plain
-  // loads: the caller's acquire fence orders them after the atomics).
-  Value lowest = kb.add(histBase, kb.sub(top, kb.i32(per - 1)));
+  Value lowest = kb.sub(top, kb.i32(per - 1));
   SmallVector<Value> ascending;
   for (int64_t v = 0; v < per / 4; ++v) {
-    Value vec = kb.load(kb.vecT(i32, 4),
-                        kb.gep(hist, i32, kb.add(lowest, kb.i32(4 * v))), 16);
+    Value vec = countsAt(kb.add(lowest, kb.i32(4 * v)));
     for (int64_t e = 0; e < 4; ++e)
       ascending.push_back(kb.extract(vec, e));
   }
+  SmallVector<Value> counts;
+  Value own = kb.i32(0);
   for (int64_t q = 0; q < per; ++q) {
     counts.push_back(ascending[per - 1 - q]);
     own = kb.add(own, counts.back());
@@ -167,247 +165,181 @@ Value thresholdBin(KernelBuilder &kb, StringRef prefix, Value hist,
   return result;
 }
 
-/// A CTA's share of a row's histogram: 16-bit counters packed two to a
-/// word in shared memory (a CTA counts at most `chunk` < 65536 entries).
-struct PackedHistogram {
-  Value words;
-  /// Zeroes the counters (all threads; ends with a barrier).
-  static PackedHistogram begin(KernelBuilder &kb, StringRef prefix,
-                               int64_t threads);
-  /// Counts the order-preserving key of one eligible score.
-  void count(KernelBuilder &kb, Value key) const;
-  /// All threads of every CTA of the row: adds this CTA's counts into the
-  /// row's `hist` (rows x kHistBins); the row's last CTA to get here
-  /// (`done`, zeroed again) writes the bin holding the K-th largest to
-  /// `thresholds[rowId]`.
-  void finish(KernelBuilder &kb, StringRef prefix, Value hist, Value done,
-              Value thresholds, Value rowId, int64_t ctasPerRow, int64_t k,
-              int64_t threads) const;
-};
-
-PackedHistogram PackedHistogram::begin(KernelBuilder &kb, StringRef prefix,
-                                       int64_t threads) {
-  PackedHistogram h;
-  h.words = kb.sharedArray((prefix + "_bins").str(), kb.i32T(), kHistBins / 2);
-  forEachThreadStrided(kb, kb.i32(kHistBins / 2), threads,
-                       [&](Value i) { kb.storeAt(kb.i32(0), h.words, i); });
-  kb.barrier();
-  return h;
-}
-
-void PackedHistogram::count(KernelBuilder &kb, Value key) const {
-  Value bin = kb.shrU(key, kb.i32(kBinShift));
-  Value one = kb.shl(kb.i32(1), kb.mul(kb.andI(bin, kb.i32(1)), kb.i32(16)));
-  kb.atomicAdd(kb.gep(words, kb.i32T(), kb.shrU(bin, kb.i32(1))), one);
-}
-
-void PackedHistogram::finish(KernelBuilder &kb, StringRef prefix, Value hist,
-                             Value done, Value thresholds, Value rowId,
-                             int64_t ctasPerRow, int64_t k,
-                             int64_t threads) const {
-  Type i32 = kb.i32T();
-  kb.barrier();
-  Value histBase = kb.mul(rowId, kb.i32(kHistBins));
-  forEachThreadStrided(kb, kb.i32(kHistBins / 2), threads, [&](Value w) {
-    Value pair = kb.loadAt(i32, words, w);
-    kb.ifThen(kb.cmp(CmpIPredicate::ne, pair, kb.i32(0)), [&] {
-      Value bin = kb.add(histBase, kb.mul(w, kb.i32(2)));
-      Value low = kb.andI(pair, kb.i32(0xffff));
-      Value high = kb.shrU(pair, kb.i32(16));
-      kb.ifThen(kb.cmp(CmpIPredicate::ne, low, kb.i32(0)),
-                [&] { kb.atomicAdd(kb.gep(hist, i32, bin), low); });
-      kb.ifThen(kb.cmp(CmpIPredicate::ne, high, kb.i32(0)), [&] {
-        kb.atomicAdd(kb.gep(hist, i32, kb.add(bin, kb.i32(1))), high);
-      });
-    });
+/// Calls `body(i, eligible, key)` for every entry of `[first, last)` in
+/// chunks of 16 * `threads` (see forEachChunkEntry); `chunkDone` runs after
+/// each chunk's entries.
+void forEachEntry(KernelBuilder &kb, Value scores, const RowView &row,
+                  bool rowsAligned, Value first, Value last, int64_t threads,
+                  function_ref<void(Value, Value, Value)> body) {
+  kb.forLoop(first, kb.maxS(first, last), kb.i32(16 * threads), [&](Value s) {
+    Value end = kb.minS(kb.add(s, kb.i32(16 * threads)), last);
+    forEachChunkEntry(kb, scores, row, rowsAligned, s, end, threads, body);
   });
-  // The row's last CTA to finish finds the bin of the K-th largest (its
-  // counter is zeroed again for the next step). As in a grid barrier, one
-  // thread fences for the CTA: after the barrier its release fence orders
-  // every thread's histogram atomics before the counter, and the last
-  // CTA's acquire fence orders the counter before the reads that follow
-  // the next barrier.
-  kb.barrier();
-  Value lastCell = kb.sharedArray((prefix + "_last").str(), i32, 1);
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
-    kb.fenceDevice();
-    Value before = kb.atomicAdd(kb.gep(done, i32, rowId), kb.i32(1));
-    Value last = kb.cmp(CmpIPredicate::eq, before, kb.i32(ctasPerRow - 1));
-    kb.ifThen(last, [&] { kb.fenceDevice(); });
-    kb.storeAt(kb.zext(last, i32), lastCell, kb.i32(0));
-  });
-  kb.barrier();
-  kb.ifThen(
-      kb.cmp(CmpIPredicate::ne, kb.loadAt(i32, lastCell, kb.i32(0)), kb.i32(0)),
-      [&] {
-        Value bin = thresholdBin(kb, (prefix + "_threshold").str(), hist,
-                                 histBase, kHistBins, threads, kb.i32(k));
-        kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)), [&] {
-          kb.storeAt(bin, thresholds, rowId);
-          kb.storeAt(kb.i32(0), done, rowId);
-        });
-      });
 }
 
 } // namespace
 
-TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
-    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-    const TopKKernelSpec &spec) {
+LaunchShape
+mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
+                                         gpu::GPUModuleOp module,
+                                         const TopKKernelSpec &spec) {
   OpBuilder::InsertionGuard guard(b);
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
-  const int64_t rows = spec.batch * spec.rows, bins = spec.histBins();
-  assert(bins == kHistBins && "the histogram has one bin per top-12 key");
-  const int64_t small = 256;
-  TopKLaunches launches;
+  assert(spec.cluster >= 1 && spec.cluster <= 8 &&
+         "a portable cluster holds at most 8 CTAs");
+  assert(kHistBins % (4 * spec.threads) == 0 &&
+         "each thread owns a multiple of four histogram bins");
+  const int64_t threads = spec.threads;
 
-  auto rowParams = [&](SmallVector<Type> tail) {
-    SmallVector<Type> params = {ptr, ptr};
-    if (spec.sparse)
-      params.push_back(ptr);
-    params.append(tail.begin(), tail.end());
-    return params;
-  };
+  SmallVector<Type> params = {ptr, ptr};
+  if (spec.sparse)
+    params.append({ptr, ptr});
+  params.append({ptr, ptr});
+  gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name, params, threads);
+  // One CTA per SM is all a row's cluster needs: let ptxas use the
+  // registers that leaves (it would otherwise aim at two CTAs and spill in
+  // the sort).
+  f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+             b.getI32IntegerAttr(static_cast<int32_t>(
+                 std::min<int64_t>(255, 65536 / threads))));
+  f->setAttr(
+      NVVM::NVVMDialect::getClusterDimAttrName(),
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(spec.cluster), 1, 1}));
+  unsigned a = 0;
+  Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
+  Value blocks = spec.sparse ? f.getArgument(a++) : Value();
+  Value counts = spec.sparse ? f.getArgument(a++) : Value();
+  Value candidates = f.getArgument(a++), out = f.getArgument(a++);
+  RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+  Value rank = kb.blockIdX();
+  Value tid = kb.threadIdX();
+  Value isLeader = kb.cmp(CmpIPredicate::eq, rank, kb.i32(0));
+  const bool aligned = spec.width % 4 == 0;
 
-  //===--- 1. histogram of the top 12 bits
-  //----------------------------------===//
-  {
-    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_hist",
-                                   rowParams({ptr, ptr, ptr}), small);
-    unsigned a = 0;
-    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
-    Value counts = spec.sparse ? f.getArgument(a++) : Value();
-    Value hist = f.getArgument(a++), done = f.getArgument(a++);
-    Value thresholds = f.getArgument(a++);
-    RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
-    PackedHistogram local =
-        PackedHistogram::begin(kb, spec.name + "_hist", small);
-    Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
-    Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
-    forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last, small,
-                      [&](Value, Value eligible, Value key) {
-                        kb.ifThen(eligible, [&] { local.count(kb, key); });
-                      });
-    local.finish(kb, spec.name + "_hist", hist, done, thresholds, row.rowId,
-                 spec.chunksPerRow(), spec.k, small);
-    launches.hist.grid = {spec.chunksPerRow(), rows, 1};
-    launches.hist.blockThreads = small;
-  }
+  // Shared memory: the CTA's histogram, which the leader (rank 0) reuses
+  // for its staged candidates once every CTA has read it, and the leader's
+  // candidate counter.
+  const int64_t listBytes =
+      8 * static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
+  const int64_t staged =
+      std::min<int64_t>(spec.candidates, (kStaticSharedBudget - listBytes) / 8 /
+                                             threads * threads);
+  const int64_t arenaWords = std::max<int64_t>(kHistBins, 2 * staged);
+  Value arena = kb.sharedArray(spec.name + "_arena", i32, arenaWords);
+  Value foundCell = kb.sharedArray(spec.name + "_found", i32, 1);
 
-  //===--- 2. collect the candidates
-  //----------------------------------------===//
-  {
-    gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name + "_collect",
-                                   rowParams({ptr, ptr, ptr, ptr}), small);
-    unsigned a = 0;
-    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
-    Value counts = spec.sparse ? f.getArgument(a++) : Value();
-    Value thresholds = f.getArgument(a++), counter = f.getArgument(a++);
-    Value candidates = f.getArgument(a++), hist = f.getArgument(a++);
-    RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
-    // The histogram was read by the threshold: each CTA zeroes its share
-    // of the row's bins for the next step.
-    {
-      const int64_t share = llvm::divideCeil(bins, spec.chunksPerRow());
-      Value from = kb.mul(kb.blockIdX(), kb.i32(share));
-      Value to = kb.minS(kb.add(from, kb.i32(share)), kb.i32(bins));
-      Value histBase = kb.mul(row.rowId, kb.i32(bins));
-      forEachThreadStrided(
-          kb, kb.maxS(kb.sub(to, from), kb.i32(0)), small, [&](Value i) {
-            kb.storeAt(kb.i32(0), hist, kb.add(histBase, kb.add(from, i)));
-          });
-    }
-    Value first = kb.mul(kb.blockIdX(), kb.i32(spec.chunk));
-    kb.ifThen(kb.cmp(CmpIPredicate::slt, first, row.n), [&] {
-      Value bin = kb.loadAt(i32, thresholds, row.rowId, true);
-      Value last = kb.minS(kb.add(first, kb.i32(spec.chunk)), row.n);
-      Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-      // One counter atomic per CTA: each thread counts its candidates, a
-      // block scan places them, thread 0 reserves the CTA's range.
-      SmallVector<Value> wanted, keys, entries;
-      forEachChunkEntry(kb, scores, row, spec.width % 4 == 0, first, last,
-                        small, [&](Value i, Value eligible, Value key) {
-        wanted.push_back(kb.andI(
-            eligible, kb.cmp(CmpIPredicate::uge,
-                             kb.shrU(key, kb.i32(kBinShift)), bin)));
-        keys.push_back(key);
-        entries.push_back(i);
-      });
-      Value own = kb.i32(0);
-      for (Value w : wanted)
-        own = kb.add(own, kb.zext(w, i32));
-      auto [before, total] =
-          blockExclusiveScan(kb, spec.name + "_collect", own, small);
-      Value baseCell = kb.sharedArray(spec.name + "_collect_base", i32, 1);
-      kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-                        kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
-                [&] {
-                  kb.storeAt(kb.atomicAdd(kb.gep(counter, i32, row.rowId),
-                                          total),
-                             baseCell, kb.i32(0));
-                });
-      kb.barrier();
-      Value at = kb.add(kb.loadAt(i32, baseCell, kb.i32(0)), before);
-      for (auto [w, key, i] : llvm::zip(wanted, keys, entries)) {
-        Value here = at;
-        kb.ifThen(kb.andI(w, kb.cmp(CmpIPredicate::slt, here,
-                                    kb.i32(spec.candidates))),
-                  [&] {
-          Value packed =
-              kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
-          kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(here)));
+  //===--- 1. each CTA's histogram of the top 12 bits of its share
+  //---------===//
+  Type vec4 = kb.vecT(i32, 4);
+  Value zeros = arith::ConstantOp::create(
+      b, loc,
+      DenseElementsAttr::get(cast<ShapedType>(vec4), b.getI32IntegerAttr(0)));
+  forEachThreadStrided(kb, kb.i32(kHistBins / 4), threads, [&](Value i) {
+    kb.store(zeros, kb.gep(arena, vec4, i), 16);
+  });
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+            [&] { kb.storeAt(kb.i32(0), foundCell, kb.i32(0)); });
+  kb.barrier();
+  // The row's entries split evenly over the cluster (in multiples of 4).
+  Value share = kb.andI(kb.add(kb.divU(kb.add(row.n, kb.i32(spec.cluster - 1)),
+                                       kb.i32(spec.cluster)),
+                               kb.i32(3)),
+                        kb.i32(~3));
+  Value first = kb.mul(rank, share);
+  Value last = kb.minS(kb.add(first, share), row.n);
+  forEachEntry(kb, scores, row, aligned, first, last, threads,
+               [&](Value, Value eligible, Value key) {
+                 kb.ifThen(eligible, [&] {
+                   kb.atomicAdd(
+                       kb.gep(arena, i32, kb.shrU(key, kb.i32(kBinShift))),
+                       kb.i32(1));
+                 });
+               });
+  kb.clusterSync();
+
+  //===--- 2. the row's threshold bin, in every CTA
+  //------------------------===//
+  SmallVector<Value> peers;
+  for (int64_t r = 0; r < spec.cluster; ++r)
+    peers.push_back(kb.clusterPeer(arena, kb.i32(r)));
+  Value bin = thresholdBin(
+      kb, spec.name + "_threshold",
+      [&](Value word) {
+        Value sum = kb.load(vec4, kb.gep(peers[0], i32, word), 16);
+        for (int64_t r = 1; r < spec.cluster; ++r)
+          sum = kb.add(sum, kb.load(vec4, kb.gep(peers[r], i32, word), 16));
+        return sum;
+      },
+      kHistBins, threads, kb.i32(spec.k));
+
+  //===--- 3. candidates at or above it, counted in the leader
+  //--------------===//
+  Value leaderFound = kb.clusterPeer(foundCell, kb.i32(0));
+  Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
+  Value baseCell = kb.sharedArray(spec.name + "_base", i32, 1);
+  kb.forLoop(first, kb.maxS(first, last), kb.i32(16 * threads), [&](Value s) {
+    Value end = kb.minS(kb.add(s, kb.i32(16 * threads)), last);
+    // One counter atomic per chunk: each thread counts its candidates, a
+    // block scan places them, thread 0 reserves the chunk's range.
+    SmallVector<Value> wanted, keys, entries;
+    forEachChunkEntry(
+        kb, scores, row, aligned, s, end, threads,
+        [&](Value i, Value eligible, Value key) {
+          wanted.push_back(
+              kb.andI(eligible, kb.cmp(CmpIPredicate::uge,
+                                       kb.shrU(key, kb.i32(kBinShift)), bin)));
+          keys.push_back(key);
+          entries.push_back(i);
         });
-        at = kb.add(at, kb.zext(w, i32));
-      }
-    });
-    launches.collect.grid = {spec.chunksPerRow(), rows, 1};
-    launches.collect.blockThreads = small;
-  }
+    Value own = kb.i32(0);
+    for (Value w : wanted)
+      own = kb.add(own, kb.zext(w, i32));
+    auto [before, total] =
+        blockExclusiveScan(kb, spec.name + "_collect", own, threads);
+    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+                      kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
+              [&] {
+                kb.storeAt(kb.atomicAdd(leaderFound, total), baseCell,
+                           kb.i32(0));
+              });
+    kb.barrier();
+    Value at = kb.add(kb.loadAt(i32, baseCell, kb.i32(0)), before);
+    kb.barrier();
+    for (auto [w, key, i] : llvm::zip(wanted, keys, entries)) {
+      Value here = at;
+      kb.ifThen(
+          kb.andI(w, kb.cmp(CmpIPredicate::slt, here, kb.i32(spec.candidates))),
+          [&] {
+            Value packed =
+                kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
+            kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(here)));
+          });
+      at = kb.add(at, kb.zext(w, i32));
+    }
+  });
+  // After this no CTA reads another's shared memory, and the leader sees
+  // every candidate and the final count.
+  kb.clusterSync();
 
-  //===--- 3. select, sort and write
-  //----------------------------------------===//
-  {
-    SmallVector<Type> params = {ptr, ptr};
-    if (spec.sparse)
-      params.append({ptr, ptr});
-    params.append({ptr, ptr, ptr});
-    gpu::GPUFuncOp f =
-        beginKernel(b, loc, module, spec.name, params, spec.threads);
-    // One CTA per SM is all a row needs: let ptxas use the registers that
-    // leaves (it would otherwise aim at two CTAs and spill).
-    f->setAttr("nvvm.maxnreg",
-               b.getI32IntegerAttr(static_cast<int32_t>(
-                   std::min<int64_t>(255, 65536 / spec.threads))));
-    unsigned a = 0;
-    Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
-    Value blocks = spec.sparse ? f.getArgument(a++) : Value();
-    Value counts = spec.sparse ? f.getArgument(a++) : Value();
-    Value counter = f.getArgument(a++), candidates = f.getArgument(a++);
-    Value out = f.getArgument(a++);
-    RowView row = rowView(kb, spec, kb.blockIdX(), lengths, counts);
-    Value found = kb.loadAt(i32, counter, row.rowId);
+  //===--- 4. the leader selects, sorts and writes
+  //--------------------------===//
+  kb.ifThen(isLeader, [&] {
+    Value found = kb.loadAt(i32, foundCell, kb.i32(0));
     // Candidates when they all fit, else the whole row.
     Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
     Value n = kb.select(fromList, found, row.n);
-    Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-    // A list that fits is copied to shared memory first: the radix passes
-    // and the gather then read it without a trip to L2 each.
-    const int64_t listBytes =
-        8 * static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
-    const int64_t staged =
-        std::min<int64_t>(spec.candidates, (kStaticSharedBudget - listBytes) /
-                                               8 / spec.threads * spec.threads);
+    // A list that fits is copied to shared memory (the histogram's, free
+    // now) first: the radix passes and the gather then read it without a
+    // trip to L2 each.
     Value inShared = kb.i1(false);
-    Value local;
     if (staged > 0) {
-      local = kb.sharedArray(spec.name + "_candidates", i64, staged);
       inShared =
           kb.andI(fromList, kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
       kb.ifThen(inShared, [&] {
-        forEachThreadStrided(kb, found, spec.threads, [&](Value i) {
+        forEachThreadStrided(kb, found, threads, [&](Value i) {
           kb.storeAt(kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i))),
-                     local, i);
+                     arena, i);
         });
       });
       kb.barrier();
@@ -417,7 +349,7 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
         return kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
       return kb.ifThenElse(
           {i64}, inShared,
-          [&]() -> SmallVector<Value> { return {kb.loadAt(i64, local, i)}; },
+          [&]() -> SmallVector<Value> { return {kb.loadAt(i64, arena, i)}; },
           [&]() -> SmallVector<Value> {
             return {kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)))};
           })[0];
@@ -504,12 +436,9 @@ TopKLaunches mlir::spin::gpu_codegen::buildTopKKernels(
       }
       kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
     });
-    // Every thread read the counter before the sort's barriers: zero it
-    // for the next step.
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-              [&] { kb.storeAt(kb.i32(0), counter, row.rowId); });
-    launches.final.grid = {rows, 1, 1};
-    launches.final.blockThreads = spec.threads;
-  }
-  return launches;
+  });
+  LaunchShape shape;
+  shape.grid = {spec.cluster, spec.batch * spec.rows, 1};
+  shape.blockThreads = threads;
+  return shape;
 }

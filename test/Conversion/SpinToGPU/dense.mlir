@@ -1,9 +1,9 @@
 // RUN: spin-opt %s --convert-spin-to-gpu | FileCheck %s
 
 // A dense indexer (fp8 keys + scales) becomes a tensor-core scoring kernel
-// and a radix-select top-K (histogram, collect, final: 512 threads for this
-// K); the function becomes their launch plan
-// over device pointers that keep their roles.
+// and a radix-select top-K (one launch: a cluster of CTAs per row, here one
+// CTA of 512 threads for this K and width); the function becomes their
+// launch plan over device pointers that keep their roles.
 
 // CHECK-LABEL: func.func @dense(
 // CHECK-SAME: %[[Q:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "bf16", spin.name = "q", spin.role = "input", spin.shape = [2, 1, 16, 64]}
@@ -14,22 +14,20 @@
 // CHECK-SAME: %[[PAGES:arg[0-9]+]]: i32 {spin.argument = 2 : i64, spin.dim = 0 : i64, spin.role = "dim"}
 // CHECK-SAME: attributes {spin.block_size = 0 : i64, spin.capacity = 0 : i64, spin.events = 0 : i64, spin.launch_plan, spin.layers = 0 : i64}
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 {{.*}} args(%[[Q]] : !llvm.ptr<1>, {{.*}}, %[[SCORES]] : !llvm.ptr<1>, %[[PAGES]] : i32, %[[ERR]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in ({{.*}}) threads in (%c512{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, {{.*}}, %[[OUT]] : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c1{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[CAND:.*]] : !llvm.ptr<1>, %[[OUT]] : !llvm.ptr<1>)
 // CHECK-NOT: spin.dense_indexer
 
 // A second graph in the module gets kernels of its own names.
 // CHECK-LABEL: func.func @second(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_2
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3_hist
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3_collect
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_3 blocks
 
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
-// CHECK: gpu.func @spin_topk_1
+// CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {known_block_size = array<i32: 512, 1, 1>, nvvm.cluster_dim = array<i32: 1, 1, 1>, nvvm.maxnreg = 128 : i32}
 // CHECK: gpu.func @spin_score_dense_2(
-// CHECK: gpu.func @spin_topk_3_hist
+// CHECK: gpu.func @spin_topk_3(
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
                  %w: tensor<2x1x16xf32> {spin.input = "w"},
                  %keys: tensor<?x16x64xf8E4M3FN> {spin.input = "keys"},

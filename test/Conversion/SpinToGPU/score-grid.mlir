@@ -14,6 +14,9 @@
 // wave.
 // CHECK-LABEL: func.func @rows16_64k(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c16{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// The top-K: a cluster of 8 CTAs per row (16 entries per thread of 512
+// threads in each, at most 8 CTAs).
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c8{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512
 // On 148 SMs: 29 tiles, one wave of 18 x 16 CTAs (spin-lower-to-nvvm's
 // sm-count reaches the conversion).
 // NVVM148-LABEL: func.func @rows16_64k(
@@ -38,6 +41,8 @@ func.func @rows16_64k(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
 // per CTA).
 // CHECK-LABEL: func.func @row1_16k(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512
+// CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {{{.*}}nvvm.cluster_dim = array<i32: 2, 1, 1>
 // FIXED-LABEL: func.func @row1_16k(
 // FIXED: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c8{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 func.func @row1_16k(%q: tensor<1x1x64x128xbf16>, %w: tensor<1x1x64xf32>,

@@ -25,8 +25,6 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in ({{.*}}) threads in (%c256
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3_hist {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3_collect {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict_next {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = []}
