@@ -7,13 +7,15 @@
 
 // The top-K of a long row runs in one cluster of CTAs per row: the cluster
 // size is fixed in the kernel, the CTAs meet at cluster barriers and read
-// each other's histograms through distributed shared memory (mapa).
+// each other's histogram group sums and bins through distributed shared
+// memory (mapa).
 
 // CHECK: .entry spin_topk_1
 // CHECK: .reqnctapercluster 8, 1, 1
 // CHECK: barrier.cluster.arrive.aligned
 // CHECK: barrier.cluster.wait.aligned
-// CHECK: mapa.u64
+// CHECK: mapa.shared::cluster.u64
+// CHECK: ld.shared::cluster.b32
 // CHECK: barrier.cluster.arrive.aligned
 // CHECK: barrier.cluster.wait.aligned
 func.func @long(%q: tensor<16x1x64x128xbf16> {spin.input = "q"},

@@ -228,8 +228,7 @@ void KernelBuilder::clusterSync() {
   NVVM::ClusterWaitOp::create(b, loc, b.getUnitAttr());
 }
 Value KernelBuilder::clusterPeer(Value shared, Value rank) {
-  Value generic = LLVM::AddrSpaceCastOp::create(b, loc, ptrT(Generic), shared);
-  return NVVM::MapaOp::create(b, loc, ptrT(Generic), generic, rank);
+  return NVVM::MapaOp::create(b, loc, ptrT(SharedCluster), shared, rank);
 }
 
 Value KernelBuilder::shflXor(Value v, int64_t laneMask) {

@@ -28,7 +28,12 @@
 namespace mlir::spin::gpu_codegen {
 
 /// LLVM address spaces of the NVPTX target.
-enum AddressSpace : unsigned { Generic = 0, Global = 1, Shared = 3 };
+enum AddressSpace : unsigned {
+  Generic = 0,
+  Global = 1,
+  Shared = 3,
+  SharedCluster = 7, ///< another CTA's shared memory in the cluster
+};
 
 /// Builds the body of one `gpu.func` kernel at an insertion point; nested
 /// regions (loops, ifs) move the insertion point in and restore it on exit.
@@ -126,8 +131,8 @@ public:
   /// CTAs must call it; afterwards each sees the others' earlier writes to
   /// shared and global memory.
   void clusterSync();
-  /// The generic address of the shared-memory location `shared` (address
-  /// space 3) in the CTA of cluster rank `rank` (`mapa`).
+  /// The address (space 7, `shared::cluster`) of the shared-memory location
+  /// `shared` (address space 3) in the CTA of cluster rank `rank` (`mapa`).
   Value clusterPeer(Value shared, Value rank);
   /// `shfl.sync.bfly` / `.idx` over the full warp for i32 or f32 values.
   Value shflXor(Value v, int64_t laneMask);

@@ -49,8 +49,8 @@ Value mlir::spin::gpu_codegen::warpReserve(KernelBuilder &kb, Value counter,
   return kb.add(base, kb.popc(kb.andI(takers, below)));
 }
 
-/// Inclusive prefix sum within each warp (shfl.up).
-static Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane) {
+Value mlir::spin::gpu_codegen::warpInclusiveScan(KernelBuilder &kb, Value value,
+                                                 Value lane) {
   for (int64_t d = 1; d < 32; d *= 2) {
     Value up = kb.shflUp(value, d);
     value = kb.select(kb.cmp(CmpIPredicate::uge, lane, kb.i32(d)),

@@ -18,6 +18,10 @@
 
 namespace mlir::spin::gpu_codegen {
 
+/// Inclusive prefix sum of one i32 per lane within each warp (shfl.up);
+/// `lane` is the thread's lane.
+Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane);
+
 /// Exclusive prefix sum of one i32 per thread over the CTA, plus the total.
 std::pair<Value, Value> blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
                                            Value value, int64_t blockThreads);

@@ -3,10 +3,12 @@
 // Part of the spin project: SPIN (Shadow Predictive Indexer) for
 // indexer-based sparse attention.
 //
-// Scores become order-preserving u32 keys (NaN is never eligible). A
-// histogram of their top 12 bits, built by many CTAs per row, gives the bin
-// of the K-th largest; the entries at or above it are the candidates, which
-// one CTA per row radix-selects (ties to the lower entry: entries are in slot
+// Scores become order-preserving u32 keys (NaN is never eligible). One
+// thread-block cluster per row: each CTA histograms the top 12 bits of its
+// share of the row; the cluster's histograms, read through distributed
+// shared memory (group sums first, then one group's bins), give the bin of
+// the K-th largest; the entries at or above it are the candidates, which the
+// leader CTA radix-selects (ties to the lower entry: entries are in slot
 // order) and sorts by (score desc, entry asc) with a bitonic sort.
 //
 //===----------------------------------------------------------------------===//
@@ -118,56 +120,218 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
     }
 }
 
-/// The histogram bin holding the k-th largest key (counting from the top),
-/// or 0 when the row has at most k eligible entries. `countsAt(word)` gives
-/// the counts of bins [word, word + 4) as a vector of four i32. `bins` /
-/// `threads` must be a multiple of 4. All threads of the CTA must call it;
-/// every thread gets the same value.
-Value thresholdBin(KernelBuilder &kb, StringRef prefix,
-                   function_ref<Value(Value)> countsAt, int64_t bins,
-                   int64_t threads, Value k) {
-  Type i32 = kb.i32T();
-  int64_t per = bins / threads;
+/// Histogram bins per group: the cluster finds the threshold's group from
+/// the group sums first, then the bin within it, so that each CTA reads
+/// only the group sums and one group of its peers' histograms.
+constexpr int64_t kGroupBins = 32;
+constexpr int64_t kGroups = kHistBins / kGroupBins;
+
+/// A CTA's histogram of its share of a row in shared memory, and the
+/// cluster's, gathered peer by peer.
+struct ClusterHistogram {
+  int64_t cluster;
+  Value bins;       ///< kHistBins counters
+  Value groups;     ///< kGroups sums of kGroupBins bins
+  Value peerGroups; ///< every peer's group sums [cluster][kGroups]
+  Value peerBins; ///< every peer's bins of the threshold's group [cluster][32]
+  Value peerCounts; ///< every peer's entries at or above the threshold
+  Value cells;      ///< the threshold's group, the count above it, its bin
+
+  /// Zeroes the counters (all threads; ends with a barrier).
+  static ClusterHistogram begin(KernelBuilder &kb, StringRef prefix, Value bins,
+                                int64_t cluster, int64_t threads);
+  void count(KernelBuilder &kb, Value key) const {
+    kb.atomicAdd(kb.gep(bins, kb.i32T(), kb.shrU(key, kb.i32(kBinShift))),
+                 kb.i32(1));
+  }
+  /// After the counting (all threads): the group sums. A cluster barrier
+  /// must follow before any peer reads them.
+  void sumGroups(KernelBuilder &kb, int64_t threads) const;
+  /// After that cluster barrier (all threads of every CTA of the cluster,
+  /// which keep their shared memory until a second cluster barrier): the
+  /// bin holding the k-th largest key of the row (counting from the top),
+  /// or 0 when the row has at most k eligible entries. Every thread gets
+  /// the same value.
+  Value threshold(KernelBuilder &kb, int64_t threads, Value k) const;
+  /// After `threshold` (all threads): the entries at or above `bin` in the
+  /// CTAs of ranks below `rank`, and in the whole cluster.
+  std::pair<Value, Value> candidatesBefore(KernelBuilder &kb, Value bin,
+                                           Value rank) const;
+};
+
+ClusterHistogram ClusterHistogram::begin(KernelBuilder &kb, StringRef prefix,
+                                         Value bins, int64_t cluster,
+                                         int64_t threads) {
+  Type i32 = kb.i32T(), vec4 = kb.vecT(i32, 4);
+  ClusterHistogram h;
+  h.cluster = cluster;
+  h.bins = bins;
+  h.groups = kb.sharedArray((prefix + "_groups").str(), i32, kGroups);
+  h.peerGroups =
+      kb.sharedArray((prefix + "_peer_groups").str(), i32, cluster * kGroups);
+  h.peerBins =
+      kb.sharedArray((prefix + "_peer_bins").str(), i32, cluster * kGroupBins);
+  h.peerCounts = kb.sharedArray((prefix + "_peer_counts").str(), i32, cluster);
+  h.cells = kb.sharedArray((prefix + "_cells").str(), i32, 4);
+  Value zeros = arith::ConstantOp::create(
+      kb.builder(), kb.location(),
+      DenseElementsAttr::get(cast<ShapedType>(vec4),
+                             kb.builder().getI32IntegerAttr(0)));
+  forEachThreadStrided(kb, kb.i32(kHistBins / 4), threads, [&](Value i) {
+    kb.store(zeros, kb.gep(bins, vec4, i), 16);
+  });
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+            [&] { kb.storeAt(kb.i32(-1), h.cells, kb.i32(0)); });
+  kb.barrier();
+  return h;
+}
+
+/// The sum of one i32 over the warp.
+static Value warpSum(KernelBuilder &kb, Value v) {
+  for (int64_t d = 16; d >= 1; d /= 2)
+    v = kb.add(v, kb.shflXor(v, d));
+  return v;
+}
+
+void ClusterHistogram::sumGroups(KernelBuilder &kb, int64_t threads) const {
+  kb.barrier();
+  const int64_t warps = threads / 32;
+  Value lane = kb.laneId(), warp = kb.warpId();
+  for (int64_t j = 0; j < llvm::divideCeilSigned(kGroups, warps); ++j) {
+    Value g = kb.add(warp, kb.i32(j * warps));
+    Value inRange = kb.cmp(CmpIPredicate::slt, g, kb.i32(kGroups));
+    Value gc = kb.minS(g, kb.i32(kGroups - 1));
+    Value sum =
+        warpSum(kb, kb.loadAt(kb.i32T(), bins,
+                              kb.add(kb.mul(gc, kb.i32(kGroupBins)), lane)));
+    kb.ifThen(kb.andI(inRange, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0))),
+              [&] { kb.storeAt(sum, groups, gc); });
+  }
+}
+
+/// Copies `per` i32 values from `offset` of every peer's `remote` into
+/// `local[peer * per + i]` (all threads; no barrier).
+static void gatherFromPeers(KernelBuilder &kb, Value remote, Value offset,
+                            int64_t per, int64_t cluster, Value local,
+                            int64_t threads) {
+  const int64_t count = per * cluster;
   Value tid = kb.threadIdX();
-  Value cell = kb.sharedArray((prefix + "_bin").str(), i32, 1);
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
-            [&] { kb.storeAt(kb.i32(0), cell, kb.i32(0)); });
-  // Thread t owns the bins top, top-1, ..., top-per+1 (top = bins-1-per*t),
-  // contiguous: read as vectors of four.
-  Value top = kb.sub(kb.i32(bins - 1), kb.mul(tid, kb.i32(per)));
-  Value lowest = kb.sub(top, kb.i32(per - 1));
-  SmallVector<Value> ascending;
-  for (int64_t v = 0; v < per / 4; ++v) {
-    Value vec = countsAt(kb.add(lowest, kb.i32(4 * v)));
-    for (int64_t e = 0; e < 4; ++e)
-      ascending.push_back(kb.extract(vec, e));
+  for (int64_t j = 0; j < llvm::divideCeilSigned(count, threads); ++j) {
+    Value idx = kb.add(tid, kb.i32(j * threads));
+    kb.ifThen(kb.cmp(CmpIPredicate::slt, idx, kb.i32(count)), [&] {
+      Value peer = kb.divU(idx, kb.i32(per)), at = kb.remU(idx, kb.i32(per));
+      Value v = kb.load(
+          kb.i32T(),
+          kb.gep(kb.clusterPeer(remote, peer), kb.i32T(), kb.add(offset, at)),
+          4);
+      kb.storeAt(v, local, idx);
+    });
   }
-  SmallVector<Value> counts;
-  Value own = kb.i32(0);
-  for (int64_t q = 0; q < per; ++q) {
-    counts.push_back(ascending[per - 1 - q]);
-    own = kb.add(own, counts.back());
-  }
-  auto [before, total] = blockExclusiveScan(kb, prefix, own, threads);
-  (void)total;
-  Value reach = before, found = kb.i1(false), bin = kb.i32(0);
-  for (int64_t q = 0; q < per; ++q) {
-    reach = kb.add(reach, counts[q]);
-    Value hit = kb.andI(kb.not1(found), kb.cmp(CmpIPredicate::sge, reach, k));
-    bin = kb.select(hit, kb.sub(top, kb.i32(q)), bin);
-    found = kb.orI(found, hit);
-  }
-  Value crossing = kb.andI(found, kb.cmp(CmpIPredicate::slt, before, k));
-  kb.ifThen(crossing, [&] { kb.storeAt(bin, cell, kb.i32(0)); });
+}
+
+Value ClusterHistogram::threshold(KernelBuilder &kb, int64_t threads,
+                                  Value k) const {
+  Type i32 = kb.i32T();
+  Value tid = kb.threadIdX(), lane = kb.laneId();
+  Value firstWarp = kb.cmp(CmpIPredicate::slt, tid, kb.i32(32));
+  auto overPeers = [&](Value perPeer, int64_t per, Value i) {
+    Value sum = kb.i32(0);
+    for (int64_t p = 0; p < cluster; ++p)
+      sum = kb.add(sum, kb.loadAt(i32, perPeer, kb.add(kb.i32(p * per), i)));
+    return sum;
+  };
+  // 1. The group holding the k-th largest: lane l of warp 0 owns groups
+  //    top-4l .. top-4l-3 (from the top).
+  gatherFromPeers(kb, groups, kb.i32(0), kGroups, cluster, peerGroups, threads);
   kb.barrier();
-  Value result = kb.loadAt(i32, cell, kb.i32(0));
+  constexpr int64_t perLane = kGroups / 32;
+  kb.ifThen(firstWarp, [&] {
+    Value top = kb.sub(kb.i32(kGroups - 1), kb.mul(lane, kb.i32(perLane)));
+    SmallVector<Value> counts;
+    Value own = kb.i32(0);
+    for (int64_t q = 0; q < perLane; ++q) {
+      counts.push_back(overPeers(peerGroups, kGroups, kb.sub(top, kb.i32(q))));
+      own = kb.add(own, counts.back());
+    }
+    Value before = kb.sub(warpInclusiveScan(kb, own, lane), own);
+    Value reach = before, found = kb.i1(false);
+    Value group = kb.i32(-1), above = kb.i32(0);
+    for (int64_t q = 0; q < perLane; ++q) {
+      Value next = kb.add(reach, counts[q]);
+      Value hit = kb.andI(kb.not1(found), kb.cmp(CmpIPredicate::sge, next, k));
+      group = kb.select(hit, kb.sub(top, kb.i32(q)), group);
+      above = kb.select(hit, reach, above);
+      found = kb.orI(found, hit);
+      reach = next;
+    }
+    kb.ifThen(kb.andI(found, kb.cmp(CmpIPredicate::slt, before, k)), [&] {
+      kb.storeAt(group, cells, kb.i32(0));
+      kb.storeAt(above, cells, kb.i32(1));
+    });
+  });
   kb.barrier();
-  return result;
+  Value group = kb.loadAt(i32, cells, kb.i32(0));
+  Value above = kb.loadAt(i32, cells, kb.i32(1));
+  // 2. The bin within it (none when the row has at most k entries).
+  Value some = kb.cmp(CmpIPredicate::sge, group, kb.i32(0));
+  Value firstBin = kb.mul(kb.maxS(group, kb.i32(0)), kb.i32(kGroupBins));
+  gatherFromPeers(kb, bins, firstBin, kGroupBins, cluster, peerBins, threads);
+  kb.barrier();
+  kb.ifThen(kb.andI(some, firstWarp), [&] {
+    Value j = kb.sub(kb.i32(kGroupBins - 1), lane);
+    Value count = overPeers(peerBins, kGroupBins, j);
+    Value reach = kb.add(above, warpInclusiveScan(kb, count, lane));
+    Value hit = kb.andI(kb.cmp(CmpIPredicate::sge, reach, k),
+                        kb.cmp(CmpIPredicate::slt, kb.sub(reach, count), k));
+    kb.ifThen(hit, [&] { kb.storeAt(kb.add(firstBin, j), cells, kb.i32(2)); });
+  });
+  kb.barrier();
+  return kb.select(some, kb.loadAt(i32, cells, kb.i32(2)), kb.i32(0));
+}
+
+std::pair<Value, Value> ClusterHistogram::candidatesBefore(KernelBuilder &kb,
+                                                           Value bin,
+                                                           Value rank) const {
+  Type i32 = kb.i32T();
+  Value lane = kb.laneId(), warp = kb.warpId();
+  // Warp q counts peer q's entries at or above the bin: whole groups above
+  // the bin's group, then the bins of its group from the bin up (with no
+  // threshold group, every group).
+  Value group = kb.loadAt(i32, cells, kb.i32(0));
+  kb.ifThen(kb.cmp(CmpIPredicate::slt, warp, kb.i32(cluster)), [&] {
+    constexpr int64_t perLane = kGroups / 32;
+    Value sum = kb.i32(0);
+    for (int64_t q = 0; q < perLane; ++q) {
+      Value g = kb.add(kb.mul(lane, kb.i32(perLane)), kb.i32(q));
+      Value v =
+          kb.loadAt(i32, peerGroups, kb.add(kb.mul(warp, kb.i32(kGroups)), g));
+      sum = kb.add(
+          sum, kb.select(kb.cmp(CmpIPredicate::sgt, g, group), v, kb.i32(0)));
+    }
+    Value b =
+        kb.add(kb.mul(kb.maxS(group, kb.i32(0)), kb.i32(kGroupBins)), lane);
+    Value inGroup = kb.andI(kb.cmp(CmpIPredicate::sge, group, kb.i32(0)),
+                            kb.cmp(CmpIPredicate::sge, b, bin));
+    Value v = kb.loadAt(i32, peerBins,
+                        kb.add(kb.mul(warp, kb.i32(kGroupBins)), lane));
+    sum = warpSum(kb, kb.add(sum, kb.select(inGroup, v, kb.i32(0))));
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+              [&] { kb.storeAt(sum, peerCounts, warp); });
+  });
+  kb.barrier();
+  Value before = kb.i32(0), total = kb.i32(0);
+  for (int64_t p = 0; p < cluster; ++p) {
+    Value c = kb.loadAt(i32, peerCounts, kb.i32(p));
+    before =
+        kb.add(before, kb.select(kb.cmp(CmpIPredicate::slt, kb.i32(p), rank), c,
+                                 kb.i32(0)));
+    total = kb.add(total, c);
+  }
+  return {before, total};
 }
 
 /// Calls `body(i, eligible, key)` for every entry of `[first, last)` in
-/// chunks of 16 * `threads` (see forEachChunkEntry); `chunkDone` runs after
-/// each chunk's entries.
+/// chunks of 16 * `threads` (see forEachChunkEntry).
 void forEachEntry(KernelBuilder &kb, Value scores, const RowView &row,
                   bool rowsAligned, Value first, Value last, int64_t threads,
                   function_ref<void(Value, Value, Value)> body) {
@@ -197,12 +361,12 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
     params.append({ptr, ptr});
   params.append({ptr, ptr});
   gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name, params, threads);
-  // One CTA per SM is all a row's cluster needs: let ptxas use the
-  // registers that leaves (it would otherwise aim at two CTAs and spill in
-  // the sort).
+  // At most 64 registers: two CTAs of 512 threads fit an SM, so that a
+  // cluster of 8 finds room next to other kernels (H200, fp8 16 x 128K,
+  // K = 512: 25.9 us with 128 registers, 21.4 with 64).
   f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
-             b.getI32IntegerAttr(static_cast<int32_t>(
-                 std::min<int64_t>(255, 65536 / threads))));
+             b.getI32IntegerAttr(
+                 static_cast<int32_t>(std::min<int64_t>(64, 65536 / threads))));
   f->setAttr(
       NVVM::NVVMDialect::getClusterDimAttrName(),
       b.getDenseI32ArrayAttr({static_cast<int32_t>(spec.cluster), 1, 1}));
@@ -227,20 +391,14 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                                              threads * threads);
   const int64_t arenaWords = std::max<int64_t>(kHistBins, 2 * staged);
   Value arena = kb.sharedArray(spec.name + "_arena", i32, arenaWords);
-  Value foundCell = kb.sharedArray(spec.name + "_found", i32, 1);
+  Value takenCell = kb.sharedArray(spec.name + "_taken", i32, 1);
 
   //===--- 1. each CTA's histogram of the top 12 bits of its share
   //---------===//
-  Type vec4 = kb.vecT(i32, 4);
-  Value zeros = arith::ConstantOp::create(
-      b, loc,
-      DenseElementsAttr::get(cast<ShapedType>(vec4), b.getI32IntegerAttr(0)));
-  forEachThreadStrided(kb, kb.i32(kHistBins / 4), threads, [&](Value i) {
-    kb.store(zeros, kb.gep(arena, vec4, i), 16);
-  });
+  ClusterHistogram hist = ClusterHistogram::begin(kb, spec.name + "_hist",
+                                                  arena, spec.cluster, threads);
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
-            [&] { kb.storeAt(kb.i32(0), foundCell, kb.i32(0)); });
-  kb.barrier();
+            [&] { kb.storeAt(kb.i32(0), takenCell, kb.i32(0)); });
   // The row's entries split evenly over the cluster (in multiples of 4).
   Value share = kb.andI(kb.add(kb.divU(kb.add(row.n, kb.i32(spec.cluster - 1)),
                                        kb.i32(spec.cluster)),
@@ -250,82 +408,45 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   Value last = kb.minS(kb.add(first, share), row.n);
   forEachEntry(kb, scores, row, aligned, first, last, threads,
                [&](Value, Value eligible, Value key) {
-                 kb.ifThen(eligible, [&] {
-                   kb.atomicAdd(
-                       kb.gep(arena, i32, kb.shrU(key, kb.i32(kBinShift))),
-                       kb.i32(1));
-                 });
+                 kb.ifThen(eligible, [&] { hist.count(kb, key); });
                });
+  hist.sumGroups(kb, threads);
   kb.clusterSync();
 
   //===--- 2. the row's threshold bin, in every CTA
   //------------------------===//
-  SmallVector<Value> peers;
-  for (int64_t r = 0; r < spec.cluster; ++r)
-    peers.push_back(kb.clusterPeer(arena, kb.i32(r)));
-  Value bin = thresholdBin(
-      kb, spec.name + "_threshold",
-      [&](Value word) {
-        Value sum = kb.load(vec4, kb.gep(peers[0], i32, word), 16);
-        for (int64_t r = 1; r < spec.cluster; ++r)
-          sum = kb.add(sum, kb.load(vec4, kb.gep(peers[r], i32, word), 16));
-        return sum;
-      },
-      kHistBins, threads, kb.i32(spec.k));
+  Value bin = hist.threshold(kb, threads, kb.i32(spec.k));
 
-  //===--- 3. candidates at or above it, counted in the leader
-  //--------------===//
-  Value leaderFound = kb.clusterPeer(foundCell, kb.i32(0));
+  //===--- 3. candidates at or above it
+  //------------------------------------===//
+  // Each CTA's candidates follow those of the lower ranks (their counts
+  // come from the histograms); within a CTA one atomic per warp places
+  // them.
+  auto [candBefore, found] = hist.candidatesBefore(kb, bin, rank);
   Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-  Value baseCell = kb.sharedArray(spec.name + "_base", i32, 1);
-  kb.forLoop(first, kb.maxS(first, last), kb.i32(16 * threads), [&](Value s) {
-    Value end = kb.minS(kb.add(s, kb.i32(16 * threads)), last);
-    // One counter atomic per chunk: each thread counts its candidates, a
-    // block scan places them, thread 0 reserves the chunk's range.
-    SmallVector<Value> wanted, keys, entries;
-    forEachChunkEntry(
-        kb, scores, row, aligned, s, end, threads,
-        [&](Value i, Value eligible, Value key) {
-          wanted.push_back(
-              kb.andI(eligible, kb.cmp(CmpIPredicate::uge,
-                                       kb.shrU(key, kb.i32(kBinShift)), bin)));
-          keys.push_back(key);
-          entries.push_back(i);
-        });
-    Value own = kb.i32(0);
-    for (Value w : wanted)
-      own = kb.add(own, kb.zext(w, i32));
-    auto [before, total] =
-        blockExclusiveScan(kb, spec.name + "_collect", own, threads);
-    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
-                      kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
-              [&] {
-                kb.storeAt(kb.atomicAdd(leaderFound, total), baseCell,
-                           kb.i32(0));
-              });
-    kb.barrier();
-    Value at = kb.add(kb.loadAt(i32, baseCell, kb.i32(0)), before);
-    kb.barrier();
-    for (auto [w, key, i] : llvm::zip(wanted, keys, entries)) {
-      Value here = at;
-      kb.ifThen(
-          kb.andI(w, kb.cmp(CmpIPredicate::slt, here, kb.i32(spec.candidates))),
-          [&] {
-            Value packed =
-                kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
-            kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(here)));
-          });
-      at = kb.add(at, kb.zext(w, i32));
-    }
-  });
+  forEachEntry(
+      kb, scores, row, aligned, first, last, threads,
+      [&](Value i, Value eligible, Value key) {
+        Value wanted =
+            kb.andI(eligible, kb.cmp(CmpIPredicate::uge,
+                                     kb.shrU(key, kb.i32(kBinShift)), bin));
+        Value at = kb.add(candBefore, warpReserve(kb, takenCell, wanted));
+        kb.ifThen(
+            kb.andI(wanted,
+                    kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates))),
+            [&] {
+              Value packed =
+                  kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
+              kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
+            });
+      });
   // After this no CTA reads another's shared memory, and the leader sees
-  // every candidate and the final count.
+  // every candidate.
   kb.clusterSync();
 
   //===--- 4. the leader selects, sorts and writes
   //--------------------------===//
   kb.ifThen(isLeader, [&] {
-    Value found = kb.loadAt(i32, foundCell, kb.i32(0));
     // Candidates when they all fit, else the whole row.
     Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
     Value n = kb.select(fromList, found, row.n);

@@ -25,7 +25,7 @@
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
-// CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {known_block_size = array<i32: 512, 1, 1>, nvvm.cluster_dim = array<i32: 1, 1, 1>, nvvm.maxnreg = 128 : i32}
+// CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {known_block_size = array<i32: 512, 1, 1>, nvvm.cluster_dim = array<i32: 1, 1, 1>, nvvm.maxnreg = 64 : i32}
 // CHECK: gpu.func @spin_score_dense_2(
 // CHECK: gpu.func @spin_topk_3(
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
