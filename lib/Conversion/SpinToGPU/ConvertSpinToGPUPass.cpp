@@ -267,7 +267,7 @@ private:
                             const MaskBuffers &mask, double decay,
                             int64_t stream, int64_t wait);
   LogicalResult lowerOne(Operation *op);
-  /// The three launches of a top-K (Kernels.h) and their scratch buffers.
+  /// The one-launch top-K (Kernels.h) and its candidate buffer.
   void launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
                   Buffer lengths, std::optional<MaskBuffers> mask, Buffer out);
   /// `to` stands for the same device data as `from` (async values).
