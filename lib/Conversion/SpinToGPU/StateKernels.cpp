@@ -120,7 +120,7 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
   SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
