@@ -12,10 +12,11 @@
 # The matrix: dense and SPIN for each key format (bf16; f16 with f16 or bf16
 # queries; fp8 e4m3 + f32 scales with bf16 or f16 queries), H in {8, 64},
 # Dh in {64, 128}, pages of 64 and 16 slots with SPIN blocks of 64 and 16,
-# batch 1, 3 and 16, K in {16, 512}, SPIN sparsity 0 / 0.5 / 0.9, exploration
+# batch 1, 3 and 16, K in {16, 512, 2048}, SPIN sparsity 0 / 0.2 / 0.5 / 0.9, exploration
 # 0 and 0.25 with seeds >= 2^63, pooling max / mean / top4, reset-input on one
 # configuration; MTP (2, 3 and 4 query rows, union / row-0 masks, prefix /
 # row-0 updates, a host reset and the reset input, bf16 / f16 / fp8 keys);
+# rows of 64K slots, whose top-K spans a cluster of 4 or 8 CTAs;
 # the "exact" input scheme everywhere except one noninteger dense and one
 # noninteger SPIN configuration per key format, and one noninteger MTP one.
 #
@@ -139,6 +140,15 @@ def all_configs():
           24, 3, 16, bs=16, sp=0.5, pool="mean", scheme="noninteger"),
         C("nonint-spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64,
           128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, scheme="noninteger"),
+        # --- long rows: the top-K's cluster of CTAs per row (one per 16
+        # entries a thread, up to 8: 64K slots with K <= 512 -> 8 CTAs of 512
+        # threads, K = 2048 -> 4 of 1024) ---------------------------------------
+        C("long-dense-fp8-h8-d64-p64-b3-k512-qbf16", d, "fp8", 8, 64, 64, 1024, 3, 512),
+        C("long-dense-bf16-h8-d64-p64-b1-k2048", d, "bf16", 8, 64, 64, 1024, 1, 2048),
+        C("long-spin-bf16-h8-d64-p64-bs64-b3-k512-sp0.5-max", s, "bf16", 8, 64, 64, 1024,
+          3, 512, bs=64, sp=0.5, steps=6),
+        C("nonint-long-spin-fp8-h8-d64-p64-bs64-b3-k2048-sp0.2-max-qbf16", s, "fp8", 8, 64,
+          64, 1024, 3, 2048, bs=64, sp=0.2, steps=6, scheme="noninteger"),
         # --- MTP (SPIN_SPEC §4): R = d + 1 rows, commits of 0..d drafts -------
         C("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3-sp0.5-max", s, "bf16", 8, 64, 64, 16, 3, 16,
           bs=16, sp=0.5, rows=3, host_reset=True, extra=1),
