@@ -143,9 +143,10 @@ def compile(mlir_text: str, function: str,
     ``{"sparsity": 0.4, "explore": 0.05}``); ``None`` compiles the graph as
     written. ``target="cpu"`` JIT-compiles for this machine and returns a
     :class:`Program`; ``target="cuda"`` compiles PTX for torch's current CUDA
-    device (sm_90a, sm_100a or sm_103a) into the cache directory and returns
-    the loaded :class:`CudaProgram` (see :func:`compile_artifact` for
-    ahead-of-time artifacts).
+    device (sm_90a, sm_100a or sm_103a; the scoring grids sized for its SM
+    count) into the cache directory and returns the loaded
+    :class:`CudaProgram` (see :func:`compile_artifact` for ahead-of-time
+    artifacts).
 
     Compiled code is cached in this process and on disk (``$SPIN_CACHE_DIR``,
     else ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``; ``SPIN_CACHE_DIR=off``
@@ -158,7 +159,10 @@ def compile(mlir_text: str, function: str,
     if target == "cuda":
         torch = _cuda_torch("compile(target='cuda')")
         chip = _device_chip(torch, None)
-        return load(_cached_artifact(mlir_text, function, pipeline_options, [chip]))
+        sm_count = torch.cuda.get_device_properties(
+            torch.cuda.current_device()).multi_processor_count
+        return load(_cached_artifact(mlir_text, function, pipeline_options, [chip],
+                                     sm_count))
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r} "
                          "(compile_artifact() writes PTX for named chips)")
@@ -186,6 +190,19 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
                       list(chips), int(ptx_version), os.fspath(out_dir),
                       int(sm_count))
     return os.fspath(out_dir)
+
+
+#: The SM count the GPU code is sized for when none is given (an H100 SXM or
+#: an H200).
+_DEFAULT_SM_COUNT = 132
+
+
+def _sm_count_value(value) -> int:
+    """``value`` as an SM count; a ValueError naming it unless it is a
+    positive integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"sm_count must be a positive integer (got {value!r})")
+    return int(value)
 
 
 #: The chips spin generates GPU code for, by compute capability.
@@ -229,14 +246,16 @@ def _cuda_torch(what: str):
     return torch
 
 
-def _cached_artifact(mlir_text, function, pipeline_options, chips) -> str:
+def _cached_artifact(mlir_text, function, pipeline_options, chips, sm_count) -> str:
     """The artifact directory for these inputs in the disk cache, compiled on
-    first use (a hash of the IR, options, chips and compiler version)."""
+    first use (a hash of the IR, options, chips, SM count and compiler
+    version)."""
     import hashlib
     import tempfile
     key = hashlib.sha256("\0".join([
         _spin.compiler_version(), mlir_text, function,
-        _sparsify_text(pipeline_options) or "", ",".join(chips)]).encode()).hexdigest()
+        _sparsify_text(pipeline_options) or "", ",".join(chips),
+        str(sm_count)]).encode()).hexdigest()
     root = _cache_root()
     if root is None:
         root = tempfile.mkdtemp(prefix="spin-gpu-")
@@ -250,7 +269,8 @@ def _cached_artifact(mlir_text, function, pipeline_options, chips) -> str:
     if tmp is None:
         os.makedirs(root, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix="gpu-", dir=root)
-    compile_artifact(mlir_text, function, tmp, pipeline_options, chips)
+    compile_artifact(mlir_text, function, tmp, pipeline_options, chips,
+                     sm_count=sm_count)
     import shutil
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
@@ -425,7 +445,10 @@ class Indexer:
     tensors, on torch's current stream. GPU programs have static shapes, so
     there is one per (layer, batch size, block-table width), compiled to PTX
     for ``chips`` (default: the device's own chip: sm_90a for compute
-    capability 9.0, sm_100a for 10.0, sm_103a for 10.3) and kept in the disk
+    capability 9.0, sm_100a for 10.0, sm_103a for 10.3), with scoring grids
+    sized for ``sm_count`` SMs (default: the device's SM count when a CUDA
+    device is available, else 132, an H100 SXM's or H200's; give 148 to
+    compile for a B200 or B300 elsewhere) and kept in the disk
     cache (``cache_dir``, else ``$SPIN_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``). With ``max_pages`` and
     ``batch_sizes``, the programs of layers ``0 .. layers - 1`` are compiled
@@ -452,6 +475,7 @@ class Indexer:
                  rows: int = 1, device: str = "cpu", dense: bool = False, *,
                  chips: Optional[Sequence[str]] = None,
                  cache_dir: Optional[str] = None,
+                 sm_count: Optional[int] = None,
                  max_pages: Optional[int] = None,
                  batch_sizes: Sequence[int] = (), layers: int = 1,
                  explore_policy: str = "random"):
@@ -475,6 +499,8 @@ class Indexer:
         page_size = block_size if page_size is None else page_size
         if page_size <= 0 or page_size % block_size:
             raise ValueError(f"block_size {block_size} must divide page_size {page_size}")
+        if sm_count is not None:
+            _sm_count_value(sm_count)
         if max_pages is not None and (not isinstance(max_pages, (int, np.integer))
                                       or max_pages <= 0):
             raise ValueError(f"max_pages must be a positive integer, got {max_pages!r}")
@@ -507,6 +533,7 @@ class Indexer:
         self._device_ids: "collections.OrderedDict" = collections.OrderedDict()
         self.chips: Optional[List[str]] = None
         self.cache_dir: Optional[str] = None
+        self.sm_count: Optional[int] = None
 
         kind = str(device).split(":", 1)[0]
         if kind == "cpu" and str(device) == "cpu":
@@ -515,7 +542,8 @@ class Indexer:
                 raise RuntimeError("spin was built without the compiler: "
                                    "Indexer(device='cpu') needs -DSPIN_ENABLE_COMPILER=ON "
                                    "(device='cuda' runs GPU programs from the cache)")
-            for name, value in (("chips", chips), ("cache_dir", cache_dir)):
+            for name, value in (("chips", chips), ("cache_dir", cache_dir),
+                                ("sm_count", sm_count)):
                 if value is not None:
                     raise ValueError(f"{name} is only taken with device='cuda' (the "
                                      "CPU cache follows $SPIN_CACHE_DIR)")
@@ -526,7 +554,7 @@ class Indexer:
         if kind != "cuda" or not re.fullmatch(r"cuda(:\d+)?", str(device)):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         self.device = str(device)
-        self._init_cuda(chips, cache_dir)
+        self._init_cuda(chips, cache_dir, sm_count)
         if max_pages is not None:
             if not batch_sizes:
                 raise ValueError("batch_sizes is required with max_pages on cuda: "
@@ -537,7 +565,7 @@ class Indexer:
 
     # -- CUDA ---------------------------------------------------------------
 
-    def _init_cuda(self, chips, cache_dir) -> None:
+    def _init_cuda(self, chips, cache_dir, sm_count) -> None:
         if self.key_format == "f32":
             raise ValueError("key_format='f32' is not supported on cuda (the GPU "
                              "kernels take bf16, f16 and fp8 keys); use device='cpu'")
@@ -566,6 +594,14 @@ class Indexer:
                 raise ValueError(f"chips: unknown chip {chip!r} (spin targets "
                                  f"{', '.join(_CHIPS.values())})")
         self.chips = sorted(set(chips))
+        if sm_count is None:
+            torch = _torch
+            if torch is not None and torch.cuda.is_available():
+                sm_count = torch.cuda.get_device_properties(
+                    self._torch_device()).multi_processor_count
+            else:
+                sm_count = _DEFAULT_SM_COUNT
+        self.sm_count = _sm_count_value(sm_count)
         root = _cache_root(cache_dir)
         if root is None:
             if not has_compiler:
@@ -591,7 +627,7 @@ class Indexer:
                 "head_dim": self.head_dim, "rows": self.rows, "topk": self.topk,
                 "page_size": self.page_size, "max_pages": int(max_pages),
                 "key_format": self.key_format, "layer": int(layer),
-                "batch": int(batch),
+                "batch": int(batch), "sm_count": self.sm_count,
                 "sparsify": None if self.dense else _sparsify_text(self._options)}
 
     def artifact(self, layer: int, max_pages: int, batch: int,
@@ -638,7 +674,8 @@ class Indexer:
                 f"{', '.join(chips)}) in the cache directory {self.cache_dir}: "
                 f"{path} is {problem}; spin was built without the compiler and "
                 "cannot compile it here. On a machine with the compiler, make the "
-                f"same Indexer with chips={chips!r}, max_pages={max_pages}, "
+                f"same Indexer with chips={chips!r}, sm_count={self.sm_count}, "
+                f"max_pages={max_pages}, "
                 f"batch_sizes=[{batch}] and cache_dir=DIR (or run "
                 "python/tests/prebuild_cuda_cache.py), then copy DIR here and "
                 "pass it as cache_dir= or $SPIN_CACHE_DIR")
@@ -661,7 +698,8 @@ class Indexer:
         tmp = tempfile.mkdtemp(prefix=".indexer-gpu-", dir=self.cache_dir)
         try:
             compile_artifact(graph, _INDEXER_FUNCTION, tmp,
-                             None if self.dense else self._options, chips)
+                             None if self.dense else self._options, chips,
+                             sm_count=self.sm_count)
             files = {name: _sha256_file(os.path.join(tmp, name))
                      for name in sorted(os.listdir(tmp))}
             record = {"format": _INDEXER_CACHE_FORMAT, "version": _INDEXER_CACHE_VERSION,

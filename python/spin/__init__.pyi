@@ -64,6 +64,7 @@ class Indexer:
     dense: bool
     chips: Optional[List[str]]       # device="cuda": the chips it compiles for
     cache_dir: Optional[str]         # device="cuda": the GPU program cache
+    sm_count: Optional[int]          # device="cuda": the SM count grids are sized for
     explore_policy: str
     def __init__(self, heads: int = ..., head_dim: int = ..., block_size: int = ...,
                  topk: int = ..., sparsity: float = ..., ema_decay: float = ...,
@@ -72,7 +73,8 @@ class Indexer:
                  key_format: str = ..., page_size: Optional[int] = ...,
                  rows: int = ..., device: str = ..., dense: bool = ..., *,
                  chips: Optional[Union[str, Sequence[str]]] = ...,
-                 cache_dir: Optional[str] = ..., max_pages: Optional[int] = ...,
+                 cache_dir: Optional[str] = ..., sm_count: Optional[int] = ...,
+                 max_pages: Optional[int] = ...,
                  batch_sizes: Union[int, Sequence[int]] = ...,
                  layers: int = ..., explore_policy: str = ...) -> None: ...
     def program(self, layer: int, max_pages: int,

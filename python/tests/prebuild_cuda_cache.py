@@ -12,7 +12,9 @@ SPIN_CACHE_DIR at it there (bench/run_gpu_check.sh does):
         --out cuda-cache --chips sm_90a
 
 An existing directory is updated: current programs are kept, missing,
-corrupt or stale ones (another compiler version) are compiled again.
+corrupt or stale ones (another compiler version) are compiled again. The
+programs are sized for 132 SMs (spin.Indexer's default without a GPU), which
+is what an Indexer on an H200 looks up.
 """
 
 import argparse

@@ -200,6 +200,8 @@ def test_bad_configuration_is_rejected():
         spin.Indexer(device="tpu")
     with pytest.raises(ValueError, match="chips is only taken with device='cuda'"):
         spin.Indexer(chips=["sm_90a"])
+    with pytest.raises(ValueError, match="sm_count is only taken with device='cuda'"):
+        spin.Indexer(sm_count=148)
     with pytest.raises(ValueError, match="capacity_slots must be a positive"):
         spin.Indexer(key_format="f32").new_state(capacity_slots=0)
 

@@ -254,12 +254,45 @@ def test_dense_indexers_take_several_rows_on_cuda(tmp_path):
     (dict(chips=["sm_90a"], max_pages=4, batch_sizes=[0]), ValueError,
      "batch_sizes must hold positive integers, got 0"),
     (dict(chips=["sm_90a"], layers=0), ValueError, "layers must be a positive integer"),
+    (dict(chips=["sm_90a"], sm_count=0), ValueError,
+     "sm_count must be a positive integer \\(got 0\\)"),
+    (dict(chips=["sm_90a"], sm_count=True), ValueError,
+     "sm_count must be a positive integer \\(got True\\)"),
+    (dict(chips=["sm_90a"], sm_count=132.0), ValueError,
+     "sm_count must be a positive integer \\(got 132.0\\)"),
 ])
 def test_bad_cuda_configuration_is_rejected(tmp_path, options, error, message):
     options = {**SMALL, **options}
     with pytest.raises(error, match=message):
         spin.Indexer(device="cuda", cache_dir=tmp_path, **options)
     assert not os.listdir(tmp_path)
+
+
+@needs_compiler
+def test_sm_count_sizes_the_scoring_grid_and_keys_the_cache(tmp_path):
+    def score_grid(path):
+        with open(os.path.join(path, "manifest.json")) as f:
+            raw = json.load(f)
+        return next(launch["grid"] for launch in raw["launches"]
+                    if launch["kernel"].startswith("spin_score"))
+
+    dense = {**SMALL, "dense": True}
+    paths = {}
+    for sm_count in (132, 148):
+        indexer = spin.Indexer(**dense, device="cuda", chips=["sm_90a"], cache_dir=tmp_path,
+                               sm_count=sm_count)
+        assert indexer.sm_count == sm_count
+        paths[sm_count] = indexer.artifact(0, 2048, 16)
+    # 16 rows of 131072 slots: 16 x 16 CTAs on 132 SMs, 18 x 16 on 148
+    # (docs/GPU-ABI.md; test_gpu_compile.py checks the rule itself).
+    assert score_grid(paths[132]) == [16, 16, 1]
+    assert score_grid(paths[148]) == [18, 16, 1]
+    assert len(entries(tmp_path)) == 2
+    if not HAVE_CUDA:
+        # Without a device the default is the H200's 132: the same program.
+        default = spin.Indexer(**dense, device="cuda", chips=["sm_90a"], cache_dir=tmp_path)
+        assert default.sm_count == 132
+        assert default.artifact(0, 2048, 16) == paths[132]
 
 
 @needs_compiler
