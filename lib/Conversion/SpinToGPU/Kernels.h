@@ -89,12 +89,12 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 ///  1. Each CTA histograms the top 12 bits of the order-preserving keys of
 ///     the eligible (non-NaN) scores of its share of the row in its shared
 ///     memory.
-///  2. After a cluster barrier every CTA sums the cluster's histograms
-///     through distributed shared memory and finds the bin holding the
-///     K-th largest.
+///  2. After a cluster barrier every CTA reads its peers' group sums (32
+///     bins each), then the bins of the group holding the K-th largest,
+///     through distributed shared memory, and finds that bin.
 ///  3. Each CTA appends its entries at or above that bin as (key, entry) to
-///     the row's candidate buffer, reserving ranges on a counter in the
-///     leader's (rank 0's) shared memory.
+///     the row's candidate buffer, after those of the lower ranks (the
+///     peers' counts at or above the bin give its offset).
 ///  4. After a second cluster barrier the leader radix-selects the K
 ///     largest candidates (ties to the lower entry, so to the lower slot),
 ///     sorts them by (score desc, entry asc) with a bitonic sort and writes

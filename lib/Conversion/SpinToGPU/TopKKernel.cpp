@@ -352,8 +352,8 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   assert(spec.cluster >= 1 && spec.cluster <= 8 &&
          "a portable cluster holds at most 8 CTAs");
-  assert(kHistBins % (4 * spec.threads) == 0 &&
-         "each thread owns a multiple of four histogram bins");
+  assert(spec.threads % 32 == 0 && spec.threads / 32 >= spec.cluster &&
+         "one warp per peer counts its candidates");
   const int64_t threads = spec.threads;
 
   SmallVector<Type> params = {ptr, ptr};
