@@ -134,6 +134,11 @@ def _sparsify_text(pipeline_options: Optional[Dict[str, Any]]) -> Optional[str]:
                     for k, v in pipeline_options.items())
 
 
+#: The SM count the GPU code is sized for when none is given (an H100 SXM or
+#: an H200).
+_DEFAULT_SM_COUNT = 132
+
+
 def compile(mlir_text: str, function: str,
             pipeline_options: Optional[Dict[str, Any]] = None,
             target: str = "cpu"):
@@ -173,7 +178,7 @@ def compile(mlir_text: str, function: str,
 def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = None,
                      chips: Sequence[str] = ("sm_90a",),
-                     ptx_version: int = 0, sm_count: int = 132) -> str:
+                     ptx_version: int = 0, sm_count: int = _DEFAULT_SM_COUNT) -> str:
     """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
     does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
     "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
@@ -190,11 +195,6 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
                       list(chips), int(ptx_version), os.fspath(out_dir),
                       int(sm_count))
     return os.fspath(out_dir)
-
-
-#: The SM count the GPU code is sized for when none is given (an H100 SXM or
-#: an H200).
-_DEFAULT_SM_COUNT = 132
 
 
 def _sm_count_value(value) -> int:
