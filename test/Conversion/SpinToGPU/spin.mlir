@@ -5,7 +5,7 @@
 // (many CTAs per row, into the state's prediction cache, skipped where the
 // last step predicted this one), selection (and realized sparsity), sparse
 // tensor-core scoring that records event 0, sparse top-K on the caller's
-// stream (histogram + threshold, collect, final), and on the side stream
+// stream (one launch: a cluster of CTAs per row), and on the side stream
 // after event 0 the EMA update, then the next step's prediction.
 
 // CHECK-LABEL: func.func @layer(
