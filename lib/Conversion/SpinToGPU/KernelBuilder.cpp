@@ -32,6 +32,10 @@ Value KernelBuilder::f32(double v) {
 Value KernelBuilder::f32Bits(uint32_t bits) {
   return bitcast(i32(static_cast<int32_t>(bits)), f32T());
 }
+Value KernelBuilder::splat(Type vectorType, Attribute element) {
+  return arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(cast<ShapedType>(vectorType), element));
+}
 
 Value KernelBuilder::threadIdX() {
   return NVVM::ThreadIdXOp::create(b, loc, i32T());

@@ -63,6 +63,9 @@ public:
   Value i64(int64_t v);
   Value f32(double v);
   Value f32Bits(uint32_t bits); ///< an f32 with exactly these bits
+  /// A vector constant of `vectorType` with every element `element` (an
+  /// integer or float attribute of the element type).
+  Value splat(Type vectorType, Attribute element);
 
   //===--- special registers ---------------------------------------------===//
   Value threadIdX();

@@ -274,10 +274,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
               return {kb.loadAt(words, q, kb.add(qVectors, v), true)};
             },
             [&]() -> SmallVector<Value> {
-              return {arith::ConstantOp::create(
-                  b, loc,
-                  DenseElementsAttr::get(cast<ShapedType>(words),
-                                         b.getI32IntegerAttr(0).getValue()))};
+              return {kb.splat(words, b.getI32IntegerAttr(0))};
             })[0];
         mine.push_back(vec);
         inRange.push_back(ok);
@@ -384,9 +381,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // Thread rows: g + 8 * r for r < 2 * mTiles (m-tile r / 2, half r % 2).
     const int64_t mTiles = spec.mTiles, threadRows = 2 * mTiles;
     const int64_t tileEntries = 16 * mTiles;
-    Value zeroWords = arith::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(cast<ShapedType>(words),
-                                       b.getI32IntegerAttr(0).getValue()));
+    Value zeroWords = kb.splat(words, b.getI32IntegerAttr(0));
     // Loop-carried raw data of one thread row: valid, entry, the chunks'
     // 16-byte vectors and the scale.
     const int64_t perRow = 2 + chunks + (spec.scales ? 1 : 0);

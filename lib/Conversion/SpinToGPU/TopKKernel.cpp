@@ -103,11 +103,10 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
         },
         [&]() -> SmallVector<Value> {
           // Past the chunk: NaN, never eligible.
-          return {arith::ConstantOp::create(
-              kb.builder(), kb.location(),
-              DenseElementsAttr::get(
-                  cast<ShapedType>(vec),
-                  llvm::APFloat::getQNaN(llvm::APFloat::IEEEsingle())))};
+          return {
+              kb.splat(vec, FloatAttr::get(kb.f32T(),
+                                           llvm::APFloat::getQNaN(
+                                               llvm::APFloat::IEEEsingle())))};
         })[0]);
   }
   for (int64_t v = 0; v < 4; ++v)
@@ -173,10 +172,7 @@ ClusterHistogram ClusterHistogram::begin(KernelBuilder &kb, StringRef prefix,
       kb.sharedArray((prefix + "_peer_bins").str(), i32, cluster * kGroupBins);
   h.peerCounts = kb.sharedArray((prefix + "_peer_counts").str(), i32, cluster);
   h.cells = kb.sharedArray((prefix + "_cells").str(), i32, 4);
-  Value zeros = arith::ConstantOp::create(
-      kb.builder(), kb.location(),
-      DenseElementsAttr::get(cast<ShapedType>(vec4),
-                             kb.builder().getI32IntegerAttr(0)));
+  Value zeros = kb.splat(vec4, kb.builder().getI32IntegerAttr(0));
   forEachThreadStrided(kb, kb.i32(kHistBins / 4), threads, [&](Value i) {
     kb.store(zeros, kb.gep(bins, vec4, i), 16);
   });
@@ -382,8 +378,8 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   const bool aligned = spec.width % 4 == 0;
 
   // Shared memory: the CTA's histogram, which the leader (rank 0) reuses
-  // for its staged candidates once every CTA has read it, and the leader's
-  // candidate counter.
+  // for its staged candidates once every CTA has read it, and the counter
+  // that places the CTA's candidates.
   const int64_t listBytes =
       8 * static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
   const int64_t staged =
@@ -393,8 +389,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   Value arena = kb.sharedArray(spec.name + "_arena", i32, arenaWords);
   Value takenCell = kb.sharedArray(spec.name + "_taken", i32, 1);
 
-  //===--- 1. each CTA's histogram of the top 12 bits of its share
-  //---------===//
+  // 1. Each CTA's histogram of the top 12 bits of its share.
   ClusterHistogram hist = ClusterHistogram::begin(kb, spec.name + "_hist",
                                                   arena, spec.cluster, threads);
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
@@ -413,12 +408,10 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   hist.sumGroups(kb, threads);
   kb.clusterSync();
 
-  //===--- 2. the row's threshold bin, in every CTA
-  //------------------------===//
+  // 2. The row's threshold bin, in every CTA.
   Value bin = hist.threshold(kb, threads, kb.i32(spec.k));
 
-  //===--- 3. candidates at or above it
-  //------------------------------------===//
+  // 3. Candidates at or above it.
   // Each CTA's candidates follow those of the lower ranks (their counts
   // come from the histograms); within a CTA one atomic per warp places
   // them.
@@ -444,8 +437,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   // every candidate.
   kb.clusterSync();
 
-  //===--- 4. the leader selects, sorts and writes
-  //--------------------------===//
+  // 4. The leader selects, sorts and writes.
   kb.ifThen(isLeader, [&] {
     // Candidates when they all fit, else the whole row.
     Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
