@@ -191,20 +191,45 @@ static DigitChoice chooseDigit(KernelBuilder &kb, StringRef prefix,
   return choice;
 }
 
-/// The radix passes over the digits of `keyType`, most significant first;
-/// returns the threshold, how many keys equal to it are still needed, the
-/// count of such keys and whether the eligible keys number at most `k`.
-/// Once a digit's bin holds exactly the keys still needed, the remaining
-/// passes are skipped (uniformly): the threshold keeps zero low digits, so
-/// every key of that bin is `>= threshold` and all its ties are needed.
+/// Where the radix passes start: the key bits already fixed (`prefix` under
+/// `mask`, the top `knownBits`), the keys still needed among those that
+/// match, how many match, and whether every eligible key is taken.
+struct RadixStart {
+  int64_t knownBits = 0;
+  Value prefix, mask, remaining, inBin, takeAll;
+};
+
+/// The radix passes over the digits of `keyType` below the known bits, most
+/// significant first; returns the threshold, how many keys equal to it are
+/// still needed, the count of such keys and whether the eligible keys
+/// number at most `k`. Without known bits the first pass decides the
+/// latter. Once a digit's bin holds exactly the keys still needed, the
+/// remaining passes are skipped (uniformly): the threshold keeps zero low
+/// digits, so every key of that bin is `>= threshold` and all its ties are
+/// needed. The last pass may overlap known bits (a digit at shift 0): the
+/// keys that match the prefix agree on them.
 static std::tuple<Value, Value, Value, Value>
-radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
-            Value k, int64_t blockThreads, KeyFunction keyOf) {
+radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
+            int64_t blockThreads, KeyFunction keyOf,
+            const RadixStart *start = nullptr) {
   int64_t bits = keyType.getIntOrFloatBitWidth();
   Type i32 = kb.i32T();
   Value keyPrefix = kb.constant(keyType, 0), keyMask = kb.constant(keyType, 0);
   Value remaining = k, inBin = kb.i32(0), takeAll, settled = kb.i1(false);
-  for (int64_t shift = bits - 8; shift >= 0; shift -= 8) {
+  SmallVector<int64_t> shifts;
+  int64_t shift = bits - 8 - (start ? start->knownBits : 0);
+  for (; shift > 0; shift -= 8)
+    shifts.push_back(shift);
+  shifts.push_back(0);
+  if (start) {
+    keyPrefix = start->prefix;
+    keyMask = start->mask;
+    remaining = start->remaining;
+    inBin = start->inBin;
+    takeAll = start->takeAll;
+    settled = kb.orI(takeAll, kb.cmp(CmpIPredicate::eq, inBin, remaining));
+  }
+  for (int64_t shift : shifts) {
     auto pass = [&]() -> SmallVector<Value> {
       DigitChoice choice =
           chooseDigit(kb, prefix, keyType, n, blockThreads, keyOf, keyPrefix,
@@ -212,7 +237,7 @@ radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
       return {choice.digit, choice.above, choice.inBin, choice.matching};
     };
     SmallVector<Value> choice;
-    if (shift == bits - 8) {
+    if (!takeAll) {
       choice = pass();
       takeAll = kb.cmp(CmpIPredicate::sle, choice[3], k);
     } else {
@@ -223,6 +248,8 @@ radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
           },
           pass);
     }
+    // A settled pass keeps the prefix: its digit is 0 and, at shift 0,
+    // ORing 0 keeps the known bits.
     Value digit = kb.maxS(choice[0], kb.i32(0));
     Value wide = keyType == i32 ? digit : kb.extU64(digit);
     keyPrefix =
@@ -236,11 +263,13 @@ radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n,
   return {keyPrefix, remaining, inBin, takeAll};
 }
 
-RadixSelection mlir::spin::gpu_codegen::selectLargest(
-    KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
-    int64_t blockThreads, KeyFunction keyOf, IndexFunction indexOf) {
+static RadixSelection selectWith(KernelBuilder &kb, StringRef prefix,
+                                 Type keyType, Value n, Value k,
+                                 int64_t blockThreads, KeyFunction keyOf,
+                                 IndexFunction indexOf,
+                                 const RadixStart *start) {
   auto [threshold, need, ties, takeAll] =
-      radixPasses(kb, prefix, keyType, n, k, blockThreads, keyOf);
+      radixPasses(kb, prefix, keyType, n, k, blockThreads, keyOf, start);
   // Ties at the threshold: the `need` lowest indices, i.e. the `need`
   // largest `~i` among the keys equal to the threshold. Skipped (uniformly)
   // when every tie is needed.
@@ -265,6 +294,28 @@ RadixSelection mlir::spin::gpu_codegen::selectLargest(
       },
       [&]() -> SmallVector<Value> { return {kb.i32(0x7fffffff)}; })[0];
   return {takeAll, threshold, need, limit};
+}
+
+RadixSelection mlir::spin::gpu_codegen::selectLargest(
+    KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
+    int64_t blockThreads, KeyFunction keyOf, IndexFunction indexOf) {
+  return selectWith(kb, prefix, keyType, n, k, blockThreads, keyOf, indexOf,
+                    nullptr);
+}
+
+RadixSelection mlir::spin::gpu_codegen::selectLargest(
+    KernelBuilder &kb, StringRef prefix, Value n, Value k, int64_t blockThreads,
+    KeyFunction keyOf, IndexFunction indexOf, const KnownBin &known) {
+  assert(known.bits > 0 && known.bits < 32 && "some bits known, some not");
+  RadixStart start;
+  start.knownBits = known.bits;
+  start.prefix = kb.shl(known.bin, kb.i32(32 - known.bits));
+  start.mask = kb.i32(static_cast<int32_t>(~uint32_t(0) << (32 - known.bits)));
+  start.remaining = kb.sub(k, known.above);
+  start.inBin = known.inBin;
+  start.takeAll = known.takeAll;
+  return selectWith(kb, prefix, kb.i32T(), n, k, blockThreads, keyOf, indexOf,
+                    &start);
 }
 
 Value mlir::spin::gpu_codegen::isSelected(KernelBuilder &kb,

@@ -56,6 +56,21 @@ RadixSelection selectLargest(KernelBuilder &kb, StringRef prefix, Type keyType,
                              Value n, Value k, int64_t blockThreads,
                              KeyFunction keyOf, IndexFunction indexOf = {});
 
+/// What a caller already knows of the k-th largest of i32 keys: its top
+/// `bits` bits (`bin`), how many eligible keys lie in higher bins (`above`,
+/// less than k) and how many in `bin` itself (`inBin`), and whether there are
+/// at most k eligible keys (`takeAll`; `bin` is then unused).
+struct KnownBin {
+  int64_t bits;
+  Value bin, above, inBin, takeAll;
+};
+
+/// `selectLargest` of i32 keys whose top bits are known: the radix passes
+/// start below them and look only at the keys of `known.bin`.
+RadixSelection selectLargest(KernelBuilder &kb, StringRef prefix, Value n,
+                             Value k, int64_t blockThreads, KeyFunction keyOf,
+                             IndexFunction indexOf, const KnownBin &known);
+
 /// True for an element that `selection` selects.
 Value isSelected(KernelBuilder &kb, const RadixSelection &selection,
                  Value eligible, Value key, Value index);

@@ -61,16 +61,21 @@ std::pair<Value, Value> scoreKey(KernelBuilder &kb, Value scores,
   return {kb.cmpF(CmpFPredicate::ORD, z, z), kb.orderedKey(z)};
 }
 
-/// Calls `body(i, eligible, key)` for every entry `i` of `[first, last)`
-/// (a chunk of at most 16 * `threads` entries): each thread loads its 16
-/// entries as four 16-byte vectors (`rowsAligned`: rows start at a multiple
-/// of 4 entries) before it looks at any, so the loads
-/// overlap. All threads call `body` 16 times (`eligible` is false outside
-/// the range), so warp-wide operations inside it are safe.
-void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
-                       bool rowsAligned, Value first, Value last,
-                       int64_t threads,
-                       function_ref<void(Value, Value, Value)> body) {
+/// One entry of a thread's chunk: its index in the row, whether it is
+/// eligible (inside the range and not NaN) and its key.
+struct ChunkEntry {
+  Value i, eligible, key;
+};
+
+/// The entries of `[first, last)` (a chunk of at most 16 * `threads`) that
+/// this thread looks at: it loads its 16 as four 16-byte vectors
+/// (`rowsAligned`: rows start at a multiple of 4 entries) before it looks at
+/// any, so the loads overlap. Every thread gets 16 (`eligible` is false
+/// outside the range), so warp-wide operations over them are safe.
+SmallVector<ChunkEntry, 16> loadChunk(KernelBuilder &kb, Value scores,
+                                      const RowView &row, bool rowsAligned,
+                                      Value first, Value last,
+                                      int64_t threads) {
   Type f32 = kb.f32T(), vec = kb.vecT(f32, 4);
   SmallVector<Value> vectors, starts;
   for (int64_t v = 0; v < 4; ++v) {
@@ -109,14 +114,16 @@ void forEachChunkEntry(KernelBuilder &kb, Value scores, const RowView &row,
                                                llvm::APFloat::IEEEsingle())))};
         })[0]);
   }
+  SmallVector<ChunkEntry, 16> entries;
   for (int64_t v = 0; v < 4; ++v)
     for (int64_t e = 0; e < 4; ++e) {
       Value i = kb.add(starts[v], kb.i32(e));
       Value z = kb.extract(vectors[v], e);
       Value eligible = kb.andI(kb.cmp(CmpIPredicate::slt, i, last),
                                kb.cmpF(CmpFPredicate::ORD, z, z));
-      body(i, eligible, kb.orderedKey(z));
+      entries.push_back({i, eligible, kb.orderedKey(z)});
     }
+  return entries;
 }
 
 /// Histogram bins per group: the cluster finds the threshold's group from
@@ -134,7 +141,9 @@ struct ClusterHistogram {
   Value peerGroups; ///< every peer's group sums [cluster][kGroups]
   Value peerBins; ///< every peer's bins of the threshold's group [cluster][32]
   Value peerCounts; ///< every peer's entries at or above the threshold
-  Value cells;      ///< the threshold's group, the count above it, its bin
+  /// The threshold's group, the count above it, its bin, the counts above
+  /// and in the bin.
+  Value cells;
 
   /// Zeroes the counters (all threads; ends with a barrier).
   static ClusterHistogram begin(KernelBuilder &kb, StringRef prefix, Value bins,
@@ -146,12 +155,16 @@ struct ClusterHistogram {
   /// After the counting (all threads): the group sums. A cluster barrier
   /// must follow before any peer reads them.
   void sumGroups(KernelBuilder &kb, int64_t threads) const;
+  /// The bin holding the k-th largest key of a row (counting from the
+  /// top), how many eligible entries lie above it and in it; `bin` is 0
+  /// when the row has fewer than k eligible entries.
+  struct Threshold {
+    Value bin, above, inBin;
+  };
   /// After that cluster barrier (all threads of every CTA of the cluster,
   /// which keep their shared memory until a second cluster barrier): the
-  /// bin holding the k-th largest key of the row (counting from the top),
-  /// or 0 when the row has at most k eligible entries. Every thread gets
-  /// the same value.
-  Value threshold(KernelBuilder &kb, int64_t threads, Value k) const;
+  /// row's threshold. Every thread gets the same values.
+  Threshold threshold(KernelBuilder &kb, int64_t threads, Value k) const;
   /// After `threshold` (all threads): the entries at or above `bin` in the
   /// CTAs of ranks below `rank`, and in the whole cluster.
   std::pair<Value, Value> candidatesBefore(KernelBuilder &kb, Value bin,
@@ -171,7 +184,7 @@ ClusterHistogram ClusterHistogram::begin(KernelBuilder &kb, StringRef prefix,
   h.peerBins =
       kb.sharedArray((prefix + "_peer_bins").str(), i32, cluster * kGroupBins);
   h.peerCounts = kb.sharedArray((prefix + "_peer_counts").str(), i32, cluster);
-  h.cells = kb.sharedArray((prefix + "_cells").str(), i32, 4);
+  h.cells = kb.sharedArray((prefix + "_cells").str(), i32, 8);
   Value zeros = kb.splat(vec4, kb.builder().getI32IntegerAttr(0));
   forEachThreadStrided(kb, kb.i32(kHistBins / 4), threads, [&](Value i) {
     kb.store(zeros, kb.gep(bins, vec4, i), 16);
@@ -225,8 +238,8 @@ static void gatherFromPeers(KernelBuilder &kb, Value remote, Value offset,
   }
 }
 
-Value ClusterHistogram::threshold(KernelBuilder &kb, int64_t threads,
-                                  Value k) const {
+ClusterHistogram::Threshold
+ClusterHistogram::threshold(KernelBuilder &kb, int64_t threads, Value k) const {
   Type i32 = kb.i32T();
   Value tid = kb.threadIdX(), lane = kb.laneId();
   Value firstWarp = kb.cmp(CmpIPredicate::slt, tid, kb.i32(32));
@@ -279,10 +292,17 @@ Value ClusterHistogram::threshold(KernelBuilder &kb, int64_t threads,
     Value reach = kb.add(above, warpInclusiveScan(kb, count, lane));
     Value hit = kb.andI(kb.cmp(CmpIPredicate::sge, reach, k),
                         kb.cmp(CmpIPredicate::slt, kb.sub(reach, count), k));
-    kb.ifThen(hit, [&] { kb.storeAt(kb.add(firstBin, j), cells, kb.i32(2)); });
+    kb.ifThen(hit, [&] {
+      kb.storeAt(kb.add(firstBin, j), cells, kb.i32(2));
+      kb.storeAt(kb.sub(reach, count), cells, kb.i32(3));
+      kb.storeAt(count, cells, kb.i32(4));
+    });
   });
   kb.barrier();
-  return kb.select(some, kb.loadAt(i32, cells, kb.i32(2)), kb.i32(0));
+  auto cell = [&](int64_t c) {
+    return kb.select(some, kb.loadAt(i32, cells, kb.i32(c)), kb.i32(0));
+  };
+  return {cell(2), cell(3), cell(4)};
 }
 
 std::pair<Value, Value> ClusterHistogram::candidatesBefore(KernelBuilder &kb,
@@ -326,14 +346,15 @@ std::pair<Value, Value> ClusterHistogram::candidatesBefore(KernelBuilder &kb,
   return {before, total};
 }
 
-/// Calls `body(i, eligible, key)` for every entry of `[first, last)` in
-/// chunks of 16 * `threads` (see forEachChunkEntry).
-void forEachEntry(KernelBuilder &kb, Value scores, const RowView &row,
+/// Calls `body` with this thread's entries of each chunk of `[first, last)`
+/// (chunks of 16 * `threads`, see loadChunk); every thread of the CTA makes
+/// the same calls.
+void forEachChunk(KernelBuilder &kb, Value scores, const RowView &row,
                   bool rowsAligned, Value first, Value last, int64_t threads,
-                  function_ref<void(Value, Value, Value)> body) {
+                  function_ref<void(ArrayRef<ChunkEntry>)> body) {
   kb.forLoop(first, kb.maxS(first, last), kb.i32(16 * threads), [&](Value s) {
     Value end = kb.minS(kb.add(s, kb.i32(16 * threads)), last);
-    forEachChunkEntry(kb, scores, row, rowsAligned, s, end, threads, body);
+    body(loadChunk(kb, scores, row, rowsAligned, s, end, threads));
   });
 }
 
@@ -401,37 +422,60 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                         kb.i32(~3));
   Value first = kb.mul(rank, share);
   Value last = kb.minS(kb.add(first, share), row.n);
-  forEachEntry(kb, scores, row, aligned, first, last, threads,
-               [&](Value, Value eligible, Value key) {
-                 kb.ifThen(eligible, [&] { hist.count(kb, key); });
+  forEachChunk(kb, scores, row, aligned, first, last, threads,
+               [&](ArrayRef<ChunkEntry> entries) {
+                 for (const ChunkEntry &e : entries)
+                   kb.ifThen(e.eligible, [&] { hist.count(kb, e.key); });
                });
   hist.sumGroups(kb, threads);
   kb.clusterSync();
 
   // 2. The row's threshold bin, in every CTA.
-  Value bin = hist.threshold(kb, threads, kb.i32(spec.k));
+  ClusterHistogram::Threshold threshold =
+      hist.threshold(kb, threads, kb.i32(spec.k));
+  Value bin = threshold.bin;
 
   // 3. Candidates at or above it.
   // Each CTA's candidates follow those of the lower ranks (their counts
-  // come from the histograms); within a CTA one atomic per warp places
-  // them.
+  // come from the histograms); within a CTA one atomic per warp and chunk
+  // places them, each thread's after those of the lanes below it.
   auto [candBefore, found] = hist.candidatesBefore(kb, bin, rank);
   Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-  forEachEntry(
+  Value lane = kb.laneId();
+  forEachChunk(
       kb, scores, row, aligned, first, last, threads,
-      [&](Value i, Value eligible, Value key) {
-        Value wanted =
-            kb.andI(eligible, kb.cmp(CmpIPredicate::uge,
-                                     kb.shrU(key, kb.i32(kBinShift)), bin));
-        Value at = kb.add(candBefore, warpReserve(kb, takenCell, wanted));
-        kb.ifThen(
-            kb.andI(wanted,
-                    kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates))),
-            [&] {
-              Value packed =
-                  kb.orI(kb.shl(kb.extU64(key), kb.i64(32)), kb.extU64(i));
-              kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
-            });
+      [&](ArrayRef<ChunkEntry> entries) {
+        SmallVector<Value, 16> wanted;
+        Value mine = kb.i32(0);
+        for (const ChunkEntry &e : entries) {
+          wanted.push_back(kb.andI(
+              e.eligible, kb.cmp(CmpIPredicate::uge,
+                                 kb.shrU(e.key, kb.i32(kBinShift)), bin)));
+          mine = kb.add(mine, kb.zext(wanted.back(), i32));
+        }
+        Value upTo = warpInclusiveScan(kb, mine, lane);
+        Value total = kb.shflIdx(upTo, kb.i32(31));
+        Value lastLane = kb.cmp(CmpIPredicate::eq, lane, kb.i32(31));
+        Value base = kb.ifThenElse(
+            {i32},
+            kb.andI(lastLane, kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
+            [&]() -> SmallVector<Value> {
+              return {kb.atomicAdd(takenCell, total)};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+        Value at = kb.add(kb.add(candBefore, kb.shflIdx(base, kb.i32(31))),
+                          kb.sub(upTo, mine));
+        for (auto [e, w] : llvm::zip(entries, wanted)) {
+          kb.ifThen(
+              kb.andI(w,
+                      kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates))),
+              [&] {
+                Value packed = kb.orI(kb.shl(kb.extU64(e.key), kb.i64(32)),
+                                      kb.extU64(e.i));
+                kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
+              });
+          at = kb.add(at, kb.zext(w, i32));
+        }
       });
   // After this no CTA reads another's shared memory, and the leader sees
   // every candidate.
@@ -487,9 +531,12 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
           [&]() -> SmallVector<Value> { return {kb.trunc32(candidate(i))}; },
           [&]() -> SmallVector<Value> { return {i}; })[0];
     };
+    // The radix passes start below the threshold's 12 bits.
+    KnownBin known{32 - kBinShift, bin, threshold.above, threshold.inBin,
+                   kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.k))};
     RadixSelection selection =
-        selectLargest(kb, spec.name + "_select", i32, n, kb.i32(spec.k),
-                      spec.threads, keyOf, entryOf);
+        selectLargest(kb, spec.name + "_select", n, kb.i32(spec.k),
+                      spec.threads, keyOf, entryOf, known);
 
     // Gather the winners as (~key << 32 | entry); unused cells sort last.
     int64_t size = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
