@@ -158,25 +158,29 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
 
   Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
   Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
-  Value rowId = kb.blockIdY();
+  // A sparse grid spans the row's full width (a warm-up step scores every
+  // block) but its rows hold fewer selected entries; with the rows in x,
+  // the CTAs that have entries come first in launch order and the idle ones
+  // last, instead of idle CTAs of a row delaying the busy ones of the next
+  // (H200, fp8 16 x 128K, rho = 0.5: 45.9 -> 45.4 us).
+  Value rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
+  Value ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
   Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
   Value visible = kb.loadAt(i32, lengths, rowId, true);
   Value lengthOk =
       kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
               kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
-  kb.ifThen(kb.andI(kb.not1(lengthOk),
-                    kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                            kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
-            [&] {
-              recordError(kb, errors, ErrorBadLength, visible, request, row);
-            });
+  kb.ifThen(
+      kb.andI(kb.not1(lengthOk),
+              kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
+      [&] { recordError(kb, errors, ErrorBadLength, visible, request, row); });
   Value total =
       spec.sparse ? kb.mul(kb.loadAt(i32, counts, request, true),
                            kb.i32(spec.blockSize))
                   : visible;
   int64_t tilesPerCta = spec.warps * spec.tilesPerWarp;
-  Value ctaStart =
-      kb.mul(kb.blockIdX(), kb.i32(tilesPerCta * 16 * spec.mTiles));
+  Value ctaStart = kb.mul(ctaIndex, kb.i32(tilesPerCta * 16 * spec.mTiles));
   Value active =
       kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
 
@@ -386,10 +390,10 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // 16-byte vectors and the scale.
     const int64_t perRow = 2 + chunks + (spec.scales ? 1 : 0);
     auto tileStartOf = [&](Value j, Value w) {
-      Value tile = kb.add(
-          kb.mul(kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.tilesPerWarp)), j),
-                 kb.i32(spec.warps)),
-          w);
+      Value tile =
+          kb.add(kb.mul(kb.add(kb.mul(ctaIndex, kb.i32(spec.tilesPerWarp)), j),
+                        kb.i32(spec.warps)),
+                 w);
       return kb.mul(tile, kb.i32(tileEntries));
     };
     auto tileStart = [&](Value j) { return tileStartOf(j, warp); };
@@ -585,8 +589,10 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
 
   LaunchShape shape;
   int64_t slotsPerCta = tilesPerCta * 16 * spec.mTiles;
-  shape.grid = {(spec.outWidth() + slotsPerCta - 1) / slotsPerCta,
-                spec.batch * spec.rows, 1};
+  const int64_t ctasPerRow = (spec.outWidth() + slotsPerCta - 1) / slotsPerCta;
+  shape.grid = {ctasPerRow, spec.batch * spec.rows, 1};
+  if (spec.sparse)
+    shape.grid = {spec.batch * spec.rows, ctasPerRow, 1};
   shape.blockThreads = threads;
   return shape;
 }
