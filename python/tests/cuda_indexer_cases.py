@@ -61,6 +61,12 @@ CASES = {
         indexer=dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=64,
                      sparsity=0.5, pooling="max", key_format="bf16"),
         batch=2, max_pages=8, layers=1),
+    # Rows of up to 20K slots: more entries than the top-K's candidate
+    # buffer (16384 a row) can share one threshold bin.
+    "dense-long-fp8": dict(
+        indexer=dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=512,
+                     key_format="fp8", dense=True),
+        batch=2, max_pages=320, layers=1),
 }
 
 

@@ -369,7 +369,8 @@ class Lockstep:
     exact inputs (integers in [-4, 4], weights in quarters, power-of-two fp8
     scales: every f32 operation is exact, so results must be equal)."""
 
-    def __init__(self, name, rng, exact=True):
+    def __init__(self, name, rng, exact=True, key_values=None):
+        """``key_values(shape)``, if given, makes the keys (else random)."""
         case = CASES[name]
         self.name, self.rng, self.exact = name, rng, exact
         self.opts = dict(case["indexer"])
@@ -387,7 +388,9 @@ class Lockstep:
         self.keys, self.keys_dev, self.scales, self.scales_dev = [], [], [], []
         for layer in range(self.L):
             shape = (self.pages, self.S, self.D)
-            if exact:
+            if key_values is not None:
+                values = key_values(shape).astype(np.float32)
+            elif exact:
                 values = rng.integers(-4, 5, size=shape).astype(np.float32)
             else:
                 values = rng.standard_normal(shape).astype(np.float32)
@@ -654,6 +657,25 @@ def test_noninteger_bf16_steps_within_the_gpu_check_tolerance(rng):
     for _ in range(steps):
         run.step([5, 6])
     run.check_states()
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("fill", ["zeros", "two-values"])
+def test_long_rows_of_equal_scores_match_the_reference(rng, fill):
+    """Rows of 20K and 17K slots whose scores are all equal (zero keys), or
+    take two values (keys of 0 or 1 by page): more entries share the top-K's
+    threshold bin than its candidate buffer holds (16384 a row), so the
+    top-K selects over the whole row, and ties go to the lower slots."""
+    def keys(shape):
+        if fill == "zeros":
+            return np.zeros(shape)
+        return np.broadcast_to(rng.integers(0, 2, size=(shape[0], 1, 1)), shape)
+    run = Lockstep("dense-long-fp8", rng, key_values=keys)
+    run.add(1, run.NS - 3)
+    run.add(2, 17000)
+    for order in ([1, 2], [2, 1]):
+        run.step(order)
 
 
 @cuda
