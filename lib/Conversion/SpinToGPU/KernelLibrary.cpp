@@ -217,9 +217,9 @@ radixPasses(KernelBuilder &kb, StringRef prefix, Type keyType, Value n, Value k,
   Value keyPrefix = kb.constant(keyType, 0), keyMask = kb.constant(keyType, 0);
   Value remaining = k, inBin = kb.i32(0), takeAll, settled = kb.i1(false);
   SmallVector<int64_t> shifts;
-  int64_t shift = bits - 8 - (start ? start->knownBits : 0);
-  for (; shift > 0; shift -= 8)
-    shifts.push_back(shift);
+  for (int64_t top = bits - 8 - (start ? start->knownBits : 0); top > 0;
+       top -= 8)
+    shifts.push_back(top);
   shifts.push_back(0);
   if (start) {
     keyPrefix = start->prefix;
