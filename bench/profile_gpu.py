@@ -43,9 +43,14 @@ def main(argv):
                 positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
                 request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
         for _ in range(4):
-            program(inputs, state, request_ids=ids)
+            outputs = program(inputs, state, request_ids=ids)
         program.check()
         torch.cuda.synchronize()
+        if "sparsity" in outputs:
+            # What the timed SPIN steps score (bench_gpu.py checks the same
+            # against the target).
+            print(f"   realized sparsity {outputs['sparsity'].mean().item():.4f}, "
+                  f"iteration {state.iteration(ids[0])}")
         # Per-kernel times with plain launches: a programmatic launch starts
         # a kernel before its predecessor ends, and its waiting would count.
         program.programmatic_launches = False
