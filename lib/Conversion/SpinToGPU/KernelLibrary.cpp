@@ -49,6 +49,20 @@ Value mlir::spin::gpu_codegen::warpReserve(KernelBuilder &kb, Value counter,
   return kb.add(base, kb.popc(kb.andI(takers, below)));
 }
 
+Value mlir::spin::gpu_codegen::warpReserveCount(KernelBuilder &kb,
+                                                Value counter, Value count) {
+  Value lane = kb.laneId();
+  Value upTo = warpInclusiveScan(kb, count, lane);
+  Value total = kb.shflIdx(upTo, kb.i32(31));
+  Value lastLane = kb.cmp(CmpIPredicate::eq, lane, kb.i32(31));
+  Value base = kb.ifThenElse(
+      {kb.i32T()},
+      kb.andI(lastLane, kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
+      [&]() -> SmallVector<Value> { return {kb.atomicAdd(counter, total)}; },
+      [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+  return kb.add(kb.shflIdx(base, kb.i32(31)), kb.sub(upTo, count));
+}
+
 Value mlir::spin::gpu_codegen::warpInclusiveScan(KernelBuilder &kb, Value value,
                                                  Value lane) {
   for (int64_t d = 1; d < 32; d *= 2) {

@@ -111,6 +111,11 @@ void forEachThreadStridedInWarps(KernelBuilder &kb, Value n,
 /// `take` is false). All 32 lanes must call it.
 Value warpReserve(KernelBuilder &kb, Value counter, Value take);
 
+/// Reserves `count` consecutive cells of `*counter` for every lane of the
+/// warp, lane 0's first, by one atomic per warp; returns the first of this
+/// lane's cells. All 32 lanes must call it.
+Value warpReserveCount(KernelBuilder &kb, Value counter, Value count);
+
 } // namespace mlir::spin::gpu_codegen
 
 #endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELLIBRARY_H

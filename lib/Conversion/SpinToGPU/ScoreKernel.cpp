@@ -590,9 +590,9 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   LaunchShape shape;
   int64_t slotsPerCta = tilesPerCta * 16 * spec.mTiles;
   const int64_t ctasPerRow = (spec.outWidth() + slotsPerCta - 1) / slotsPerCta;
-  shape.grid = {ctasPerRow, spec.batch * spec.rows, 1};
-  if (spec.sparse)
-    shape.grid = {spec.batch * spec.rows, ctasPerRow, 1};
+  const int64_t rows = spec.batch * spec.rows;
+  shape.grid = {spec.sparse ? rows : ctasPerRow,
+                spec.sparse ? ctasPerRow : rows, 1};
   shape.blockThreads = threads;
   return shape;
 }

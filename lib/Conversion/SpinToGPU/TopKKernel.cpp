@@ -441,7 +441,6 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   // places them, each thread's after those of the lanes below it.
   auto [candBefore, found] = hist.candidatesBefore(kb, bin, rank);
   Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-  Value lane = kb.laneId();
   forEachChunk(
       kb, scores, row, aligned, first, last, threads,
       [&](ArrayRef<ChunkEntry> entries) {
@@ -453,18 +452,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                                  kb.shrU(e.key, kb.i32(kBinShift)), bin)));
           mine = kb.add(mine, kb.zext(wanted.back(), i32));
         }
-        Value upTo = warpInclusiveScan(kb, mine, lane);
-        Value total = kb.shflIdx(upTo, kb.i32(31));
-        Value lastLane = kb.cmp(CmpIPredicate::eq, lane, kb.i32(31));
-        Value base = kb.ifThenElse(
-            {i32},
-            kb.andI(lastLane, kb.cmp(CmpIPredicate::sgt, total, kb.i32(0))),
-            [&]() -> SmallVector<Value> {
-              return {kb.atomicAdd(takenCell, total)};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-        Value at = kb.add(kb.add(candBefore, kb.shflIdx(base, kb.i32(31))),
-                          kb.sub(upTo, mine));
+        Value at = kb.add(candBefore, warpReserveCount(kb, takenCell, mine));
         for (auto [e, w] : llvm::zip(entries, wanted)) {
           kb.ifThen(
               kb.andI(w,
