@@ -15,8 +15,10 @@
 #   * byte floors and a sanity guard of the outputs (not a correctness test).
 #
 # Timing: CUDA events around each repetition, the L2 (60 MB) flushed before
-# each one by zeroing a 256 MiB buffer (as triton.testing.do_bench does), the
-# inputs rotated among --sets input sets; warm-up first; the median is
+# each one by zeroing a 256 MiB buffer (as triton.testing.do_bench does);
+# --sets input sets, torch's calls rotated among them, our steps' CUDA graphs
+# (one per set) each replayed back to back and the repetitions pooled (the
+# graphs replayed in turn are reported too); warm-up first; the median is
 # reported with the 20th/80th percentiles.
 #
 #   PYTHONPATH=build-gpu/python python3 bench/bench_gpu.py [--out DIR]
@@ -203,6 +205,20 @@ class Timer:
         self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=DEVICE)
 
     def __call__(self, fn, rep_ms=None, flush=True, min_reps=None):
+        return self.summary(self.times(fn, rep_ms, flush, min_reps))
+
+    def each(self, fns):
+        """Each of fns timed in its own run of repetitions (the same CUDA
+        graph replayed back to back, as a serving loop replays its decode
+        step's graph), the repetitions of all pooled into one summary."""
+        rep_ms = self.args.rep_ms / len(fns)
+        min_reps = max(1, -(-self.args.min_reps // len(fns)))
+        times = []
+        for fn in fns:
+            times += self.times(fn, rep_ms, True, min_reps)
+        return self.summary(times)
+
+    def times(self, fn, rep_ms=None, flush=True, min_reps=None):
         torch, args = self.torch, self.args
         rep_ms = args.rep_ms if rep_ms is None else rep_ms
         min_reps = args.min_reps if min_reps is None else min_reps
@@ -229,10 +245,14 @@ class Timer:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+    @staticmethod
+    def summary(times):
+        times = sorted(times)
         q = lambda f: times[min(len(times) - 1, int(round(f * (len(times) - 1))))]
         return {"median_us": statistics.median(times), "p20_us": q(0.2), "p80_us": q(0.8),
-                "min_us": times[0], "reps": reps}
+                "min_us": times[0], "reps": len(times)}
 
 
 class Rotate:
@@ -435,12 +455,16 @@ class Bench:
                                                        "seed", "budget_s")},
             "method": {"notes": [
                 "Times are medians over repetitions timed with CUDA events; the L2 is "
-                f"flushed before each repetition (a {FLUSH_BYTES >> 20} MiB zero fill) and "
-                f"the inputs rotate among {args.sets} sets (each its own key cache, block "
-                "table, queries).",
-                "Our steps are timed as CUDA-graph replays (one graph per input set), the "
-                "way a serving engine runs a decode step; 'call' is the direct Python call "
-                "(argument checks + launches), for reference.",
+                f"flushed before each repetition (a {FLUSH_BYTES >> 20} MiB zero fill); there "
+                f"are {args.sets} input sets (each its own key cache, block table, queries), "
+                "which torch's calls rotate among.",
+                "Our steps are timed as CUDA-graph replays, one graph per input set, each "
+                "graph replayed back to back (a serving engine replays the same captured "
+                "decode step every step), the repetitions of all sets pooled; 'rotating' "
+                "replays the graphs in turn instead (a different graph every repetition: "
+                "SPIN's two-stream graph then pays about 5 us more on the H200, the dense "
+                "one-stream graph nothing); 'call' is the direct Python call (argument "
+                "checks + launches), for reference.",
                 "SPIN is timed in steady state: a warm-up step (it = 0, dense), then "
                 f"{args.steps - 1} eager steps, then the timed replays (each advances the "
                 "state). positions = N-1, lengths = N (full cache), target sparsity from "
@@ -582,21 +606,23 @@ class Bench:
         if ref_topk is not None and not spin_mode:
             r["recall_vs_torch"] = overlap(torch, outputs[0]["topk"], ref_topk)
 
-        # CUDA graphs, one per input set; fall back to direct calls.
+        # CUDA graphs, one per input set, each replayed back to back (and,
+        # for comparison, the graphs in turn); fall back to direct calls.
         try:
             graphs = capture_graphs(torch, program, calls)
-            timed = Rotate([g.replay for g in graphs])
+            replays = [g.replay for g in graphs]
             r["graph"] = True
         except Exception as e:  # noqa: BLE001
             if not self.check_alive(e):
                 raise
             r["graph"] = False
             r["graph_error"] = str(e)[:300]
-            graphs, timed = [], Rotate(calls)
-        r.update(self.timer(timed))
+            graphs, replays = [], calls
+        r.update(self.timer.each(replays))
+        r["rotate_median_us"] = self.timer(Rotate(replays))["median_us"]
         if not args.no_call:
             r["call_median_us"] = self.timer(Rotate(calls))["median_us"]
-        r["repeat_median_us"] = self.timer(timed)["median_us"]
+        r["repeat_median_us"] = self.timer.each(replays)["median_us"]
         program.check()
         torch.cuda.synchronize()
         for s, o in zip(sets, outputs):
@@ -615,7 +641,7 @@ class Bench:
                                      "expected 0 (dense)")
             r["iteration_after_timing"] = state.iteration(ids[0])
         # The graphs first: they hold the program's buffers.
-        graphs = timed = calls = None
+        graphs = replays = calls = None
         program = state = None
         torch.cuda.synchronize()
         return r
@@ -716,7 +742,8 @@ class Bench:
                 elif r.get("recall_vs_torch") is not None:
                     extra = f", recall {r['recall_vs_torch']:.4f}"
                 self.log(f"  [{done}/{total}] {c['name']}: {r['median_us']:.1f} us "
-                         f"(repeat {r['repeat_median_us']:.1f}"
+                         f"(repeat {r['repeat_median_us']:.1f}, "
+                         f"rotating {r['rotate_median_us']:.1f}"
                          + (f", call {r['call_median_us']:.1f}" if "call_median_us" in r else "")
                          + f"), {r['fraction_of_copy']:.2f} of copy, "
                          f"{r['speedup_vs_torch']:.1f}x torch{extra}"

@@ -97,12 +97,13 @@ def status_of(r):
 
 
 def dense_table(results, rows=1):
-    head = ("| keys | B × N | K | ours µs (repeat) | floor GB/s | of copy | × floor "
-            "| torch eager µs | ours vs torch | recall vs torch | call µs | status |")
+    head = ("| keys | B × N | K | ours µs (repeat) | rotating µs | floor GB/s | of copy "
+            "| × floor | torch eager µs | ours vs torch | recall vs torch | call µs | status |")
     lines = [head, separator(head)]
     for r in entries(results, "dense", rows):
-        lines.append("| {} | {} × {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} × {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             r["format"], r["batch"], slots_label(r["slots"]), r["k"], with_repeat(r),
+            fmt_us(r.get("rotate_median_us")),
             fmt_gbps(r.get("floor_gbps")), fmt_frac(r.get("fraction_of_copy")),
             fmt_x(r.get("times_floor"), 1), fmt_us(r.get("torch_us")),
             fmt_x(r.get("speedup_vs_torch"), 1),
@@ -112,18 +113,25 @@ def dense_table(results, rows=1):
 
 
 def spin_table(results):
-    head = ("| keys | B × N | K | ρ target | ρ realized | ours µs (repeat) | floor B/slot | floor GB/s "
-            "| of copy | × floor | vs our dense | vs torch eager | status |")
+    head = ("| keys | B × N | K | ρ target | ρ realized | ours µs (repeat) | rotating µs "
+            "| floor B/slot | floor GB/s | of copy | × floor | vs our dense | vs our dense, "
+            "rotating | vs torch eager | status |")
     lines = [head, separator(head)]
     for r in entries(results, "spin", 1):
-        lines.append("| {} | {} × {} | {} | {:g} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        dense = find(results, mode="dense", format=r["format"], batch=r["batch"],
+                     slots=r["slots"], k=r["k"], rows=1)
+        rotating = None
+        if dense and dense.get("rotate_median_us") and r.get("rotate_median_us"):
+            rotating = dense["rotate_median_us"] / r["rotate_median_us"]
+        lines.append("| {} | {} × {} | {} | {:g} | {} | {} | {} | {} | {} | {} | {} | {} | {} "
+                     "| {} | {} |".format(
             r["format"], r["batch"], slots_label(r["slots"]), r["k"], r["sparsity"],
             "—" if r.get("realized_sparsity") is None else f"{r['realized_sparsity']:.3f}",
-            with_repeat(r),
+            with_repeat(r), fmt_us(r.get("rotate_median_us")),
             "—" if r.get("floor_bytes_per_slot") is None else f"{r['floor_bytes_per_slot']:.0f}",
             fmt_gbps(r.get("floor_gbps")), fmt_frac(r.get("fraction_of_copy")),
             fmt_x(r.get("times_floor"), 1), fmt_x(r.get("speedup_vs_dense")),
-            fmt_x(r.get("speedup_vs_torch"), 1), status_of(r)))
+            fmt_x(rotating), fmt_x(r.get("speedup_vs_torch"), 1), status_of(r)))
     return "\n".join(lines)
 
 

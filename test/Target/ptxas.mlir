@@ -8,6 +8,9 @@
 // RUN: rm -rf %t.sync && spin-compile %s --sparsify="sparsity=0.5 block-size=16" --target=sm_90a --no-wgmma -o %t.sync && %ptxas -arch=sm_90a %t.sync/sm_90a.ptx -o %t.sync/sm_90a.cubin
 // RUN: FileCheck %s --dump-input=never --check-prefix=SYNC < %t.sync/sm_90a.ptx
 // RUN: FileCheck %s --check-prefix=MANIFEST < %t/manifest.json
+// RUN: FileCheck %s --dump-input=never --check-prefix=WAIT < %t/sm_90a.ptx
+// RUN: rm -rf %t.mean && spin-compile %s --sparsify="sparsity=0.5 block-size=16 pooling=mean reset-input=true" --target=sm_90a -o %t.mean && %ptxas -arch=sm_90a %t.mean/sm_90a.ptx -o %t.mean/sm_90a.cubin
+// RUN: FileCheck %s --dump-input=never --check-prefix=MEAN < %t.mean/sm_90a.ptx
 // RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
 
 // Every generated kernel assembles for every chip and begins with the
@@ -19,8 +22,10 @@
 // LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
 // PTX: .target sm_90a
 // PTX: .entry spin_reset_0
-// PTX: griddepcontrol.wait
-// PTX-NEXT: griddepcontrol.launch_dependents
+// PTX: griddepcontrol.wait;
+// PTX-NEXT: // end inline asm
+// PTX-NEXT: // begin inline asm
+// PTX-NEXT: griddepcontrol.launch_dependents;
 // PTX: .entry spin_select_1
 // PTX: .entry spin_score_sparse_2
 // PTX: fence.proxy.async.shared::cta
@@ -37,6 +42,41 @@
 // PTX-NOT: fma.rn.f32
 // PTX: mul.rn.f32
 // PTX: add.rn.f32
+// Before its griddepcontrol.wait a kernel loads only what the kernel before
+// it does not write (setInsertionBeforeGridWait): the select kernel its
+// request's slot, id, position and length, and `it` after the predict kernel
+// (which writes block scores only); the scoring kernel the row's length and
+// queries; the top-K the selected-block count (the select kernel's, two
+// launches back). The reset, predict and update kernels load nothing there.
+// WAIT-LABEL: .entry spin_reset_0(
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.wait
+// WAIT-LABEL: .entry spin_select_1_predict(
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.wait
+// WAIT-LABEL: .entry spin_select_1(
+// WAIT: ld.global.nc.b32
+// WAIT: ld.global.b64
+// WAIT: griddepcontrol.wait
+// WAIT-LABEL: .entry spin_score_sparse_2(
+// WAIT: ld.global.nc.b32
+// WAIT: ld.global.nc.v4.b32
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.wait
+// WAIT-LABEL: .entry spin_topk_sparse_3(
+// WAIT: ld.global.nc.b32
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.wait
+// WAIT-LABEL: .entry spin_update_4(
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.wait
+// With mean pooling no predict kernel runs and the reset kernel, which
+// writes `it`, comes directly before the select kernel: `it` is loaded
+// after the wait.
+// MEAN-LABEL: .entry spin_select_1(
+// MEAN-NOT: ld.global.b64
+// MEAN: griddepcontrol.wait
+// MEAN: ld.global.b64
 // MANIFEST: "format": "spin-gpu-artifact"
 // MANIFEST: "kernel": "spin_update_4"
 // MANIFEST: "stream": 1

@@ -153,7 +153,7 @@ class HostKernels:
         # Programmatic-launch control (griddepcontrol) orders whole grids:
         # nothing to do when one CTA runs after another.
         text = "\n".join(line for line in text.splitlines()
-                          if "llvm.nvvm.griddepcontrol" not in line) + "\n"
+                          if "griddepcontrol" not in line) + "\n"
         assert "nvvm" not in text, "an NVVM intrinsic is left in the MTP kernels"
         with open(os.path.join(directory, "host.ll"), "w") as f:
             f.write(text)

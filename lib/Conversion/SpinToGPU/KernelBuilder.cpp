@@ -368,10 +368,18 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
   // completed and their memory is visible, so no kernel reads or writes
   // global memory before its predecessors are done; it then lets the next
   // kernel's CTAs be scheduled, which only fills SM space this grid leaves
-  // free. Without a programmatic launch both are no-ops.
-  NVVM::GriddepcontrolOp::create(b, loc, NVVM::GridDepActionKind::wait);
-  NVVM::GriddepcontrolOp::create(b, loc,
-                                 NVVM::GridDepActionKind::launch_dependents);
+  // free. Without a programmatic launch both are no-ops. Both are inline
+  // assembly that clobbers memory: the NVVM intrinsics access no memory as
+  // far as LLVM knows, so loads could move across them (a load of what the
+  // kernel before writes above the wait, or a load placed before the wait
+  // below it).
+  for (StringRef text :
+       {"griddepcontrol.wait;", "griddepcontrol.launch_dependents;"})
+    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{}, text,
+                              "~{memory}", /*has_side_effects=*/true,
+                              /*is_align_stack=*/false,
+                              LLVM::tailcallkind::TailCallKind::None,
+                              LLVM::AsmDialectAttr(), ArrayAttr());
   gpu::ReturnOp::create(b, loc);
   return func;
 }
@@ -385,4 +393,14 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::beginKernel(OpBuilder &b, Location loc,
       createKernel(b, loc, module, name, params, blockThreads);
   b.setInsertionPoint(func.getBody().front().getTerminator());
   return func;
+}
+
+void mlir::spin::gpu_codegen::setInsertionBeforeGridWait(OpBuilder &b,
+                                                         gpu::GPUFuncOp func) {
+  for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
+    if (op.getAsmString() == "griddepcontrol.wait;") {
+      b.setInsertionPoint(op);
+      return;
+    }
+  llvm_unreachable("every kernel starts with griddepcontrol.wait");
 }

@@ -186,6 +186,15 @@ gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                            StringRef name, TypeRange params,
                            int64_t blockThreads);
 
+/// Moves `b`'s insertion point before `func`'s `griddepcontrol.wait`. Work
+/// built there overlaps the end of the kernel before it in the stream when
+/// the runtime launches this one programmatically (docs/GPU-ABI.md, "Launch
+/// order"), so it may read only what that kernel does not write: the step's
+/// inputs, and what kernels before that one wrote (they completed before
+/// that kernel passed its own wait and let this one start). Callers keep an
+/// InsertionGuard around it.
+void setInsertionBeforeGridWait(OpBuilder &b, gpu::GPUFuncOp func);
+
 } // namespace mlir::spin::gpu_codegen
 
 #endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H

@@ -156,17 +156,39 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   Value out = func.getArgument(a++), pages = func.getArgument(a++);
   Value errors = func.getArgument(a++);
 
-  Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
+  // The row's length and queries, inputs of the step, are loaded before
+  // the wait, while the kernel before ends (the select kernel, for sparse
+  // rows: its block list and counts are read after the wait).
+  Value tid, lane, warp, rowId, ctaIndex, visible;
+  // 16-byte vectors of 8 query elements: each thread's, in registers.
+  const int64_t vectors = H * Dh / 8;
+  const int64_t qPerThread = (vectors + threads - 1) / threads;
+  SmallVector<Value> qLoaded, qInRange;
+  {
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, func);
+    tid = kb.threadIdX();
+    lane = kb.laneId();
+    warp = kb.warpId();
+    // A sparse grid spans the row's full width (a warm-up step scores every
+    // block) but its rows hold fewer selected entries; with the rows in x,
+    // the CTAs that have entries come first in launch order and the idle
+    // ones last, instead of idle CTAs of a row delaying the busy ones of the
+    // next (H200, fp8 16 x 128K, rho = 0.5: 45.9 -> 45.4 us).
+    rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
+    ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
+    visible = kb.loadAt(i32, lengths, rowId, true);
+    Value qVectors = kb.mul(rowId, kb.i32(vectors));
+    for (int64_t u = 0; u < qPerThread; ++u) {
+      Value v = kb.add(tid, kb.i32(u * threads));
+      Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
+      Value at = kb.add(qVectors, kb.select(ok, v, kb.i32(0)));
+      qLoaded.push_back(kb.loadAt(words, q, at, true));
+      qInRange.push_back(ok);
+    }
+  }
   Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
-  // A sparse grid spans the row's full width (a warm-up step scores every
-  // block) but its rows hold fewer selected entries; with the rows in x,
-  // the CTAs that have entries come first in launch order and the idle ones
-  // last, instead of idle CTAs of a row delaying the busy ones of the next
-  // (H200, fp8 16 x 128K, rho = 0.5: 45.9 -> 45.4 us).
-  Value rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
-  Value ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
   Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
-  Value visible = kb.loadAt(i32, lengths, rowId, true);
   Value lengthOk =
       kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
               kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
@@ -241,27 +263,26 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
 
     //===--- stage the row's queries in shared memory ---------------------===//
     Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
-    Value qBase = kb.mul(rowId, kb.i32(H * Dh));
     Value unscale = kb.f32(1.0);
-    // 16-byte vectors of 8 query elements, natural order in shared memory.
-    const int64_t vectors = H * Dh / 8;
+    // Natural order in shared memory.
     auto stagedAt = [&](Value v) {
       Value h = kb.divU(v, kb.i32(Dh / 8)), c = kb.remU(v, kb.i32(Dh / 8));
       return kb.add(kb.mul(h, kb.i32(qStride / 8)), c);
     };
-    Value qVectors = kb.divU(qBase, kb.i32(8));
     if (!prescale) {
       // Same element type as the MMA: copies.
-      forEachThreadStrided(kb, kb.i32(vectors), threads, [&](Value v) {
-        kb.storeAt(kb.loadAt(words, q, kb.add(qVectors, v), true), qs,
-                   stagedAt(v));
-      });
+      for (int64_t u = 0; u < qPerThread; ++u)
+        kb.ifThen(qInRange[u], [&] {
+          kb.storeAt(qLoaded[u], qs,
+                     stagedAt(kb.add(tid, kb.i32(u * threads))));
+        });
     } else {
       // bf16 queries to f16 with a power-of-two prescale that puts the
       // row's largest |q| in [2^14, 2^15): every thread keeps its vectors
       // in registers between the maximum and the conversion.
-      const int64_t perThread = (vectors + threads - 1) / threads;
-      SmallVector<Value> mine, inRange;
+      const int64_t perThread = qPerThread;
+      SmallVector<Value> mine;
+      ArrayRef<Value> inRange = qInRange;
       Value localMax = kb.f32(0.0);
       auto bf16At = [&](Value vec, int64_t e) {
         Value word = kb.extract(vec, e / 2);
@@ -270,18 +291,9 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
         return kb.bitcast(bits, f32);
       };
       for (int64_t u = 0; u < perThread; ++u) {
-        Value v = kb.add(tid, kb.i32(u * threads));
-        Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
-        Value vec = kb.ifThenElse(
-            {words}, ok,
-            [&]() -> SmallVector<Value> {
-              return {kb.loadAt(words, q, kb.add(qVectors, v), true)};
-            },
-            [&]() -> SmallVector<Value> {
-              return {kb.splat(words, b.getI32IntegerAttr(0))};
-            })[0];
+        Value vec = kb.select(inRange[u], qLoaded[u],
+                              kb.splat(words, b.getI32IntegerAttr(0)));
         mine.push_back(vec);
-        inRange.push_back(ok);
         for (int64_t e = 0; e < 8; ++e)
           localMax = kb.maxF(localMax, kb.absF(bf16At(vec, e)));
       }

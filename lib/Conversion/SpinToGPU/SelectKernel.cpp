@@ -208,14 +208,30 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value errors = func.getArgument(a++);
 
   Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
-  Value request = kb.blockIdX();
-  Value slot = kb.loadAt(i32, slots, request, true);
-  Value iteration = kb.loadAt(i64, itState, slot);
+  // The step's inputs are read while the predict kernel ends; so is `it`
+  // after a predict kernel (which writes only block scores). Without one,
+  // the kernel before may be an MTP commit or a reset, which write `it`.
+  Value request, slot, iteration, requestId, firstP, firstN;
+  {
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, func);
+    request = kb.blockIdX();
+    slot = kb.loadAt(i32, slots, request, true);
+    requestId = kb.loadAt(i64, requestIds, request, true);
+    if (spec.rows == 1) {
+      firstP = kb.loadAt(i32, positions, request, true);
+      firstN = kb.loadAt(i32, lengths, request, true);
+    }
+    if (spec.precomputed)
+      iteration = kb.loadAt(i64, itState, slot);
+  }
+  if (!spec.precomputed)
+    iteration = kb.loadAt(i64, itState, slot);
   Value warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
   Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
   // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
   Value base = kb.i64(static_cast<int64_t>(splitmix(spec.seed)));
-  base = kb.mix(kb.xorI(base, kb.loadAt(i64, requestIds, request, true)));
+  base = kb.mix(kb.xorI(base, requestId));
   base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
   base = kb.mix(kb.xorI(base, iteration));
 
@@ -232,8 +248,8 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
       kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
       [&](Value r, ValueRange okIn) -> SmallVector<Value> {
         Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
-        Value p = kb.loadAt(i32, positions, rowId, true);
-        Value n = kb.loadAt(i32, lengths, rowId, true);
+        Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
+        Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
         // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
         RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
         Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;

@@ -392,7 +392,14 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   Value blocks = spec.sparse ? f.getArgument(a++) : Value();
   Value counts = spec.sparse ? f.getArgument(a++) : Value();
   Value candidates = f.getArgument(a++), out = f.getArgument(a++);
-  RowView row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+  RowView row;
+  {
+    // The row's length (an input) or selected-block count (the select
+    // kernel's, two launches back) is read while the scoring kernel ends.
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, f);
+    row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
+  }
   Value rank = kb.blockIdX();
   Value tid = kb.threadIdX();
   Value isLeader = kb.cmp(CmpIPredicate::eq, rank, kb.i32(0));
