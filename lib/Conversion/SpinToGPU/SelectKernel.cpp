@@ -532,20 +532,23 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   if (spec.reportSparsity) {
     for (int64_t r = 0; r < spec.rows; ++r) {
       Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
-      Value n = kb.loadAt(i32, lengths, rowId, true);
+      Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
       Value rowBlocks = kb.minS(
           kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
           kb.i32(MB));
-      Value mine = kb.i32(0);
-      for (int64_t q = 0; q < run; ++q) {
-        Value j = kb.add(first, kb.i32(q));
-        Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
-        mine = kb.add(mine, kb.select(counted, kb.zext(bits[q], i32),
-                                      kb.i32(0)));
+      // One row marks no block past its own, so its count is the mask's.
+      Value selected = total;
+      if (spec.rows > 1) {
+        Value mine = kb.i32(0);
+        for (int64_t q = 0; q < run; ++q) {
+          Value j = kb.add(first, kb.i32(q));
+          Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+          mine = kb.add(mine, kb.select(counted, kb.zext(bits[q], i32),
+                                        kb.i32(0)));
+        }
+        selected = blockExclusiveScan(kb, spec.name + "_scan", mine, threads)
+                       .second;
       }
-      auto [unused, selected] = blockExclusiveScan(
-          kb, spec.name + "_scan", mine, threads);
-      (void)unused;
       kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
         FloatType f64 = b.getF64Type();
         Value fraction = arith::DivFOp::create(
