@@ -1,0 +1,77 @@
+"""bench/render_benchmarks.py on bench_gpu.py results made up here (no GPU):
+the SPIN table's two ratios against our dense step (each input set's graph
+replayed back to back, and the graphs in turn) and the minimums table's
+verdicts, which docs/benchmarks.md reports."""
+
+import importlib.util
+import os
+import re
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _render_module():
+    spec = importlib.util.spec_from_file_location(
+        "render_benchmarks", os.path.join(_ROOT, "bench", "render_benchmarks.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _entry(mode, median, rotate, **extra):
+    r = {"name": f"fp8-b16-n128k-k512-r1-{mode}", "format": "fp8", "batch": 16,
+         "slots": 131072, "k": 512, "rows": 1, "mode": mode, "median_us": median,
+         "repeat_median_us": median + 0.5, "rotate_median_us": rotate, "problems": []}
+    r.update(extra)
+    return r
+
+
+def _results(spin_median, spin_rotate):
+    dense = _entry("dense", 110.0, 110.5, fraction_of_copy=0.59, speedup_vs_torch=17.0)
+    spin = _entry("spin", spin_median, spin_rotate, sparsity=0.5, realized_sparsity=0.5,
+                  speedup_vs_dense=110.0 / spin_median, speedup_vs_torch=23.0)
+    return {"format": "spin-bench-results", "version": 1, "results": [dense, spin],
+            "copy": {"gbps": 4257.0, "bytes": 2**32, "median_us": 2018.0}, "skipped": []}
+
+
+def _spin_row(markdown):
+    rows = [line for line in markdown.splitlines()
+            if line.startswith("| fp8 | 16 × 128K | 512 | 0.5 |")]
+    assert len(rows) == 1, markdown
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+def _minimum(markdown, requirement):
+    pattern = re.compile(r"^\| " + re.escape(requirement) +
+                         r" \| fp8, 16 × 128K, K=512 \| ([^|]+) \| ([^|]+) \|$")
+    found = [m.groups() for m in map(pattern.match, markdown.splitlines()) if m]
+    assert len(found) == 1, markdown
+    return tuple(x.strip() for x in found[0])
+
+
+def test_spin_row_has_both_ratios_against_our_dense_step():
+    render = _render_module()
+    cells = _spin_row(render.markdown(_results(80.0, 86.0)))
+    assert cells[5] == "80.0 (80.5)"  # back to back, and the repeat
+    assert cells[6] == "86.0"  # the graphs in turn
+    assert cells[11] == "1.38×"  # 110.0 / 80.0
+    assert cells[12] == "1.28×"  # 110.5 / 86.0
+
+
+def test_minimums_table_judges_the_spin_speedup():
+    render = _render_module()
+    fast = render.markdown(_results(80.0, 86.0))
+    assert _minimum(fast, "SPIN ρ=0.5 ≥ 1.35× our dense") == ("1.38×", "yes")
+    slow = render.markdown(_results(83.0, 86.0))
+    assert _minimum(slow, "SPIN ρ=0.5 ≥ 1.35× our dense") == ("1.33×", "**no**")
+    assert _minimum(slow, "dense ≥ 5× torch eager") == ("17.0×", "yes")
+
+
+def test_missing_rotating_times_render_as_dashes():
+    render = _render_module()
+    results = _results(80.0, 86.0)
+    for r in results["results"]:
+        del r["rotate_median_us"]
+    cells = _spin_row(render.markdown(results))
+    assert cells[6] == "—"
+    assert cells[12] == "—"
