@@ -208,9 +208,9 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value errors = func.getArgument(a++);
 
   Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
-  // The step's inputs are read while the predict kernel ends; so is `it`
-  // after a predict kernel (which writes only block scores). Without one,
-  // the kernel before may be an MTP commit or a reset, which write `it`.
+  // The step's inputs are read while the kernel before ends; so is `it`
+  // when that kernel is the predict kernel (which writes only block
+  // scores). Otherwise it may be an MTP commit or a reset, which write `it`.
   Value request, slot, iteration, requestId, firstP, firstN;
   {
     OpBuilder::InsertionGuard beforeWait(b);
