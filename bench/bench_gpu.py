@@ -18,8 +18,10 @@
 # each one by zeroing a 256 MiB buffer (as triton.testing.do_bench does);
 # --sets input sets, torch's calls rotated among them, our steps' CUDA graphs
 # (one per set) each replayed back to back and the repetitions pooled (the
-# graphs replayed in turn are reported too); warm-up first; the median is
-# reported with the 20th/80th percentiles.
+# graphs replayed in turn are reported too), and as decoding steps (set 0's
+# graph with the rows growing by one slot before every replay, outside the
+# timed window: Bench.decode_timing); warm-up first; the median is reported
+# with the 20th/80th percentiles.
 #
 #   PYTHONPATH=build-gpu/python python3 bench/bench_gpu.py [--out DIR]
 #   bench/bench_gpu.py --list           the planned runs (no GPU needed)
@@ -52,6 +54,9 @@ COPY_BYTES = 4 << 30           # the copy-bandwidth tensor
 HEADS, HEAD_DIM, PAGE = 64, 128, 64
 FIRST_REQUEST_ID = 1000
 DEVICE = "cuda"
+# Decoding steps (Bench.decode_timing) start this many slots below N and
+# take at most this many steps, so that the rows never outgrow the cache.
+DECODE_HEADROOM = 2048
 
 
 def die(message):
@@ -204,8 +209,9 @@ class Timer:
         self.args = args
         self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=DEVICE)
 
-    def __call__(self, fn, rep_ms=None, flush=True, min_reps=None):
-        return self.summary(self.times(fn, rep_ms, flush, min_reps))
+    def __call__(self, fn, rep_ms=None, flush=True, min_reps=None, prepare=None,
+                 max_calls=None):
+        return self.summary(self.times(fn, rep_ms, flush, min_reps, prepare, max_calls))
 
     def each(self, fns):
         """Each of fns timed in its own run of repetitions (the same CUDA
@@ -218,29 +224,45 @@ class Timer:
             times += self.times(fn, rep_ms, True, min_reps)
         return self.summary(times)
 
-    def times(self, fn, rep_ms=None, flush=True, min_reps=None):
+    def times(self, fn, rep_ms=None, flush=True, min_reps=None, prepare=None,
+              max_calls=None):
+        """The times of repetitions of fn. `prepare`, if given, runs before
+        every call of fn, outside the timed window; `max_calls` bounds the
+        calls of fn (warm-up included)."""
         torch, args = self.torch, self.args
         rep_ms = args.rep_ms if rep_ms is None else rep_ms
         min_reps = args.min_reps if min_reps is None else min_reps
-        fn()
+
+        def call():
+            if prepare is not None:
+                prepare()
+            fn()
+
+        call()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(3):
             if flush:
                 self.flush_buf.zero_()
-            fn()
+            call()
         end.record()
         torch.cuda.synchronize()
         estimate = max(start.elapsed_time(end) / 3, 1e-3)
-        for _ in range(max(1, int(args.warmup_ms / estimate))):
-            fn()
+        warm = max(1, int(args.warmup_ms / estimate))
         reps = min(args.max_reps, max(min_reps, int(rep_ms / estimate)))
+        if max_calls is not None:
+            warm = min(warm, max(1, (max_calls - 4) // 4))
+            reps = max(1, min(reps, max_calls - 4 - warm))
+        for _ in range(warm):
+            call()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
             if flush:
                 self.flush_buf.zero_()
+            if prepare is not None:
+                prepare()
             starts[i].record()
             fn()
             ends[i].record()
@@ -465,6 +487,12 @@ class Bench:
                 "SPIN's two-stream graph then pays about 5 us more on the H200, the dense "
                 "one-stream graph nothing); 'call' is the direct Python call (argument "
                 "checks + launches), for reference.",
+                "'decoding' times the graph of input set 0 back to back with the rows "
+                f"starting {DECODE_HEADROOM} slots below N and growing by one slot before "
+                "every replay (SPIN's positions too), outside the timed window: each SPIN "
+                "step then finds the block scores that the step before predicted for it "
+                "(the state's prediction cache), as in serving; the other columns repeat "
+                "one position, where every SPIN step computes its prediction.",
                 "SPIN is timed in steady state: a warm-up step (it = 0, dense), then "
                 f"{args.steps - 1} eager steps, then the timed replays (each advances the "
                 "state). positions = N-1, lengths = N (full cache), target sparsity from "
@@ -640,11 +668,46 @@ class Bench:
                 r["problems"].append(f"warm-up step sparsity {r.get('warmup_sparsity')}, "
                                      "expected 0 (dense)")
             r["iteration_after_timing"] = state.iteration(ids[0])
+        if r["graph"]:
+            # Last: it moves the state on by up to DECODE_HEADROOM steps.
+            d = self.decode_timing(graphs[0].replay, inputs[0]["lengths"],
+                                   positions if spin_mode else None)
+            r["decode_median_us"] = d["median_us"]
+            r["decode_p20_us"], r["decode_p80_us"] = d["p20_us"], d["p80_us"]
+            program.check()
+            torch.cuda.synchronize()
+            r["problems"] += [p + " (after decoding)" for p in
+                              sanity(torch, outputs[0]["topk"], sets[0].rows[rows][2], n, k)]
         # The graphs first: they hold the program's buffers.
         graphs = replays = calls = None
         program = state = None
         torch.cuda.synchronize()
         return r
+
+    def decode_timing(self, replay, lengths, positions):
+        """A decoding step's time: before every replay, outside the timed
+        window, the rows grow by one slot and SPIN's positions move on by
+        one, so that each SPIN step finds the block scores that the step
+        before predicted for it (the state's prediction cache), as in
+        serving. The rows start DECODE_HEADROOM slots below their length;
+        lengths and positions are restored afterwards."""
+        saved_lengths = lengths.clone()
+        saved_positions = None if positions is None else positions.clone()
+        lengths.sub_(DECODE_HEADROOM)
+        if positions is not None:
+            positions.copy_(lengths[:, -1:] - 1)
+
+        def advance():
+            lengths.add_(1)
+            if positions is not None:
+                positions.add_(1)
+
+        try:
+            return self.timer(replay, prepare=advance, max_calls=DECODE_HEADROOM)
+        finally:
+            lengths.copy_(saved_lengths)
+            if positions is not None:
+                positions.copy_(saved_positions)
 
     def run(self, groups):
         torch, args = self.torch, self.args
@@ -731,6 +794,9 @@ class Bench:
                     if d:
                         r["dense_us"] = d["median_us"]
                         r["speedup_vs_dense"] = d["median_us"] / r["median_us"]
+                        if d.get("decode_median_us") and r.get("decode_median_us"):
+                            r["decode_speedup_vs_dense"] = (d["decode_median_us"]
+                                                            / r["decode_median_us"])
                 self.derive(r)
                 self.results.append(r)
                 done += 1
@@ -744,6 +810,8 @@ class Bench:
                 self.log(f"  [{done}/{total}] {c['name']}: {r['median_us']:.1f} us "
                          f"(repeat {r['repeat_median_us']:.1f}, "
                          f"rotating {r['rotate_median_us']:.1f}"
+                         + (f", decoding {r['decode_median_us']:.1f}"
+                            if "decode_median_us" in r else "")
                          + (f", call {r['call_median_us']:.1f}" if "call_median_us" in r else "")
                          + f"), {r['fraction_of_copy']:.2f} of copy, "
                          f"{r['speedup_vs_torch']:.1f}x torch{extra}"

@@ -97,13 +97,15 @@ def status_of(r):
 
 
 def dense_table(results, rows=1):
-    head = ("| keys | B × N | K | ours µs (repeat) | rotating µs | floor GB/s | of copy "
-            "| × floor | torch eager µs | ours vs torch | recall vs torch | call µs | status |")
+    head = ("| keys | B × N | K | ours µs (repeat) | rotating µs | decoding µs | floor GB/s "
+            "| of copy | × floor | torch eager µs | ours vs torch | recall vs torch | call µs "
+            "| status |")
     lines = [head, separator(head)]
     for r in entries(results, "dense", rows):
-        lines.append("| {} | {} × {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} × {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} "
+                     "| {} |".format(
             r["format"], r["batch"], slots_label(r["slots"]), r["k"], with_repeat(r),
-            fmt_us(r.get("rotate_median_us")),
+            fmt_us(r.get("rotate_median_us")), fmt_us(r.get("decode_median_us")),
             fmt_gbps(r.get("floor_gbps")), fmt_frac(r.get("fraction_of_copy")),
             fmt_x(r.get("times_floor"), 1), fmt_us(r.get("torch_us")),
             fmt_x(r.get("speedup_vs_torch"), 1),
@@ -114,8 +116,8 @@ def dense_table(results, rows=1):
 
 def spin_table(results):
     head = ("| keys | B × N | K | ρ target | ρ realized | ours µs (repeat) | rotating µs "
-            "| floor B/slot | floor GB/s | of copy | × floor | vs our dense | vs our dense, "
-            "rotating | vs torch eager | status |")
+            "| decoding µs | floor B/slot | floor GB/s | of copy | × floor | vs our dense "
+            "| vs our dense, rotating | vs our dense, decoding | vs torch eager | status |")
     lines = [head, separator(head)]
     for r in entries(results, "spin", 1):
         dense = find(results, mode="dense", format=r["format"], batch=r["batch"],
@@ -124,14 +126,16 @@ def spin_table(results):
         if dense and dense.get("rotate_median_us") and r.get("rotate_median_us"):
             rotating = dense["rotate_median_us"] / r["rotate_median_us"]
         lines.append("| {} | {} × {} | {} | {:g} | {} | {} | {} | {} | {} | {} | {} | {} | {} "
-                     "| {} | {} |".format(
+                     "| {} | {} | {} | {} |".format(
             r["format"], r["batch"], slots_label(r["slots"]), r["k"], r["sparsity"],
             "—" if r.get("realized_sparsity") is None else f"{r['realized_sparsity']:.3f}",
             with_repeat(r), fmt_us(r.get("rotate_median_us")),
+            fmt_us(r.get("decode_median_us")),
             "—" if r.get("floor_bytes_per_slot") is None else f"{r['floor_bytes_per_slot']:.0f}",
             fmt_gbps(r.get("floor_gbps")), fmt_frac(r.get("fraction_of_copy")),
             fmt_x(r.get("times_floor"), 1), fmt_x(r.get("speedup_vs_dense")),
-            fmt_x(rotating), fmt_x(r.get("speedup_vs_torch"), 1), status_of(r)))
+            fmt_x(rotating), fmt_x(r.get("decode_speedup_vs_dense")),
+            fmt_x(r.get("speedup_vs_torch"), 1), status_of(r)))
     return "\n".join(lines)
 
 
@@ -184,6 +188,11 @@ def minimums(results):
             out.append((f"SPIN ρ=0.5 ≥ {MIN_SPIN_SPEEDUP}× our dense",
                         f"{fmt}, 16 × 128K, K={k}", None if v is None else f"{v:.2f}×",
                         None if v is None else v >= MIN_SPIN_SPEEDUP))
+            v = s.get("decode_speedup_vs_dense") if s else None
+            if v is not None:
+                out.append((f"SPIN ρ=0.5 ≥ {MIN_SPIN_SPEEDUP}× our dense, decoding steps",
+                            f"{fmt}, 16 × 128K, K={k}", f"{v:.2f}×",
+                            v >= MIN_SPIN_SPEEDUP))
             for what, r in (("dense", d), ("SPIN ρ=0.5", s)):
                 v = r.get("speedup_vs_torch") if r else None
                 out.append((f"{what} ≥ {MIN_TORCH_SPEEDUP:g}× torch eager",

@@ -1,7 +1,7 @@
 """bench/render_benchmarks.py on bench_gpu.py results made up here (no GPU):
-the SPIN table's two ratios against our dense step (each input set's graph
-replayed back to back, and the graphs in turn) and the minimums table's
-verdicts, which docs/benchmarks.md reports."""
+the SPIN table's three ratios against our dense step (each input set's
+graph replayed back to back, the graphs in turn, and decoding steps) and
+the minimums table's verdicts, which docs/benchmarks.md reports."""
 
 import importlib.util
 import os
@@ -18,18 +18,21 @@ def _render_module():
     return module
 
 
-def _entry(mode, median, rotate, **extra):
+def _entry(mode, median, rotate, decode, **extra):
     r = {"name": f"fp8-b16-n128k-k512-r1-{mode}", "format": "fp8", "batch": 16,
          "slots": 131072, "k": 512, "rows": 1, "mode": mode, "median_us": median,
-         "repeat_median_us": median + 0.5, "rotate_median_us": rotate, "problems": []}
+         "repeat_median_us": median + 0.5, "rotate_median_us": rotate,
+         "decode_median_us": decode, "problems": []}
     r.update(extra)
     return r
 
 
-def _results(spin_median, spin_rotate):
-    dense = _entry("dense", 110.0, 110.5, fraction_of_copy=0.59, speedup_vs_torch=17.0)
-    spin = _entry("spin", spin_median, spin_rotate, sparsity=0.5, realized_sparsity=0.5,
-                  speedup_vs_dense=110.0 / spin_median, speedup_vs_torch=23.0)
+def _results(spin_median, spin_rotate, spin_decode=77.0):
+    dense = _entry("dense", 110.0, 110.5, 108.0, fraction_of_copy=0.59,
+                   speedup_vs_torch=17.0)
+    spin = _entry("spin", spin_median, spin_rotate, spin_decode, sparsity=0.5,
+                  realized_sparsity=0.5, speedup_vs_dense=110.0 / spin_median,
+                  decode_speedup_vs_dense=108.0 / spin_decode, speedup_vs_torch=23.0)
     return {"format": "spin-bench-results", "version": 1, "results": [dense, spin],
             "copy": {"gbps": 4257.0, "bytes": 2**32, "median_us": 2018.0}, "skipped": []}
 
@@ -49,13 +52,15 @@ def _minimum(markdown, requirement):
     return tuple(x.strip() for x in found[0])
 
 
-def test_spin_row_has_both_ratios_against_our_dense_step():
+def test_spin_row_has_the_three_ratios_against_our_dense_step():
     render = _render_module()
     cells = _spin_row(render.markdown(_results(80.0, 86.0)))
     assert cells[5] == "80.0 (80.5)"  # back to back, and the repeat
     assert cells[6] == "86.0"  # the graphs in turn
-    assert cells[11] == "1.38×"  # 110.0 / 80.0
-    assert cells[12] == "1.28×"  # 110.5 / 86.0
+    assert cells[7] == "77.0"  # decoding steps
+    assert cells[12] == "1.38×"  # 110.0 / 80.0
+    assert cells[13] == "1.28×"  # 110.5 / 86.0
+    assert cells[14] == "1.40×"  # 108.0 / 77.0
 
 
 def test_minimums_table_judges_the_spin_speedup():
@@ -67,11 +72,23 @@ def test_minimums_table_judges_the_spin_speedup():
     assert _minimum(slow, "dense ≥ 5× torch eager") == ("17.0×", "yes")
 
 
-def test_missing_rotating_times_render_as_dashes():
+def test_minimums_table_reports_decoding_steps_beside_fixed_ones():
+    render = _render_module()
+    markdown = render.markdown(_results(83.0, 86.0, spin_decode=82.0))
+    assert _minimum(markdown, "SPIN ρ=0.5 ≥ 1.35× our dense") == ("1.33×", "**no**")
+    assert _minimum(markdown, "SPIN ρ=0.5 ≥ 1.35× our dense, decoding steps") == (
+        "1.32×", "**no**")
+    results = _results(83.0, 86.0)
+    del results["results"][1]["decode_speedup_vs_dense"]
+    assert "decoding steps" not in render.markdown(results)
+
+
+def test_missing_rotating_and_decoding_times_render_as_dashes():
     render = _render_module()
     results = _results(80.0, 86.0)
     for r in results["results"]:
-        del r["rotate_median_us"]
+        del r["rotate_median_us"], r["decode_median_us"]
+    del results["results"][1]["decode_speedup_vs_dense"]
     cells = _spin_row(render.markdown(results))
-    assert cells[6] == "—"
-    assert cells[12] == "—"
+    assert cells[6] == "—" and cells[7] == "—"
+    assert cells[13] == "—" and cells[14] == "—"
