@@ -4,22 +4,10 @@ Bench.decode_timing's rows, which grow by one slot before every step and
 are restored afterwards (CPU tensors)."""
 
 import argparse
-import importlib.util
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _bench_module():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu", os.path.join(_ROOT, "bench", "bench_gpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _FakeCuda:
@@ -71,8 +59,8 @@ def _args(**overrides):
     return argparse.Namespace(**values)
 
 
-def test_prepare_runs_before_every_call_and_outside_the_timed_window():
-    bench = _bench_module()
+def test_prepare_runs_before_every_call_and_outside_the_timed_window(bench_script):
+    bench = bench_script("bench_gpu")
     fake = _FakeCuda(step_ms=0.1)
     timer = bench.Timer(fake, _args())
     prepared = []
@@ -90,8 +78,8 @@ def test_prepare_runs_before_every_call_and_outside_the_timed_window():
     assert times == pytest.approx([0.1 * 1e3] * len(times))
 
 
-def test_max_calls_bounds_warm_up_and_repetitions():
-    bench = _bench_module()
+def test_max_calls_bounds_warm_up_and_repetitions(bench_script):
+    bench = bench_script("bench_gpu")
     fake = _FakeCuda(step_ms=1e-4)  # a fast step: many repetitions wanted
     timer = bench.Timer(fake, _args(rep_ms=100.0, warmup_ms=100.0))
     times = timer.times(fake.step, max_calls=50)
@@ -103,8 +91,8 @@ def test_max_calls_bounds_warm_up_and_repetitions():
     assert sum(1 for kind, _ in unbounded.log if kind == "fn") > 50
 
 
-def test_decoding_steps_grow_the_rows_by_one_and_restore_them():
-    bench = _bench_module()
+def test_decoding_steps_grow_the_rows_by_one_and_restore_them(bench_script):
+    bench = bench_script("bench_gpu")
     fake = _FakeCuda(step_ms=0.05)
     runner = object.__new__(bench.Bench)
     runner.timer = bench.Timer(fake, _args())
@@ -131,8 +119,8 @@ def test_decoding_steps_grow_the_rows_by_one_and_restore_them():
     assert torch.equal(positions, lengths - 1)
 
 
-def test_decoding_steps_of_a_dense_step_move_the_lengths_only():
-    bench = _bench_module()
+def test_decoding_steps_of_a_dense_step_move_the_lengths_only(bench_script):
+    bench = bench_script("bench_gpu")
     fake = _FakeCuda(step_ms=0.05)
     runner = object.__new__(bench.Bench)
     runner.timer = bench.Timer(fake, _args())

@@ -3,19 +3,7 @@ the SPIN table's three ratios against our dense step (each input set's
 graph replayed back to back, the graphs in turn, and decoding steps) and
 the minimums table's verdicts, which docs/benchmarks.md reports."""
 
-import importlib.util
-import os
 import re
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _render_module():
-    spec = importlib.util.spec_from_file_location(
-        "render_benchmarks", os.path.join(_ROOT, "bench", "render_benchmarks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _entry(mode, median, rotate, decode, **extra):
@@ -52,8 +40,8 @@ def _minimum(markdown, requirement):
     return tuple(x.strip() for x in found[0])
 
 
-def test_spin_row_has_the_three_ratios_against_our_dense_step():
-    render = _render_module()
+def test_spin_row_has_the_three_ratios_against_our_dense_step(bench_script):
+    render = bench_script("render_benchmarks")
     cells = _spin_row(render.markdown(_results(80.0, 86.0)))
     assert cells[5] == "80.0 (80.5)"  # back to back, and the repeat
     assert cells[6] == "86.0"  # the graphs in turn
@@ -63,8 +51,8 @@ def test_spin_row_has_the_three_ratios_against_our_dense_step():
     assert cells[14] == "1.40×"  # 108.0 / 77.0
 
 
-def test_minimums_table_judges_the_spin_speedup():
-    render = _render_module()
+def test_minimums_table_judges_the_spin_speedup(bench_script):
+    render = bench_script("render_benchmarks")
     fast = render.markdown(_results(80.0, 86.0))
     assert _minimum(fast, "SPIN ρ=0.5 ≥ 1.35× our dense") == ("1.38×", "yes")
     slow = render.markdown(_results(83.0, 86.0))
@@ -72,8 +60,8 @@ def test_minimums_table_judges_the_spin_speedup():
     assert _minimum(slow, "dense ≥ 5× torch eager") == ("17.0×", "yes")
 
 
-def test_minimums_table_reports_decoding_steps_beside_fixed_ones():
-    render = _render_module()
+def test_minimums_table_reports_decoding_steps_beside_fixed_ones(bench_script):
+    render = bench_script("render_benchmarks")
     markdown = render.markdown(_results(83.0, 86.0, spin_decode=82.0))
     assert _minimum(markdown, "SPIN ρ=0.5 ≥ 1.35× our dense") == ("1.33×", "**no**")
     assert _minimum(markdown, "SPIN ρ=0.5 ≥ 1.35× our dense, decoding steps") == (
@@ -83,8 +71,8 @@ def test_minimums_table_reports_decoding_steps_beside_fixed_ones():
     assert "decoding steps" not in render.markdown(results)
 
 
-def test_missing_rotating_and_decoding_times_render_as_dashes():
-    render = _render_module()
+def test_missing_rotating_and_decoding_times_render_as_dashes(bench_script):
+    render = bench_script("render_benchmarks")
     results = _results(80.0, 86.0)
     for r in results["results"]:
         del r["rotate_median_us"], r["decode_median_us"]

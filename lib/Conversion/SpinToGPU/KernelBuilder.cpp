@@ -349,6 +349,9 @@ KernelBuilder::ifThenElse(TypeRange types, Value cond,
   return SmallVector<Value>(op.getResults());
 }
 
+/// The programmatic-launch wait every kernel begins with (createKernel).
+static constexpr StringLiteral kGridWait = "griddepcontrol.wait;";
+
 gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
                                                      gpu::GPUModuleOp module,
                                                      StringRef name,
@@ -374,7 +377,7 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
   // kernel before writes above the wait, or a load placed before the wait
   // below it).
   for (StringRef text :
-       {"griddepcontrol.wait;", "griddepcontrol.launch_dependents;"})
+       {StringRef(kGridWait), StringRef("griddepcontrol.launch_dependents;")})
     LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{}, text,
                               "~{memory}", /*has_side_effects=*/true,
                               /*is_align_stack=*/false,
@@ -398,7 +401,7 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::beginKernel(OpBuilder &b, Location loc,
 void mlir::spin::gpu_codegen::setInsertionBeforeGridWait(OpBuilder &b,
                                                          gpu::GPUFuncOp func) {
   for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
-    if (op.getAsmString() == "griddepcontrol.wait;") {
+    if (op.getAsmString() == kGridWait) {
       b.setInsertionPoint(op);
       return;
     }

@@ -280,9 +280,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       // bf16 queries to f16 with a power-of-two prescale that puts the
       // row's largest |q| in [2^14, 2^15): every thread keeps its vectors
       // in registers between the maximum and the conversion.
-      const int64_t perThread = qPerThread;
       SmallVector<Value> mine;
-      ArrayRef<Value> inRange = qInRange;
       Value localMax = kb.f32(0.0);
       auto bf16At = [&](Value vec, int64_t e) {
         Value word = kb.extract(vec, e / 2);
@@ -290,8 +288,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
                            : kb.shl(word, kb.i32(16));
         return kb.bitcast(bits, f32);
       };
-      for (int64_t u = 0; u < perThread; ++u) {
-        Value vec = kb.select(inRange[u], qLoaded[u],
+      for (int64_t u = 0; u < qPerThread; ++u) {
+        Value vec = kb.select(qInRange[u], qLoaded[u],
                               kb.splat(words, b.getI32IntegerAttr(0)));
         mine.push_back(vec);
         for (int64_t e = 0; e < 8; ++e)
@@ -311,9 +309,9 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
           kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
                   kb.i32(254));
       unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
-      for (int64_t u = 0; u < perThread; ++u) {
+      for (int64_t u = 0; u < qPerThread; ++u) {
         Value v = kb.add(tid, kb.i32(u * threads));
-        kb.ifThen(inRange[u], [&] {
+        kb.ifThen(qInRange[u], [&] {
           SmallVector<Value> packed;
           for (int64_t e = 0; e < 8; e += 2) {
             auto half = [&](int64_t x) {
