@@ -10,8 +10,10 @@
 # Configurations (issue 5): H=64, Dh=128, 64-slot pages; keys bf16 or fp8 e4m3
 # with one f32 scale per slot; B in {1, 16}; N (slots per request = the block
 # table's reach) in {16K, 64K, 128K, 256K}; K in {512, 2048}; dense at R=1
-# and R=4 (MTP-like verification rows), SPIN (R=1 only: the GPU path has no
-# MTP yet) at target sparsity 0.2, 0.4 and 0.5.
+# and R=4 (MTP-like verification rows), SPIN (R=1) at target sparsity 0.2,
+# 0.4 and 0.5; and the dense scoring alone (the graph returns the scores, no
+# top-K: DeepGEMM's logits kernel's work) at B=16 x N in {64K, 128K, 256K}
+# and B=1 x 256K.
 #
 #   bench/bench_artifacts.py                 everything (pruned to --minimum
 #                                            if it would exceed --max-mb)
@@ -43,6 +45,8 @@ DENSE_ROWS = (1, 4)
 
 
 def config_name(c):
+    if c["mode"] == "scores":
+        return f"{c['format']}-b{c['batch']}-n{c['slots'] // 1024}k-r{c['rows']}-scores"
     mode = "dense" if c["mode"] == "dense" else f"spin{c['sparsity']:g}"
     return f"{c['format']}-b{c['batch']}-n{c['slots'] // 1024}k-k{c['k']}-r{c['rows']}-{mode}"
 
@@ -68,6 +72,14 @@ def all_configs():
                     for rho in SPARSITIES:
                         out.append(dict(format=fmt, batch=b, slots=n, k=k, rows=1,
                                         mode="spin", sparsity=rho))
+    # The scoring alone (the graph returns the dense scores; no top-K), as
+    # DeepGEMM's paged MQA logits kernel (TOOLCHAIN.md) computes them: where
+    # the issue asks for scoring bandwidth (B = 16, N >= 64K) and at
+    # DeepGEMM's B = 1 reference size.
+    for fmt in FORMATS:
+        for b, n in ((16, 65536), (16, 131072), (16, 262144), (1, 262144)):
+            out.append(dict(format=fmt, batch=b, slots=n, k=0, rows=1, mode="scores",
+                            sparsity=0.0))
     for c in out:
         c["name"] = config_name(c)
         c["minimum"] = is_minimum(c)
@@ -78,11 +90,13 @@ def graph_text(c):
     """The dense indexer graph a frontend emits (as
     examples/deepseek-v4-flash-indexer.mlir), at this configuration."""
     b, r, n, k = c["batch"], c["rows"], c["slots"], c["k"]
+    what = "the scores (no top-K)" if c["mode"] == "scores" else f"K={k}"
     header = f"""// Benchmark graph {c['name']} (bench/bench_artifacts.py): B={b}, R={r},
-// H={H}, Dh={DH}, {c['format']} keys, {PAGE}-slot pages, N={n} slots per request, K={k}."""
+// H={H}, Dh={DH}, {c['format']} keys, {PAGE}-slot pages, N={n} slots per request, {what}."""
     return gpu_artifacts.indexer_graph("bench_indexer", header, batch=b, rows=r, heads=H,
                                        head_dim=DH, page_size=PAGE, table_pages=n // PAGE,
-                                       topk=k, key_format=c["format"])
+                                       topk=k, key_format=c["format"],
+                                       outputs="scores" if c["mode"] == "scores" else "topk")
 
 
 def compile_args(c, compiler, graph, out_dir, target, flags=()):
@@ -142,7 +156,8 @@ def check_manifest(c, d):
     """What bench_gpu.py relies on, checked here rather than on the GPU."""
     m = json.load(open(os.path.join(d, "manifest.json")))
     names = {a["name"]: a for a in m["arguments"]}
-    want = ["q", "w", "keys", "block_table", "lengths", "topk"]
+    out = "scores" if c["mode"] == "scores" else "topk"
+    want = ["q", "w", "keys", "block_table", "lengths", out]
     if c["format"] == "fp8":
         want.append("scales")
     if c["mode"] == "spin":
@@ -153,8 +168,9 @@ def check_manifest(c, d):
     if m["batch"] != c["batch"] or m["rows"] != c["rows"]:
         raise RuntimeError(f"{d}/manifest.json: batch/rows {m['batch']}/{m['rows']}, "
                            f"expected {c['batch']}/{c['rows']}")
-    if names["topk"]["shape"] != [c["batch"], c["rows"], c["k"]]:
-        raise RuntimeError(f"{d}/manifest.json: topk shape {names['topk']['shape']}")
+    width = c["slots"] if c["mode"] == "scores" else c["k"]
+    if names[out]["shape"] != [c["batch"], c["rows"], width]:
+        raise RuntimeError(f"{d}/manifest.json: {out} shape {names[out]['shape']}")
     stateful = any(a["role"] == "state" for a in m["arguments"])
     if stateful != (c["mode"] == "spin"):
         raise RuntimeError(f"{d}/manifest.json: state section does not match {c['mode']}")

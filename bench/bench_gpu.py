@@ -5,7 +5,8 @@
 # build: PYTHONPATH=build-gpu/python; no MLIR), over the artifacts that
 # bench/bench_artifacts.py compiled into bench-artifacts/. Per configuration:
 #
-#   * our dense step (score + top-K) and our SPIN step at each target
+#   * our dense step (score + top-K), the dense scoring alone (a graph that
+#     returns the scores) and our SPIN step at each target
 #     sparsity in steady state (the request's state warmed: a warm-up step,
 #     then eager steps, so `it > 0` and the step is predict + select + sparse
 #     score + top-K + EMA update), each captured in CUDA graphs (one per input
@@ -57,6 +58,11 @@ DEVICE = "cuda"
 # Decoding steps (Bench.decode_timing) start this many slots below N and
 # take at most this many steps, so that the rows never outgrow the cache.
 DECODE_HEADROOM = 2048
+# The scoring alone (graphs that return the scores) against the f32
+# reference: the largest difference over the row's largest score (bf16
+# queries and keys multiply exactly into f32 MMA accumulators; only the
+# summation order differs).
+SCORES_MAX_ERROR = 1e-4
 
 
 def die(message):
@@ -435,6 +441,28 @@ def sanity(torch, topk, lengths, slots, k):
     return problems
 
 
+def scores_sanity(torch, scores, lengths):
+    """Problems with a returned score tensor [B, R, N]: entries below a row's
+    length that are not finite, entries at or past it that are not -inf."""
+    n = scores.shape[-1]
+    past = torch.arange(n, device=scores.device) >= lengths.long().unsqueeze(-1)
+    problems = []
+    if not torch.isfinite(scores[~past]).all().item():
+        problems.append("non-finite scores below the row's length")
+    if not (scores[past] == float("-inf")).all().item():
+        problems.append("scores past the row's length that are not -inf")
+    return problems
+
+
+def scores_error(torch, ours, ref):
+    """The largest |ours - ref| over each row's largest |ref| (finite
+    entries), over all rows."""
+    finite = torch.isfinite(ref)
+    diff = torch.where(finite, (ours.double() - ref.double()).abs(), 0.0)
+    scale = torch.where(finite, ref.double().abs(), 0.0).amax(dim=-1, keepdim=True)
+    return (diff / scale.clamp_min(1e-30)).amax().item()
+
+
 def capture_graphs(torch, program, calls):
     """One CUDA graph per call (input set); replayed once each before timing."""
     if program.captured_steps_left < len(calls):
@@ -493,6 +521,10 @@ class Bench:
                 "step then finds the block scores that the step before predicted for it "
                 "(the state's prediction cache), as in serving; the other columns repeat "
                 "one position, where every SPIN step computes its prediction.",
+                "'scoring alone' times a graph that returns the dense indexer's scores "
+                "(no top-K; the work of DeepGEMM's logits kernel) in the same way; its "
+                "output is checked against an f32 torch reference through the block table "
+                "(input set 0) and for -inf past each row's length.",
                 "SPIN is timed in steady state: a warm-up step (it = 0, dense), then "
                 f"{args.steps - 1} eager steps, then the timed replays (each advances the "
                 "state). positions = N-1, lengths = N (full cache), target sparsity from "
@@ -573,17 +605,20 @@ class Bench:
             fns.append(lambda q=q, w=w, keys=keys, scales=scales:
                        torch.topk(torch_scores(torch, q, w, keys, scales), k, dim=-1))
         r.update(self.timer(Rotate(fns)))
-        if scores_us is None:
-            fns = []
-            for s in sets:
-                q, w, _ = s.rows[rows]
-                keys, scales = s.contiguous_keys()
-                fns.append(lambda q=q, w=w, keys=keys, scales=scales:
-                           torch_scores(torch, q, w, keys, scales))
-            scores_us = self.timer(Rotate(fns))["median_us"]
-        r["scores_us"] = scores_us
+        r["scores_us"] = self.run_torch_scores(sets, rows) if scores_us is None else scores_us
         self.derive(r)
         return r
+
+    def run_torch_scores(self, sets, rows):
+        """torch eager's indexer alone (no top-K), median µs."""
+        torch = self.torch
+        fns = []
+        for s in sets:
+            q, w, _ = s.rows[rows]
+            keys, scales = s.contiguous_keys()
+            fns.append(lambda q=q, w=w, keys=keys, scales=scales:
+                       torch_scores(torch, q, w, keys, scales))
+        return self.timer(Rotate(fns))["median_us"]
 
     def run_ours(self, c, sets, ref_topk):
         torch, spin, args = self.torch, self.spin, self.args
@@ -603,9 +638,12 @@ class Bench:
                 state.add(i)
             positions = torch.full((b, 1), n - 1, dtype=torch.int32, device=DEVICE)
             request_ids = torch.tensor(ids, dtype=torch.int64, device=DEVICE)
+        scores_mode = c["mode"] == "scores"
         for s in sets:
             x = s.step_inputs(rows)
-            o = {"topk": torch.empty(b, rows, k, dtype=torch.int32, device=DEVICE)}
+            o = ({"scores": torch.empty(b, rows, n, dtype=torch.float32, device=DEVICE)}
+                 if scores_mode else
+                 {"topk": torch.empty(b, rows, k, dtype=torch.int32, device=DEVICE)})
             if spin_mode:
                 x.update(positions=positions, request_ids=request_ids)
                 o["sparsity"] = torch.empty(b, rows, dtype=torch.float32, device=DEVICE)
@@ -626,7 +664,19 @@ class Bench:
         torch.cuda.synchronize()
         last = (max(steps, 1) - 1) % len(calls)
         lengths = sets[last].rows[rows][2]
-        r["problems"] += sanity(torch, outputs[last]["topk"], lengths, n, k)
+
+        def check(o, s, when=""):
+            if scores_mode:
+                return [p + when for p in scores_sanity(torch, o["scores"], s.rows[rows][2])]
+            return [p + when for p in sanity(torch, o["topk"], s.rows[rows][2], n, k)]
+
+        r["problems"] += check(outputs[last], sets[last])
+        if scores_mode:
+            r["scores_max_error"] = scores_error(torch, outputs[0]["scores"],
+                                                 reference_scores(torch, sets[0], rows))
+            if not r["scores_max_error"] <= SCORES_MAX_ERROR:
+                r["problems"].append(f"scores differ from the f32 reference by "
+                                     f"{r['scores_max_error']:.2e} of the row's largest")
         if spin_mode:
             r["iteration_before_timing"] = state.iteration(ids[0])
             if r["iteration_before_timing"] < 1:
@@ -654,8 +704,7 @@ class Bench:
         program.check()
         torch.cuda.synchronize()
         for s, o in zip(sets, outputs):
-            r["problems"] += [p + " (after timing)" for p in
-                              sanity(torch, o["topk"], s.rows[rows][2], n, k)]
+            r["problems"] += check(o, s, " (after timing)")
         r["problems"] = sorted(set(r["problems"]))
         if spin_mode:
             r["realized_sparsity"] = statistics.mean(o["sparsity"].mean().item()
@@ -668,7 +717,7 @@ class Bench:
                 r["problems"].append(f"warm-up step sparsity {r.get('warmup_sparsity')}, "
                                      "expected 0 (dense)")
             r["iteration_after_timing"] = state.iteration(ids[0])
-        if r["graph"]:
+        if r["graph"] and not scores_mode:
             # Last: it moves the state on by up to DECODE_HEADROOM steps.
             d = self.decode_timing(graphs[0].replay, inputs[0]["lengths"],
                                    positions if spin_mode else None)
@@ -676,8 +725,7 @@ class Bench:
             r["decode_p20_us"], r["decode_p80_us"] = d["p20_us"], d["p80_us"]
             program.check()
             torch.cuda.synchronize()
-            r["problems"] += [p + " (after decoding)" for p in
-                              sanity(torch, outputs[0]["topk"], sets[0].rows[rows][2], n, k)]
+            r["problems"] += check(outputs[0], sets[0], " (after decoding)")
         # The graphs first: they hold the program's buffers.
         graphs = replays = calls = None
         program = state = None
@@ -760,7 +808,10 @@ class Bench:
                     max(30.0, min(args.config_timeout_s, args.budget_s + 60 - self.elapsed())),
                     exit=True)
                 try:
-                    if (rows, k) not in torch_rows:
+                    if c["mode"] == "scores":
+                        if rows not in scores_us:
+                            scores_us[rows] = self.run_torch_scores(sets, rows)
+                    elif (rows, k) not in torch_rows:
                         t = self.run_torch(sets, fmt, b, n, rows, k, scores_us.get(rows))
                         scores_us[rows] = t["scores_us"]
                         torch_rows[(rows, k)] = t
@@ -783,9 +834,11 @@ class Bench:
                     self.write()
                     continue
                 faulthandler.cancel_dump_traceback_later()
-                t = torch_rows[(rows, k)]
-                r["torch_us"] = t["median_us"]
-                r["speedup_vs_torch"] = t["median_us"] / r["median_us"]
+                # Against torch's indexer alone for the scoring alone, else
+                # against its indexer + torch.topk.
+                r["torch_us"] = (scores_us[rows] if c["mode"] == "scores"
+                                 else torch_rows[(rows, k)]["median_us"])
+                r["speedup_vs_torch"] = r["torch_us"] / r["median_us"]
                 if c["mode"] == "spin":
                     d = next((x for x in self.results if x["mode"] == "dense"
                               and x.get("median_us") and x["format"] == fmt

@@ -17,6 +17,8 @@
 # configuration; MTP (2, 3 and 4 query rows, union / row-0 masks, prefix /
 # row-0 updates, a host reset and the reset input, bf16 / f16 / fp8 keys);
 # rows of 64K slots, whose top-K spans a cluster of 4 or 8 CTAs;
+# three dense graphs that return their scores too (compared entry by entry,
+# -inf past each row's length);
 # the "exact" input scheme everywhere except one noninteger dense and one
 # noninteger SPIN configuration per key format, and one noninteger MTP one.
 #
@@ -62,7 +64,8 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              extra_requests=kw.pop("extra", 0),
              bad_table=kw.pop("bad_table", None),
              zero_length=kw.pop("zero_length", False),
-             extreme_ids=kw.pop("extreme_ids", False))
+             extreme_ids=kw.pop("extreme_ids", False),
+             return_scores=kw.pop("scores", False))
     c["rows"] = kw.pop("rows", 1)
     if mode == "spin":
         c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
@@ -74,6 +77,8 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
                  mtp_update=kw.pop("mtp_update", "prefix"))
     if kw:
         raise ValueError(f"{name}: unknown options {sorted(kw)}")
+    if c["return_scores"] and mode != "dense":
+        raise ValueError(f"{name}: only a dense graph returns its scores")
     if c["key_format"] == "bf16" and c["q_format"] != "bf16":
         raise ValueError(f"{name}: bf16 keys need bf16 queries")
     c["pages"] = MB + (8 if B > 3 else 3)   # physical pages in the cache
@@ -97,6 +102,11 @@ def all_configs():
         C("dense-fp8-h8-d64-p16-b3-k16-qf16", d, "fp8", 8, 64, 16, 24, 3, 16, q="f16",
           bad_table="negative"),
         C("dense-fp8-h8-d128-p64-b1-k16-qbf16", d, "fp8", 8, 128, 64, 8, 1, 16),
+        # The graph returns the scores too (-inf past each row's length).
+        C("scores-dense-fp8-h64-d128-p64-b16-k512-qbf16", d, "fp8", 64, 128, 64, 64, 16,
+          512, scores=True, zero_length=True, bad_table="too-large"),
+        C("scores-dense-bf16-h8-d64-p16-b3-k16", d, "bf16", 8, 64, 16, 24, 3, 16,
+          scores=True),
         # --- SPIN, exact inputs --------------------------------------------
         C("spin-bf16-h8-d64-p64-bs64-b3-k16-sp0.5-max", s, "bf16", 8, 64, 64, 8, 3, 16,
           bs=64, sp=0.5, host_reset=True),
@@ -134,6 +144,8 @@ def all_configs():
           q="f16", scheme="noninteger"),
         C("nonint-dense-fp8-h64-d128-p64-b3-k512-qf16", d, "fp8", 64, 128, 64, 64, 3, 512,
           q="f16", scheme="noninteger"),
+        C("nonint-scores-dense-f16-h64-d128-p64-b3-k512-qbf16", d, "f16", 64, 128, 64, 64,
+          3, 512, scheme="noninteger", scores=True),
         C("nonint-spin-bf16-h64-d128-p64-bs64-b3-k512-sp0.5-max", s, "bf16", 64, 128, 64,
           64, 3, 512, bs=64, sp=0.5, scheme="noninteger"),
         C("nonint-spin-f16-h8-d64-p16-bs16-b3-k16-sp0.5-mean-qbf16", s, "f16", 8, 64, 16,
@@ -185,10 +197,12 @@ def sparsify_options(c):
 
 
 def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
-                  table_pages, topk, key_format, q_format="bf16"):
+                  table_pages, topk, key_format, q_format="bf16", outputs="topk"):
     """A dense indexer graph (as examples/deepseek-v4-flash-indexer.mlir):
     `@function` scoring B x R rows over paged keys and taking their top-K,
-    after the comment lines ``header``. bench/bench_artifacts.py uses it too."""
+    after the comment lines ``header``. `outputs`: "topk" (the top-K
+    indices), "scores,topk" (the scores too) or "scores" (the scores only).
+    bench/bench_artifacts.py uses it too."""
     B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
     NS = MB * S
     kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
@@ -204,6 +218,17 @@ def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
     scale_arg = f"\n    %scales: {sctype},           // per-slot key scales [pages, {S}]" \
         if fp8 else ""
     scale_use = f"\n      scales(%scales : {sctype})" if fp8 else ""
+    names = outputs.split(",")
+    if names not in (["topk"], ["scores", "topk"], ["scores"]):
+        raise ValueError(f"outputs={outputs!r}: expected topk, scores,topk or scores")
+    types = {"scores": ztype, "topk": otype}
+    results = ", ".join("%" + n for n in names)
+    result_types = ", ".join(types[n] for n in names)
+    if len(names) > 1:
+        result_types = f"({result_types})"
+    topk_op = "" if "topk" not in names else f"""
+  %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {K} : i64}}
+      : {ztype} -> {otype}"""
     return f"""{header}
 
 func.func @{function}(
@@ -212,15 +237,13 @@ func.func @{function}(
     %keys: {ktype},      // key cache [pages, {S}, Dh]{scale_arg}
     %block_table: {ttype},     // logical -> physical page
     %lengths: {ltype})            // visible slots per row
-    -> {otype} {{
+    -> {result_types} {{
   %scores = spin.dense_indexer q(%q : {qtype})
       w(%w : {wtype})
       keys(%keys : {ktype}){scale_use}
       block_table(%block_table : {ttype})
-      lengths(%lengths : {ltype}) -> {ztype}
-  %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {K} : i64}}
-      : {ztype} -> {otype}
-  return %topk : {otype}
+      lengths(%lengths : {ltype}) -> {ztype}{topk_op}
+  return {results} : {result_types}
 }}
 """
 
@@ -236,7 +259,8 @@ def graph_text(c):
     return indexer_graph(FUNCTION, header, batch=B, rows=R, heads=c["heads"],
                          head_dim=c["head_dim"], page_size=S, table_pages=MB,
                          topk=c["topk"], key_format=c["key_format"],
-                         q_format=c["q_format"])
+                         q_format=c["q_format"],
+                         outputs="scores,topk" if c.get("return_scores") else "topk")
 
 
 def compile_args(c, compiler, graph, out_dir, target):
@@ -267,6 +291,8 @@ def expected_arguments(c):
             args.append(("accepted", "accepted", "i32", [B]))
         if c["reset_input"]:
             args.append(("reset", "reset", "i1", [B]))
+    if c.get("return_scores"):
+        args.append(("output", "scores", "f32", [B, R, MB * S]))
     args.append(("output", "topk", "i32", [B, R, K]))
     if c["mode"] == "spin":
         args.append(("output", "sparsity", "f32", [B, R]))

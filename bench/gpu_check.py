@@ -371,10 +371,13 @@ def make_plan(cfg, rng):
 class Outputs:
     """Per step (topk [B,1,K] int32, sparsity [B,1] f32 or None, error text
     or None); states {rid: (V, D, it)} after the main steps; the bad step's
-    outputs and states (or None)."""
+    outputs and states (or None); per step the returned scores (graphs that
+    return them; the bad step's in bad_scores)."""
 
     def __init__(self):
         self.steps = []
+        self.scores = []
+        self.bad_scores = None
         self.states = None
         self.bad = None
         self.bad_states = None
@@ -536,7 +539,8 @@ class TorchBackend:
                 state.commit(rid, accepted)
             topk = res["topk"].cpu().numpy()
             sp = res["sparsity"].cpu().numpy() if spin_mode else None
-            return topk, sp, error
+            scores = res["scores"].cpu().numpy() if c.get("return_scores") else None
+            return (topk, sp, error), scores
 
         def states():
             if not spin_mode:
@@ -548,11 +552,13 @@ class TorchBackend:
             return snap
 
         for step in plan.steps:
-            out.steps.append(step_once(step))
+            outputs, scores = step_once(step)
+            out.steps.append(outputs)
+            out.scores.append(scores)
         plan.live_ids = live_ids(plan, len(plan.steps))
         out.states = states()
         if plan.bad_step is not None:
-            out.bad = step_once(plan.bad_step)
+            out.bad, out.bad_scores = step_once(plan.bad_step)
             plan.live_ids = live_ids(plan, len(plan.steps), with_bad=True)
             out.bad_states = states()
         self.torch.cuda.synchronize(self.device)
@@ -586,6 +592,9 @@ class RefBackend:
         ref = run_reference(plan)
         out = Outputs()
         out.steps = [(i.copy(), None if s is None else s.copy(), e) for i, s, e in ref.steps]
+        if plan.cfg.get("return_scores"):
+            out.scores = [z.copy() for z in ref.z]
+            out.bad_scores = None if plan.bad_step is None else ref.bad_z.copy()
         out.states = ref.states
         if plan.bad_step is not None:
             b = plan.bad_step.bad
@@ -746,6 +755,35 @@ def compare_row(c, where, ref_idx, got_idx, ref_sp, got_sp, z, n, mask=None):
     return problems
 
 
+def compare_scores(c, where, ref, got):
+    """Problems of a returned score tensor [B, R, NS] against the reference's
+    (-inf past each row's length): exact for the exact scheme, else to the
+    top-K's relative tolerance; `where(b, r)` names a row."""
+    got = np.asarray(got)
+    if got.shape != ref.shape or got.dtype != np.float32:
+        return [f"{where(None, None)}: scores have shape {got.shape} {got.dtype}, "
+                f"expected {ref.shape} float32"]
+    problems = []
+    rel = TOPK_REL[c["key_format"]]
+    for b in range(ref.shape[0]):
+        for r in range(ref.shape[1]):
+            e, g = ref[b, r].astype(np.float64), got[b, r].astype(np.float64)
+            if c["scheme"] == "exact":
+                bad = np.nonzero(~(e == g))[0]
+            else:
+                # -inf (past the length) only matches -inf.
+                tol = rel * np.abs(e) + rel * 1e-2 * _row_scale(ref[b, r])
+                with np.errstate(invalid="ignore"):
+                    close = np.isfinite(e) & (np.abs(e - g) <= tol)
+                bad = np.nonzero(~((e == g) | close))[0]
+            if bad.size:
+                shown = ", ".join(f"[{int(i)}] {float(got[b, r, i])!r} (ref "
+                                  f"{float(ref[b, r, i])!r})" for i in bad[:MAX_SHOWN])
+                problems.append(f"{where(b, r)}: scores differ at {bad.size} "
+                                f"entr{'y' if bad.size == 1 else 'ies'}: {shown}")
+    return problems
+
+
 def compare_state(c, rid, ref, got, what):
     V, D, it = ref
     gv, gd, git = got
@@ -783,12 +821,20 @@ def compare(plan, ref, dev):
     B, K, R = c["batch"], c["topk"], c.get("rows", 1)
     problems = []
 
-    def check_step(t, step, r_out, d_out, z, mask, warm, skip=None):
+    def check_step(t, step, r_out, d_out, z, mask, warm, skip=None, scores=None):
         r_idx, r_sp, _ = r_out
         g_idx, g_sp, err = d_out
         label = f"step {t}" if t is not None else "bad-table step"
         if err is not None and skip is None:
             problems.append(f"{label}: program.check() raised: {err}")
+        if c.get("return_scores") and scores is not None:
+            kept = [b for b in range(B) if b != skip]
+            problems.extend(compare_scores(
+                c, lambda b, r: (f"{label}" if b is None else
+                                 f"{label}, batch index {kept[b]}"
+                                 + (f" row {r}" if R > 1 else "")
+                                 + f" (N={int(step.lengths[kept[b], r])})"),
+                z[kept], np.asarray(scores)[kept]))
         g_idx = np.asarray(g_idx)
         if g_idx.shape != (B, R, K) or g_idx.dtype != np.int32:
             problems.append(f"{label}: topk has shape {g_idx.shape} {g_idx.dtype}, "
@@ -818,7 +864,11 @@ def compare(plan, ref, dev):
         if t >= len(dev.steps):
             problems.append(f"step {t}: no output")
             break
-        check_step(t, step, ref.steps[t], dev.steps[t], ref.z[t], ref.masks[t], ref.warm[t])
+        check_step(t, step, ref.steps[t], dev.steps[t], ref.z[t], ref.masks[t], ref.warm[t],
+                   scores=dev.scores[t] if t < len(dev.scores) else None)
+        if c.get("return_scores") and (t >= len(dev.scores) or dev.scores[t] is None) \
+                and dev.note is None:
+            problems.append(f"step {t}: the scores were not read back")
 
     if spin and dev.states is not None:
         for rid, r in ref.states.items():
@@ -845,7 +895,7 @@ def compare(plan, ref, dev):
             if not re.search(re.escape(who) + r"(?![\d.])", err):
                 problems.append(f"{what}: the error does not name {who}: {err}")
         check_step(None, step, ref.bad, dev.bad, ref.bad_z,
-                   None, np.zeros(B, bool), skip=bad["index"])
+                   None, np.zeros(B, bool), skip=bad["index"], scores=dev.bad_scores)
         if spin and dev.bad_states is not None:
             for rid, r in ref.bad_states.items():
                 got = dev.bad_states.get(rid)

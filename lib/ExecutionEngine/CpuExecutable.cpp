@@ -227,14 +227,7 @@ CpuExecutable::compile(const std::string &source, const std::string &function,
     llvm::raw_string_ostream os(exe->graphIR_);
     module->print(os);
   }
-  // Results: "topk", "topk_1", ... and "sparsity", "sparsity_1", ...
-  std::vector<std::string> resultNames;
-  std::map<std::string, unsigned> seen;
-  for (unsigned i = 0; i < func.getNumResults(); ++i) {
-    std::string base = func.getResultAttr(i, "spin.sparsity") ? "sparsity" : "topk";
-    unsigned k = seen[base]++;
-    resultNames.push_back(k ? base + "_" + std::to_string(k) : base);
-  }
+  std::vector<std::string> resultNames = graphResultNames(func);
 
   std::map<int64_t, int64_t> blockSizes = stateBlockSizes(func);
   LowerToCPUOptions lowering;

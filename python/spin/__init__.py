@@ -99,7 +99,8 @@ class Program:
     def run(self, state: "State", **inputs) -> Dict[str, np.ndarray]:
         """Runs one step; ``inputs`` by the names in :attr:`signature`.
 
-        Returns the outputs (``topk``, ``sparsity``, ``topk_1``, ...) as
+        Returns the outputs (``topk``, ``sparsity``, ``topk_1``, ...; a
+        dense indexer's scores that the graph returns as ``scores``) as
         numpy arrays. Element types follow the signature (bf16 inputs may be
         float32, uint16 bit patterns or torch.bfloat16).
         """

@@ -349,3 +349,30 @@ def test_program_run_takes_a_reset_input(rng):
         program.run(state, reset=np.array([0, 2], np.uint8), **args)
     with pytest.raises(TypeError, match="reset has dtype float32, expected bool"):
         program.run(state, reset=np.zeros(2, np.float32), **args)
+
+
+def test_a_graph_returning_dense_scores_names_them_scores(rng):
+    """A graph may return the dense indexer's scores: the result is named
+    "scores" and holds z for i < N and -inf past each row's length."""
+    B, H, Dd, P, MB = 2, 4, 16, 6, 2
+    text = f"""
+func.func @scores_only(%q: tensor<{B}x1x{H}x{Dd}xf32>, %w: tensor<{B}x1x{H}xf32>,
+                       %keys: tensor<?x64x{Dd}xf32>, %bt: tensor<{B}x{MB}xi32>,
+                       %n: tensor<{B}x1xi32>) -> tensor<{B}x1x{MB * 64}xf32> {{
+  %z = spin.dense_indexer q(%q : tensor<{B}x1x{H}x{Dd}xf32>) w(%w : tensor<{B}x1x{H}xf32>)
+      keys(%keys : tensor<?x64x{Dd}xf32>) block_table(%bt : tensor<{B}x{MB}xi32>)
+      lengths(%n : tensor<{B}x1xi32>) -> tensor<{B}x1x{MB * 64}xf32>
+  return %z : tensor<{B}x1x{MB * 64}xf32>
+}}"""
+    program = spin.compile(text, "scores_only", {})
+    assert [a["name"] for a in program.signature if a["role"] == "output"] == ["scores"]
+    q = rng.integers(-3, 4, size=(B, 1, H, Dd)).astype(np.float32)
+    w = rng.integers(-2, 3, size=(B, 1, H)).astype(np.float32)
+    keys = rng.integers(-3, 4, size=(P, 64, Dd)).astype(np.float32)
+    bt = np.stack([rng.permutation(P)[:MB] for _ in range(B)]).astype(np.int32)
+    n = np.array([[100], [0]], np.int32)
+    state = spin.new_state(capacity_slots=MB * 64, layers=1, max_requests=1)
+    z = program.run(state, q=q, w=w, keys=keys, block_table=bt, lengths=n)["scores"]
+    want = ref.dense_scores(q, w, keys, None, bt, n)
+    assert z.shape == want.shape and np.array_equal(z, want)
+    assert np.all(np.isneginf(z[0, 0, 100:])) and np.all(np.isneginf(z[1]))

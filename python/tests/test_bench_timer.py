@@ -136,3 +136,26 @@ def test_decoding_steps_of_a_dense_step_move_the_lengths_only(bench_script):
     assert torch.equal(seen[0], before - bench.DECODE_HEADROOM + 1)
     assert torch.equal(seen[-1], before - bench.DECODE_HEADROOM + len(seen))
     assert torch.equal(lengths, before)
+
+
+def test_scores_checks_of_the_scoring_alone(bench_script):
+    """scores_sanity wants finite scores below each row's length and -inf
+    past it; scores_error is the largest difference over the row's largest
+    reference score."""
+    bg = bench_script("bench_gpu")
+    lengths = torch.tensor([[5], [8]], dtype=torch.int32)
+    ref = torch.randn(2, 1, 8, dtype=torch.float64).float()
+    ref[0, 0, 5:] = float("-inf")
+    assert bg.scores_sanity(torch, ref, lengths) == []
+    bad = ref.clone()
+    bad[0, 0, 6] = 0.0
+    assert bg.scores_sanity(torch, bad, lengths) == [
+        "scores past the row's length that are not -inf"]
+    bad = ref.clone()
+    bad[1, 0, 2] = float("nan")
+    assert bg.scores_sanity(torch, bad, lengths) == ["non-finite scores below the row's length"]
+    assert bg.scores_error(torch, ref, ref) == 0.0
+    off = ref.clone()
+    off[1, 0, 3] += 0.5
+    expected = 0.5 / ref[1, 0].abs().max().item()
+    assert abs(bg.scores_error(torch, off, ref) - expected) < 1e-6

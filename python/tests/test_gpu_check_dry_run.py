@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.skipif(
     reason="needs build/bin/spin-compile and build/bin/spin-exec")
 
 
-@pytest.mark.parametrize("only, count", [("long-", 4), ("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3", 1)])
+@pytest.mark.parametrize("only, count", [("long-", 4), ("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3", 1),
+                                         ("scores-dense-bf16", 1)])
 def test_gpu_check_passes_on_the_cpu_path(tmp_path, rng, only, count):
     out = tmp_path / "gpu-artifacts"
     built = subprocess.run(
@@ -40,3 +42,38 @@ def test_gpu_check_passes_on_the_cpu_path(tmp_path, rng, only, count):
     assert checked.returncode == 0, log[-6000:]
     assert len(re.findall(r"^\[ *\d+/\d+\] \S+: PASS", checked.stdout, re.M)) == count, log
     assert re.search(rf"^summary: {count} passed, 0 failed, 0 skipped", checked.stdout, re.M), log
+
+
+def _gpu_check_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check_under_test", os.path.join(_ROOT, "bench", "gpu_check.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("scheme", ["exact", "noninteger"])
+def test_returned_scores_are_compared_entry_by_entry(rng, scheme):
+    """compare_scores (the check of graphs that return their scores) accepts
+    the reference's scores and rejects a changed entry, a finite value past a
+    row's length, a wrong shape and (noninteger) an error beyond the
+    tolerance."""
+    gc = _gpu_check_module()
+    c = {"key_format": "fp8", "scheme": scheme}
+    ref = rng.standard_normal((3, 2, 64)).astype(np.float32)
+    ref[1, 0, 40:] = -np.inf
+    where = lambda b, r: f"row {b},{r}"
+    assert gc.compare_scores(c, where, ref, ref.copy()) == []
+    bad = ref.copy()
+    bad[1, 0, 50] = 0.0                     # past the length: must be -inf
+    problems = gc.compare_scores(c, where, ref, bad)
+    assert len(problems) == 1 and "row 1,0" in problems[0] and "[50]" in problems[0]
+    bad = ref.copy()
+    bad[2, 1, 3] *= 1.01 if scheme == "noninteger" else 1.0 + 2.0 ** -20
+    assert len(gc.compare_scores(c, where, ref, bad)) == 1
+    assert "shape" in gc.compare_scores(c, where, ref, ref[:, :, :32].copy())[0]
+    if scheme == "noninteger":
+        close = ref.copy()
+        close[0, 0, 7] *= 1 + 1e-5          # within fp8's 1e-3
+        assert gc.compare_scores(c, where, ref, close) == []

@@ -80,3 +80,29 @@ def test_missing_rotating_and_decoding_times_render_as_dashes(bench_script):
     cells = _spin_row(render.markdown(results))
     assert cells[6] == "—" and cells[7] == "—"
     assert cells[13] == "—" and cells[14] == "—"
+
+
+def test_scoring_alone_is_judged_and_set_beside_deepgemm(bench_script):
+    """The scoring-only configuration feeds the "dense scoring" minimum (the
+    dense step keeps its own, stricter, rows) and the DeepGEMM comparison."""
+    render = bench_script("render_benchmarks")
+    results = _results(80.0, 86.0)
+    results["results"].append({
+        "name": "fp8-b16-n128k-r1-scores", "format": "fp8", "batch": 16, "slots": 131072,
+        "k": 0, "rows": 1, "mode": "scores", "median_us": 82.1 / 1.25,
+        "repeat_median_us": 66.0, "rotate_median_us": 66.0, "fraction_of_copy": 0.49,
+        "floor_gbps": 2086.0, "times_floor": 1 / 0.49, "scores_max_error": 3e-7,
+        "problems": []})
+    markdown = render.markdown(results)
+    rows = [line for line in markdown.splitlines()
+            if line.startswith("| dense scoring ≥ 50% of copy | fp8, 16 × 128K |")]
+    assert rows == ["| dense scoring ≥ 50% of copy | fp8, 16 × 128K | 0.49 | **no** |"]
+    assert _minimum(markdown, "dense step (score + top-K) ≥ 50% of copy") == ("0.59", "yes")
+    dg = [line for line in markdown.splitlines() if line.startswith("| 16 × 128K, R=1 |")]
+    assert len(dg) == 1
+    cells = [c.strip() for c in dg[0].strip("|").split("|")]
+    assert cells[1] == "82.1" and cells[3] == "65.7" and cells[5] == "1.25×"
+    scoring = [line for line in markdown.splitlines() if line.startswith("| fp8 | 16 × 128K | 65.7")]
+    assert len(scoring) == 1 and "3.0e-07" in scoring[0] and "| ok |" in scoring[0]
+    # Not a line of the console table (which is per K).
+    assert "   0 |" not in render.compact_table(results)

@@ -499,8 +499,15 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
     return failure();
-  Buffer out = addScratch(spec->name + "_scores",
-                          spec->batch * spec->rows * spec->outWidth() * 4);
+  // Scores the graph returns are written straight into its output, -inf
+  // past each row's length included.
+  auto returned = buffers.find(op.getScores());
+  spec->fillPastLength = returned != buffers.end();
+  Buffer out =
+      spec->fillPastLength
+          ? returned->second
+          : addScratch(spec->name + "_scores",
+                       spec->batch * spec->rows * spec->outWidth() * 4);
   LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
   operands->append({out, pagesOf(op.getKeys()), *errors});
   launch(spec->name, shape, *operands, op);
@@ -1112,21 +1119,17 @@ LogicalResult PlanBuilder::run() {
   }
   errors = addArg(pointer(), NamedAttrList(b.getNamedAttr(
                                  "spin.role", b.getStringAttr("errors"))));
-  // Results: "topk", "topk_1", ..., "sparsity", ...
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  std::map<std::string, unsigned> seen;
+  std::vector<std::string> names = graphResultNames(func);
+  SmallVector<Buffer> outputs;
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-    std::string base =
-        func.getResultAttr(i, "spin.sparsity") ? "sparsity" : "topk";
-    unsigned k = seen[base]++;
-    std::string name = k ? base + "_" + std::to_string(k) : base;
     auto type = cast<RankedTensorType>(value.getType());
     if (buffers.count(value))
       return func.emitOpError("GPU path: result ")
              << i << " is an argument or repeated";
-    buffers[value] = addPointer("output", name,
-                                *dtypeName(type.getElementType()),
-                                type.getShape());
+    buffers[value] = addPointer(
+        "output", names[i], *dtypeName(type.getElementType()), type.getShape());
+    outputs.push_back(buffers[value]);
   }
   // Intermediate top-K results (not returned) still need a buffer.
   WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
@@ -1144,6 +1147,17 @@ LogicalResult PlanBuilder::run() {
   for (Operation &op : llvm::make_early_inc_range(func.getBody().front()))
     if (failed(lowerOne(&op)))
       return failure();
+  // Every result must be written by a kernel: a result whose value lives
+  // elsewhere (a scratch buffer of an intermediate) would reach the caller
+  // unwritten.
+  for (auto [i, output] : llvm::enumerate(outputs))
+    if (llvm::none_of(launches, [&](const Launch &l) {
+          return llvm::is_contained(l.operands, output);
+        }))
+      return func.emitOpError("GPU path: result ")
+             << i << " (\"" << names[i]
+             << "\") is not computed by any kernel; a GPU graph may return "
+                "top-K indices, block sparsity and a dense indexer's scores";
   emit();
   return success();
 }

@@ -53,7 +53,8 @@ enum ErrorCode : int32_t {
 /// skip], out (ptrs), pages (i32), errors (ptr). A bad page sets the
 /// request's `skip` flag (sparse) and records an error.
 /// Grid: (ctasPerRow, batch * rows). `out` is f32 [batch * rows, outWidth]:
-/// dense rows by slot (entries >= N unwritten); sparse rows in selected-block
+/// dense rows by slot (entries >= N unwritten, or -inf with
+/// `fillPastLength`); sparse rows in selected-block
 /// order (entry e = slot blocks[e / blockSize] * blockSize + e % blockSize),
 /// NaN for entries past the row's visible length.
 struct ScoreKernelSpec {
@@ -72,6 +73,10 @@ struct ScoreKernelSpec {
   /// keys as A from registers and the queries as B from shared memory,
   /// instead of mma.sync per warp (one M tile only).
   bool wgmma = false;
+  /// Dense: write -inf to the entries at and after each row's length (the
+  /// op's semantics, for scores the graph returns; the top-K reads only
+  /// entries below the length and needs no fill).
+  bool fillPastLength = false;
 
   int64_t outWidth() const { return tablePages * pageSize; }
 };

@@ -218,6 +218,20 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
                                        : spec.pageSize);
   const int64_t units = ctaEntries / unit;
 
+  if (spec.fillPastLength && !spec.sparse) {
+    // The CTA's entries at or after the length: -inf.
+    Value from = kb.maxS(ctaStart, visible);
+    Value to =
+        kb.minS(kb.add(ctaStart, kb.i32(ctaEntries)), kb.i32(spec.outWidth()));
+    Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
+    kb.ifThen(kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, from, to)), [&] {
+      forEachThreadStrided(kb, kb.sub(to, from), threads, [&](Value i) {
+        kb.storeAt(kb.f32Bits(0xff800000u), out,
+                   kb.add(outBase, kb.add(from, i)));
+      });
+    });
+  }
+
   kb.ifThen(active, [&] {
     //===--- the pages of the CTA's entries ------------------------------===//
     Value unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);

@@ -22,12 +22,26 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_2
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_3 blocks
 
+// A graph that returns the scores gets them in its output, written by the
+// scoring kernel itself (no scratch copy), -inf past each row's length
+// included; results are named by kind.
+// CHECK-LABEL: func.func @scores(
+// CHECK-SAME: %[[Z:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.name = "scores", spin.role = "output", spin.shape = [2, 1, 128]}
+// CHECK-SAME: %[[T:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
+// CHECK-NOT: spin_score_dense_4_scores
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_4 {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : i32, %{{.*}} : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_5 {{.*}} args(%[[Z]] : !llvm.ptr<1>, {{.*}}, %[[T]] : !llvm.ptr<1>)
+
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
 // CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {known_block_size = array<i32: 512, 1, 1>, nvvm.cluster_dim = array<i32: 1, 1, 1>, nvvm.maxnreg = 64 : i32}
 // CHECK: gpu.func @spin_score_dense_2(
 // CHECK: gpu.func @spin_topk_3(
+// The fill of the entries past the length: a store of -inf (0xFF800000).
+// CHECK: gpu.func @spin_score_dense_4(
+// CHECK: arith.constant -8388608 : i32
+// CHECK: gpu.func @spin_topk_5(
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
                  %w: tensor<2x1x16xf32> {spin.input = "w"},
                  %keys: tensor<?x16x64xf8E4M3FN> {spin.input = "keys"},
@@ -58,4 +72,19 @@ func.func @second(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
   %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
       : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
   return %t : tensor<2x1x8xi32>
+}
+
+func.func @scores(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
+                  %w: tensor<2x1x16xf32> {spin.input = "w"},
+                  %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+                  %table: tensor<2x8xi32> {spin.input = "block_table"},
+                  %lengths: tensor<2x1xi32> {spin.input = "lengths"})
+    -> (tensor<2x1x128xf32>, tensor<2x1x8xi32>) {
+  %z = spin.dense_indexer q(%q : tensor<2x1x16x64xbf16>)
+      w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x128xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 8 : i64}
+      : tensor<2x1x128xf32> -> tensor<2x1x8xi32>
+  return %z, %t : tensor<2x1x128xf32>, tensor<2x1x8xi32>
 }

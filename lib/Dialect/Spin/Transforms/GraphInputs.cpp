@@ -11,6 +11,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::spin;
 
@@ -50,3 +52,18 @@ void mlir::spin::nameGraphInputs(func::FuncOp func) {
   });
 }
 
+std::vector<std::string> mlir::spin::graphResultNames(func::FuncOp func) {
+  std::vector<std::string> names;
+  std::map<std::string, unsigned> seen;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    std::string base = "topk";
+    if (func.getResultAttr(i, "spin.sparsity"))
+      base = "sparsity";
+    else if (auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
+             type && type.getElementType().isF32())
+      base = "scores";
+    unsigned k = seen[base]++;
+    names.push_back(k ? base + "_" + std::to_string(k) : base);
+  }
+  return names;
+}

@@ -8,6 +8,9 @@
 #ifndef SPIN_DIALECT_SPIN_TRANSFORMS_GRAPHINPUTS_H
 #define SPIN_DIALECT_SPIN_TRANSFORMS_GRAPHINPUTS_H
 
+#include <string>
+#include <vector>
+
 namespace mlir::func {
 class FuncOp;
 } // namespace mlir::func
@@ -18,6 +21,12 @@ namespace mlir::spin {
 /// (`{spin.input = "q"}`, ...; the k-th indexer's as `q_k`, ...): the names
 /// the runtime binds inputs by, on the CPU and the GPU path alike.
 void nameGraphInputs(func::FuncOp func);
+
+/// The names the runtime gives a graph's results, in order: top-K indices
+/// are "topk", "topk_1", ...; results marked `spin.sparsity` are
+/// "sparsity", ...; f32 score tensors (a dense indexer's scores) are
+/// "scores", "scores_1", ... (the k-th of a kind gets the suffix `_k`).
+std::vector<std::string> graphResultNames(func::FuncOp func);
 
 } // namespace mlir::spin
 
