@@ -223,9 +223,8 @@ def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
         raise ValueError(f"outputs={outputs!r}: expected topk, scores,topk or scores")
     types = {"scores": ztype, "topk": otype}
     results = ", ".join("%" + n for n in names)
-    result_types = ", ".join(types[n] for n in names)
-    if len(names) > 1:
-        result_types = f"({result_types})"
+    return_types = ", ".join(types[n] for n in names)
+    result_types = f"({return_types})" if len(names) > 1 else return_types
     topk_op = "" if "topk" not in names else f"""
   %topk = spin.topk %scores lengths(%lengths : {ltype}) {{k = {K} : i64}}
       : {ztype} -> {otype}"""
@@ -243,7 +242,7 @@ func.func @{function}(
       keys(%keys : {ktype}){scale_use}
       block_table(%block_table : {ttype})
       lengths(%lengths : {ltype}) -> {ztype}{topk_op}
-  return {results} : {result_types}
+  return {results} : {return_types}
 }}
 """
 

@@ -33,6 +33,9 @@ def test_gpu_check_passes_on_the_cpu_path(tmp_path, rng, only, count):
          "--compiler", _COMPILER, "--only", only],
         capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr
+    # The CPU backend runs its own graph, so the artifacts' compilation is
+    # checked here.
+    assert "NOT compiled" not in built.stdout + built.stderr, built.stdout + built.stderr
     seed = int(rng.integers(2**31))
     checked = subprocess.run(
         [sys.executable, os.path.join(_ROOT, "bench", "gpu_check.py"), str(out), "--dry-run",
