@@ -758,7 +758,9 @@ def compare_row(c, where, ref_idx, got_idx, ref_sp, got_sp, z, n, mask=None):
 def compare_scores(c, where, ref, got):
     """Problems of a returned score tensor [B, R, NS] against the reference's
     (-inf past each row's length): exact for the exact scheme, else to the
-    top-K's relative tolerance; `where(b, r)` names a row."""
+    top-K's relative tolerance of the row's largest |score| (a score is a
+    sum over heads that may cancel: its own magnitude says nothing of the
+    rounding in it); `where(b, r)` names a row."""
     got = np.asarray(got)
     if got.shape != ref.shape or got.dtype != np.float32:
         return [f"{where(None, None)}: scores have shape {got.shape} {got.dtype}, "
@@ -772,7 +774,7 @@ def compare_scores(c, where, ref, got):
                 bad = np.nonzero(~(e == g))[0]
             else:
                 # -inf (past the length) only matches -inf.
-                tol = rel * np.abs(e) + rel * 1e-2 * _row_scale(ref[b, r])
+                tol = rel * _row_scale(ref[b, r])
                 with np.errstate(invalid="ignore"):
                     close = np.isfinite(e) & (np.abs(e - g) <= tol)
                 bad = np.nonzero(~((e == g) | close))[0]

@@ -44,8 +44,9 @@
 // PTX: add.rn.f32
 // Before its griddepcontrol.wait a kernel loads only what the kernel before
 // it does not write (setInsertionBeforeGridWait): the select kernel its
-// request's slot, id, position and length, and `it` after the predict kernel
-// (which writes block scores only); the scoring kernel the row's length and
+// request's slot, id, position and length, and `it` and the prediction
+// cache's record after the predict kernel (which writes block scores only);
+// the scoring kernel the row's length and
 // queries; the top-K the selected-block count (the select kernel's, two
 // launches back). The reset, predict and update kernels load nothing there.
 // WAIT-LABEL: .entry spin_reset_0(
@@ -57,7 +58,14 @@
 // WAIT-LABEL: .entry spin_select_1(
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.b64
-// WAIT: griddepcontrol.wait
+// A request whose prediction-cache record is this step's skips the wait
+// (the predict kernel skips it too): the record's four fields, then a
+// branch around the wait.
+// WAIT-COUNT-4: ld.global.b32
+// WAIT-NOT: ld.global
+// WAIT: bra
+// WAIT-NEXT: // begin inline asm
+// WAIT-NEXT: griddepcontrol.wait
 // WAIT-LABEL: .entry spin_score_sparse_2(
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.nc.v4.b32

@@ -627,6 +627,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                                   mask.counts, mask.mask, mask.skip};
   if (predicted)
     operands.push_back(*predicted);
+  if (spec.predictionCache)
+    operands.push_back(predictionOf(op.getState()).first);
   if (sparsity)
     operands.push_back(*sparsity);
   operands.push_back(*errors);

@@ -398,12 +398,26 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::beginKernel(OpBuilder &b, Location loc,
   return func;
 }
 
+static LLVM::InlineAsmOp gridWaitOf(gpu::GPUFuncOp func) {
+  for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
+    if (op.getAsmString() == kGridWait)
+      return op;
+  llvm_unreachable("every kernel starts with griddepcontrol.wait");
+}
+
 void mlir::spin::gpu_codegen::setInsertionBeforeGridWait(OpBuilder &b,
                                                          gpu::GPUFuncOp func) {
-  for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
-    if (op.getAsmString() == kGridWait) {
-      b.setInsertionPoint(op);
-      return;
-    }
-  llvm_unreachable("every kernel starts with griddepcontrol.wait");
+  b.setInsertionPoint(gridWaitOf(func));
+}
+
+void mlir::spin::gpu_codegen::skipGridWaitIf(OpBuilder &b, gpu::GPUFuncOp func,
+                                             Value skip) {
+  LLVM::InlineAsmOp wait = gridWaitOf(func);
+  b.setInsertionPoint(wait);
+  Location loc = wait.getLoc();
+  Value waitNeeded = arith::XOrIOp::create(
+      b, loc, skip, arith::ConstantOp::create(b, loc, b.getBoolAttr(true)));
+  auto branch = scf::IfOp::create(b, loc, waitNeeded, /*withElse=*/false);
+  wait->moveBefore(branch.thenBlock()->getTerminator());
+  b.setInsertionPoint(branch);
 }

@@ -195,6 +195,13 @@ gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// InsertionGuard around it.
 void setInsertionBeforeGridWait(OpBuilder &b, gpu::GPUFuncOp func);
 
+/// Makes `func`'s `griddepcontrol.wait` conditional: threads with `skip`
+/// (an i1 defined before the wait, the same in every thread of a CTA) do
+/// not wait for the kernel before. Sound only where that kernel writes
+/// nothing the CTA reads or writes when `skip` holds. Leaves `b`'s
+/// insertion point before the now conditional wait.
+void skipGridWaitIf(OpBuilder &b, gpu::GPUFuncOp func, Value skip);
+
 } // namespace mlir::spin::gpu_codegen
 
 #endif // SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H

@@ -189,6 +189,8 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   SmallVector<Type> params(11, ptr);
   if (spec.precomputed)
     params.push_back(ptr);
+  if (spec.predictionCache)
+    params.push_back(ptr);
   if (spec.reportSparsity)
     params.push_back(ptr);
   params.push_back(ptr);
@@ -204,6 +206,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
   Value maskOut = func.getArgument(a++), skipOut = func.getArgument(a++);
   Value precomputed = spec.precomputed ? func.getArgument(a++) : Value();
+  Value predAt = spec.predictionCache ? func.getArgument(a++) : Value();
   Value sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   Value errors = func.getArgument(a++);
 
@@ -224,6 +227,21 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     }
     if (spec.precomputed)
       iteration = kb.loadAt(i64, itState, slot);
+    if (spec.predictionCache) {
+      // A request whose block scores the previous step predicted (the
+      // predict kernel's test, on the same record) needs nothing of the
+      // predict kernel, which skips it: its CTA does not wait for it.
+      Value want[] = {firstP, firstN, kb.trunc32(iteration), kb.i32(1)};
+      Value cached = kb.i1(true);
+      for (int64_t f = 0; f < 4; ++f)
+        cached = kb.andI(
+            cached,
+            kb.cmp(CmpIPredicate::eq,
+                   kb.loadAt(i32, predAt,
+                             kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f))),
+                   want[f]));
+      skipGridWaitIf(b, func, cached);
+    }
   }
   if (!spec.precomputed)
     iteration = kb.loadAt(i64, itState, slot);
