@@ -49,6 +49,8 @@
 // the scoring kernel the row's length and
 // queries; the top-K the selected-block count (the select kernel's, two
 // launches back). The reset, predict and update kernels load nothing there.
+// The sparse scoring kernel also prefetches its request's block-table row
+// into L2 there.
 // WAIT-LABEL: .entry spin_reset_0(
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
@@ -69,6 +71,8 @@
 // WAIT-LABEL: .entry spin_score_sparse_2(
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.nc.v4.b32
+// WAIT-NOT: ld.global
+// WAIT: prefetch.global.L2
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
 // WAIT-LABEL: .entry spin_topk_sparse_3(

@@ -227,6 +227,14 @@ void KernelBuilder::fenceDevice() {
                             LLVM::AsmDialectAttr(), ArrayAttr());
 }
 
+void KernelBuilder::prefetchL2(Value ptr) {
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{ptr},
+                            "prefetch.global.L2 [$0];", "l",
+                            /*has_side_effects=*/true, /*is_align_stack=*/false,
+                            LLVM::tailcallkind::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
+}
+
 void KernelBuilder::clusterSync() {
   NVVM::ClusterArriveOp::create(b, loc, b.getUnitAttr());
   NVVM::ClusterWaitOp::create(b, loc, b.getUnitAttr());

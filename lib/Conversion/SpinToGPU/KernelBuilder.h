@@ -134,6 +134,8 @@ public:
   /// CTAs must call it; afterwards each sees the others' earlier writes to
   /// shared and global memory.
   void clusterSync();
+  /// `prefetch.global.L2` of the line holding `ptr` (a global pointer).
+  void prefetchL2(Value ptr);
   /// The address (space 7, `shared::cluster`) of the shared-memory location
   /// `shared` (address space 3) in the CTA of cluster rank `rank` (`mapa`).
   Value clusterPeer(Value shared, Value rank);

@@ -186,6 +186,18 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       qLoaded.push_back(kb.loadAt(words, q, at, true));
       qInRange.push_back(ok);
     }
+    if (spec.sparse) {
+      // The request's block-table row, into L2 while the select kernel
+      // runs: the page lookups after the wait follow the block list, and
+      // would otherwise go to DRAM one after the other.
+      const int64_t lines = llvm::divideCeil(spec.tablePages * 4, 128);
+      Value rowTable =
+          kb.gep(table, i32,
+                 kb.mul(kb.divU(rowId, kb.i32(R)), kb.i32(spec.tablePages)));
+      forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
+        kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
+      });
+    }
   }
   Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
   Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
