@@ -28,6 +28,9 @@
 #     reference's only where the reference's scores of the two differing
 #     slots agree to 1e-5 relative (bf16 / f16 keys) or 1e-3 (fp8); the state
 #     to 1e-4 / 1e-3 of the vector's largest magnitude;
+#   * graphs that also return their dense scores: every entry against the
+#     reference's (-inf past each row's length), exact for exact inputs,
+#     else to the top-K's tolerance times the row's largest |score|;
 #   * where the configuration says so, a last step with one block-table entry
 #     outside [0, pages): program.check() must raise an error naming the
 #     value (and the request), every other request's top-K, sparsity and
