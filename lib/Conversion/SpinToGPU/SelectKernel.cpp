@@ -85,6 +85,22 @@ bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
          (spec.blockSize % 32 == 0 || 32 % spec.blockSize == 0);
 }
 
+/// Whether the prediction cache's record of `slot` says that its block
+/// scores are those of the step at position `p` with `n` visible slots and
+/// iteration `iteration` ({p, N, it, 1}, written by `<name>_predict_next`).
+static Value predictedFor(KernelBuilder &kb, Value predAt, Value slot, Value p,
+                          Value n, Value iteration) {
+  Value want[] = {p, n, kb.trunc32(iteration), kb.i32(1)};
+  Value at = kb.mul(slot, kb.i32(4));
+  Value same = kb.i1(true);
+  for (int64_t f = 0; f < 4; ++f)
+    same = kb.andI(same, kb.cmp(CmpIPredicate::eq,
+                                kb.loadAt(kb.i32T(), predAt,
+                                          kb.add(at, kb.i32(f))),
+                                want[f]));
+  return same;
+}
+
 LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const SelectKernelSpec &spec, bool next) {
@@ -126,14 +142,7 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value atBase = kb.mul(slot, kb.i32(4));
   if (cache && !next) {
     // The previous step predicted this one: nothing to do.
-    Value same = kb.i1(true);
-    Value want[] = {p, n, record, kb.i32(1)};
-    for (int64_t f = 0; f < 4; ++f)
-      same = kb.andI(same,
-                     kb.cmp(CmpIPredicate::eq,
-                            kb.loadAt(i32, predAt, kb.add(atBase, kb.i32(f))),
-                            want[f]));
-    ok = kb.andI(ok, kb.not1(same));
+    ok = kb.andI(ok, kb.not1(predictedFor(kb, predAt, slot, p, n, iteration)));
   }
   if (next) {
     // The record says for which step the cache holds scores (or none).
@@ -231,16 +240,8 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
       // A request whose block scores the previous step predicted (the
       // predict kernel's test, on the same record) needs nothing of the
       // predict kernel, which skips it: its CTA does not wait for it.
-      Value want[] = {firstP, firstN, kb.trunc32(iteration), kb.i32(1)};
-      Value cached = kb.i1(true);
-      for (int64_t f = 0; f < 4; ++f)
-        cached = kb.andI(
-            cached,
-            kb.cmp(CmpIPredicate::eq,
-                   kb.loadAt(i32, predAt,
-                             kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f))),
-                   want[f]));
-      skipGridWaitIf(b, func, cached);
+      skipGridWaitIf(b, func,
+                     predictedFor(kb, predAt, slot, firstP, firstN, iteration));
     }
   }
   if (!spec.precomputed)
