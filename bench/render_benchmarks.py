@@ -4,8 +4,9 @@
 # Turns the JSON that bench/bench_gpu.py writes into docs/benchmarks.md: the
 # command, date and machine, the tables (dense, SPIN, the scoring alone, dense
 # with 4 rows), the DeepGEMM reference of /work/shared/TOOLCHAIN.md, and where
-# the numbers stand against issue 5's minimums. Pure Python (no GPU, no torch): bench_gpu.py
-# imports the table code from here for its own Markdown and console tables.
+# the numbers stand against issue 5's minimums. Pure Python (no GPU, no
+# torch): bench_gpu.py imports the table code from here for its own Markdown
+# and console tables.
 #
 #   bench/render_benchmarks.py RESULTS.json [-o docs/benchmarks.md]
 #
