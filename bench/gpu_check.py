@@ -385,6 +385,8 @@ class Outputs:
         self.bad = None
         self.bad_states = None
         self.note = None
+        # The device state's own consistency (group_maxima_problems).
+        self.group_problems = []
 
 
 def _snapshot(states):
@@ -540,6 +542,12 @@ class TorchBackend:
                 error = str(e)
             for rid, accepted in step.commits:
                 state.commit(rid, accepted)
+            if spin_mode:
+                for rid in step.rids:
+                    if rid in state:
+                        out.group_problems.extend(group_maxima_problems(
+                            *state.ema(rid), *state.group_maxima(rid),
+                            f"after step {len(out.steps)}, request {rid}:"))
             topk = res["topk"].cpu().numpy()
             sp = res["sparsity"].cpu().numpy() if spin_mode else None
             scores = res["scores"].cpu().numpy() if c.get("return_scores") else None
@@ -789,6 +797,34 @@ def compare_scores(c, where, ref, got):
     return problems
 
 
+def group_maxima(x):
+    """Maxima of x over aligned groups of 8 entries (the last group may be
+    shorter)."""
+    x = np.asarray(x, dtype=np.float32)
+    pad = (-x.size) % 8
+    return np.concatenate([x, np.full(pad, -np.inf, np.float32)]).reshape(-1, 8).max(axis=1)
+
+
+def group_maxima_problems(v, d, v_max, d_max, what):
+    """The device's v_max8 / d_max8 against the maxima of its own V / D,
+    bit for bit (the kernels keep them exact; the prediction relies on it)."""
+    problems = []
+    for name, x, got in (("v_max8", v, v_max), ("d_max8", d, d_max)):
+        want = group_maxima(x)
+        got = np.asarray(got, dtype=np.float32)
+        if got.shape != want.shape:
+            problems.append(f"{what} {name} has shape {got.shape}, expected {want.shape}")
+            continue
+        bad = np.nonzero(got.view(np.uint32) != want.view(np.uint32))[0]
+        if bad.size:
+            shown = ", ".join(f"group {int(g)}: {float(got[g])!r} (max of the entries "
+                              f"{float(want[g])!r})" for g in bad[:MAX_SHOWN])
+            problems.append(f"{what} {name} differs from the group maxima of "
+                            f"{name[0].upper()} at {bad.size} group"
+                            f"{'' if bad.size == 1 else 's'}: {shown}")
+    return problems
+
+
 def compare_state(c, rid, ref, got, what):
     V, D, it = ref
     gv, gd, git = got
@@ -882,6 +918,8 @@ def compare(plan, ref, dev):
                 continue
             problems.extend(compare_state(c, rid, r, dev.states[rid],
                                           f"state after {len(plan.steps)} steps:"))
+
+    problems.extend(dev.group_problems)
 
     if plan.bad_step is not None and dev.bad is not None:
         step, bad = plan.bad_step, plan.bad_step.bad

@@ -198,6 +198,18 @@ private:
     }
     return it->second;
   }
+  /// The group maxima of `state`'s layer (v_max8, d_max8; Kernels.h,
+  /// kGroup), bound on first use.
+  std::pair<Buffer, Buffer> groupMaximaOf(Value state) {
+    int64_t layer = cast<StateType>(state.getType()).getLayer();
+    auto it = groupMaxima.find(layer);
+    if (it == groupMaxima.end()) {
+      Buffer v = addPointer("state", "v_max8", "f32", {-1, -1}, layer);
+      Buffer d = addPointer("state", "d_max8", "f32", {-1, -1}, layer);
+      it = groupMaxima.try_emplace(layer, v, d).first;
+    }
+    return it->second;
+  }
   /// The MTP pending-observation fields of a layer (docs/Runtime-ABI.md).
   struct ObservationFields {
     Buffer rows, pos, len, mask, z;
@@ -308,6 +320,7 @@ private:
   std::map<int64_t, int64_t> capacities;
   int64_t stateBlockSize = 0;
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
+  DenseMap<int64_t, std::pair<Buffer, Buffer>> groupMaxima;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
   SmallVector<Launch> launches;
@@ -600,6 +613,13 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     spec.precomputed = true;
     SmallVector<Buffer> predictOperands = {*positions, *lengths, *slots,
                                            v,          d,        it};
+    // Full blocks from the group maxima, a thread each.
+    spec.groupMaxima = canPredictFromGroups(spec);
+    if (spec.groupMaxima) {
+      auto [vMax, dMax] = groupMaximaOf(op.getState());
+      predictOperands.append({vMax, dMax});
+      spec.predictBlocksPerCta = 256;
+    }
     // Single-row steps keep their block scores in the state, where the
     // previous step's update already predicted them (Kernels.h).
     spec.predictionCache = spec.rows == 1;
@@ -755,6 +775,14 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
                       mask.counts, mask.skip, v, d, it},
                      op);
   placeOn(l, stream, wait);
+  // The group maxima of what the update changed, after it on its stream.
+  auto [vMax, dMax] = groupMaximaOf(state);
+  LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
+  placeOn(launch(spec.name + "_maxima", maxima,
+                 {positions, lengths, *slots, mask.blocks, mask.counts,
+                  mask.skip, v, d, vMax, dMax},
+                 op),
+          stream, /*wait=*/-1);
   // The next step's block scores, from the state just updated, on the
   // same stream: off the next step's critical path.
   if (mask.predictNext) {
@@ -812,7 +840,8 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
   auto [v, d, it] = stateOf(op, op.getState());
-  SmallVector<Buffer> operands = {*flags, *slots, v, d, it};
+  auto [vMax, dMax] = groupMaximaOf(op.getState());
+  SmallVector<Buffer> operands = {*flags, *slots, v, d, it, vMax, dMax};
   if (bufferingLayers.count(layer)) {
     spec.observations = true;
     operands.push_back(observationsOf(op, op.getState()).rows);
@@ -915,12 +944,14 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
   auto [v, d, it] = stateOf(op, op.getState());
+  auto [vMax, dMax] = groupMaximaOf(op.getState());
   ObservationFields obs = observationsOf(op, op.getState());
   CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z},
+         {*accepted, *slots, v, d, vMax, dMax, obs.rows, obs.pos, obs.len,
+          obs.mask, obs.z},
          op);
   launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
   return success();

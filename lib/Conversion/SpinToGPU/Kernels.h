@@ -39,6 +39,17 @@ enum ErrorCode : int32_t {
   ErrorBadPosition = 3,
 };
 
+/// The state keeps, next to V and D, their maxima over aligned groups of
+/// `kGroup` entries (`v_max8`, `d_max8`: f32 [slots, ceil(C / kGroup)],
+/// docs/Runtime-ABI.md). Every kernel that writes V or D keeps them exact
+/// (the update through buildGroupMaximaKernel, the MTP commit and the reset
+/// themselves), so that the prediction of a full block reads a few group
+/// maxima instead of every slot.
+constexpr int64_t kGroup = 8;
+inline int64_t stateGroups(int64_t capacity) {
+  return (capacity + kGroup - 1) / kGroup;
+}
+
 //===----------------------------------------------------------------------===//
 // Scoring (SPIN_SPEC §1, §3.8)
 //===----------------------------------------------------------------------===//
@@ -163,14 +174,24 @@ struct SelectKernelSpec {
   bool predictionCache = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
+  /// The predict kernels read the full blocks' scores from the group maxima
+  /// (`v_max8`, `d_max8`, two more parameters after `it`): a block of
+  /// `blockSize` slots covers `blockSize / 8` groups of V and, over its
+  /// diagonal offsets, `blockSize / 8` groups of D or `blockSize / 8 - 1`
+  /// and one group's worth of D entries split between its two ends. Only a
+  /// row's last, partial block reads V and D slot by slot.
+  bool groupMaxima = false;
 };
+/// True when the predict kernels can use the group maxima (max pooling and
+/// blocks of whole groups).
+bool canPredictFromGroups(const SelectKernelSpec &spec);
 /// True when max pooling can be computed by many CTAs per row
 /// (buildPredictKernel).
 bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
-/// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
-/// `predictionCache` pred_at, pred_keys instead of keys. Grid:
+/// Parameters: positions, lengths, slots, v, d, it, [v_max8, d_max8], keys
+/// (ptrs); with `predictionCache` pred_at, pred_keys instead of keys. Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).
@@ -201,9 +222,24 @@ LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
 
-/// Zeroes V and D and sets `it = 0` for the requests whose reset flag is
-/// set (and drops their buffered MTP rows: `obs_rows = 0`). Parameters:
-/// reset (i8), slots, v, d, it, [obs_rows] (ptrs). Grid:
+/// `<name>_maxima`, launched after the update on its stream: recomputes the
+/// group maxima (see kGroup) of every group of V and D that the update may
+/// have changed, from the updated V and D: for each selected block j of a
+/// request, the groups of V over its slots and those of D over its
+/// offsets [p - bs*j - bs + 1, p - bs*j]. A group shared by two selected
+/// blocks is recomputed by both, from the same values, so both write the
+/// same maximum. A thread per group, eight loads each.
+///
+/// Parameters: positions, lengths, slots, blocks, counts, skip, v, d,
+/// v_max8, d_max8 (ptrs). Grid: (ctasPerRequest, batch).
+LaunchShape buildGroupMaximaKernel(OpBuilder &b, Location loc,
+                                   gpu::GPUModuleOp module,
+                                   const UpdateKernelSpec &spec);
+
+/// Zeroes V, D and their group maxima and sets `it = 0` for the requests
+/// whose reset flag is set (and drops their buffered MTP rows: `obs_rows =
+/// 0`). Parameters: reset (i8), slots, v, d, it, v_max8, d_max8,
+/// [obs_rows] (ptrs). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
   std::string name;
@@ -254,12 +290,13 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///     slot `p_r - x` (when scored and finite): no two threads write the
 ///     same entry, and each entry sees the rows in order, exactly as the
 ///     CPU path's sequential replay; entries no replayed row touches are
-///     not accessed;
+///     not written. The eight lanes of a group then write its maximum
+///     (kGroup) when any of them changed;
 ///  2. `<name>_finish` (one thread per request) advances `it` and drops the
 ///     buffer, after every CTA of the first launch has read `obs_rows`.
 ///
-/// Parameters: replay(accepted, slots, v, d, obs_rows, obs_pos, obs_len,
-/// obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
+/// Parameters: replay(accepted, slots, v, d, v_max8, d_max8, obs_rows,
+/// obs_pos, obs_len, obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
 struct CommitKernelSpec {
   std::string name;
   /// `rows` is the pool's `maxRows` (the row stride of the obs fields).

@@ -78,11 +78,59 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
         }
       });
 }
+
+/// max(V[i], D[p - i]) over the full block j of slots [bs j, bs j + bs)
+/// (bs j + bs <= N <= p + 1) from the group maxima (Kernels.h, kGroup):
+/// V's groups bs j / 8 ... over the slots; over the offsets [a, a + bs) with
+/// a = p - bs j - bs + 1 >= 0, D's groups when a is a group's first entry,
+/// else the whole groups inside and the entries of the group at a and of
+/// the group after the last whole one, split at a % 8 between the two ends.
+Value predictFullBlock(KernelBuilder &kb, Value vState, Value dState,
+                       Value vMax, Value dMax, Value stateBase, Value groupBase,
+                       Value p, Value j, int64_t bs) {
+  Type f32 = kb.f32T();
+  const int64_t span = bs / kGroup;
+  Value ninf = kb.f32(-INFINITY);
+  Value m = ninf;
+  Value firstGroup = kb.mul(j, kb.i32(span));
+  for (int64_t t = 0; t < span; ++t)
+    m = kb.maxF(m, kb.loadAt(f32, vMax,
+                             kb.add(groupBase,
+                                    kb.extS64(kb.add(firstGroup, kb.i32(t))))));
+  Value a = kb.sub(p, kb.add(kb.mul(j, kb.i32(bs)), kb.i32(bs - 1)));
+  Value shift = kb.andI(a, kb.i32(kGroup - 1));
+  Value split = kb.cmp(CmpIPredicate::ne, shift, kb.i32(0));
+  Value g0 = kb.divU(a, kb.i32(kGroup));
+  // Every address stays inside the row (unused loads are clamped).
+  Value lastGroup = kb.divU(p, kb.i32(kGroup));
+  Value after = kb.select(split, kb.i32(1), kb.i32(0));
+  for (int64_t t = 0; t < span; ++t) {
+    Value g = kb.minS(kb.add(g0, kb.add(after, kb.i32(t))), lastGroup);
+    Value d = kb.loadAt(f32, dMax, kb.add(groupBase, kb.extS64(g)));
+    Value used = t == span - 1 ? kb.not1(split) : kb.i1(true);
+    m = kb.maxF(m, kb.select(used, d, ninf));
+  }
+  Value head = kb.mul(g0, kb.i32(kGroup));
+  Value tail = kb.add(head, kb.i32(bs));
+  for (int64_t u = 0; u < kGroup; ++u) {
+    Value atHead = kb.cmp(CmpIPredicate::sge, kb.i32(u), shift);
+    Value o = kb.add(kb.select(atHead, head, tail), kb.i32(u));
+    Value d =
+        kb.loadAt(f32, dState, kb.add(stateBase, kb.extS64(kb.minS(o, p))));
+    m = kb.maxF(m, kb.select(split, d, ninf));
+  }
+  return m;
+}
 } // namespace
 
 bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
   return spec.pooling == PoolingKind::max &&
          (spec.blockSize % 32 == 0 || 32 % spec.blockSize == 0);
+}
+
+bool mlir::spin::gpu_codegen::canPredictFromGroups(
+    const SelectKernelSpec &spec) {
+  return canPredictByMax(spec) && spec.blockSize % kGroup == 0;
 }
 
 /// Whether the prediction cache's record of `slot` says that its block
@@ -112,14 +160,19 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   const bool cache = spec.predictionCache;
   assert((cache || !next) && "a next-step prediction needs the cache");
   OpBuilder::InsertionGuard guard(b);
+  const bool groups = spec.groupMaxima;
+  assert((!groups || canPredictFromGroups(spec)) && "blocks of whole groups");
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
-      SmallVector<Type>(cache ? 8 : 7, ptr), threads);
-  Value positions = func.getArgument(0), lengths = func.getArgument(1);
-  Value slots = func.getArgument(2), vState = func.getArgument(3);
-  Value dState = func.getArgument(4), itState = func.getArgument(5);
-  Value predAt = cache ? func.getArgument(6) : Value();
-  Value keysOut = func.getArgument(cache ? 7 : 6);
+      SmallVector<Type>(7 + cache + 2 * groups, ptr), threads);
+  unsigned arg = 0;
+  Value positions = func.getArgument(arg++), lengths = func.getArgument(arg++);
+  Value slots = func.getArgument(arg++), vState = func.getArgument(arg++);
+  Value dState = func.getArgument(arg++), itState = func.getArgument(arg++);
+  Value vMax = groups ? func.getArgument(arg++) : Value();
+  Value dMax = groups ? func.getArgument(arg++) : Value();
+  Value predAt = cache ? func.getArgument(arg++) : Value();
+  Value keysOut = func.getArgument(arg++);
 
   Value lane = kb.laneId(), warp = kb.warpId();
   Value rowId = kb.blockIdY();
@@ -169,12 +222,32 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
     Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
-    // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
-    // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
-    const int64_t unroll =
-        std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-    maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
-                 firstBlock, local, bs, warps, warp, lane, unroll);
+    if (groups) {
+      // A thread per full block, then the row's last, partial block (if
+      // in this CTA's range) slot by slot.
+      Value groupBase =
+          kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
+      Value fullBlocks = kb.divU(n, kb.i32(bs));
+      forEachThreadStrided(
+          kb, kb.sub(endBlock, firstBlock), threads, [&](Value jl) {
+            Value j = kb.add(firstBlock, jl);
+            kb.ifThen(kb.cmp(CmpIPredicate::slt, j, fullBlocks), [&] {
+              Value m = predictFullBlock(kb, vState, dState, vMax, dMax,
+                                         stateBase, groupBase, p, j, bs);
+              kb.storeAt(kb.orderedKey(m), local, jl);
+            });
+          });
+      Value tailFirst = kb.maxS(firstSlot, kb.mul(fullBlocks, kb.i32(bs)));
+      maxPoolSlots(kb, vState, dState, stateBase, p, tailFirst, endSlot,
+                   firstBlock, local, bs, warps, warp, lane, /*unroll=*/2);
+    } else {
+      // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
+      // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
+      const int64_t unroll =
+          std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
+      maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
+                   firstBlock, local, bs, warps, warp, lane, unroll);
+    }
     kb.barrier();
     Value outBase =
         cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)

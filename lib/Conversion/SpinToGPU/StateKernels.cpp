@@ -116,19 +116,106 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   return shape;
 }
 
+LaunchShape
+mlir::spin::gpu_codegen::buildGroupMaximaKernel(OpBuilder &b, Location loc,
+                                                gpu::GPUModuleOp module,
+                                                const UpdateKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
+  SmallVector<Type> params(10, ptr);
+  OpBuilder::InsertionGuard guard(b);
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name + "_maxima", params, spec.threads);
+  unsigned a = 0;
+  Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
+  Value slots = func.getArgument(a++), blocks = func.getArgument(a++);
+  Value counts = func.getArgument(a++), skip = func.getArgument(a++);
+  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
+  Value vMax = func.getArgument(a++), dMax = func.getArgument(a++);
+
+  // The update's own test: a request it left untouched needs nothing.
+  Value request = kb.blockIdY();
+  Value slot = kb.loadAt(i32, slots, request, true);
+  Value p = kb.loadAt(i32, positions, request, true);
+  Value n = kb.loadAt(i32, lengths, request, true);
+  RowChecks checks =
+      checkRow(kb, p, n, spec.capacity, spec.maxBlocks * spec.blockSize);
+  Value ok = kb.andI(checks.lengthOk, checks.positionOk);
+  ok = kb.andI(ok, kb.cmp(CmpIPredicate::eq,
+                          kb.loadAt(i32, skip, request, true), kb.i32(0)));
+  kb.ifThen(ok, [&] {
+    const int64_t bs = spec.blockSize, groups = stateGroups(spec.capacity);
+    // A window of bs consecutive entries spans at most this many groups.
+    const int64_t span = (bs + 2 * kGroup - 2) / kGroup;
+    Value count = kb.loadAt(i32, counts, request, true);
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value groupBase = kb.mul(kb.extS64(slot), kb.i64(groups));
+    Value start =
+        kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+    // Item t: list entry t / (2 span), V (first span) or D, its group
+    // t % span after the window's first.
+    kb.forLoop(
+        start, kb.mul(count, kb.i32(2 * span)),
+        kb.i32(spec.threads * spec.ctasPerRequest), [&](Value t) {
+          Value entry = kb.divU(t, kb.i32(2 * span));
+          Value within = kb.remU(t, kb.i32(2 * span));
+          Value diagonal = kb.cmp(CmpIPredicate::sge, within, kb.i32(span));
+          Value g = kb.remU(within, kb.i32(span));
+          Value j = kb.loadAt(
+              i32, blocks,
+              kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), entry), true);
+          Value firstSlot = kb.mul(j, kb.i32(bs));
+          // V: slots [bs j, bs j + bs); D: offsets p - i of those slots.
+          Value lo =
+              kb.select(diagonal, kb.sub(p, kb.add(firstSlot, kb.i32(bs - 1))),
+                        firstSlot);
+          Value hi = kb.select(diagonal, kb.sub(p, firstSlot),
+                               kb.add(firstSlot, kb.i32(bs - 1)));
+          lo = kb.maxS(lo, kb.i32(0));
+          hi = kb.minS(hi, kb.i32(spec.capacity - 1));
+          Value group = kb.add(kb.divU(lo, kb.i32(kGroup)), g);
+          Value inWindow =
+              kb.andI(kb.cmp(CmpIPredicate::sle, lo, hi),
+                      kb.cmp(CmpIPredicate::sle, group,
+                             kb.divU(kb.maxS(hi, kb.i32(0)), kb.i32(kGroup))));
+          kb.ifThen(inWindow, [&] {
+            Value state = kb.select(diagonal, dState, vState);
+            Value first = kb.mul(group, kb.i32(kGroup));
+            Value m = kb.f32(-INFINITY);
+            for (int64_t u = 0; u < kGroup; ++u) {
+              Value x = kb.add(first, kb.i32(u));
+              Value in = kb.cmp(CmpIPredicate::slt, x, kb.i32(spec.capacity));
+              Value at = kb.minS(x, kb.i32(spec.capacity - 1));
+              Value value =
+                  kb.loadAt(f32, state, kb.add(stateBase, kb.extS64(at)));
+              m = kb.maxF(m, kb.select(in, value, kb.f32(-INFINITY)));
+            }
+            kb.storeAt(m, kb.select(diagonal, dMax, vMax),
+                       kb.add(groupBase, kb.extS64(group)));
+          });
+        });
+  });
+
+  LaunchShape shape;
+  shape.grid = {spec.ctasPerRequest, spec.batch, 1};
+  shape.blockThreads = spec.threads;
+  return shape;
+}
+
 LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
-  SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
+  SmallVector<Type> params(spec.observations ? 8 : 7, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4);
-  Value obsRows = spec.observations ? func.getArgument(5) : Value();
+  Value vMax = func.getArgument(5), dMax = func.getArgument(6);
+  Value obsRows = spec.observations ? func.getArgument(7) : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
@@ -141,6 +228,14 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
                  Value at = kb.add(stateBase, kb.extS64(i));
                  kb.storeAt(kb.f32(0.0), vState, at);
                  kb.storeAt(kb.f32(0.0), dState, at);
+               });
+    const int64_t groups = stateGroups(spec.capacity);
+    Value groupBase = kb.mul(kb.extS64(slot), kb.i64(groups));
+    kb.forLoop(start, kb.i32(groups),
+               kb.i32(spec.threads * spec.ctasPerRequest), [&](Value g) {
+                 Value at = kb.add(groupBase, kb.extS64(g));
+                 kb.storeAt(kb.f32(0.0), vMax, at);
+                 kb.storeAt(kb.f32(0.0), dMax, at);
                });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
