@@ -770,19 +770,23 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
   auto [v, d, it] = stateOf(op, state);
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
-  Launch &l = launch(spec.name, shape,
-                     {scores, positions, lengths, *slots, mask.blocks,
-                      mask.counts, mask.skip, v, d, it},
-                     op);
-  placeOn(l, stream, wait);
-  // The group maxima of what the update changed, after it on its stream.
   auto [vMax, dMax] = groupMaximaOf(state);
-  LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
-  placeOn(launch(spec.name + "_maxima", maxima,
-                 {positions, lengths, *slots, mask.blocks, mask.counts,
-                  mask.skip, v, d, vMax, dMax},
-                 op),
-          stream, /*wait=*/-1);
+  SmallVector<Buffer> operands = {scores,      positions,   lengths,   *slots,
+                                  mask.blocks, mask.counts, mask.skip, v,
+                                  d,           it};
+  const bool keepsMaxima = updateKeepsGroupMaxima(spec);
+  if (keepsMaxima)
+    operands.append({vMax, dMax});
+  placeOn(launch(spec.name, shape, operands, op), stream, wait);
+  if (!keepsMaxima) {
+    // The group maxima of what the update changed, after it on its stream.
+    LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
+    placeOn(launch(spec.name + "_maxima", maxima,
+                   {positions, lengths, *slots, mask.blocks, mask.counts,
+                    mask.skip, v, d, vMax, dMax},
+                   op),
+            stream, /*wait=*/-1);
+  }
   // The next step's block scores, from the state just updated, on the
   // same stream: off the next step's critical path.
   if (mask.predictNext) {

@@ -105,12 +105,20 @@ mlir::spin::gpu_codegen::blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
   return {kb.add(kb.sub(inclusive, value), before), total};
 }
 
+Value mlir::spin::gpu_codegen::laneGroupMaxF(KernelBuilder &kb, int64_t lanes,
+                                             Value value) {
+  assert(lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
+         "a power of two up to the warp");
+  for (int64_t d = lanes / 2; d >= 1; d /= 2)
+    value = kb.maxF(value, kb.shflXor(value, d));
+  return value;
+}
+
 Value mlir::spin::gpu_codegen::blockMaxF(KernelBuilder &kb, StringRef prefix,
                                          Value value, int64_t blockThreads) {
   int64_t warps = blockThreads / 32;
   Value cells = kb.sharedArray((prefix + "_warp_max").str(), kb.f32T(), warps);
-  for (int64_t d = 16; d >= 1; d /= 2)
-    value = kb.maxF(value, kb.shflXor(value, d));
+  value = laneGroupMaxF(kb, 32, value);
   Value lane = kb.laneId(), warp = kb.warpId();
   kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
             [&] { kb.storeAt(value, cells, warp); });

@@ -26,6 +26,11 @@ Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane);
 std::pair<Value, Value> blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
                                            Value value, int64_t blockThreads);
 
+/// The maximum of one f32 per lane over each aligned group of `lanes`
+/// lanes (a power of two up to 32; NaN-propagating). All 32 lanes of the
+/// warp must call it.
+Value laneGroupMaxF(KernelBuilder &kb, int64_t lanes, Value value);
+
 /// Block-wide maximum of one f32 per thread (NaN-propagating).
 Value blockMaxF(KernelBuilder &kb, StringRef prefix, Value value,
                 int64_t blockThreads);

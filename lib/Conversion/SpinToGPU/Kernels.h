@@ -210,8 +210,10 @@ LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
 /// sparse score layout above), then `it += 1`.
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, skip, v,
-/// d, it (ptrs); requests whose `skip` flag is set are left untouched.
-/// Grid: (ctasPerRequest, batch).
+/// d, it, [v_max8, d_max8] (ptrs); requests whose `skip` flag is set are
+/// left untouched. With blocks of whole groups (updateKeepsGroupMaxima) it
+/// also writes the group maxima (kGroup) of what it changed; otherwise
+/// buildGroupMaximaKernel must run after it. Grid: (ctasPerRequest, batch).
 struct UpdateKernelSpec {
   std::string name;
   int64_t batch = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
@@ -221,8 +223,11 @@ struct UpdateKernelSpec {
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
+/// True when buildUpdateKernel keeps the group maxima itself.
+bool updateKeepsGroupMaxima(const UpdateKernelSpec &spec);
 
-/// `<name>_maxima`, launched after the update on its stream: recomputes the
+/// `<name>_maxima`, launched after an update that does not keep the group
+/// maxima itself (updateKeepsGroupMaxima), on its stream: recomputes the
 /// group maxima (see kGroup) of every group of V and D that the update may
 /// have changed, from the updated V and D: for each selected block j of a
 /// request, the groups of V over its slots and those of D over its

@@ -269,8 +269,7 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                     return {kb.loadAt(f32, state, at)};
                   },
                   [&]() -> SmallVector<Value> { return {value}; })[0];
-              for (int64_t off = 1; off < kGroup; off *= 2)
-                value = kb.maxF(value, kb.shflXor(value, off));
+              value = laneGroupMaxF(kb, kGroup, value);
               Value leader =
                   kb.cmp(CmpIPredicate::eq, kb.andI(lane, kb.i32(kGroup - 1)),
                          kb.i32(0));

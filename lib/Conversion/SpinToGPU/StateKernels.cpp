@@ -14,18 +14,31 @@ using namespace mlir::spin::gpu_codegen;
 using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
+bool mlir::spin::gpu_codegen::updateKeepsGroupMaxima(
+    const UpdateKernelSpec &spec) {
+  return spec.blockSize % kGroup == 0;
+}
+
 /// SPIN_SPEC §3.10 for every scored slot i of a single-row step:
 /// V[i] = a*V[i] + c*z[i], D[p-i] = a*D[p-i] + c*z[i] with a = f32(decay),
 /// c = f32(1 - decay), two roundings and no FMA (as the CPU path). Entries
 /// with a non-finite score (NaN past the visible length included) are not
 /// folded in. Rows with a bad length or position were reported by the
 /// select kernel and leave the state untouched, `it` included.
+///
+/// With blocks of whole groups (kGroup) the kernel also writes the group
+/// maxima of what it changed: V by slot (a group's eight slots are eight
+/// lanes of one round), D by group of offsets (each group is owned by the
+/// lowest selected block whose offsets it holds, whose lanes fold in the
+/// scores of both blocks), so that no entry is written by two threads.
+/// Otherwise buildGroupMaximaKernel runs after it.
 LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params(10, ptr);
+  const bool fused = updateKeepsGroupMaxima(spec);
+  SmallVector<Type> params(fused ? 12 : 10, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -36,6 +49,8 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value skip = func.getArgument(a++);
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
+  Value vMax = fused ? func.getArgument(a++) : Value();
+  Value dMax = fused ? func.getArgument(a++) : Value();
 
   Value request = kb.blockIdY();
   Value slot = kb.loadAt(i32, slots, request, true);
@@ -49,59 +64,187 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   kb.ifThen(ok, [&] {
     Value decay = kb.f32(static_cast<float>(spec.decay));
     Value keep = kb.f32(static_cast<float>(1.0 - spec.decay));
-    Value total =
-        kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(spec.blockSize));
+    auto ema = [&](Value old, Value z) {
+      return kb.add(kb.mul(decay, old), kb.mul(keep, z));
+    };
+    auto finite = [&](Value z) {
+      return kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
+    };
+    Value count = kb.loadAt(i32, counts, request, true);
+    Value total = kb.mul(count, kb.i32(spec.blockSize));
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value groupBase =
+        kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
     Value width = kb.i32(spec.maxBlocks * spec.blockSize);
+    Value scoreBase = kb.mul(request, width);
+    Value listBase = kb.mul(request, kb.i32(spec.maxBlocks));
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
                          kb.threadIdX());
+    Value groupLeader = kb.cmp(
+        CmpIPredicate::eq, kb.andI(kb.laneId(), kb.i32(kGroup - 1)), kb.i32(0));
+    // Whole warps per round where lanes shuffle.
+    auto warpRounded = [&](Value x) {
+      return fused ? kb.mul(kb.divU(kb.add(x, kb.i32(31)), kb.i32(32)),
+                            kb.i32(32))
+                   : x;
+    };
+    Value inCapacity = kb.i32(spec.capacity);
+    auto groupOf = [&](Value x) {
+      return kb.add(groupBase, kb.extS64(kb.divU(x, kb.i32(kGroup))));
+    };
     // Each thread takes kUnroll entries at a time and issues all their
     // loads before it uses any: the scores and block-list entries
     // together, then V and D (the kernel is bound by the latency of these
     // dependent rounds, not by bandwidth). Loads of entries past the end or
-    // with a non-finite score read a valid cell (entry total - 1, slot p)
-    // and store nothing. Distinct entries are distinct slots, so the
-    // entries of one round never touch the same V or D cell.
+    // with a non-finite score read a valid cell and store nothing. Distinct
+    // entries are distinct slots, so the entries of one round never touch
+    // the same V or D cell.
     constexpr int64_t kUnroll = 8;
     const int64_t stride = spec.threads * spec.ctasPerRequest;
     Value bs = kb.i32(spec.blockSize);
     Value lastEntry = kb.sub(total, kb.i32(1));
-    kb.forLoop(start, total, kb.i32(stride * kUnroll), [&](Value first) {
-      SmallVector<Value> zs, blockOf, inRange, entries;
-      for (int64_t u = 0; u < kUnroll; ++u) {
-        Value e = kb.add(first, kb.i32(u * stride));
-        inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
-        Value at = kb.minS(e, lastEntry);
-        entries.push_back(at);
-        zs.push_back(
-            kb.loadAt(f32, scores, kb.add(kb.mul(request, width), at), true));
-        blockOf.push_back(kb.loadAt(
-            i32, blocks,
-            kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(at, bs)),
-            true));
-      }
-      SmallVector<Value> vAts, dAts, olds, used;
-      for (int64_t u = 0; u < kUnroll; ++u) {
-        Value e = entries[u];
-        Value finite =
-            kb.cmpF(CmpFPredicate::OLT, kb.absF(zs[u]), kb.f32(INFINITY));
-        used.push_back(kb.andI(inRange[u], finite));
-        Value i = kb.select(used.back(),
-                            kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)), p);
-        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i))));
-        dAts.push_back(
-            kb.gep(dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, i)))));
-        olds.push_back(kb.load(f32, vAts.back(), 4));
-        olds.push_back(kb.load(f32, dAts.back(), 4));
-      }
-      for (int64_t u = 0; u < kUnroll; ++u) {
-        kb.ifThen(used[u], [&] {
-          Value cz = kb.mul(keep, zs[u]);
-          kb.store(kb.add(kb.mul(decay, olds[2 * u]), cz), vAts[u], 4);
-          kb.store(kb.add(kb.mul(decay, olds[2 * u + 1]), cz), dAts[u], 4);
+    kb.forLoop(
+        start, warpRounded(total), kb.i32(stride * kUnroll), [&](Value first) {
+          SmallVector<Value> zs, blockOf, inRange, entries;
+          for (int64_t u = 0; u < kUnroll; ++u) {
+            Value e = kb.add(first, kb.i32(u * stride));
+            inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
+            Value at = kb.minS(e, lastEntry);
+            entries.push_back(at);
+            zs.push_back(kb.loadAt(f32, scores, kb.add(scoreBase, at), true));
+            blockOf.push_back(kb.loadAt(
+                i32, blocks, kb.add(listBase, kb.divU(at, bs)), true));
+          }
+          SmallVector<Value> slotsOf, vAts, dAts, olds, used;
+          for (int64_t u = 0; u < kUnroll; ++u) {
+            used.push_back(kb.andI(inRange[u], finite(zs[u])));
+            Value i = kb.add(kb.mul(blockOf[u], bs), kb.remU(entries[u], bs));
+            slotsOf.push_back(i);
+            // The group maxima need every slot's V (within the capacity).
+            Value at = fused ? kb.minS(i, kb.i32(spec.capacity - 1))
+                             : kb.select(used.back(), i, p);
+            vAts.push_back(
+                kb.gep(vState, f32, kb.add(stateBase, kb.extS64(at))));
+            olds.push_back(kb.load(f32, vAts.back(), 4));
+            if (!fused) {
+              dAts.push_back(kb.gep(
+                  dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, at)))));
+              olds.push_back(kb.load(f32, dAts.back(), 4));
+            }
+          }
+          for (int64_t u = 0; u < kUnroll; ++u) {
+            Value oldV = olds[fused ? u : 2 * u];
+            Value newV = kb.select(used[u], ema(oldV, zs[u]), oldV);
+            kb.ifThen(used[u], [&] {
+              kb.store(newV, vAts[u], 4);
+              if (!fused)
+                kb.store(ema(olds[2 * u + 1], zs[u]), dAts[u], 4);
+            });
+            if (!fused)
+              continue;
+            // A group's eight slots are eight lanes of this round (blocks of
+            // whole groups; groups aligned in the entries).
+            Value inState = kb.andI(
+                inRange[u], kb.cmp(CmpIPredicate::slt, slotsOf[u], inCapacity));
+            Value m = laneGroupMaxF(
+                kb, kGroup, kb.select(inState, newV, kb.f32(-INFINITY)));
+            kb.ifThen(kb.andI(groupLeader, inState), [&] {
+              kb.store(m, kb.gep(vMax, f32, groupOf(slotsOf[u])), 4);
+            });
+          }
         });
-      }
-    });
+
+    if (fused) {
+      // D by group of offsets. Block j's offsets are [p - bs j - bs + 1,
+      // p - bs j]; a group holds offsets of at most two adjacent blocks
+      // and is owned by the lower selected one, which folds in the scores
+      // of both (block j + 1's, if selected, are list entry k + 1's).
+      const int64_t span = spec.blockSize / kGroup + 1;
+      constexpr int64_t kDUnroll = 4;
+      Value items = kb.mul(count, kb.i32(span * kGroup));
+      Value lastListed = kb.sub(count, kb.i32(1));
+      kb.forLoop(
+          start, warpRounded(items), kb.i32(stride * kDUnroll),
+          [&](Value first) {
+            SmallVector<Value> cells, olds, zs, hits, owned;
+            for (int64_t u = 0; u < kDUnroll; ++u) {
+              Value t = kb.add(first, kb.i32(u * stride));
+              Value inRange = kb.cmp(CmpIPredicate::slt, t, items);
+              Value k = kb.minS(kb.divU(t, kb.i32(span * kGroup)), lastListed);
+              Value g = kb.remU(kb.divU(t, kb.i32(kGroup)), kb.i32(span));
+              Value j = kb.loadAt(i32, blocks, kb.add(listBase, k), true);
+              Value prev = kb.loadAt(
+                  i32, blocks,
+                  kb.add(listBase, kb.maxS(kb.sub(k, kb.i32(1)), kb.i32(0))),
+                  true);
+              Value next = kb.loadAt(
+                  i32, blocks,
+                  kb.add(listBase, kb.minS(kb.add(k, kb.i32(1)), lastListed)),
+                  true);
+              Value hi = kb.sub(p, kb.mul(j, bs));
+              Value lo =
+                  kb.maxS(kb.sub(hi, kb.i32(spec.blockSize - 1)), kb.i32(0));
+              Value group = kb.add(kb.divU(lo, kb.i32(kGroup)), g);
+              Value topGroup = kb.divU(hi, kb.i32(kGroup));
+              // The top group also holds block j - 1's offsets unless it ends
+              // at hi; that block owns it when selected.
+              Value prevSelected = kb.andI(
+                  kb.cmp(CmpIPredicate::sgt, k, kb.i32(0)),
+                  kb.cmp(CmpIPredicate::eq, prev, kb.sub(j, kb.i32(1))));
+              Value sharedUp = kb.andI(
+                  kb.cmp(CmpIPredicate::eq, group, topGroup),
+                  kb.cmp(CmpIPredicate::ne, kb.andI(hi, kb.i32(kGroup - 1)),
+                         kb.i32(kGroup - 1)));
+              Value o = kb.add(kb.mul(group, kb.i32(kGroup)),
+                               kb.andI(t, kb.i32(kGroup - 1)));
+              Value own = kb.andI(
+                  kb.andI(inRange, kb.cmp(CmpIPredicate::sle, group, topGroup)),
+                  kb.andI(kb.not1(kb.andI(sharedUp, prevSelected)),
+                          kb.cmp(CmpIPredicate::slt, o, inCapacity)));
+              // Offset o's slot and where its score is: block j (entry k) or
+              // block j + 1 (entry k + 1).
+              Value i = kb.sub(p, o);
+              Value iAt = kb.maxS(i, kb.i32(0));
+              Value jo = kb.divU(iAt, bs);
+              Value nextSelected = kb.andI(
+                  kb.cmp(CmpIPredicate::slt, k, lastListed),
+                  kb.cmp(CmpIPredicate::eq, next, kb.add(j, kb.i32(1))));
+              Value mine = kb.cmp(CmpIPredicate::eq, jo, j);
+              Value below =
+                  kb.andI(kb.cmp(CmpIPredicate::eq, jo, kb.add(j, kb.i32(1))),
+                          nextSelected);
+              Value visible = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
+                                      kb.cmp(CmpIPredicate::slt, i, n));
+              Value hit = kb.andI(own, kb.andI(kb.orI(mine, below), visible));
+              Value entry =
+                  kb.add(kb.mul(kb.select(mine, k, kb.add(k, kb.i32(1))), bs),
+                         kb.remU(iAt, bs));
+              zs.push_back(kb.loadAt(
+                  f32, scores,
+                  kb.add(scoreBase, kb.select(hit, entry, kb.i32(0))), true));
+              Value cell = kb.select(own, o, kb.i32(0));
+              olds.push_back(
+                  kb.loadAt(f32, dState, kb.add(stateBase, kb.extS64(cell))));
+              cells.push_back(cell);
+              hits.push_back(hit);
+              owned.push_back(own);
+            }
+            for (int64_t u = 0; u < kDUnroll; ++u) {
+              Value fold = kb.andI(hits[u], finite(zs[u]));
+              Value value = kb.select(fold, ema(olds[u], zs[u]), olds[u]);
+              kb.ifThen(fold, [&] {
+                kb.storeAt(value, dState,
+                           kb.add(stateBase, kb.extS64(cells[u])));
+              });
+              // A group's lanes agree on its ownership; the first one writes.
+              Value m = laneGroupMaxF(
+                  kb, kGroup, kb.select(owned[u], value, kb.f32(-INFINITY)));
+              kb.ifThen(kb.andI(groupLeader, owned[u]), [&] {
+                kb.store(m, kb.gep(dMax, f32, groupOf(cells[u])), 4);
+              });
+            }
+          });
+    }
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
               [&] {
