@@ -82,12 +82,6 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
                          kb.threadIdX());
     Value groupLeader = kb.cmp(
         CmpIPredicate::eq, kb.andI(kb.laneId(), kb.i32(kGroup - 1)), kb.i32(0));
-    // Whole warps per round where lanes shuffle.
-    auto warpRounded = [&](Value x) {
-      return fused ? kb.mul(kb.divU(kb.add(x, kb.i32(31)), kb.i32(32)),
-                            kb.i32(32))
-                   : x;
-    };
     Value inCapacity = kb.i32(spec.capacity);
     auto groupOf = [&](Value x) {
       return kb.add(groupBase, kb.extS64(kb.divU(x, kb.i32(kGroup))));
@@ -103,148 +97,155 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     const int64_t stride = spec.threads * spec.ctasPerRequest;
     Value bs = kb.i32(spec.blockSize);
     Value lastEntry = kb.sub(total, kb.i32(1));
-    kb.forLoop(
-        start, warpRounded(total), kb.i32(stride * kUnroll), [&](Value first) {
-          SmallVector<Value> zs, blockOf, inRange, entries;
-          for (int64_t u = 0; u < kUnroll; ++u) {
-            Value e = kb.add(first, kb.i32(u * stride));
-            inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
-            Value at = kb.minS(e, lastEntry);
-            entries.push_back(at);
-            zs.push_back(kb.loadAt(f32, scores, kb.add(scoreBase, at), true));
-            blockOf.push_back(kb.loadAt(
-                i32, blocks, kb.add(listBase, kb.divU(at, bs)), true));
-          }
-          SmallVector<Value> slotsOf, vAts, dAts, olds, used;
-          for (int64_t u = 0; u < kUnroll; ++u) {
-            used.push_back(kb.andI(inRange[u], finite(zs[u])));
-            Value i = kb.add(kb.mul(blockOf[u], bs), kb.remU(entries[u], bs));
-            slotsOf.push_back(i);
-            // The group maxima need every slot's V (within the capacity).
-            Value at = fused ? kb.minS(i, kb.i32(spec.capacity - 1))
-                             : kb.select(used.back(), i, p);
-            vAts.push_back(
-                kb.gep(vState, f32, kb.add(stateBase, kb.extS64(at))));
-            olds.push_back(kb.load(f32, vAts.back(), 4));
-            if (!fused) {
-              dAts.push_back(kb.gep(
-                  dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, at)))));
-              olds.push_back(kb.load(f32, dAts.back(), 4));
-            }
-          }
-          for (int64_t u = 0; u < kUnroll; ++u) {
-            Value oldV = olds[fused ? u : 2 * u];
-            Value newV = kb.select(used[u], ema(oldV, zs[u]), oldV);
-            kb.ifThen(used[u], [&] {
-              kb.store(newV, vAts[u], 4);
-              if (!fused)
-                kb.store(ema(olds[2 * u + 1], zs[u]), dAts[u], 4);
-            });
-            if (!fused)
-              continue;
-            // A group's eight slots are eight lanes of this round (blocks of
-            // whole groups; groups aligned in the entries).
-            Value inState = kb.andI(
-                inRange[u], kb.cmp(CmpIPredicate::slt, slotsOf[u], inCapacity));
-            Value m = laneGroupMaxF(
-                kb, kGroup, kb.select(inState, newV, kb.f32(-INFINITY)));
-            kb.ifThen(kb.andI(groupLeader, inState), [&] {
-              kb.store(m, kb.gep(vMax, f32, groupOf(slotsOf[u])), 4);
-            });
-          }
-        });
+    // D by group of offsets (fused): block j's offsets are [p - bs j - bs
+    // + 1, p - bs j]; a group holds offsets of at most two adjacent blocks
+    // and is owned by the lower selected one, which folds in the scores of
+    // both (block j + 1's, if selected, are list entry k + 1's). Item t is
+    // lane t % 8 of group t / 8 % span of the window of list entry
+    // t / (8 span); a round takes about as many items as entries.
+    const int64_t span = spec.blockSize / kGroup + 1;
+    const int64_t kDUnroll = std::min<int64_t>(
+        16, llvm::divideCeil(kUnroll * span * kGroup, spec.blockSize));
+    Value items = kb.mul(count, kb.i32(span * kGroup));
+    Value lastListed = kb.sub(count, kb.i32(1));
+    auto roundsFor = [&](Value work, int64_t unroll) {
+      return kb.divU(kb.add(work, kb.i32(stride * unroll - 1)),
+                     kb.i32(stride * unroll));
+    };
+    // The same number of rounds for every thread of a request (lanes
+    // shuffle); each round issues all its loads before it uses any.
+    Value rounds = roundsFor(total, kUnroll);
+    if (fused)
+      rounds = kb.maxS(rounds, roundsFor(items, kDUnroll));
 
-    if (fused) {
-      // D by group of offsets. Block j's offsets are [p - bs j - bs + 1,
-      // p - bs j]; a group holds offsets of at most two adjacent blocks
-      // and is owned by the lower selected one, which folds in the scores
-      // of both (block j + 1's, if selected, are list entry k + 1's).
-      const int64_t span = spec.blockSize / kGroup + 1;
-      constexpr int64_t kDUnroll = 4;
-      Value items = kb.mul(count, kb.i32(span * kGroup));
-      Value lastListed = kb.sub(count, kb.i32(1));
-      kb.forLoop(
-          start, warpRounded(items), kb.i32(stride * kDUnroll),
-          [&](Value first) {
-            SmallVector<Value> cells, olds, zs, hits, owned;
-            for (int64_t u = 0; u < kDUnroll; ++u) {
-              Value t = kb.add(first, kb.i32(u * stride));
-              Value inRange = kb.cmp(CmpIPredicate::slt, t, items);
-              Value k = kb.minS(kb.divU(t, kb.i32(span * kGroup)), lastListed);
-              Value g = kb.remU(kb.divU(t, kb.i32(kGroup)), kb.i32(span));
-              Value j = kb.loadAt(i32, blocks, kb.add(listBase, k), true);
-              Value prev = kb.loadAt(
-                  i32, blocks,
-                  kb.add(listBase, kb.maxS(kb.sub(k, kb.i32(1)), kb.i32(0))),
-                  true);
-              Value next = kb.loadAt(
-                  i32, blocks,
-                  kb.add(listBase, kb.minS(kb.add(k, kb.i32(1)), lastListed)),
-                  true);
-              Value hi = kb.sub(p, kb.mul(j, bs));
-              Value lo =
-                  kb.maxS(kb.sub(hi, kb.i32(spec.blockSize - 1)), kb.i32(0));
-              Value group = kb.add(kb.divU(lo, kb.i32(kGroup)), g);
-              Value topGroup = kb.divU(hi, kb.i32(kGroup));
-              // The top group also holds block j - 1's offsets unless it ends
-              // at hi; that block owns it when selected.
-              Value prevSelected = kb.andI(
-                  kb.cmp(CmpIPredicate::sgt, k, kb.i32(0)),
-                  kb.cmp(CmpIPredicate::eq, prev, kb.sub(j, kb.i32(1))));
-              Value sharedUp = kb.andI(
-                  kb.cmp(CmpIPredicate::eq, group, topGroup),
-                  kb.cmp(CmpIPredicate::ne, kb.andI(hi, kb.i32(kGroup - 1)),
-                         kb.i32(kGroup - 1)));
-              Value o = kb.add(kb.mul(group, kb.i32(kGroup)),
-                               kb.andI(t, kb.i32(kGroup - 1)));
-              Value own = kb.andI(
-                  kb.andI(inRange, kb.cmp(CmpIPredicate::sle, group, topGroup)),
-                  kb.andI(kb.not1(kb.andI(sharedUp, prevSelected)),
-                          kb.cmp(CmpIPredicate::slt, o, inCapacity)));
-              // Offset o's slot and where its score is: block j (entry k) or
-              // block j + 1 (entry k + 1).
-              Value i = kb.sub(p, o);
-              Value iAt = kb.maxS(i, kb.i32(0));
-              Value jo = kb.divU(iAt, bs);
-              Value nextSelected = kb.andI(
-                  kb.cmp(CmpIPredicate::slt, k, lastListed),
-                  kb.cmp(CmpIPredicate::eq, next, kb.add(j, kb.i32(1))));
-              Value mine = kb.cmp(CmpIPredicate::eq, jo, j);
-              Value below =
-                  kb.andI(kb.cmp(CmpIPredicate::eq, jo, kb.add(j, kb.i32(1))),
-                          nextSelected);
-              Value visible = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
-                                      kb.cmp(CmpIPredicate::slt, i, n));
-              Value hit = kb.andI(own, kb.andI(kb.orI(mine, below), visible));
-              Value entry =
-                  kb.add(kb.mul(kb.select(mine, k, kb.add(k, kb.i32(1))), bs),
-                         kb.remU(iAt, bs));
-              zs.push_back(kb.loadAt(
-                  f32, scores,
-                  kb.add(scoreBase, kb.select(hit, entry, kb.i32(0))), true));
-              Value cell = kb.select(own, o, kb.i32(0));
-              olds.push_back(
-                  kb.loadAt(f32, dState, kb.add(stateBase, kb.extS64(cell))));
-              cells.push_back(cell);
-              hits.push_back(hit);
-              owned.push_back(own);
-            }
-            for (int64_t u = 0; u < kDUnroll; ++u) {
-              Value fold = kb.andI(hits[u], finite(zs[u]));
-              Value value = kb.select(fold, ema(olds[u], zs[u]), olds[u]);
-              kb.ifThen(fold, [&] {
-                kb.storeAt(value, dState,
-                           kb.add(stateBase, kb.extS64(cells[u])));
-              });
-              // A group's lanes agree on its ownership; the first one writes.
-              Value m = laneGroupMaxF(
-                  kb, kGroup, kb.select(owned[u], value, kb.f32(-INFINITY)));
-              kb.ifThen(kb.andI(groupLeader, owned[u]), [&] {
-                kb.store(m, kb.gep(dMax, f32, groupOf(cells[u])), 4);
-              });
-            }
-          });
-    }
+    struct VEntry {
+      Value inRange, entry, z, block, slot, at, old;
+    };
+    struct DItem {
+      Value t, inRange, k, g, j, prev, next, cell, owned, hit, z, old;
+    };
+    kb.forLoop(kb.i32(0), rounds, kb.i32(1), [&](Value round) {
+      Value vFirst = kb.add(start, kb.mul(round, kb.i32(stride * kUnroll)));
+      Value dFirst = kb.add(start, kb.mul(round, kb.i32(stride * kDUnroll)));
+      // 1. Scores and block-list entries.
+      SmallVector<VEntry> vs(kUnroll);
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        VEntry &x = vs[u];
+        Value e = kb.add(vFirst, kb.i32(u * stride));
+        x.inRange = kb.cmp(CmpIPredicate::slt, e, total);
+        x.entry = kb.minS(e, lastEntry);
+        x.z = kb.loadAt(f32, scores, kb.add(scoreBase, x.entry), true);
+        x.block = kb.loadAt(i32, blocks, kb.add(listBase, kb.divU(x.entry, bs)),
+                            true);
+      }
+      SmallVector<DItem> ds(fused ? kDUnroll : 0);
+      for (DItem &x : ds) {
+        x.t = kb.add(dFirst, kb.i32((&x - ds.data()) * stride));
+        x.inRange = kb.cmp(CmpIPredicate::slt, x.t, items);
+        x.k = kb.minS(kb.divU(x.t, kb.i32(span * kGroup)), lastListed);
+        x.g = kb.remU(kb.divU(x.t, kb.i32(kGroup)), kb.i32(span));
+        auto listed = [&](Value k) {
+          return kb.loadAt(i32, blocks, kb.add(listBase, k), true);
+        };
+        x.j = listed(x.k);
+        x.prev = listed(kb.maxS(kb.sub(x.k, kb.i32(1)), kb.i32(0)));
+        x.next = listed(kb.minS(kb.add(x.k, kb.i32(1)), lastListed));
+      }
+      // 2. The state cells (and the scores of D's offsets).
+      for (VEntry &x : vs) {
+        x.slot = kb.add(kb.mul(x.block, bs), kb.remU(x.entry, bs));
+        // The group maxima need every slot's V (within the capacity);
+        // otherwise an unused entry reads slot p.
+        Value used = kb.andI(x.inRange, finite(x.z));
+        Value cell = fused ? kb.minS(x.slot, kb.i32(spec.capacity - 1))
+                           : kb.select(used, x.slot, p);
+        x.at = cell;
+        x.old = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(cell)));
+      }
+      SmallVector<Value> dOlds;
+      if (!fused)
+        for (VEntry &x : vs)
+          dOlds.push_back(kb.loadAt(
+              f32, dState, kb.add(stateBase, kb.extS64(kb.sub(p, x.at)))));
+      for (DItem &x : ds) {
+        Value hi = kb.sub(p, kb.mul(x.j, bs));
+        Value lo = kb.maxS(kb.sub(hi, kb.i32(spec.blockSize - 1)), kb.i32(0));
+        Value group = kb.add(kb.divU(lo, kb.i32(kGroup)), x.g);
+        Value topGroup = kb.divU(hi, kb.i32(kGroup));
+        // The top group also holds block j - 1's offsets unless it ends at
+        // hi; that block owns it when selected.
+        Value prevSelected =
+            kb.andI(kb.cmp(CmpIPredicate::sgt, x.k, kb.i32(0)),
+                    kb.cmp(CmpIPredicate::eq, x.prev, kb.sub(x.j, kb.i32(1))));
+        Value sharedUp =
+            kb.andI(kb.cmp(CmpIPredicate::eq, group, topGroup),
+                    kb.cmp(CmpIPredicate::ne, kb.andI(hi, kb.i32(kGroup - 1)),
+                           kb.i32(kGroup - 1)));
+        Value o = kb.add(kb.mul(group, kb.i32(kGroup)),
+                         kb.andI(x.t, kb.i32(kGroup - 1)));
+        x.owned = kb.andI(
+            kb.andI(x.inRange, kb.cmp(CmpIPredicate::sle, group, topGroup)),
+            kb.andI(kb.not1(kb.andI(sharedUp, prevSelected)),
+                    kb.cmp(CmpIPredicate::slt, o, inCapacity)));
+        // Offset o's slot, and where its score is: block j (entry k) or
+        // block j + 1 (entry k + 1).
+        Value i = kb.sub(p, o);
+        Value iAt = kb.maxS(i, kb.i32(0));
+        Value jo = kb.divU(iAt, bs);
+        Value nextSelected =
+            kb.andI(kb.cmp(CmpIPredicate::slt, x.k, lastListed),
+                    kb.cmp(CmpIPredicate::eq, x.next, kb.add(x.j, kb.i32(1))));
+        Value mine = kb.cmp(CmpIPredicate::eq, jo, x.j);
+        Value below =
+            kb.andI(kb.cmp(CmpIPredicate::eq, jo, kb.add(x.j, kb.i32(1))),
+                    nextSelected);
+        Value visible = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
+                                kb.cmp(CmpIPredicate::slt, i, n));
+        x.hit = kb.andI(x.owned, kb.andI(kb.orI(mine, below), visible));
+        Value entry =
+            kb.add(kb.mul(kb.select(mine, x.k, kb.add(x.k, kb.i32(1))), bs),
+                   kb.remU(iAt, bs));
+        x.z = kb.loadAt(f32, scores,
+                        kb.add(scoreBase, kb.select(x.hit, entry, kb.i32(0))),
+                        true);
+        x.cell = kb.select(x.owned, o, kb.i32(0));
+        x.old = kb.loadAt(f32, dState, kb.add(stateBase, kb.extS64(x.cell)));
+      }
+      // 3. The new values, and the group maxima.
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        VEntry &x = vs[u];
+        Value used = kb.andI(x.inRange, finite(x.z));
+        Value newV = kb.select(used, ema(x.old, x.z), x.old);
+        kb.ifThen(used, [&] {
+          kb.storeAt(newV, vState, kb.add(stateBase, kb.extS64(x.at)));
+          if (!fused)
+            kb.storeAt(ema(dOlds[u], x.z), dState,
+                       kb.add(stateBase, kb.extS64(kb.sub(p, x.at))));
+        });
+        if (!fused)
+          continue;
+        // A group's eight slots are eight lanes of this round (blocks of
+        // whole groups; groups aligned in the entries).
+        Value inState =
+            kb.andI(x.inRange, kb.cmp(CmpIPredicate::slt, x.slot, inCapacity));
+        Value m = laneGroupMaxF(kb, kGroup,
+                                kb.select(inState, newV, kb.f32(-INFINITY)));
+        kb.ifThen(kb.andI(groupLeader, inState),
+                  [&] { kb.store(m, kb.gep(vMax, f32, groupOf(x.slot)), 4); });
+      }
+      for (DItem &x : ds) {
+        Value fold = kb.andI(x.hit, finite(x.z));
+        Value value = kb.select(fold, ema(x.old, x.z), x.old);
+        kb.ifThen(fold, [&] {
+          kb.storeAt(value, dState, kb.add(stateBase, kb.extS64(x.cell)));
+        });
+        // A group's lanes agree on its ownership; the first one writes.
+        Value m = laneGroupMaxF(kb, kGroup,
+                                kb.select(x.owned, value, kb.f32(-INFINITY)));
+        kb.ifThen(kb.andI(groupLeader, x.owned),
+                  [&] { kb.store(m, kb.gep(dMax, f32, groupOf(x.cell)), 4); });
+      }
+    });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
               [&] {
