@@ -10,3 +10,4 @@ for c in ${CONFIGS:-}; do
   echo "== $c"
   timeout 120 python3 bench/compare_gpu.py --config $c --rounds ${ROUNDS:-3} exp-artifacts/head-$c exp-artifacts/grp-$c 2>&1 | tail -12
 done
+if [ -n "${PROFILE:-}" ]; then for v in head grp; do python3 bench/profile_gpu.py exp-artifacts/$v-$PROFILE $PROFILE 2>&1 | grep "spin_\|graph"; done; fi

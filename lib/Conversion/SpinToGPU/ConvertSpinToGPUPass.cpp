@@ -136,6 +136,9 @@ struct MaskBuffers {
   /// the EMA update (its kernel, grid and operands).
   std::optional<std::pair<std::string, LaunchShape>> predictNext;
   SmallVector<Buffer> predictOperands;
+  /// The next-step prediction also recomputes the row's group maxima
+  /// (SelectKernelSpec::groupMaxima), so the update needs no `_maxima`.
+  bool predictNextKeepsMaxima = false;
 };
 
 /// Builds the launch plan of one function.
@@ -618,7 +621,6 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     if (spec.groupMaxima) {
       auto [vMax, dMax] = groupMaximaOf(op.getState());
       predictOperands.append({vMax, dMax});
-      spec.predictBlocksPerCta = 256;
     }
     // Single-row steps keep their block scores in the state, where the
     // previous step's update already predicted them (Kernels.h).
@@ -639,6 +641,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                                             /*next=*/true);
       mask.predictNext.emplace(spec.name + "_predict_next", next);
       mask.predictOperands = predictOperands;
+      mask.predictNextKeepsMaxima = spec.groupMaxima;
     }
   }
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
@@ -770,16 +773,14 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
   auto [v, d, it] = stateOf(op, state);
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
-  auto [vMax, dMax] = groupMaximaOf(state);
-  SmallVector<Buffer> operands = {scores,      positions,   lengths,   *slots,
-                                  mask.blocks, mask.counts, mask.skip, v,
-                                  d,           it};
-  const bool keepsMaxima = updateKeepsGroupMaxima(spec);
-  if (keepsMaxima)
-    operands.append({vMax, dMax});
-  placeOn(launch(spec.name, shape, operands, op), stream, wait);
-  if (!keepsMaxima) {
+  Launch &l = launch(spec.name, shape,
+                     {scores, positions, lengths, *slots, mask.blocks,
+                      mask.counts, mask.skip, v, d, it},
+                     op);
+  placeOn(l, stream, wait);
+  if (!mask.predictNextKeepsMaxima) {
     // The group maxima of what the update changed, after it on its stream.
+    auto [vMax, dMax] = groupMaximaOf(state);
     LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
     placeOn(launch(spec.name + "_maxima", maxima,
                    {positions, lengths, *slots, mask.blocks, mask.counts,
@@ -788,7 +789,8 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
             stream, /*wait=*/-1);
   }
   // The next step's block scores, from the state just updated, on the
-  // same stream: off the next step's critical path.
+  // same stream: off the next step's critical path (with the group maxima
+  // of the whole row, recomputed from the V and D it reads anyway).
   if (mask.predictNext) {
     placeOn(launch(mask.predictNext->first, mask.predictNext->second,
                    mask.predictOperands, op),

@@ -41,10 +41,12 @@ enum ErrorCode : int32_t {
 
 /// The state keeps, next to V and D, their maxima over aligned groups of
 /// `kGroup` entries (`v_max8`, `d_max8`: f32 [slots, ceil(C / kGroup)],
-/// docs/Runtime-ABI.md). Every kernel that writes V or D keeps them exact
-/// (the update through buildGroupMaximaKernel, the MTP commit and the reset
-/// themselves), so that the prediction of a full block reads a few group
-/// maxima instead of every slot.
+/// docs/Runtime-ABI.md), exact whenever no kernel of a step runs: every
+/// kernel that writes V or D is followed by one that recomputes what it
+/// may have changed (after an EMA update `<name>_predict_next` over the
+/// whole row when it runs, else buildGroupMaximaKernel), or keeps them
+/// itself (the MTP commit, the reset). The prediction of a full block then
+/// reads a few group maxima instead of every slot.
 constexpr int64_t kGroup = 8;
 inline int64_t stateGroups(int64_t capacity) {
   return (capacity + kGroup - 1) / kGroup;
@@ -180,6 +182,9 @@ struct SelectKernelSpec {
   /// diagonal offsets, `blockSize / 8` groups of D or `blockSize / 8 - 1`
   /// and one group's worth of D entries split between its two ends. Only a
   /// row's last, partial block reads V and D slot by slot.
+  /// `<name>_predict_next`, which reads all of V and D over the row, also
+  /// recomputes the group maxima of the slots [0, N) and offsets
+  /// [p - N + 1, p] of the step that just updated them (before its p + 1).
   bool groupMaxima = false;
 };
 /// True when the predict kernels can use the group maxima (max pooling and
@@ -189,10 +194,11 @@ bool canPredictFromGroups(const SelectKernelSpec &spec);
 /// (buildPredictKernel).
 bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
-/// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
+/// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA (from
+/// the group maxima: as many as the kernel's 256 threads).
 /// Parameters: positions, lengths, slots, v, d, it, [v_max8, d_max8], keys
 /// (ptrs); with `predictionCache` pred_at, pred_keys instead of keys. Grid:
-/// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
+/// (ceil(maxBlocks / blocks per CTA), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).
 LaunchShape buildPredictKernel(OpBuilder &b, Location loc,
@@ -210,10 +216,8 @@ LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
 /// sparse score layout above), then `it += 1`.
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, skip, v,
-/// d, it, [v_max8, d_max8] (ptrs); requests whose `skip` flag is set are
-/// left untouched. With blocks of whole groups (updateKeepsGroupMaxima) it
-/// also writes the group maxima (kGroup) of what it changed; otherwise
-/// buildGroupMaximaKernel must run after it. Grid: (ctasPerRequest, batch).
+/// d, it (ptrs); requests whose `skip` flag is set are left untouched.
+/// Grid: (ctasPerRequest, batch).
 struct UpdateKernelSpec {
   std::string name;
   int64_t batch = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
@@ -223,11 +227,9 @@ struct UpdateKernelSpec {
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
-/// True when buildUpdateKernel keeps the group maxima itself.
-bool updateKeepsGroupMaxima(const UpdateKernelSpec &spec);
 
-/// `<name>_maxima`, launched after an update that does not keep the group
-/// maxima itself (updateKeepsGroupMaxima), on its stream: recomputes the
+/// `<name>_maxima`, launched after the update on its stream unless a
+/// `_predict_next` with `groupMaxima` follows it: recomputes the
 /// group maxima (see kGroup) of every group of V and D that the update may
 /// have changed, from the updated V and D: for each selected block j of a
 /// request, the groups of V over its slots and those of D over its

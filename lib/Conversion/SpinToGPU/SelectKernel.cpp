@@ -156,12 +156,16 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 256, warps = threads / 32;
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
-  const int64_t range = spec.predictBlocksPerCta;
   const bool cache = spec.predictionCache;
   assert((cache || !next) && "a next-step prediction needs the cache");
   OpBuilder::InsertionGuard guard(b);
   const bool groups = spec.groupMaxima;
   assert((!groups || canPredictFromGroups(spec)) && "blocks of whole groups");
+  // The next-step prediction runs right after the update, before the group
+  // maxima are recomputed (by itself): it reads V and D slot by slot.
+  const bool fromGroups = groups && !next;
+  // A thread per block from the group maxima; else a warp per 8 blocks.
+  const int64_t range = fromGroups ? threads : spec.predictBlocksPerCta;
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
       SmallVector<Type>(7 + cache + 2 * groups, ptr), threads);
@@ -182,6 +186,29 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
+  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
+  if (next && groups) {
+    // The group maxima of everything the step's update may have changed
+    // (slots [0, N), offsets [p - N + 1, p]), this CTA's share, from the
+    // V and D read below: only kernels after this one write V and D, so
+    // the CTAs that share a group at the ends of their ranges write the
+    // same maximum.
+    RowChecks updated = checkRow(kb, p, n, spec.capacity, MB * bs);
+    Value first = kb.mul(firstBlock, kb.i32(bs));
+    Value last =
+        kb.sub(kb.minS(kb.add(first, kb.i32(range * bs)), n), kb.i32(1));
+    Value any = kb.andI(kb.andI(updated.lengthOk, updated.positionOk),
+                        kb.cmp(CmpIPredicate::sle, first, last));
+    kb.ifThen(any, [&] {
+      Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+      Value groupBase =
+          kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
+      storeGroupMaxima(kb, vState, stateBase, vMax, groupBase, first, last,
+                       kGroup, spec.capacity, threads);
+      storeGroupMaxima(kb, dState, stateBase, dMax, groupBase, kb.sub(p, last),
+                       kb.sub(p, first), kGroup, spec.capacity, threads);
+    });
+  }
   if (next) {
     // The next step of a decoding request: one more token, one further.
     p = kb.add(p, kb.i32(1));
@@ -210,7 +237,6 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   }
   Value rowBlocks =
       kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
   Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
     Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
@@ -222,7 +248,7 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
     Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
-    if (groups) {
+    if (fromGroups) {
       // A thread per full block, then the row's last, partial block (if
       // in this CTA's range) slot by slot.
       Value groupBase =
