@@ -322,20 +322,17 @@ PYBIND11_MODULE(_spin, m) {
           "Copies of (V, D) of one request and layer (synchronises the "
           "stream)")
       .def(
-          "group_maxima",
+          "v_max8",
           [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
-            rt::StatusOr<std::vector<float>> v{rt::Status::error("not read")},
-                d{rt::Status::error("not read")};
+            rt::StatusOr<std::vector<float>> v{rt::Status::error("not read")};
             {
               py::gil_scoped_release release;
               v = p.vMax8(id, layer, streamFrom(stream));
-              if (v.ok())
-                d = p.dMax8(id, layer, streamFrom(stream));
             }
-            return py::make_tuple(unwrap(std::move(v)), unwrap(std::move(d)));
+            return unwrap(std::move(v));
           },
-          "Copies of (v_max8, d_max8) of one request and layer: the maxima of "
-          "V and D over aligned groups of 8 entries (synchronises the stream)")
+          "A copy of v_max8 of one request and layer: the maxima of V over "
+          "aligned groups of 8 entries (synchronises the stream)")
       .def_property_readonly("device", [](const rt::GpuStatePool &p) {
         return p.context()->device();
       });

@@ -32,7 +32,6 @@ bool GpuLayerBuffers::field(const std::string &name, CUdeviceptr &address,
       {"pred_at", &GpuLayerBuffers::predAt, {numSlots, 4}},
       {"pred_keys", &GpuLayerBuffers::predKeys, {numSlots, numBlocks}},
       {"v_max8", &GpuLayerBuffers::vMax8, {numSlots, numGroups}},
-      {"d_max8", &GpuLayerBuffers::dMax8, {numSlots, numGroups}},
   };
   for (const Entry &entry : entries)
     if (name == entry.name) {
@@ -116,7 +115,6 @@ GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
   b.predAt = start + layout.predAt;
   b.predKeys = start + layout.predKeys;
   b.vMax8 = start + layout.vMax8;
-  b.dMax8 = start + layout.dMax8;
   b.numSlots = o.numSlots;
   b.capacity = o.capacity;
   b.maxRows = o.maxRows;
@@ -147,7 +145,6 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
         {b.obsRows + slot * sizeof(int32_t), sizeof(int32_t)},
         {b.predAt + slot * 4 * sizeof(int32_t), 4 * sizeof(int32_t)},
         {b.vMax8 + slot * groupBytes, groupBytes},
-        {b.dMax8 + slot * groupBytes, groupBytes},
     };
     for (const auto &[address, bytes] : ranges)
       if (Status s = drv.check(drv.memsetD8Async(address, 0, bytes, stream),
@@ -243,12 +240,6 @@ StatusOr<std::vector<float>> GpuStatePool::d(int64_t requestId, int64_t layer,
 StatusOr<std::vector<float>>
 GpuStatePool::vMax8(int64_t requestId, int64_t layer, CUstream stream) const {
   return readFloats(requestId, layer, &GpuLayerBuffers::vMax8, layout.numGroups,
-                    stream);
-}
-
-StatusOr<std::vector<float>>
-GpuStatePool::dMax8(int64_t requestId, int64_t layer, CUstream stream) const {
-  return readFloats(requestId, layer, &GpuLayerBuffers::dMax8, layout.numGroups,
                     stream);
 }
 

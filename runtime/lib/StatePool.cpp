@@ -147,7 +147,6 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
     result.predAt = layout.add(slots * 4, sizeof(int32_t));
     result.predKeys = layout.add(slotsTimesBlocks, sizeof(int32_t));
     result.vMax8 = layout.add(slotsTimesGroups, sizeof(float));
-    result.dMax8 = layout.add(slotsTimesGroups, sizeof(float));
     // Last, so that pools without it keep the layout of the other arrays.
     if (options.lastObserved)
       result.lastObserved = layout.add(slotsTimesBlocks, sizeof(int32_t));
@@ -279,7 +278,6 @@ LayerBuffers StatePool::buffers(int64_t layer) const {
     b.predAt = reinterpret_cast<int32_t *>(start + fields.predAt);
     b.predKeys = reinterpret_cast<int32_t *>(start + fields.predKeys);
     b.vMax8 = reinterpret_cast<float *>(start + fields.vMax8);
-    b.dMax8 = reinterpret_cast<float *>(start + fields.dMax8);
     if (fields.lastObserved >= 0)
       b.lastObserved = reinterpret_cast<int32_t *>(start + fields.lastObserved);
   }

@@ -136,9 +136,6 @@ struct MaskBuffers {
   /// the EMA update (its kernel, grid and operands).
   std::optional<std::pair<std::string, LaunchShape>> predictNext;
   SmallVector<Buffer> predictOperands;
-  /// The next-step prediction also recomputes the row's group maxima
-  /// (SelectKernelSpec::groupMaxima), so the update needs no `_maxima`.
-  bool predictNextKeepsMaxima = false;
 };
 
 /// Builds the launch plan of one function.
@@ -201,16 +198,16 @@ private:
     }
     return it->second;
   }
-  /// The group maxima of `state`'s layer (v_max8, d_max8; Kernels.h,
-  /// kGroup), bound on first use.
-  std::pair<Buffer, Buffer> groupMaximaOf(Value state) {
+  /// V's group maxima of `state`'s layer (v_max8; Kernels.h, kGroup),
+  /// bound on first use.
+  Buffer groupMaximaOf(Value state) {
     int64_t layer = cast<StateType>(state.getType()).getLayer();
     auto it = groupMaxima.find(layer);
-    if (it == groupMaxima.end()) {
-      Buffer v = addPointer("state", "v_max8", "f32", {-1, -1}, layer);
-      Buffer d = addPointer("state", "d_max8", "f32", {-1, -1}, layer);
-      it = groupMaxima.try_emplace(layer, v, d).first;
-    }
+    if (it == groupMaxima.end())
+      it = groupMaxima
+               .try_emplace(
+                   layer, addPointer("state", "v_max8", "f32", {-1, -1}, layer))
+               .first;
     return it->second;
   }
   /// The MTP pending-observation fields of a layer (docs/Runtime-ABI.md).
@@ -323,7 +320,7 @@ private:
   std::map<int64_t, int64_t> capacities;
   int64_t stateBlockSize = 0;
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
-  DenseMap<int64_t, std::pair<Buffer, Buffer>> groupMaxima;
+  DenseMap<int64_t, Buffer> groupMaxima;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
   SmallVector<Launch> launches;
@@ -619,8 +616,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     // Full blocks from the group maxima, a thread each.
     spec.groupMaxima = canPredictFromGroups(spec);
     if (spec.groupMaxima) {
-      auto [vMax, dMax] = groupMaximaOf(op.getState());
-      predictOperands.append({vMax, dMax});
+      predictOperands.push_back(groupMaximaOf(op.getState()));
     }
     // Single-row steps keep their block scores in the state, where the
     // previous step's update already predicted them (Kernels.h).
@@ -641,7 +637,6 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                                             /*next=*/true);
       mask.predictNext.emplace(spec.name + "_predict_next", next);
       mask.predictOperands = predictOperands;
-      mask.predictNextKeepsMaxima = spec.groupMaxima;
     }
   }
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
@@ -772,25 +767,26 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
   spec.ctasPerRequest = std::max<int64_t>(
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
   auto [v, d, it] = stateOf(op, state);
+  Buffer vMax = groupMaximaOf(state);
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
-  Launch &l = launch(spec.name, shape,
-                     {scores, positions, lengths, *slots, mask.blocks,
-                      mask.counts, mask.skip, v, d, it},
-                     op);
-  placeOn(l, stream, wait);
-  if (!mask.predictNextKeepsMaxima) {
-    // The group maxima of what the update changed, after it on its stream.
-    auto [vMax, dMax] = groupMaximaOf(state);
+  SmallVector<Buffer> operands = {scores,      positions,   lengths,   *slots,
+                                  mask.blocks, mask.counts, mask.skip, v,
+                                  d,           it};
+  const bool keepsMaxima = updateKeepsGroupMaxima(spec);
+  if (keepsMaxima)
+    operands.push_back(vMax);
+  placeOn(launch(spec.name, shape, operands, op), stream, wait);
+  if (!keepsMaxima) {
+    // V's group maxima in the selected blocks, after it on its stream.
     LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
     placeOn(launch(spec.name + "_maxima", maxima,
                    {positions, lengths, *slots, mask.blocks, mask.counts,
-                    mask.skip, v, d, vMax, dMax},
+                    mask.skip, v, vMax},
                    op),
             stream, /*wait=*/-1);
   }
   // The next step's block scores, from the state just updated, on the
-  // same stream: off the next step's critical path (with the group maxima
-  // of the whole row, recomputed from the V and D it reads anyway).
+  // same stream: off the next step's critical path.
   if (mask.predictNext) {
     placeOn(launch(mask.predictNext->first, mask.predictNext->second,
                    mask.predictOperands, op),
@@ -846,8 +842,8 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
   auto [v, d, it] = stateOf(op, op.getState());
-  auto [vMax, dMax] = groupMaximaOf(op.getState());
-  SmallVector<Buffer> operands = {*flags, *slots, v, d, it, vMax, dMax};
+  SmallVector<Buffer> operands = {*flags, *slots, v,
+                                  d,      it,     groupMaximaOf(op.getState())};
   if (bufferingLayers.count(layer)) {
     spec.observations = true;
     operands.push_back(observationsOf(op, op.getState()).rows);
@@ -950,14 +946,14 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
   auto [v, d, it] = stateOf(op, op.getState());
-  auto [vMax, dMax] = groupMaximaOf(op.getState());
+  Buffer vMax = groupMaximaOf(op.getState());
   ObservationFields obs = observationsOf(op, op.getState());
   CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, vMax, dMax, obs.rows, obs.pos, obs.len,
-          obs.mask, obs.z},
+         {*accepted, *slots, v, d, vMax, obs.rows, obs.pos, obs.len, obs.mask,
+          obs.z},
          op);
   launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
   return success();

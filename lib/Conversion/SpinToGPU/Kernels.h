@@ -39,14 +39,12 @@ enum ErrorCode : int32_t {
   ErrorBadPosition = 3,
 };
 
-/// The state keeps, next to V and D, their maxima over aligned groups of
-/// `kGroup` entries (`v_max8`, `d_max8`: f32 [slots, ceil(C / kGroup)],
-/// docs/Runtime-ABI.md), exact whenever no kernel of a step runs: every
-/// kernel that writes V or D is followed by one that recomputes what it
-/// may have changed (after an EMA update `<name>_predict_next` over the
-/// whole row when it runs, else buildGroupMaximaKernel), or keeps them
-/// itself (the MTP commit, the reset). The prediction of a full block then
-/// reads a few group maxima instead of every slot.
+/// The state keeps, next to V, its maxima over aligned groups of `kGroup`
+/// entries (`v_max8`: f32 [slots, ceil(C / kGroup)], docs/Runtime-ABI.md).
+/// Every kernel that writes V keeps them exact: the EMA update itself when
+/// blocks are whole groups (else buildGroupMaximaKernel after it), the MTP
+/// commit and the reset. The prediction of a full block then reads V's
+/// part as bs / 8 group maxima instead of bs slots.
 constexpr int64_t kGroup = 8;
 inline int64_t stateGroups(int64_t capacity) {
   return (capacity + kGroup - 1) / kGroup;
@@ -176,15 +174,10 @@ struct SelectKernelSpec {
   bool predictionCache = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
-  /// The predict kernels read the full blocks' scores from the group maxima
-  /// (`v_max8`, `d_max8`, two more parameters after `it`): a block of
-  /// `blockSize` slots covers `blockSize / 8` groups of V and, over its
-  /// diagonal offsets, `blockSize / 8` groups of D or `blockSize / 8 - 1`
-  /// and one group's worth of D entries split between its two ends. Only a
-  /// row's last, partial block reads V and D slot by slot.
-  /// `<name>_predict_next`, which reads all of V and D over the row, also
-  /// recomputes the group maxima of the slots [0, N) and offsets
-  /// [p - N + 1, p] of the step that just updated them (before its p + 1).
+  /// The predict kernels take V's part of a full block from V's group
+  /// maxima (`v_max8`, one more parameter after `it`; `blockSize / 8`
+  /// loads instead of `blockSize`) and read D slot by slot; a row's last,
+  /// partial block reads both slot by slot.
   bool groupMaxima = false;
 };
 /// True when the predict kernels can use the group maxima (max pooling and
@@ -194,11 +187,10 @@ bool canPredictFromGroups(const SelectKernelSpec &spec);
 /// (buildPredictKernel).
 bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
-/// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA (from
-/// the group maxima: as many as the kernel's 256 threads).
-/// Parameters: positions, lengths, slots, v, d, it, [v_max8, d_max8], keys
-/// (ptrs); with `predictionCache` pred_at, pred_keys instead of keys. Grid:
-/// (ceil(maxBlocks / blocks per CTA), batch * rows). Warm-up rows and
+/// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
+/// Parameters: positions, lengths, slots, v, d, it, [v_max8], keys (ptrs);
+/// with `predictionCache` pred_at, pred_keys instead of keys. Grid:
+/// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).
 LaunchShape buildPredictKernel(OpBuilder &b, Location loc,
@@ -227,25 +219,25 @@ struct UpdateKernelSpec {
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
+/// True when buildUpdateKernel keeps V's group maxima itself (blocks of
+/// whole groups: one more parameter, v_max8, after `it`).
+bool updateKeepsGroupMaxima(const UpdateKernelSpec &spec);
 
-/// `<name>_maxima`, launched after the update on its stream unless a
-/// `_predict_next` with `groupMaxima` follows it: recomputes the
-/// group maxima (see kGroup) of every group of V and D that the update may
-/// have changed, from the updated V and D: for each selected block j of a
-/// request, the groups of V over its slots and those of D over its
-/// offsets [p - bs*j - bs + 1, p - bs*j]. A group shared by two selected
-/// blocks is recomputed by both, from the same values, so both write the
-/// same maximum. A thread per group, eight loads each.
+/// `<name>_maxima`, launched after an update that does not keep V's group
+/// maxima itself (updateKeepsGroupMaxima), on its stream: recomputes the
+/// maxima (kGroup) of every group of V that holds a slot of a selected
+/// block, from the updated V, a thread per group (a group shared by two
+/// blocks is written by both, with the same value).
 ///
-/// Parameters: positions, lengths, slots, blocks, counts, skip, v, d,
-/// v_max8, d_max8 (ptrs). Grid: (ctasPerRequest, batch).
+/// Parameters: positions, lengths, slots, blocks, counts, skip, v, v_max8
+/// (ptrs). Grid: (ctasPerRequest, batch).
 LaunchShape buildGroupMaximaKernel(OpBuilder &b, Location loc,
                                    gpu::GPUModuleOp module,
                                    const UpdateKernelSpec &spec);
 
-/// Zeroes V, D and their group maxima and sets `it = 0` for the requests
+/// Zeroes V, D and V's group maxima and sets `it = 0` for the requests
 /// whose reset flag is set (and drops their buffered MTP rows: `obs_rows =
-/// 0`). Parameters: reset (i8), slots, v, d, it, v_max8, d_max8,
+/// 0`). Parameters: reset (i8), slots, v, d, it, v_max8,
 /// [obs_rows] (ptrs). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
@@ -297,12 +289,12 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///     slot `p_r - x` (when scored and finite): no two threads write the
 ///     same entry, and each entry sees the rows in order, exactly as the
 ///     CPU path's sequential replay; entries no replayed row touches are
-///     not written. The eight lanes of a group then write its maximum
-///     (kGroup) when any of them changed;
+///     not written. The eight lanes of a group of V then write its
+///     maximum (kGroup) when any of them changed;
 ///  2. `<name>_finish` (one thread per request) advances `it` and drops the
 ///     buffer, after every CTA of the first launch has read `obs_rows`.
 ///
-/// Parameters: replay(accepted, slots, v, d, v_max8, d_max8, obs_rows,
+/// Parameters: replay(accepted, slots, v, d, v_max8, obs_rows,
 /// obs_pos, obs_len, obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
 struct CommitKernelSpec {
   std::string name;

@@ -132,14 +132,14 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
   const int64_t rows = spec.rows, bs = spec.blockSize;
   CommitLaunches shapes;
   {
-    SmallVector<Type> params(11, ptr);
+    SmallVector<Type> params(10, ptr);
     OpBuilder::InsertionGuard guard(b);
     gpu::GPUFuncOp func =
         beginKernel(b, loc, module, spec.name, params, spec.threads);
     unsigned a = 0;
     Value accepted = func.getArgument(a++), slots = func.getArgument(a++);
     Value vState = func.getArgument(a++), dState = func.getArgument(a++);
-    Value vMax = func.getArgument(a++), dMax = func.getArgument(a++);
+    Value vMax = func.getArgument(a++);
     Value obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
     Value obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
     Value obsZ = func.getArgument(a++);
@@ -254,8 +254,10 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                   [&]() -> SmallVector<Value> {
                     return {kb.f32(-INFINITY)};
                   })[0];
-              // The group's maximum, when a lane of it changed: the
-              // others read their entry (none past the capacity).
+              if (diagonal)
+                continue;
+              // V's group maximum, when a lane of it changed: the others
+              // read their entry (none past the capacity).
               Value groupLanes =
                   kb.shl(kb.i32(0xff), kb.andI(lane, kb.i32(~7)));
               Value changed = kb.cmp(
@@ -275,7 +277,7 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                          kb.i32(0));
               kb.ifThen(kb.andI(kb.andI(changed, leader), inState), [&] {
                 kb.storeAt(
-                    value, diagonal ? dMax : vMax,
+                    value, vMax,
                     kb.add(groupBase, kb.extS64(kb.divU(x, kb.i32(kGroup)))));
               });
             }

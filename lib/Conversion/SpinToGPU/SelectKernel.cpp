@@ -35,10 +35,11 @@ uint64_t splitmix(uint64_t x) {
 
 /// Max pooling of the predictions max(V[i], D[p - i]) of slots
 /// [firstSlot, endSlot) into the order-preserving u32 keys
-/// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf): each
-/// warp streams slots with four loads in flight, the lanes of one block
-/// reduce by shuffles and one lane per block folds the result in. Each lane
-/// has `unroll` slots' loads in flight per iteration.
+/// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf or at
+/// V's part): each warp streams slots with four loads in flight, the lanes
+/// of one block reduce by shuffles and one lane per block folds the result
+/// in. Each lane has `unroll` slots' loads in flight per iteration. Without
+/// `vState` only D[p - i] is pooled (the keys already hold V's maxima).
 void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
                   Value stateBase, Value p, Value firstSlot, Value endSlot,
                   Value firstBlock, Value keys, int64_t bs, int64_t warps,
@@ -56,11 +57,13 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
           Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
           Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
           Value at = kb.minS(i, last);
-          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
-          Value di = kb.loadAt(f32, dState,
-                               kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+          Value z = kb.loadAt(f32, dState,
+                              kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+          if (vState)
+            z = kb.maxF(
+                kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at))), z);
           slotsIn.push_back(in);
-          values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
+          values.push_back(kb.select(in, z, kb.f32(-INFINITY)));
         }
         for (int64_t u = 0; u < unroll; ++u) {
           Value z = values[u];
@@ -79,46 +82,17 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
       });
 }
 
-/// max(V[i], D[p - i]) over the full block j of slots [bs j, bs j + bs)
-/// (bs j + bs <= N <= p + 1) from the group maxima (Kernels.h, kGroup):
-/// V's groups bs j / 8 ... over the slots; over the offsets [a, a + bs) with
-/// a = p - bs j - bs + 1 >= 0, D's groups when a is a group's first entry,
-/// else the whole groups inside and the entries of the group at a and of
-/// the group after the last whole one, split at a % 8 between the two ends.
-Value predictFullBlock(KernelBuilder &kb, Value vState, Value dState,
-                       Value vMax, Value dMax, Value stateBase, Value groupBase,
-                       Value p, Value j, int64_t bs) {
-  Type f32 = kb.f32T();
+/// The maximum of V over the full block j of slots [bs j, bs j + bs) from
+/// its groups' maxima (Kernels.h, kGroup).
+Value blockMaxOfV(KernelBuilder &kb, Value vMax, Value groupBase, Value j,
+                  int64_t bs) {
   const int64_t span = bs / kGroup;
-  Value ninf = kb.f32(-INFINITY);
-  Value m = ninf;
-  Value firstGroup = kb.mul(j, kb.i32(span));
+  Value first = kb.mul(j, kb.i32(span));
+  Value m = kb.f32(-INFINITY);
   for (int64_t t = 0; t < span; ++t)
-    m = kb.maxF(m, kb.loadAt(f32, vMax,
-                             kb.add(groupBase,
-                                    kb.extS64(kb.add(firstGroup, kb.i32(t))))));
-  Value a = kb.sub(p, kb.add(kb.mul(j, kb.i32(bs)), kb.i32(bs - 1)));
-  Value shift = kb.andI(a, kb.i32(kGroup - 1));
-  Value split = kb.cmp(CmpIPredicate::ne, shift, kb.i32(0));
-  Value g0 = kb.divU(a, kb.i32(kGroup));
-  // Every address stays inside the row (unused loads are clamped).
-  Value lastGroup = kb.divU(p, kb.i32(kGroup));
-  Value after = kb.select(split, kb.i32(1), kb.i32(0));
-  for (int64_t t = 0; t < span; ++t) {
-    Value g = kb.minS(kb.add(g0, kb.add(after, kb.i32(t))), lastGroup);
-    Value d = kb.loadAt(f32, dMax, kb.add(groupBase, kb.extS64(g)));
-    Value used = t == span - 1 ? kb.not1(split) : kb.i1(true);
-    m = kb.maxF(m, kb.select(used, d, ninf));
-  }
-  Value head = kb.mul(g0, kb.i32(kGroup));
-  Value tail = kb.add(head, kb.i32(bs));
-  for (int64_t u = 0; u < kGroup; ++u) {
-    Value atHead = kb.cmp(CmpIPredicate::sge, kb.i32(u), shift);
-    Value o = kb.add(kb.select(atHead, head, tail), kb.i32(u));
-    Value d =
-        kb.loadAt(f32, dState, kb.add(stateBase, kb.extS64(kb.minS(o, p))));
-    m = kb.maxF(m, kb.select(split, d, ninf));
-  }
+    m = kb.maxF(
+        m, kb.loadAt(kb.f32T(), vMax,
+                     kb.add(groupBase, kb.extS64(kb.add(first, kb.i32(t))))));
   return m;
 }
 } // namespace
@@ -161,20 +135,15 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   OpBuilder::InsertionGuard guard(b);
   const bool groups = spec.groupMaxima;
   assert((!groups || canPredictFromGroups(spec)) && "blocks of whole groups");
-  // The next-step prediction runs right after the update, before the group
-  // maxima are recomputed (by itself): it reads V and D slot by slot.
-  const bool fromGroups = groups && !next;
-  // A thread per block from the group maxima; else a warp per 8 blocks.
-  const int64_t range = fromGroups ? threads : spec.predictBlocksPerCta;
+  const int64_t range = spec.predictBlocksPerCta;
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
-      SmallVector<Type>(7 + cache + 2 * groups, ptr), threads);
+      SmallVector<Type>(7 + cache + groups, ptr), threads);
   unsigned arg = 0;
   Value positions = func.getArgument(arg++), lengths = func.getArgument(arg++);
   Value slots = func.getArgument(arg++), vState = func.getArgument(arg++);
   Value dState = func.getArgument(arg++), itState = func.getArgument(arg++);
   Value vMax = groups ? func.getArgument(arg++) : Value();
-  Value dMax = groups ? func.getArgument(arg++) : Value();
   Value predAt = cache ? func.getArgument(arg++) : Value();
   Value keysOut = func.getArgument(arg++);
 
@@ -187,28 +156,6 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
   Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
-  if (next && groups) {
-    // The group maxima of everything the step's update may have changed
-    // (slots [0, N), offsets [p - N + 1, p]), this CTA's share, from the
-    // V and D read below: only kernels after this one write V and D, so
-    // the CTAs that share a group at the ends of their ranges write the
-    // same maximum.
-    RowChecks updated = checkRow(kb, p, n, spec.capacity, MB * bs);
-    Value first = kb.mul(firstBlock, kb.i32(bs));
-    Value last =
-        kb.sub(kb.minS(kb.add(first, kb.i32(range * bs)), n), kb.i32(1));
-    Value any = kb.andI(kb.andI(updated.lengthOk, updated.positionOk),
-                        kb.cmp(CmpIPredicate::sle, first, last));
-    kb.ifThen(any, [&] {
-      Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-      Value groupBase =
-          kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
-      storeGroupMaxima(kb, vState, stateBase, vMax, groupBase, first, last,
-                       kGroup, spec.capacity, threads);
-      storeGroupMaxima(kb, dState, stateBase, dMax, groupBase, kb.sub(p, last),
-                       kb.sub(p, first), kGroup, spec.capacity, threads);
-    });
-  }
   if (next) {
     // The next step of a decoding request: one more token, one further.
     p = kb.add(p, kb.i32(1));
@@ -241,36 +188,43 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   kb.ifThen(active, [&] {
     Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
-    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
-      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
-    });
+    // A full block's V part from its groups' maxima; the row's last,
+    // partial block reads V slot by slot (groups that reach past N).
+    Value fullBlocks = kb.divU(n, kb.i32(bs));
+    Value groupBase =
+        groups ? kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)))
+               : Value();
+    forEachThreadStrided(
+        kb, kb.sub(endBlock, firstBlock), threads, [&](Value jl) {
+          Value start = kb.f32(-INFINITY);
+          if (groups) {
+            Value j = kb.add(firstBlock, jl);
+            start = kb.ifThenElse(
+                {kb.f32T()}, kb.cmp(CmpIPredicate::slt, j, fullBlocks),
+                [&]() -> SmallVector<Value> {
+                  return {blockMaxOfV(kb, vMax, groupBase, j, bs)};
+                },
+                [&]() -> SmallVector<Value> { return {start}; })[0];
+          }
+          kb.storeAt(kb.orderedKey(start), local, jl);
+        });
     kb.barrier();
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
     Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
-    if (fromGroups) {
-      // A thread per full block, then the row's last, partial block (if
-      // in this CTA's range) slot by slot.
-      Value groupBase =
-          kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
-      Value fullBlocks = kb.divU(n, kb.i32(bs));
-      forEachThreadStrided(
-          kb, kb.sub(endBlock, firstBlock), threads, [&](Value jl) {
-            Value j = kb.add(firstBlock, jl);
-            kb.ifThen(kb.cmp(CmpIPredicate::slt, j, fullBlocks), [&] {
-              Value m = predictFullBlock(kb, vState, dState, vMax, dMax,
-                                         stateBase, groupBase, p, j, bs);
-              kb.storeAt(kb.orderedKey(m), local, jl);
-            });
-          });
-      Value tailFirst = kb.maxS(firstSlot, kb.mul(fullBlocks, kb.i32(bs)));
-      maxPoolSlots(kb, vState, dState, stateBase, p, tailFirst, endSlot,
+    // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
+    // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
+    const int64_t unroll =
+        std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
+    if (groups) {
+      // D alone over the full blocks; both over the partial one.
+      Value fullEnd =
+          kb.maxS(firstSlot, kb.minS(kb.mul(fullBlocks, kb.i32(bs)), endSlot));
+      maxPoolSlots(kb, Value(), dState, stateBase, p, firstSlot, fullEnd,
+                   firstBlock, local, bs, warps, warp, lane, unroll);
+      maxPoolSlots(kb, vState, dState, stateBase, p, fullEnd, endSlot,
                    firstBlock, local, bs, warps, warp, lane, /*unroll=*/2);
     } else {
-      // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
-      // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
-      const int64_t unroll =
-          std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
       maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
                    firstBlock, local, bs, warps, warp, lane, unroll);
     }

@@ -20,12 +20,22 @@ using arith::CmpIPredicate;
 /// with a non-finite score (NaN past the visible length included) are not
 /// folded in. Rows with a bad length or position were reported by the
 /// select kernel and leave the state untouched, `it` included.
+///
+/// With blocks of whole groups it also writes the maxima of V's groups
+/// (kGroup) in the selected blocks: a group's eight slots are eight lanes
+/// of one round, which shuffle.
+bool mlir::spin::gpu_codegen::updateKeepsGroupMaxima(
+    const UpdateKernelSpec &spec) {
+  return spec.blockSize % kGroup == 0;
+}
+
 LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params(10, ptr);
+  const bool fused = updateKeepsGroupMaxima(spec);
+  SmallVector<Type> params(fused ? 11 : 10, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -36,6 +46,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value skip = func.getArgument(a++);
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
+  Value vMax = fused ? func.getArgument(a++) : Value();
 
   Value request = kb.blockIdY();
   Value slot = kb.loadAt(i32, slots, request, true);
@@ -66,7 +77,15 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     const int64_t stride = spec.threads * spec.ctasPerRequest;
     Value bs = kb.i32(spec.blockSize);
     Value lastEntry = kb.sub(total, kb.i32(1));
-    kb.forLoop(start, total, kb.i32(stride * kUnroll), [&](Value first) {
+    // The group maxima shuffle: whole warps per round.
+    Value end = fused ? kb.mul(kb.divU(kb.add(total, kb.i32(31)), kb.i32(32)),
+                               kb.i32(32))
+                      : total;
+    Value groupLeader = kb.cmp(
+        CmpIPredicate::eq, kb.andI(kb.laneId(), kb.i32(kGroup - 1)), kb.i32(0));
+    Value groupBase =
+        kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
+    kb.forLoop(start, end, kb.i32(stride * kUnroll), [&](Value first) {
       SmallVector<Value> zs, blockOf, inRange, entries;
       for (int64_t u = 0; u < kUnroll; ++u) {
         Value e = kb.add(first, kb.i32(u * stride));
@@ -80,25 +99,44 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
             kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(at, bs)),
             true));
       }
-      SmallVector<Value> vAts, dAts, olds, used;
+      SmallVector<Value> slotsOf, vAts, dAts, olds, used;
       for (int64_t u = 0; u < kUnroll; ++u) {
         Value e = entries[u];
         Value finite =
             kb.cmpF(CmpFPredicate::OLT, kb.absF(zs[u]), kb.f32(INFINITY));
         used.push_back(kb.andI(inRange[u], finite));
-        Value i = kb.select(used.back(),
-                            kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)), p);
-        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i))));
+        slotsOf.push_back(kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)));
+        Value i = kb.select(used.back(), slotsOf.back(), p);
+        // The group maxima need every slot's V (within the capacity).
+        Value vi =
+            fused ? kb.minS(slotsOf.back(), kb.i32(spec.capacity - 1)) : i;
+        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(vi))));
         dAts.push_back(
             kb.gep(dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, i)))));
         olds.push_back(kb.load(f32, vAts.back(), 4));
         olds.push_back(kb.load(f32, dAts.back(), 4));
       }
       for (int64_t u = 0; u < kUnroll; ++u) {
+        Value cz = kb.mul(keep, zs[u]);
+        Value newV = kb.add(kb.mul(decay, olds[2 * u]), cz);
         kb.ifThen(used[u], [&] {
-          Value cz = kb.mul(keep, zs[u]);
-          kb.store(kb.add(kb.mul(decay, olds[2 * u]), cz), vAts[u], 4);
+          kb.store(newV, vAts[u], 4);
           kb.store(kb.add(kb.mul(decay, olds[2 * u + 1]), cz), dAts[u], 4);
+        });
+        if (!fused)
+          continue;
+        // A group's eight slots are eight lanes of this round (blocks of
+        // whole groups; groups aligned in the entries).
+        Value inState =
+            kb.andI(inRange[u], kb.cmp(CmpIPredicate::slt, slotsOf[u],
+                                       kb.i32(spec.capacity)));
+        Value value = kb.select(used[u], newV, olds[2 * u]);
+        Value m = laneGroupMaxF(kb, kGroup,
+                                kb.select(inState, value, kb.f32(-INFINITY)));
+        kb.ifThen(kb.andI(groupLeader, inState), [&] {
+          kb.storeAt(m, vMax,
+                     kb.add(groupBase,
+                            kb.extS64(kb.divU(slotsOf[u], kb.i32(kGroup)))));
         });
       }
     });
@@ -122,7 +160,7 @@ mlir::spin::gpu_codegen::buildGroupMaximaKernel(OpBuilder &b, Location loc,
                                                 const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T();
-  SmallVector<Type> params(10, ptr);
+  SmallVector<Type> params(8, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name + "_maxima", params, spec.threads);
@@ -130,8 +168,7 @@ mlir::spin::gpu_codegen::buildGroupMaximaKernel(OpBuilder &b, Location loc,
   Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
   Value slots = func.getArgument(a++), blocks = func.getArgument(a++);
   Value counts = func.getArgument(a++), skip = func.getArgument(a++);
-  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
-  Value vMax = func.getArgument(a++), dMax = func.getArgument(a++);
+  Value vState = func.getArgument(a++), vMax = func.getArgument(a++);
 
   // The update's own test: a request it left untouched needs nothing.
   Value request = kb.blockIdY();
@@ -145,45 +182,34 @@ mlir::spin::gpu_codegen::buildGroupMaximaKernel(OpBuilder &b, Location loc,
                           kb.loadAt(i32, skip, request, true), kb.i32(0)));
   kb.ifThen(ok, [&] {
     const int64_t bs = spec.blockSize, groups = stateGroups(spec.capacity);
-    // A window of bs consecutive entries spans at most this many groups.
+    // A block's slots [bs j, bs j + bs) span at most this many groups.
     const int64_t span = (bs + 2 * kGroup - 2) / kGroup;
     Value count = kb.loadAt(i32, counts, request, true);
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value groupBase = kb.mul(kb.extS64(slot), kb.i64(groups));
     Value start =
         kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
-    // Item t: list entry t / (2 span), V (first span) or D, its group
-    // t % span after the window's first.
+    // Item t: group t % span after the first of list entry t / span.
     kb.forLoop(
-        start, kb.mul(count, kb.i32(2 * span)),
+        start, kb.mul(count, kb.i32(span)),
         kb.i32(spec.threads * spec.ctasPerRequest), [&](Value t) {
-          Value entry = kb.divU(t, kb.i32(2 * span));
-          Value within = kb.remU(t, kb.i32(2 * span));
-          Value diagonal = kb.cmp(CmpIPredicate::sge, within, kb.i32(span));
-          Value g = kb.remU(within, kb.i32(span));
+          Value entry = kb.divU(t, kb.i32(span));
           Value j = kb.loadAt(
               i32, blocks,
               kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), entry), true);
-          Value firstSlot = kb.mul(j, kb.i32(bs));
-          // V: slots [bs j, bs j + bs); D: offsets p - i of those slots.
-          Value lo =
-              kb.select(diagonal, kb.sub(p, kb.add(firstSlot, kb.i32(bs - 1))),
-                        firstSlot);
-          Value hi = kb.select(diagonal, kb.sub(p, firstSlot),
-                               kb.add(firstSlot, kb.i32(bs - 1)));
-          lo = kb.maxS(lo, kb.i32(0));
-          hi = kb.minS(hi, kb.i32(spec.capacity - 1));
-          Value group = kb.add(kb.divU(lo, kb.i32(kGroup)), g);
-          Value inWindow =
+          Value lo = kb.mul(j, kb.i32(bs));
+          Value hi =
+              kb.minS(kb.add(lo, kb.i32(bs - 1)), kb.i32(spec.capacity - 1));
+          Value group =
+              kb.add(kb.divU(lo, kb.i32(kGroup)), kb.remU(t, kb.i32(span)));
+          Value inBlock =
               kb.andI(kb.cmp(CmpIPredicate::sle, lo, hi),
                       kb.cmp(CmpIPredicate::sle, group,
                              kb.divU(kb.maxS(hi, kb.i32(0)), kb.i32(kGroup))));
-          kb.ifThen(inWindow, [&] {
-            Value state = kb.select(diagonal, dState, vState);
-            kb.storeAt(groupMaximum(kb, state, stateBase, group, kGroup,
+          kb.ifThen(inBlock, [&] {
+            kb.storeAt(groupMaximum(kb, vState, stateBase, group, kGroup,
                                     spec.capacity),
-                       kb.select(diagonal, dMax, vMax),
-                       kb.add(groupBase, kb.extS64(group)));
+                       vMax, kb.add(groupBase, kb.extS64(group)));
           });
         });
   });
@@ -199,15 +225,15 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
-  SmallVector<Type> params(spec.observations ? 8 : 7, ptr);
+  SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4);
-  Value vMax = func.getArgument(5), dMax = func.getArgument(6);
-  Value obsRows = spec.observations ? func.getArgument(7) : Value();
+  Value vMax = func.getArgument(5);
+  Value obsRows = spec.observations ? func.getArgument(6) : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
@@ -227,7 +253,6 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
                kb.i32(spec.threads * spec.ctasPerRequest), [&](Value g) {
                  Value at = kb.add(groupBase, kb.extS64(g));
                  kb.storeAt(kb.f32(0.0), vMax, at);
-                 kb.storeAt(kb.f32(0.0), dMax, at);
                });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),

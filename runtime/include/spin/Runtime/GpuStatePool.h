@@ -31,7 +31,7 @@
 
 namespace spin::runtime {
 
-/// Device addresses of the twelve arrays of one layer (docs/Runtime-ABI.md);
+/// Device addresses of the eleven arrays of one layer (docs/Runtime-ABI.md);
 /// all zero for "no such layer".
 struct GpuLayerBuffers {
   cuda::CUdeviceptr v = 0;       ///< f32 [numSlots, capacity]
@@ -45,7 +45,6 @@ struct GpuLayerBuffers {
   cuda::CUdeviceptr predAt = 0;  ///< i32 [numSlots, 4]
   cuda::CUdeviceptr predKeys = 0; ///< i32 [numSlots, numBlocks]
   cuda::CUdeviceptr vMax8 = 0;    ///< f32 [numSlots, numGroups]
-  cuda::CUdeviceptr dMax8 = 0;    ///< f32 [numSlots, numGroups]
   int64_t numSlots = 0;
   int64_t capacity = 0;
   int64_t maxRows = 0;
@@ -56,8 +55,7 @@ struct GpuLayerBuffers {
 
   /// The array of the state field `name` ("v", "d", "it", "obs_rows",
   /// "obs_pos", "obs_len", "obs_mask", "obs_z", "pred_at", "pred_keys",
-  /// "v_max8", "d_max8")
-  /// and its shape; false for an unknown name.
+  /// "v_max8") and its shape; false for an unknown name.
   bool field(const std::string &name, cuda::CUdeviceptr &address,
              std::vector<int64_t> &shape) const;
 };
@@ -139,11 +137,9 @@ public:
                                  cuda::CUstream stream) const;
   StatusOr<std::vector<float>> d(int64_t requestId, int64_t layer,
                                  cuda::CUstream stream) const;
-  /// The maxima of V and D over aligned groups of 8 entries, which the
-  /// GPU path keeps next to them (docs/Runtime-ABI.md): ceil(C / 8) each.
+  /// The maxima of V over aligned groups of 8 entries, which the GPU path
+  /// keeps next to it (docs/Runtime-ABI.md): ceil(C / 8) of them.
   StatusOr<std::vector<float>> vMax8(int64_t requestId, int64_t layer,
-                                     cuda::CUstream stream) const;
-  StatusOr<std::vector<float>> dMax8(int64_t requestId, int64_t layer,
                                      cuda::CUstream stream) const;
   StatusOr<int64_t> iteration(int64_t requestId, int64_t layer,
                               cuda::CUstream stream) const;
@@ -161,7 +157,7 @@ private:
                std::unique_ptr<StatePool> host, StateLayout layout,
                cuda::DeviceMemory memory);
 
-  /// Zeroes V, D, their group maxima, `it`, `obs_rows` and `pred_at` of
+  /// Zeroes V, D, V's group maxima, `it`, `obs_rows` and `pred_at` of
   /// `slot` on every layer.
   Status zeroSlot(int32_t slot, cuda::CUstream stream) const;
 
