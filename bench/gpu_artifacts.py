@@ -337,8 +337,7 @@ def check_manifest(c, d):
         # block scores in the state's prediction cache (Kernels.h).
         bs = c["block_size"]
         cached = c["rows"] == 1 and c["pooling"] == "max" and (bs % 32 == 0 or 32 % bs == 0)
-        # Every kernel that writes V keeps its group maxima.
-        want_fields = ["v", "d", "it", "v_max8"] + (["obs_rows", "obs_pos", "obs_len", "obs_mask",
+        want_fields = ["v", "d", "it"] + (["obs_rows", "obs_pos", "obs_len", "obs_mask",
                                             "obs_z"] if c["rows"] > 1 else []) + \
             (["pred_at", "pred_keys"] if cached else [])
         if fields != want_fields:

@@ -385,8 +385,6 @@ class Outputs:
         self.bad = None
         self.bad_states = None
         self.note = None
-        # The device state's own consistency (group_maxima_problems).
-        self.group_problems = []
 
 
 def _snapshot(states):
@@ -542,12 +540,6 @@ class TorchBackend:
                 error = str(e)
             for rid, accepted in step.commits:
                 state.commit(rid, accepted)
-            if spin_mode:
-                for rid in step.rids:
-                    if rid in state:
-                        out.group_problems.extend(group_maxima_problems(
-                            state.ema(rid)[0], state.v_max8(rid),
-                            f"after step {len(out.steps)}, request {rid}:"))
             topk = res["topk"].cpu().numpy()
             sp = res["sparsity"].cpu().numpy() if spin_mode else None
             scores = res["scores"].cpu().numpy() if c.get("return_scores") else None
@@ -797,30 +789,6 @@ def compare_scores(c, where, ref, got):
     return problems
 
 
-def group_maxima(x):
-    """Maxima of x over aligned groups of 8 entries (the last group may be
-    shorter)."""
-    x = np.asarray(x, dtype=np.float32)
-    pad = (-x.size) % 8
-    return np.concatenate([x, np.full(pad, -np.inf, np.float32)]).reshape(-1, 8).max(axis=1)
-
-
-def group_maxima_problems(v, v_max, what):
-    """The device's v_max8 against the maxima of its own V, bit for bit
-    (the kernels keep them exact; the prediction relies on it)."""
-    want = group_maxima(v)
-    got = np.asarray(v_max, dtype=np.float32)
-    if got.shape != want.shape:
-        return [f"{what} v_max8 has shape {got.shape}, expected {want.shape}"]
-    bad = np.nonzero(got.view(np.uint32) != want.view(np.uint32))[0]
-    if not bad.size:
-        return []
-    shown = ", ".join(f"group {int(g)}: {float(got[g])!r} (max of the entries "
-                      f"{float(want[g])!r})" for g in bad[:MAX_SHOWN])
-    return [f"{what} v_max8 differs from the group maxima of V at {bad.size} "
-            f"group{'' if bad.size == 1 else 's'}: {shown}"]
-
-
 def compare_state(c, rid, ref, got, what):
     V, D, it = ref
     gv, gd, git = got
@@ -914,8 +882,6 @@ def compare(plan, ref, dev):
                 continue
             problems.extend(compare_state(c, rid, r, dev.states[rid],
                                           f"state after {len(plan.steps)} steps:"))
-
-    problems.extend(dev.group_problems)
 
     if plan.bad_step is not None and dev.bad is not None:
         step, bad = plan.bad_step, plan.bad_step.bad

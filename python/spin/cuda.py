@@ -163,14 +163,6 @@ class CudaState:
         v, d = self._native().state(int(request_id), int(layer), _stream(self.device))
         return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
 
-    def v_max8(self, request_id: int, layer: int = 0) -> np.ndarray:
-        """A copy of the maxima of V over aligned groups of 8 entries
-        (``ceil(capacity / 8)`` of them), which the kernels keep next to V
-        for the prediction."""
-        return np.asarray(self._native().v_max8(int(request_id), int(layer),
-                                                _stream(self.device)),
-                          dtype=np.float32)
-
     def __contains__(self, request_id: int) -> bool:
         return self._native().contains(int(request_id))
 

@@ -321,18 +321,6 @@ PYBIND11_MODULE(_spin, m) {
           },
           "Copies of (V, D) of one request and layer (synchronises the "
           "stream)")
-      .def(
-          "v_max8",
-          [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
-            rt::StatusOr<std::vector<float>> v{rt::Status::error("not read")};
-            {
-              py::gil_scoped_release release;
-              v = p.vMax8(id, layer, streamFrom(stream));
-            }
-            return unwrap(std::move(v));
-          },
-          "A copy of v_max8 of one request and layer: the maxima of V over "
-          "aligned groups of 8 entries (synchronises the stream)")
       .def_property_readonly("device", [](const rt::GpuStatePool &p) {
         return p.context()->device();
       });

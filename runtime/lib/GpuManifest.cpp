@@ -62,7 +62,6 @@ constexpr StateField kStateFields[] = {
     {"obs_pos", DType::i32, 2}, {"obs_len", DType::i32, 2},
     {"obs_mask", DType::i8, 2}, {"obs_z", DType::f32, 3},
     {"pred_at", DType::i32, 2}, {"pred_keys", DType::i32, 2},
-    {"v_max8", DType::f32, 2},
 };
 
 /// Typed access to the members of the manifest with errors that name the
@@ -292,7 +291,7 @@ Status readArgument(const Reader &r, const JsonValue &value,
     return r.error(join(path, "name"),
                    "unknown state field " + quoted(arg.name) +
                        " (expected v, d, it, obs_rows, obs_pos, obs_len, "
-                       "obs_mask, obs_z, pred_at, pred_keys or v_max8)");
+                       "obs_mask, obs_z, pred_at or pred_keys)");
   }
   }
   return Status::success();

@@ -31,7 +31,6 @@ bool GpuLayerBuffers::field(const std::string &name, CUdeviceptr &address,
       {"obs_z", &GpuLayerBuffers::obsZ, {numSlots, maxRows, capacity}},
       {"pred_at", &GpuLayerBuffers::predAt, {numSlots, 4}},
       {"pred_keys", &GpuLayerBuffers::predKeys, {numSlots, numBlocks}},
-      {"v_max8", &GpuLayerBuffers::vMax8, {numSlots, numGroups}},
   };
   for (const Entry &entry : entries)
     if (name == entry.name) {
@@ -114,12 +113,10 @@ GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
   b.obsZ = start + layout.obsZ;
   b.predAt = start + layout.predAt;
   b.predKeys = start + layout.predKeys;
-  b.vMax8 = start + layout.vMax8;
   b.numSlots = o.numSlots;
   b.capacity = o.capacity;
   b.maxRows = o.maxRows;
   b.numBlocks = layout.numBlocks;
-  b.numGroups = layout.numGroups;
   return b;
 }
 
@@ -134,8 +131,6 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
   const Driver &drv = ctx->driver();
   const int64_t c = options().capacity;
   const size_t rowBytes = static_cast<size_t>(c) * sizeof(float);
-  const size_t groupBytes =
-      static_cast<size_t>(layout.numGroups) * sizeof(float);
   for (int64_t l = 0; l < options().numLayers; ++l) {
     GpuLayerBuffers b = layer(l);
     const std::pair<CUdeviceptr, size_t> ranges[] = {
@@ -144,7 +139,6 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
         {b.it + slot * sizeof(int64_t), sizeof(int64_t)},
         {b.obsRows + slot * sizeof(int32_t), sizeof(int32_t)},
         {b.predAt + slot * 4 * sizeof(int32_t), 4 * sizeof(int32_t)},
-        {b.vMax8 + slot * groupBytes, groupBytes},
     };
     for (const auto &[address, bytes] : ranges)
       if (Status s = drv.check(drv.memsetD8Async(address, 0, bytes, stream),
@@ -213,34 +207,24 @@ Status GpuStatePool::read(int64_t requestId, int64_t layerIndex,
   return d.check(d.streamSynchronize(stream), "cuStreamSynchronize");
 }
 
-StatusOr<std::vector<float>>
-GpuStatePool::readFloats(int64_t requestId, int64_t layer,
-                         CUdeviceptr GpuLayerBuffers::*field, int64_t count,
-                         CUstream stream) const {
-  std::vector<float> row(static_cast<size_t>(count));
-  if (Status s = read(requestId, layer, field, count * sizeof(float),
-                      row.data(), stream);
+StatusOr<std::vector<float>> GpuStatePool::v(int64_t requestId, int64_t layer,
+                                             CUstream stream) const {
+  std::vector<float> row(static_cast<size_t>(options().capacity));
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::v,
+                      options().capacity * sizeof(float), row.data(), stream);
       !s.ok())
     return s;
   return row;
 }
 
-StatusOr<std::vector<float>> GpuStatePool::v(int64_t requestId, int64_t layer,
-                                             CUstream stream) const {
-  return readFloats(requestId, layer, &GpuLayerBuffers::v, options().capacity,
-                    stream);
-}
-
 StatusOr<std::vector<float>> GpuStatePool::d(int64_t requestId, int64_t layer,
                                              CUstream stream) const {
-  return readFloats(requestId, layer, &GpuLayerBuffers::d, options().capacity,
-                    stream);
-}
-
-StatusOr<std::vector<float>>
-GpuStatePool::vMax8(int64_t requestId, int64_t layer, CUstream stream) const {
-  return readFloats(requestId, layer, &GpuLayerBuffers::vMax8, layout.numGroups,
-                    stream);
+  std::vector<float> row(static_cast<size_t>(options().capacity));
+  if (Status s = read(requestId, layer, &GpuLayerBuffers::d,
+                      options().capacity * sizeof(float), row.data(), stream);
+      !s.ok())
+    return s;
+  return row;
 }
 
 StatusOr<int64_t> GpuStatePool::iteration(int64_t requestId, int64_t layer,

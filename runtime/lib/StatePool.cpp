@@ -118,14 +118,12 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
   const int64_t numBlocks = options.capacity / options.blockSize +
                             (options.capacity % options.blockSize != 0);
   const int64_t slots = options.numSlots;
-  const int64_t numGroups = options.capacity / 8 + (options.capacity % 8 != 0);
   int64_t slotsTimesC = 0, slotsTimesRows = 0, slotsTimesBlocks = 0,
-          slotsTimesRowsTimesC = 0, slotsTimesGroups = 0;
+          slotsTimesRowsTimesC = 0;
   bool fits =
       checkedMul(slots, options.capacity, slotsTimesC) &&
       checkedMul(slots, options.maxRows, slotsTimesRows) &&
       checkedMul(slots, numBlocks, slotsTimesBlocks) &&
-      checkedMul(slots, numGroups, slotsTimesGroups) &&
       checkedMul(slotsTimesRows, options.capacity, slotsTimesRowsTimesC);
 
   // One layer's arrays, then `numLayers` copies of that layout: the layer
@@ -134,7 +132,6 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
   ArenaLayout layout;
   StateLayout result;
   result.numBlocks = numBlocks;
-  result.numGroups = numGroups;
   if (fits) {
     result.v = layout.add(slotsTimesC, sizeof(float));
     result.d = layout.add(slotsTimesC, sizeof(float));
@@ -146,7 +143,6 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
     result.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
     result.predAt = layout.add(slots * 4, sizeof(int32_t));
     result.predKeys = layout.add(slotsTimesBlocks, sizeof(int32_t));
-    result.vMax8 = layout.add(slotsTimesGroups, sizeof(float));
     // Last, so that pools without it keep the layout of the other arrays.
     if (options.lastObserved)
       result.lastObserved = layout.add(slotsTimesBlocks, sizeof(int32_t));
@@ -277,7 +273,6 @@ LayerBuffers StatePool::buffers(int64_t layer) const {
     b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
     b.predAt = reinterpret_cast<int32_t *>(start + fields.predAt);
     b.predKeys = reinterpret_cast<int32_t *>(start + fields.predKeys);
-    b.vMax8 = reinterpret_cast<float *>(start + fields.vMax8);
     if (fields.lastObserved >= 0)
       b.lastObserved = reinterpret_cast<int32_t *>(start + fields.lastObserved);
   }

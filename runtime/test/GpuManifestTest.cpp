@@ -237,8 +237,7 @@ const BadCase kBadCases[] = {
      "arguments[1].shape: request_ids has rank 1 in the step ABI, got [?, 1]"},
     {"\"name\": \"v\", \"layer\": 0", "\"name\": \"w\", \"layer\": 0",
      "arguments[3].name: unknown state field \"w\" (expected v, d, it, "
-     "obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at, pred_keys or "
-     "v_max8)"},
+     "obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at or pred_keys)"},
     {"\"name\": \"it\", \"layer\": 0, \"dtype\": \"i64\"",
      "\"name\": \"it\", \"layer\": 0, \"dtype\": \"i32\"",
      "arguments[4].dtype: state field \"it\" is i64 in the step ABI, got i32"},

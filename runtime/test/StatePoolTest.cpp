@@ -544,8 +544,7 @@ TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
   // Without it, nothing of the layout refers to it; with it, the other
   // arrays keep their offsets and it comes last: 4 slots x 7 blocks of i32.
   // Before it: obs_z, then the prediction cache (pred_at: 4 slots x 4 i32,
-  // pred_keys: 4 slots x 7 blocks of i32), then V's group maxima (v_max8:
-  // 4 slots x ceil(100 / 8) = 13 groups of f32).
+  // pred_keys: 4 slots x 7 blocks of i32).
   EXPECT_EQ(plain->lastObserved, -1);
   EXPECT_EQ(aged->v, plain->v);
   EXPECT_EQ(aged->obsMask, plain->obsMask);
@@ -554,13 +553,10 @@ TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
   int64_t obsZEnd = plain->obsZ + 4 * 4 * 100 * int64_t(sizeof(float));
   EXPECT_EQ(plain->predAt, (obsZEnd + 63) / 64 * 64);
   EXPECT_EQ(plain->predKeys, (plain->predAt + 4 * 4 * 4 + 63) / 64 * 64);
-  EXPECT_EQ(plain->vMax8, (plain->predKeys + 4 * 7 * 4 + 63) / 64 * 64);
-  EXPECT_EQ(aged->vMax8, plain->vMax8);
-  EXPECT_EQ(plain->numGroups, 13);
-  int64_t groupsEnd = plain->vMax8 + 4 * 13 * 4;
-  EXPECT_EQ(aged->lastObserved, (groupsEnd + 63) / 64 * 64);
+  int64_t predEnd = plain->predKeys + 4 * 7 * 4;
+  EXPECT_EQ(aged->lastObserved, (predEnd + 63) / 64 * 64);
   EXPECT_EQ(aged->layerStride, (aged->lastObserved + 4 * 7 * 4 + 63) / 64 * 64);
-  EXPECT_EQ(plain->layerStride, (groupsEnd + 63) / 64 * 64);
+  EXPECT_EQ(plain->layerStride, (predEnd + 63) / 64 * 64);
 
   auto pool = makePool(options);
   ASSERT_TRUE(pool);

@@ -198,18 +198,6 @@ private:
     }
     return it->second;
   }
-  /// V's group maxima of `state`'s layer (v_max8; Kernels.h, kGroup),
-  /// bound on first use.
-  Buffer groupMaximaOf(Value state) {
-    int64_t layer = cast<StateType>(state.getType()).getLayer();
-    auto it = groupMaxima.find(layer);
-    if (it == groupMaxima.end())
-      it = groupMaxima
-               .try_emplace(
-                   layer, addPointer("state", "v_max8", "f32", {-1, -1}, layer))
-               .first;
-    return it->second;
-  }
   /// The MTP pending-observation fields of a layer (docs/Runtime-ABI.md).
   struct ObservationFields {
     Buffer rows, pos, len, mask, z;
@@ -320,7 +308,6 @@ private:
   std::map<int64_t, int64_t> capacities;
   int64_t stateBlockSize = 0;
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
-  DenseMap<int64_t, Buffer> groupMaxima;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
   SmallVector<Launch> launches;
@@ -613,11 +600,6 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     spec.precomputed = true;
     SmallVector<Buffer> predictOperands = {*positions, *lengths, *slots,
                                            v,          d,        it};
-    // Full blocks from the group maxima, a thread each.
-    spec.groupMaxima = canPredictFromGroups(spec);
-    if (spec.groupMaxima) {
-      predictOperands.push_back(groupMaximaOf(op.getState()));
-    }
     // Single-row steps keep their block scores in the state, where the
     // previous step's update already predicted them (Kernels.h).
     spec.predictionCache = spec.rows == 1;
@@ -767,24 +749,12 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
   spec.ctasPerRequest = std::max<int64_t>(
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
   auto [v, d, it] = stateOf(op, state);
-  Buffer vMax = groupMaximaOf(state);
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
-  SmallVector<Buffer> operands = {scores,      positions,   lengths,   *slots,
-                                  mask.blocks, mask.counts, mask.skip, v,
-                                  d,           it};
-  const bool keepsMaxima = updateKeepsGroupMaxima(spec);
-  if (keepsMaxima)
-    operands.push_back(vMax);
-  placeOn(launch(spec.name, shape, operands, op), stream, wait);
-  if (!keepsMaxima) {
-    // V's group maxima in the selected blocks, after it on its stream.
-    LaunchShape maxima = buildGroupMaximaKernel(b, op->getLoc(), kernels, spec);
-    placeOn(launch(spec.name + "_maxima", maxima,
-                   {positions, lengths, *slots, mask.blocks, mask.counts,
-                    mask.skip, v, vMax},
-                   op),
-            stream, /*wait=*/-1);
-  }
+  Launch &l = launch(spec.name, shape,
+                     {scores, positions, lengths, *slots, mask.blocks,
+                      mask.counts, mask.skip, v, d, it},
+                     op);
+  placeOn(l, stream, wait);
   // The next step's block scores, from the state just updated, on the
   // same stream: off the next step's critical path.
   if (mask.predictNext) {
@@ -842,8 +812,7 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
   auto [v, d, it] = stateOf(op, op.getState());
-  SmallVector<Buffer> operands = {*flags, *slots, v,
-                                  d,      it,     groupMaximaOf(op.getState())};
+  SmallVector<Buffer> operands = {*flags, *slots, v, d, it};
   if (bufferingLayers.count(layer)) {
     spec.observations = true;
     operands.push_back(observationsOf(op, op.getState()).rows);
@@ -946,14 +915,12 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
   auto [v, d, it] = stateOf(op, op.getState());
-  Buffer vMax = groupMaximaOf(op.getState());
   ObservationFields obs = observationsOf(op, op.getState());
   CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, vMax, obs.rows, obs.pos, obs.len, obs.mask,
-          obs.z},
+         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z},
          op);
   launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
   return success();

@@ -9,8 +9,6 @@
 
 #include "llvm/ADT/Twine.h"
 
-#include <cmath>
-
 using namespace mlir;
 using namespace mlir::spin::gpu_codegen;
 using arith::CmpIPredicate;
@@ -107,51 +105,12 @@ mlir::spin::gpu_codegen::blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
   return {kb.add(kb.sub(inclusive, value), before), total};
 }
 
-Value mlir::spin::gpu_codegen::laneGroupMaxF(KernelBuilder &kb, int64_t lanes,
-                                             Value value) {
-  assert(lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
-         "a power of two up to the warp");
-  for (int64_t d = lanes / 2; d >= 1; d /= 2)
-    value = kb.maxF(value, kb.shflXor(value, d));
-  return value;
-}
-
-Value mlir::spin::gpu_codegen::groupMaximum(KernelBuilder &kb, Value array,
-                                            Value rowBase, Value group,
-                                            int64_t size, int64_t capacity) {
-  Value first = kb.mul(group, kb.i32(size));
-  Value m = kb.f32(-INFINITY);
-  for (int64_t u = 0; u < size; ++u) {
-    Value x = kb.add(first, kb.i32(u));
-    Value in = kb.cmp(CmpIPredicate::slt, x, kb.i32(capacity));
-    Value at = kb.minS(x, kb.i32(capacity - 1));
-    Value value = kb.loadAt(kb.f32T(), array, kb.add(rowBase, kb.extS64(at)));
-    m = kb.maxF(m, kb.select(in, value, kb.f32(-INFINITY)));
-  }
-  return m;
-}
-
-void mlir::spin::gpu_codegen::storeGroupMaxima(KernelBuilder &kb, Value array,
-                                               Value rowBase, Value maxima,
-                                               Value groupBase, Value first,
-                                               Value last, int64_t size,
-                                               int64_t capacity,
-                                               int64_t blockThreads) {
-  Value firstGroup = kb.divU(first, kb.i32(size));
-  Value groups =
-      kb.sub(kb.add(kb.divU(last, kb.i32(size)), kb.i32(1)), firstGroup);
-  forEachThreadStrided(kb, groups, blockThreads, [&](Value g) {
-    Value group = kb.add(firstGroup, g);
-    kb.storeAt(groupMaximum(kb, array, rowBase, group, size, capacity), maxima,
-               kb.add(groupBase, kb.extS64(group)));
-  });
-}
-
 Value mlir::spin::gpu_codegen::blockMaxF(KernelBuilder &kb, StringRef prefix,
                                          Value value, int64_t blockThreads) {
   int64_t warps = blockThreads / 32;
   Value cells = kb.sharedArray((prefix + "_warp_max").str(), kb.f32T(), warps);
-  value = laneGroupMaxF(kb, 32, value);
+  for (int64_t d = 16; d >= 1; d /= 2)
+    value = kb.maxF(value, kb.shflXor(value, d));
   Value lane = kb.laneId(), warp = kb.warpId();
   kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
             [&] { kb.storeAt(value, cells, warp); });

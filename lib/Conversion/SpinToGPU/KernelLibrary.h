@@ -26,25 +26,6 @@ Value warpInclusiveScan(KernelBuilder &kb, Value value, Value lane);
 std::pair<Value, Value> blockExclusiveScan(KernelBuilder &kb, StringRef prefix,
                                            Value value, int64_t blockThreads);
 
-/// The maximum of one f32 per lane over each aligned group of `lanes`
-/// lanes (a power of two up to 32; NaN-propagating). All 32 lanes of the
-/// warp must call it.
-Value laneGroupMaxF(KernelBuilder &kb, int64_t lanes, Value value);
-
-/// The maximum of the f32 entries [group * size, group * size + size) of
-/// the row at `rowBase` of `array` that lie below `capacity` (NaN-
-/// propagating): `size` independent loads.
-Value groupMaximum(KernelBuilder &kb, Value array, Value rowBase, Value group,
-                   int64_t size, int64_t capacity);
-
-/// Writes `groupMaximum` of every group of `size` entries that holds one of
-/// the entries [first, last] (first <= last, within the capacity) to
-/// `maxima[groupBase + group]`, a thread per group (all threads of the CTA
-/// take part; no barrier).
-void storeGroupMaxima(KernelBuilder &kb, Value array, Value rowBase,
-                      Value maxima, Value groupBase, Value first, Value last,
-                      int64_t size, int64_t capacity, int64_t blockThreads);
-
 /// Block-wide maximum of one f32 per thread (NaN-propagating).
 Value blockMaxF(KernelBuilder &kb, StringRef prefix, Value value,
                 int64_t blockThreads);

@@ -39,17 +39,6 @@ enum ErrorCode : int32_t {
   ErrorBadPosition = 3,
 };
 
-/// The state keeps, next to V, its maxima over aligned groups of `kGroup`
-/// entries (`v_max8`: f32 [slots, ceil(C / kGroup)], docs/Runtime-ABI.md).
-/// Every kernel that writes V keeps them exact: the EMA update itself when
-/// blocks are whole groups (else buildGroupMaximaKernel after it), the MTP
-/// commit and the reset. The prediction of a full block then reads V's
-/// part as bs / 8 group maxima instead of bs slots.
-constexpr int64_t kGroup = 8;
-inline int64_t stateGroups(int64_t capacity) {
-  return (capacity + kGroup - 1) / kGroup;
-}
-
 //===----------------------------------------------------------------------===//
 // Scoring (SPIN_SPEC §1, §3.8)
 //===----------------------------------------------------------------------===//
@@ -174,22 +163,14 @@ struct SelectKernelSpec {
   bool predictionCache = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
-  /// The predict kernels take V's part of a full block from V's group
-  /// maxima (`v_max8`, one more parameter after `it`; `blockSize / 8`
-  /// loads instead of `blockSize`) and read D slot by slot; a row's last,
-  /// partial block reads both slot by slot.
-  bool groupMaxima = false;
 };
-/// True when the predict kernels can use the group maxima (max pooling and
-/// blocks of whole groups).
-bool canPredictFromGroups(const SelectKernelSpec &spec);
 /// True when max pooling can be computed by many CTAs per row
 /// (buildPredictKernel).
 bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
-/// Parameters: positions, lengths, slots, v, d, it, [v_max8], keys (ptrs);
-/// with `predictionCache` pred_at, pred_keys instead of keys. Grid:
+/// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
+/// `predictionCache` pred_at, pred_keys instead of keys. Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).
@@ -219,26 +200,10 @@ struct UpdateKernelSpec {
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
-/// True when buildUpdateKernel keeps V's group maxima itself (blocks of
-/// whole groups: one more parameter, v_max8, after `it`).
-bool updateKeepsGroupMaxima(const UpdateKernelSpec &spec);
 
-/// `<name>_maxima`, launched after an update that does not keep V's group
-/// maxima itself (updateKeepsGroupMaxima), on its stream: recomputes the
-/// maxima (kGroup) of every group of V that holds a slot of a selected
-/// block, from the updated V, a thread per group (a group shared by two
-/// blocks is written by both, with the same value).
-///
-/// Parameters: positions, lengths, slots, blocks, counts, skip, v, v_max8
-/// (ptrs). Grid: (ctasPerRequest, batch).
-LaunchShape buildGroupMaximaKernel(OpBuilder &b, Location loc,
-                                   gpu::GPUModuleOp module,
-                                   const UpdateKernelSpec &spec);
-
-/// Zeroes V, D and V's group maxima and sets `it = 0` for the requests
-/// whose reset flag is set (and drops their buffered MTP rows: `obs_rows =
-/// 0`). Parameters: reset (i8), slots, v, d, it, v_max8,
-/// [obs_rows] (ptrs). Grid:
+/// Zeroes V and D and sets `it = 0` for the requests whose reset flag is
+/// set (and drops their buffered MTP rows: `obs_rows = 0`). Parameters:
+/// reset (i8), slots, v, d, it, [obs_rows] (ptrs). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
   std::string name;
@@ -289,13 +254,12 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///     slot `p_r - x` (when scored and finite): no two threads write the
 ///     same entry, and each entry sees the rows in order, exactly as the
 ///     CPU path's sequential replay; entries no replayed row touches are
-///     not written. The eight lanes of a group of V then write its
-///     maximum (kGroup) when any of them changed;
+///     not accessed;
 ///  2. `<name>_finish` (one thread per request) advances `it` and drops the
 ///     buffer, after every CTA of the first launch has read `obs_rows`.
 ///
-/// Parameters: replay(accepted, slots, v, d, v_max8, obs_rows,
-/// obs_pos, obs_len, obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
+/// Parameters: replay(accepted, slots, v, d, obs_rows, obs_pos, obs_len,
+/// obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
 struct CommitKernelSpec {
   std::string name;
   /// `rows` is the pool's `maxRows` (the row stride of the obs fields).

@@ -132,14 +132,13 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
   const int64_t rows = spec.rows, bs = spec.blockSize;
   CommitLaunches shapes;
   {
-    SmallVector<Type> params(10, ptr);
+    SmallVector<Type> params(9, ptr);
     OpBuilder::InsertionGuard guard(b);
     gpu::GPUFuncOp func =
         beginKernel(b, loc, module, spec.name, params, spec.threads);
     unsigned a = 0;
     Value accepted = func.getArgument(a++), slots = func.getArgument(a++);
     Value vState = func.getArgument(a++), dState = func.getArgument(a++);
-    Value vMax = func.getArgument(a++);
     Value obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
     Value obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
     Value obsZ = func.getArgument(a++);
@@ -198,14 +197,8 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
       };
       Value start =
           kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
-      const int64_t groups = stateGroups(spec.capacity);
-      Value groupBase = kb.mul(slot64, kb.i64(groups));
-      Value lane = kb.laneId();
-      // Whole warps per iteration (the group maxima below shuffle).
-      Value warpReach =
-          kb.mul(kb.divU(kb.add(reach, kb.i32(31)), kb.i32(32)), kb.i32(32));
       kb.forLoop(
-          start, warpReach, kb.i32(spec.threads * spec.ctasPerRequest),
+          start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
           [&](Value x) {
             // V[x] is touched by rows that scored slot x, D[x] by rows that
             // scored slot p_r - x; the others keep their value unread.
@@ -216,69 +209,32 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                   return {kb.orI(in[0], scored(x, n, valid)),
                           kb.orI(in[1], scored(kb.sub(p, x), n, valid))};
                 });
-            Value inState =
-                kb.cmp(CmpIPredicate::slt, x, kb.i32(spec.capacity));
-            Value at = kb.add(stateBase,
-                              kb.extS64(kb.minS(x, kb.i32(spec.capacity - 1))));
             for (bool diagonal : {false, true}) {
-              Value state = diagonal ? dState : vState;
-              Value value = kb.ifThenElse(
-                  {f32}, touched[diagonal],
-                  [&]() -> SmallVector<Value> {
-                    Value cell =
-                        kb.gep(state, f32, kb.add(stateBase, kb.extS64(x)));
-                    Value folded = kb.forLoopWith(
-                        kb.i32(0), count, kb.i32(1), {kb.load(f32, cell, 4)},
-                        [&](Value r, ValueRange in) -> SmallVector<Value> {
-                          auto [p, n, valid] = rowOf(r);
-                          Value i = diagonal ? kb.sub(p, x) : x;
-                          Value zRow = kb.mul(kb.add(rowBase, kb.extS64(r)),
-                                              kb.i64(spec.capacity));
-                          return kb.ifThenElse(
-                              {f32}, scored(i, n, valid),
-                              [&]() -> SmallVector<Value> {
-                                Value z = kb.loadAt(f32, obsZ,
-                                                    kb.add(zRow, kb.extS64(i)));
-                                Value finite =
-                                    kb.cmpF(CmpFPredicate::OLT, kb.absF(z),
-                                            kb.f32(INFINITY));
-                                Value ema = kb.add(kb.mul(decay, in[0]),
-                                                   kb.mul(keep, z));
-                                return {kb.select(finite, ema, in[0])};
-                              },
-                              [&]() -> SmallVector<Value> { return {in[0]}; });
-                        })[0];
-                    kb.store(folded, cell, 4);
-                    return {folded};
-                  },
-                  [&]() -> SmallVector<Value> {
-                    return {kb.f32(-INFINITY)};
-                  })[0];
-              if (diagonal)
-                continue;
-              // V's group maximum, when a lane of it changed: the others
-              // read their entry (none past the capacity).
-              Value groupLanes =
-                  kb.shl(kb.i32(0xff), kb.andI(lane, kb.i32(~7)));
-              Value changed = kb.cmp(
-                  CmpIPredicate::ne,
-                  kb.andI(kb.ballot(touched[diagonal]), groupLanes), kb.i32(0));
-              value = kb.ifThenElse(
-                  {f32},
-                  kb.andI(kb.andI(changed, kb.not1(touched[diagonal])),
-                          inState),
-                  [&]() -> SmallVector<Value> {
-                    return {kb.loadAt(f32, state, at)};
-                  },
-                  [&]() -> SmallVector<Value> { return {value}; })[0];
-              value = laneGroupMaxF(kb, kGroup, value);
-              Value leader =
-                  kb.cmp(CmpIPredicate::eq, kb.andI(lane, kb.i32(kGroup - 1)),
-                         kb.i32(0));
-              kb.ifThen(kb.andI(kb.andI(changed, leader), inState), [&] {
-                kb.storeAt(
-                    value, vMax,
-                    kb.add(groupBase, kb.extS64(kb.divU(x, kb.i32(kGroup)))));
+              kb.ifThen(touched[diagonal], [&] {
+                Value at = kb.gep(diagonal ? dState : vState, f32,
+                                  kb.add(stateBase, kb.extS64(x)));
+                Value folded = kb.forLoopWith(
+                    kb.i32(0), count, kb.i32(1), {kb.load(f32, at, 4)},
+                    [&](Value r, ValueRange in) -> SmallVector<Value> {
+                      auto [p, n, valid] = rowOf(r);
+                      Value i = diagonal ? kb.sub(p, x) : x;
+                      Value zRow = kb.mul(kb.add(rowBase, kb.extS64(r)),
+                                          kb.i64(spec.capacity));
+                      return kb.ifThenElse(
+                          {f32}, scored(i, n, valid),
+                          [&]() -> SmallVector<Value> {
+                            Value z = kb.loadAt(f32, obsZ,
+                                                kb.add(zRow, kb.extS64(i)));
+                            Value finite =
+                                kb.cmpF(CmpFPredicate::OLT, kb.absF(z),
+                                        kb.f32(INFINITY));
+                            Value ema =
+                                kb.add(kb.mul(decay, in[0]), kb.mul(keep, z));
+                            return {kb.select(finite, ema, in[0])};
+                          },
+                          [&]() -> SmallVector<Value> { return {in[0]}; });
+                    })[0];
+                kb.store(folded, at, 4);
               });
             }
           });

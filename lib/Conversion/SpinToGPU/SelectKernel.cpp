@@ -35,11 +35,10 @@ uint64_t splitmix(uint64_t x) {
 
 /// Max pooling of the predictions max(V[i], D[p - i]) of slots
 /// [firstSlot, endSlot) into the order-preserving u32 keys
-/// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf or at
-/// V's part): each warp streams slots with four loads in flight, the lanes
-/// of one block reduce by shuffles and one lane per block folds the result
-/// in. Each lane has `unroll` slots' loads in flight per iteration. Without
-/// `vState` only D[p - i] is pooled (the keys already hold V's maxima).
+/// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf): each
+/// warp streams slots with four loads in flight, the lanes of one block
+/// reduce by shuffles and one lane per block folds the result in. Each lane
+/// has `unroll` slots' loads in flight per iteration.
 void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
                   Value stateBase, Value p, Value firstSlot, Value endSlot,
                   Value firstBlock, Value keys, int64_t bs, int64_t warps,
@@ -57,13 +56,11 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
           Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
           Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
           Value at = kb.minS(i, last);
-          Value z = kb.loadAt(f32, dState,
-                              kb.add(stateBase, kb.extS64(kb.sub(p, at))));
-          if (vState)
-            z = kb.maxF(
-                kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at))), z);
+          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
+          Value di = kb.loadAt(f32, dState,
+                               kb.add(stateBase, kb.extS64(kb.sub(p, at))));
           slotsIn.push_back(in);
-          values.push_back(kb.select(in, z, kb.f32(-INFINITY)));
+          values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
         }
         for (int64_t u = 0; u < unroll; ++u) {
           Value z = values[u];
@@ -81,30 +78,11 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
         }
       });
 }
-
-/// The maximum of V over the full block j of slots [bs j, bs j + bs) from
-/// its groups' maxima (Kernels.h, kGroup).
-Value blockMaxOfV(KernelBuilder &kb, Value vMax, Value groupBase, Value j,
-                  int64_t bs) {
-  const int64_t span = bs / kGroup;
-  Value first = kb.mul(j, kb.i32(span));
-  Value m = kb.f32(-INFINITY);
-  for (int64_t t = 0; t < span; ++t)
-    m = kb.maxF(
-        m, kb.loadAt(kb.f32T(), vMax,
-                     kb.add(groupBase, kb.extS64(kb.add(first, kb.i32(t))))));
-  return m;
-}
 } // namespace
 
 bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
   return spec.pooling == PoolingKind::max &&
          (spec.blockSize % 32 == 0 || 32 % spec.blockSize == 0);
-}
-
-bool mlir::spin::gpu_codegen::canPredictFromGroups(
-    const SelectKernelSpec &spec) {
-  return canPredictByMax(spec) && spec.blockSize % kGroup == 0;
 }
 
 /// Whether the prediction cache's record of `slot` says that its block
@@ -130,22 +108,18 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 256, warps = threads / 32;
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
+  const int64_t range = spec.predictBlocksPerCta;
   const bool cache = spec.predictionCache;
   assert((cache || !next) && "a next-step prediction needs the cache");
   OpBuilder::InsertionGuard guard(b);
-  const bool groups = spec.groupMaxima;
-  assert((!groups || canPredictFromGroups(spec)) && "blocks of whole groups");
-  const int64_t range = spec.predictBlocksPerCta;
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
-      SmallVector<Type>(7 + cache + groups, ptr), threads);
-  unsigned arg = 0;
-  Value positions = func.getArgument(arg++), lengths = func.getArgument(arg++);
-  Value slots = func.getArgument(arg++), vState = func.getArgument(arg++);
-  Value dState = func.getArgument(arg++), itState = func.getArgument(arg++);
-  Value vMax = groups ? func.getArgument(arg++) : Value();
-  Value predAt = cache ? func.getArgument(arg++) : Value();
-  Value keysOut = func.getArgument(arg++);
+      SmallVector<Type>(cache ? 8 : 7, ptr), threads);
+  Value positions = func.getArgument(0), lengths = func.getArgument(1);
+  Value slots = func.getArgument(2), vState = func.getArgument(3);
+  Value dState = func.getArgument(4), itState = func.getArgument(5);
+  Value predAt = cache ? func.getArgument(6) : Value();
+  Value keysOut = func.getArgument(cache ? 7 : 6);
 
   Value lane = kb.laneId(), warp = kb.warpId();
   Value rowId = kb.blockIdY();
@@ -155,7 +129,6 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
-  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
   if (next) {
     // The next step of a decoding request: one more token, one further.
     p = kb.add(p, kb.i32(1));
@@ -184,30 +157,14 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   }
   Value rowBlocks =
       kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
   Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
     Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
-    // A full block's V part from its groups' maxima; the row's last,
-    // partial block reads V slot by slot (groups that reach past N).
-    Value fullBlocks = kb.divU(n, kb.i32(bs));
-    Value groupBase =
-        groups ? kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)))
-               : Value();
-    forEachThreadStrided(
-        kb, kb.sub(endBlock, firstBlock), threads, [&](Value jl) {
-          Value start = kb.f32(-INFINITY);
-          if (groups) {
-            Value j = kb.add(firstBlock, jl);
-            start = kb.ifThenElse(
-                {kb.f32T()}, kb.cmp(CmpIPredicate::slt, j, fullBlocks),
-                [&]() -> SmallVector<Value> {
-                  return {blockMaxOfV(kb, vMax, groupBase, j, bs)};
-                },
-                [&]() -> SmallVector<Value> { return {start}; })[0];
-          }
-          kb.storeAt(kb.orderedKey(start), local, jl);
-        });
+    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
+      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
+    });
     kb.barrier();
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
@@ -216,18 +173,8 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
     const int64_t unroll =
         std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-    if (groups) {
-      // D alone over the full blocks; both over the partial one.
-      Value fullEnd =
-          kb.maxS(firstSlot, kb.minS(kb.mul(fullBlocks, kb.i32(bs)), endSlot));
-      maxPoolSlots(kb, Value(), dState, stateBase, p, firstSlot, fullEnd,
-                   firstBlock, local, bs, warps, warp, lane, unroll);
-      maxPoolSlots(kb, vState, dState, stateBase, p, fullEnd, endSlot,
-                   firstBlock, local, bs, warps, warp, lane, /*unroll=*/2);
-    } else {
-      maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
-                   firstBlock, local, bs, warps, warp, lane, unroll);
-    }
+    maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
+                 firstBlock, local, bs, warps, warp, lane, unroll);
     kb.barrier();
     Value outBase =
         cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)

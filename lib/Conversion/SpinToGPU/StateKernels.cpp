@@ -20,22 +20,12 @@ using arith::CmpIPredicate;
 /// with a non-finite score (NaN past the visible length included) are not
 /// folded in. Rows with a bad length or position were reported by the
 /// select kernel and leave the state untouched, `it` included.
-///
-/// With blocks of whole groups it also writes the maxima of V's groups
-/// (kGroup) in the selected blocks: a group's eight slots are eight lanes
-/// of one round, which shuffle.
-bool mlir::spin::gpu_codegen::updateKeepsGroupMaxima(
-    const UpdateKernelSpec &spec) {
-  return spec.blockSize % kGroup == 0;
-}
-
 LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  const bool fused = updateKeepsGroupMaxima(spec);
-  SmallVector<Type> params(fused ? 11 : 10, ptr);
+  SmallVector<Type> params(10, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -46,7 +36,6 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value skip = func.getArgument(a++);
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
-  Value vMax = fused ? func.getArgument(a++) : Value();
 
   Value request = kb.blockIdY();
   Value slot = kb.loadAt(i32, slots, request, true);
@@ -64,8 +53,8 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
         kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(spec.blockSize));
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value width = kb.i32(spec.maxBlocks * spec.blockSize);
-    Value start =
-        kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+    Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
+                         kb.threadIdX());
     // Each thread takes kUnroll entries at a time and issues all their
     // loads before it uses any: the scores and block-list entries
     // together, then V and D (the kernel is bound by the latency of these
@@ -77,15 +66,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     const int64_t stride = spec.threads * spec.ctasPerRequest;
     Value bs = kb.i32(spec.blockSize);
     Value lastEntry = kb.sub(total, kb.i32(1));
-    // The group maxima shuffle: whole warps per round.
-    Value end = fused ? kb.mul(kb.divU(kb.add(total, kb.i32(31)), kb.i32(32)),
-                               kb.i32(32))
-                      : total;
-    Value groupLeader = kb.cmp(
-        CmpIPredicate::eq, kb.andI(kb.laneId(), kb.i32(kGroup - 1)), kb.i32(0));
-    Value groupBase =
-        kb.mul(kb.extS64(slot), kb.i64(stateGroups(spec.capacity)));
-    kb.forLoop(start, end, kb.i32(stride * kUnroll), [&](Value first) {
+    kb.forLoop(start, total, kb.i32(stride * kUnroll), [&](Value first) {
       SmallVector<Value> zs, blockOf, inRange, entries;
       for (int64_t u = 0; u < kUnroll; ++u) {
         Value e = kb.add(first, kb.i32(u * stride));
@@ -99,44 +80,25 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
             kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), kb.divU(at, bs)),
             true));
       }
-      SmallVector<Value> slotsOf, vAts, dAts, olds, used;
+      SmallVector<Value> vAts, dAts, olds, used;
       for (int64_t u = 0; u < kUnroll; ++u) {
         Value e = entries[u];
         Value finite =
             kb.cmpF(CmpFPredicate::OLT, kb.absF(zs[u]), kb.f32(INFINITY));
         used.push_back(kb.andI(inRange[u], finite));
-        slotsOf.push_back(kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)));
-        Value i = kb.select(used.back(), slotsOf.back(), p);
-        // The group maxima need every slot's V (within the capacity).
-        Value vi =
-            fused ? kb.minS(slotsOf.back(), kb.i32(spec.capacity - 1)) : i;
-        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(vi))));
+        Value i = kb.select(used.back(),
+                            kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)), p);
+        vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i))));
         dAts.push_back(
             kb.gep(dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, i)))));
         olds.push_back(kb.load(f32, vAts.back(), 4));
         olds.push_back(kb.load(f32, dAts.back(), 4));
       }
       for (int64_t u = 0; u < kUnroll; ++u) {
-        Value cz = kb.mul(keep, zs[u]);
-        Value newV = kb.add(kb.mul(decay, olds[2 * u]), cz);
         kb.ifThen(used[u], [&] {
-          kb.store(newV, vAts[u], 4);
+          Value cz = kb.mul(keep, zs[u]);
+          kb.store(kb.add(kb.mul(decay, olds[2 * u]), cz), vAts[u], 4);
           kb.store(kb.add(kb.mul(decay, olds[2 * u + 1]), cz), dAts[u], 4);
-        });
-        if (!fused)
-          continue;
-        // A group's eight slots are eight lanes of this round (blocks of
-        // whole groups; groups aligned in the entries).
-        Value inState =
-            kb.andI(inRange[u], kb.cmp(CmpIPredicate::slt, slotsOf[u],
-                                       kb.i32(spec.capacity)));
-        Value value = kb.select(used[u], newV, olds[2 * u]);
-        Value m = laneGroupMaxF(kb, kGroup,
-                                kb.select(inState, value, kb.f32(-INFINITY)));
-        kb.ifThen(kb.andI(groupLeader, inState), [&] {
-          kb.storeAt(m, vMax,
-                     kb.add(groupBase,
-                            kb.extS64(kb.divU(slotsOf[u], kb.i32(kGroup)))));
         });
       }
     });
@@ -154,86 +116,19 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   return shape;
 }
 
-LaunchShape
-mlir::spin::gpu_codegen::buildGroupMaximaKernel(OpBuilder &b, Location loc,
-                                                gpu::GPUModuleOp module,
-                                                const UpdateKernelSpec &spec) {
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T();
-  SmallVector<Type> params(8, ptr);
-  OpBuilder::InsertionGuard guard(b);
-  gpu::GPUFuncOp func =
-      beginKernel(b, loc, module, spec.name + "_maxima", params, spec.threads);
-  unsigned a = 0;
-  Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
-  Value slots = func.getArgument(a++), blocks = func.getArgument(a++);
-  Value counts = func.getArgument(a++), skip = func.getArgument(a++);
-  Value vState = func.getArgument(a++), vMax = func.getArgument(a++);
-
-  // The update's own test: a request it left untouched needs nothing.
-  Value request = kb.blockIdY();
-  Value slot = kb.loadAt(i32, slots, request, true);
-  Value p = kb.loadAt(i32, positions, request, true);
-  Value n = kb.loadAt(i32, lengths, request, true);
-  RowChecks checks =
-      checkRow(kb, p, n, spec.capacity, spec.maxBlocks * spec.blockSize);
-  Value ok = kb.andI(checks.lengthOk, checks.positionOk);
-  ok = kb.andI(ok, kb.cmp(CmpIPredicate::eq,
-                          kb.loadAt(i32, skip, request, true), kb.i32(0)));
-  kb.ifThen(ok, [&] {
-    const int64_t bs = spec.blockSize, groups = stateGroups(spec.capacity);
-    // A block's slots [bs j, bs j + bs) span at most this many groups.
-    const int64_t span = (bs + 2 * kGroup - 2) / kGroup;
-    Value count = kb.loadAt(i32, counts, request, true);
-    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-    Value groupBase = kb.mul(kb.extS64(slot), kb.i64(groups));
-    Value start =
-        kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
-    // Item t: group t % span after the first of list entry t / span.
-    kb.forLoop(
-        start, kb.mul(count, kb.i32(span)),
-        kb.i32(spec.threads * spec.ctasPerRequest), [&](Value t) {
-          Value entry = kb.divU(t, kb.i32(span));
-          Value j = kb.loadAt(
-              i32, blocks,
-              kb.add(kb.mul(request, kb.i32(spec.maxBlocks)), entry), true);
-          Value lo = kb.mul(j, kb.i32(bs));
-          Value hi =
-              kb.minS(kb.add(lo, kb.i32(bs - 1)), kb.i32(spec.capacity - 1));
-          Value group =
-              kb.add(kb.divU(lo, kb.i32(kGroup)), kb.remU(t, kb.i32(span)));
-          Value inBlock =
-              kb.andI(kb.cmp(CmpIPredicate::sle, lo, hi),
-                      kb.cmp(CmpIPredicate::sle, group,
-                             kb.divU(kb.maxS(hi, kb.i32(0)), kb.i32(kGroup))));
-          kb.ifThen(inBlock, [&] {
-            kb.storeAt(groupMaximum(kb, vState, stateBase, group, kGroup,
-                                    spec.capacity),
-                       vMax, kb.add(groupBase, kb.extS64(group)));
-          });
-        });
-  });
-
-  LaunchShape shape;
-  shape.grid = {spec.ctasPerRequest, spec.batch, 1};
-  shape.blockThreads = spec.threads;
-  return shape;
-}
-
 LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
-  SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
+  SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4);
-  Value vMax = func.getArgument(5);
-  Value obsRows = spec.observations ? func.getArgument(6) : Value();
+  Value obsRows = spec.observations ? func.getArgument(5) : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
@@ -246,13 +141,6 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
                  Value at = kb.add(stateBase, kb.extS64(i));
                  kb.storeAt(kb.f32(0.0), vState, at);
                  kb.storeAt(kb.f32(0.0), dState, at);
-               });
-    const int64_t groups = stateGroups(spec.capacity);
-    Value groupBase = kb.mul(kb.extS64(slot), kb.i64(groups));
-    kb.forLoop(start, kb.i32(groups),
-               kb.i32(spec.threads * spec.ctasPerRequest), [&](Value g) {
-                 Value at = kb.add(groupBase, kb.extS64(g));
-                 kb.storeAt(kb.f32(0.0), vMax, at);
                });
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),

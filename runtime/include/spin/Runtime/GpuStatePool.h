@@ -31,7 +31,7 @@
 
 namespace spin::runtime {
 
-/// Device addresses of the eleven arrays of one layer (docs/Runtime-ABI.md);
+/// Device addresses of the ten arrays of one layer (docs/Runtime-ABI.md);
 /// all zero for "no such layer".
 struct GpuLayerBuffers {
   cuda::CUdeviceptr v = 0;       ///< f32 [numSlots, capacity]
@@ -44,18 +44,16 @@ struct GpuLayerBuffers {
   cuda::CUdeviceptr obsZ = 0;    ///< f32 [numSlots, maxRows, capacity]
   cuda::CUdeviceptr predAt = 0;  ///< i32 [numSlots, 4]
   cuda::CUdeviceptr predKeys = 0; ///< i32 [numSlots, numBlocks]
-  cuda::CUdeviceptr vMax8 = 0;    ///< f32 [numSlots, numGroups]
   int64_t numSlots = 0;
   int64_t capacity = 0;
   int64_t maxRows = 0;
   int64_t numBlocks = 0;
-  int64_t numGroups = 0; ///< ceil(capacity / 8)
 
   explicit operator bool() const { return v != 0; }
 
   /// The array of the state field `name` ("v", "d", "it", "obs_rows",
-  /// "obs_pos", "obs_len", "obs_mask", "obs_z", "pred_at", "pred_keys",
-  /// "v_max8") and its shape; false for an unknown name.
+  /// "obs_pos", "obs_len", "obs_mask", "obs_z", "pred_at", "pred_keys")
+  /// and its shape; false for an unknown name.
   bool field(const std::string &name, cuda::CUdeviceptr &address,
              std::vector<int64_t> &shape) const;
 };
@@ -137,10 +135,6 @@ public:
                                  cuda::CUstream stream) const;
   StatusOr<std::vector<float>> d(int64_t requestId, int64_t layer,
                                  cuda::CUstream stream) const;
-  /// The maxima of V over aligned groups of 8 entries, which the GPU path
-  /// keeps next to it (docs/Runtime-ABI.md): ceil(C / 8) of them.
-  StatusOr<std::vector<float>> vMax8(int64_t requestId, int64_t layer,
-                                     cuda::CUstream stream) const;
   StatusOr<int64_t> iteration(int64_t requestId, int64_t layer,
                               cuda::CUstream stream) const;
   /// The device's `obs_rows` of the request on `layer`.
@@ -157,8 +151,7 @@ private:
                std::unique_ptr<StatePool> host, StateLayout layout,
                cuda::DeviceMemory memory);
 
-  /// Zeroes V, D, V's group maxima, `it`, `obs_rows` and `pred_at` of
-  /// `slot` on every layer.
+  /// Zeroes V, D, `it` and `obs_rows` of `slot` on every layer.
   Status zeroSlot(int32_t slot, cuda::CUstream stream) const;
 
   /// Copies the request's row (`rowBytes` at `slot * rowBytes`) of `field`
@@ -166,11 +159,6 @@ private:
   Status read(int64_t requestId, int64_t layer,
               cuda::CUdeviceptr GpuLayerBuffers::*field, int64_t rowBytes,
               void *out, cuda::CUstream stream) const;
-  /// `read` of `count` floats.
-  StatusOr<std::vector<float>>
-  readFloats(int64_t requestId, int64_t layer,
-             cuda::CUdeviceptr GpuLayerBuffers::*field, int64_t count,
-             cuda::CUstream stream) const;
 
   std::shared_ptr<cuda::Context> ctx;
   std::unique_ptr<StatePool> host;

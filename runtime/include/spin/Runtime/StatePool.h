@@ -51,9 +51,9 @@ struct StatePoolOptions {
   /// Whether every layer keeps `last_observed`, the iteration at which each
   /// block was last scored (SPIN_SPEC §7.1): the state of programs that
   /// explore by block age (`staleness-score`, `block-age`). Off, the layout
-  /// is the one of the other eleven arrays alone.
+  /// is the one of the other ten arrays alone.
   bool lastObserved = false;
-  /// Where the eleven state arrays live. True: in this pool's host memory,
+  /// Where the ten state arrays live. True: in this pool's host memory,
   /// which the CPU step functions address. False: elsewhere (a
   /// GpuStatePool's device memory); the pool then holds only the request
   /// table and its own record of each slot's buffered MTP rows (the host's
@@ -63,14 +63,14 @@ struct StatePoolOptions {
 };
 
 /// Where each array of the state lives: byte offsets of one layer's ten
-/// arrays (twelve with `last_observed`, which follows the others) from the
+/// arrays (eleven with `last_observed`, which follows the others) from the
 /// start of that layer's part of an allocation, and the layers' stride
 /// (layer `l` starts at `l * layerStride`). Every offset and the stride are
 /// multiples of 64 bytes. The same layout serves the host arena of a
 /// StatePool and the device allocation of a GpuStatePool.
 struct StateLayout {
   int64_t v = 0, d = 0, it = 0, obsRows = 0, obsPos = 0, obsLen = 0,
-          obsMask = 0, obsZ = 0, predAt = 0, predKeys = 0, vMax8 = 0;
+          obsMask = 0, obsZ = 0, predAt = 0, predKeys = 0;
   /// -1 when the pool keeps no `last_observed`.
   int64_t lastObserved = -1;
   int64_t layerStride = 0;
@@ -78,11 +78,9 @@ struct StateLayout {
   int64_t bytes = 0;
   /// `NBcap = ceil(capacity / blockSize)`.
   int64_t numBlocks = 0;
-  /// `ceil(capacity / 8)`: the row length of `v_max8`.
-  int64_t numGroups = 0;
 };
 
-/// Raw pointers to the eleven arrays of one layer (docs/Runtime-ABI.md), for
+/// Raw pointers to the ten arrays of one layer (docs/Runtime-ABI.md), for
 /// building the memref descriptors of a step call. All arrays are
 /// contiguous, row-major and 64-byte aligned. A default-constructed value
 /// (all null) stands for "no such layer".
@@ -99,9 +97,6 @@ struct LayerBuffers {
   /// block scores for a request's next step (docs/Runtime-ABI.md).
   int32_t *predAt = nullptr;
   int32_t *predKeys = nullptr;
-  /// f32 [numSlots, ceil(capacity / 8)]: the GPU path's maxima of v over
-  /// aligned groups of 8 entries (docs/Runtime-ABI.md).
-  float *vMax8 = nullptr;
   /// i32 [numSlots, numBlocks]; null unless the pool keeps it.
   int32_t *lastObserved = nullptr;
   int64_t numSlots = 0;
