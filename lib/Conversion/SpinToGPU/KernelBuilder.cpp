@@ -189,7 +189,12 @@ void KernelBuilder::storeAt(Value value, Value base, Value index) {
 
 Value KernelBuilder::sharedArray(StringRef name, Type element, int64_t count) {
   auto arrayType = LLVM::LLVMArrayType::get(element, count);
-  if (!module.lookupSymbol(name)) {
+  if (auto existing = module.lookupSymbol<LLVM::GlobalOp>(name)) {
+    // Kernels of one module share their arrays by name: one size each.
+    if (existing.getGlobalType() != arrayType)
+      llvm::report_fatal_error(llvm::Twine("shared array ") + name +
+                               " declared with two sizes");
+  } else {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(module.getBody());
     LLVM::GlobalOp::create(b, loc, arrayType, /*isConstant=*/false,

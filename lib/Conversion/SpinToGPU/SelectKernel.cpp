@@ -273,7 +273,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     Value rowBlocks = kb.minS(
         kb.divU(kb.add(firstN, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
     Value firstBlock = kb.mul(rank, kb.i32(range));
-    Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
+    Value local = kb.sharedArray(spec.name + "_cluster_S", i32, range);
     kb.ifThen(
         kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks)), [&] {
           Value endBlock =
