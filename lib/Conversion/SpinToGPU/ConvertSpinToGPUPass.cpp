@@ -612,15 +612,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                              spec.batch * spec.rows * spec.maxBlocks * 4);
     }
     predictOperands.push_back(*predicted);
-    // With eight or more requests a cluster of eight CTAs per request
-    // computes a missing prediction inside the select kernel: one launch
-    // fewer on the step's critical path, and enough CTAs to read V and D.
-    if (spec.predictionCache && spec.batch >= 8)
-      spec.predictCluster = 8;
-    if (!spec.predictCluster) {
-      LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
-      launch(spec.name + "_predict", predict, predictOperands, op);
-    }
+    LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
+    launch(spec.name + "_predict", predict, predictOperands, op);
     if (spec.predictionCache) {
       LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
                                             /*next=*/true);

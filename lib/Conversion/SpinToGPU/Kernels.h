@@ -161,13 +161,6 @@ struct SelectKernelSpec {
   /// and computes the scores otherwise. Both kernels take `pred_at` and
   /// `pred_keys` after `it`; the select kernel reads `pred_keys` by slot.
   bool predictionCache = false;
-  /// With the prediction cache: 0, or a cluster of this many CTAs per
-  /// request (grid (batch * predictCluster)) that computes a missing
-  /// prediction itself, each CTA pooling its share of the blocks into the
-  /// leader's shared memory, instead of a `<name>_predict` launch before it;
-  /// the leader (rank 0) selects. `it` and the cache record are then read
-  /// after the grid wait (the kernel before may be a reset).
-  int64_t predictCluster = 0;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
 };

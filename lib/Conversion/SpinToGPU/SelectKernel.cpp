@@ -207,13 +207,6 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func = beginKernel(b, loc, module, spec.name, params, threads);
-  const int64_t cluster = spec.predictCluster;
-  assert((cluster == 0 || (spec.predictionCache && cluster <= 8)) &&
-         "the cluster prediction is the prediction cache's miss path");
-  if (cluster)
-    func->setAttr(
-        NVVM::NVVMDialect::getClusterDimAttrName(),
-        b.getDenseI32ArrayAttr({static_cast<int32_t>(cluster), 1, 1}));
   unsigned a = 0;
   Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
   Value requestIds = func.getArgument(a++), slots = func.getArgument(a++);
@@ -234,16 +227,16 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   {
     OpBuilder::InsertionGuard beforeWait(b);
     setInsertionBeforeGridWait(b, func);
-    request = cluster ? kb.divU(kb.blockIdX(), kb.i32(cluster)) : kb.blockIdX();
+    request = kb.blockIdX();
     slot = kb.loadAt(i32, slots, request, true);
     requestId = kb.loadAt(i64, requestIds, request, true);
     if (spec.rows == 1) {
       firstP = kb.loadAt(i32, positions, request, true);
       firstN = kb.loadAt(i32, lengths, request, true);
     }
-    if (spec.precomputed && !cluster)
+    if (spec.precomputed)
       iteration = kb.loadAt(i64, itState, slot);
-    if (spec.predictionCache && !cluster) {
+    if (spec.predictionCache) {
       // A request whose block scores the previous step predicted (the
       // predict kernel's test, on the same record) needs nothing of the
       // predict kernel, which skips it: its CTA does not wait for it.
@@ -251,438 +244,348 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
                      predictedFor(kb, predAt, slot, firstP, firstN, iteration));
     }
   }
-  if (!spec.precomputed || cluster)
+  if (!spec.precomputed)
     iteration = kb.loadAt(i64, itState, slot);
   Value warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
   Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
+  Value base = kb.i64(static_cast<int64_t>(splitmix(spec.seed)));
+  base = kb.mix(kb.xorI(base, requestId));
+  base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
+  base = kb.mix(kb.xorI(base, iteration));
+
   Value scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
+  const bool fastMax = canPredictByMax(spec);
+  Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
+  Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
+  Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
+  forEachThreadStrided(kb, kb.i32(MB), threads,
+                       [&](Value j) { kb.storeAt(kb.constant(i8, 0), mask, j); });
+  kb.barrier();
 
-  //===--- the cluster's prediction (prediction-cache misses) -------------===//
-  // Without a predict kernel: each CTA of the request's cluster pools its
-  // share of the blocks and stores the keys in the leader's scoreKeys; the
-  // leader (rank 0) then selects, the others end.
-  Value hit, isLeader;
-  if (cluster) {
-    hit = predictedFor(kb, predAt, slot, firstP, firstN, iteration);
-    Value rank = kb.remU(kb.blockIdX(), kb.i32(cluster));
-    isLeader = kb.cmp(CmpIPredicate::eq, rank, kb.i32(0));
-    RowChecks checks = checkRow(kb, firstP, firstN, spec.capacity, MB * bs);
-    Value ok = kb.andI(kb.andI(checks.lengthOk, checks.positionOk),
-                       kb.not1(kb.orI(warmup, hit)));
-    const int64_t range = llvm::divideCeil(MB, cluster);
-    Value rowBlocks = kb.minS(
-        kb.divU(kb.add(firstN, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-    Value firstBlock = kb.mul(rank, kb.i32(range));
-    Value local = kb.sharedArray(spec.name + "_cluster_S", i32, range);
-    kb.ifThen(
-        kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks)), [&] {
-          Value endBlock =
-              kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
-          Value blocks = kb.sub(endBlock, firstBlock);
-          forEachThreadStrided(kb, blocks, threads, [&](Value j) {
-            kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
-          });
-          kb.barrier();
-          const int64_t unroll =
-              std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-          maxPoolSlots(kb, vState, dState, stateBase, firstP,
-                       kb.mul(firstBlock, kb.i32(bs)),
-                       kb.minS(kb.mul(endBlock, kb.i32(bs)), firstN),
-                       firstBlock, local, bs, warps, warp, lane, unroll);
-          kb.barrier();
-          Value leaderKeys = kb.clusterPeer(scoreKeys, kb.i32(0));
-          forEachThreadStrided(kb, blocks, threads, [&](Value j) {
-            kb.store(kb.loadAt(i32, local, j),
-                     kb.gep(leaderKeys, i32, kb.add(firstBlock, j)), 4);
-          });
-        });
-    // The peers' keys are in the leader's shared memory after this.
-    kb.clusterSync();
-  }
-  auto selectRows = [&] {
-    // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
-    Value base = kb.i64(static_cast<int64_t>(splitmix(spec.seed)));
-    base = kb.mix(kb.xorI(base, requestId));
-    base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
-    base = kb.mix(kb.xorI(base, iteration));
-
-    const bool fastMax = canPredictByMax(spec);
-    Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
-    Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
-    Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
-    forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
-      kb.storeAt(kb.constant(i8, 0), mask, j);
-    });
-    kb.barrier();
-
-    Value requestOk = kb.forLoopWith(
-        kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
-        [&](Value r, ValueRange okIn) -> SmallVector<Value> {
-          Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
-          Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
-          Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
-          // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
-          RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
-          Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
-          kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-            kb.ifThen(kb.not1(lengthOk), [&] {
-              recordError(kb, errors, ErrorBadLength, n, request, r);
-            });
-            kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)), [&] {
-              recordError(kb, errors, ErrorBadPosition, p, request, r);
-            });
-          });
-          Value ok = kb.andI(lengthOk, positionOk);
-          Value used = ok;
-          if (spec.rowZeroOnly)
-            used = kb.andI(
-                used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r, kb.i32(0))));
-          kb.ifThen(used, [&] {
-            Value rowBlocks = kb.minS(
-                kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-            forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-              kb.storeAt(
-                  kb.select(warmup, kb.constant(i8, 1), kb.constant(i8, 0)),
-                  rowMask, j);
-            });
-            kb.ifThen(
-                kb.andI(kb.not1(warmup),
-                        kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
-                [&] {
-                  //===--- predicted block scores (§3.2-3.3)
-                  //--------------------===//
-                  // S is kept as order-preserving u32 keys (what the exploit
-                  // select ranks by).
-                  if (precomputed) {
-                    // From the predict kernel (same keys, many CTAs per row),
-                    // or on a cache miss from the cluster, already in place.
-                    Value base = spec.predictionCache
-                                     ? kb.mul(slot, kb.i32(spec.stateBlocks()))
-                                     : kb.mul(rowId, kb.i32(MB));
-                    auto load = [&] {
-                      forEachThreadStrided(
-                          kb, rowBlocks, threads, [&](Value j) {
-                            kb.storeAt(
-                                kb.loadAt(i32, precomputed, kb.add(base, j)),
-                                scoreKeys, j);
-                          });
-                    };
-                    if (cluster)
-                      kb.ifThen(hit, load);
-                    else
-                      load();
-                  } else if (fastMax) {
-                    // Max pooling by all warps (maxPoolSlots).
-                    forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-                      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys,
-                                 j);
-                    });
-                    kb.barrier();
-                    maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n,
-                                 kb.i32(0), scoreKeys, bs, warps, warp, lane);
-                  } else {
-                    Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
-                    kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
-                      Value first = kb.mul(j, kb.i32(bs));
-                      Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
-                      Value local = kb.f32(-INFINITY);
-                      for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
-                        Value k = kb.add(lane, kb.i32(q * 32));
-                        Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
-                        Value zhat = kb.ifThenElse(
-                            {f32}, inBlock,
-                            [&]() -> SmallVector<Value> {
-                              Value i = kb.add(first, k);
-                              Value vi = kb.loadAt(
-                                  f32, vState, kb.add(stateBase, kb.extS64(i)));
-                              Value di = kb.loadAt(
-                                  f32, dState,
-                                  kb.add(stateBase, kb.extS64(kb.sub(p, i))));
-                              return {kb.maxF(vi, di)};
-                            },
-                            [&]() -> SmallVector<Value> {
-                              return {kb.f32(-INFINITY)};
-                            })[0];
-                        local = kb.maxF(local, zhat);
-                        if (spec.pooling != PoolingKind::max)
-                          kb.ifThen(inBlock,
-                                    [&] { kb.storeAt(zhat, buffer, k); });
-                      }
-                      Value pooled;
-                      if (spec.pooling == PoolingKind::max) {
-                        for (int64_t d = 16; d >= 1; d /= 2)
-                          local = kb.maxF(local, kb.shflXor(local, d));
-                        pooled = local;
-                      } else {
-                        // Mean and top4 in slot order, as the CPU path sums
-                        // them.
-                        pooled = kb.ifThenElse(
-                            {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
-                            [&]() -> SmallVector<Value> {
-                              Value ninf = kb.f32(-INFINITY);
-                              SmallVector<Value> init = {kb.f32(0.0), ninf,
-                                                         ninf, ninf, ninf};
-                              SmallVector<Value> acc = kb.forLoopWith(
-                                  kb.i32(0), count, kb.i32(1), init,
-                                  [&](Value k,
-                                      ValueRange it) -> SmallVector<Value> {
-                                    Value x = kb.loadAt(f32, buffer, k);
-                                    SmallVector<Value> next = {
-                                        kb.add(it[0], x)};
-                                    Value carry = x;
-                                    for (int64_t s = 1; s < 5; ++s) {
-                                      Value bigger = kb.cmpF(CmpFPredicate::OGT,
-                                                             carry, it[s]);
-                                      next.push_back(
-                                          kb.select(bigger, carry, it[s]));
-                                      carry = kb.select(bigger, it[s], carry);
-                                    }
-                                    return next;
-                                  });
-                              if (spec.pooling == PoolingKind::mean)
-                                return {arith::DivFOp::create(
-                                    b, loc, acc[0], kb.sitofp(count))};
-                              Value used = kb.minS(count, kb.i32(4));
-                              Value sum = acc[1];
-                              for (int64_t s = 1; s < 4; ++s)
-                                sum = kb.select(
-                                    kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
-                                    kb.add(sum, acc[1 + s]), sum);
-                              return {arith::DivFOp::create(b, loc, sum,
-                                                            kb.sitofp(used))};
-                            },
-                            [&]() -> SmallVector<Value> {
-                              return {kb.f32(0.0)};
-                            })[0];
-                      }
-                      kb.ifThen(
-                          kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
-                            kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
-                          });
-                    });
-                  }
-                  kb.barrier();
-
-                  //===--- budget (§3.4-3.6)
-                  //------------------------------------===//
-                  Value rowBlocks64 = kb.extS64(rowBlocks);
-                  Value byK = kb.i64((spec.topk + bs - 1) / bs);
-                  Value keepBlocks = arith::SubFOp::create(
-                      b, loc,
-                      arith::MulFOp::create(
-                          b, loc,
-                          arith::ConstantFloatOp::create(
-                              b, loc, b.getF64Type(),
-                              APFloat(1.0 - spec.sparsity)),
-                          arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                                  rowBlocks64)),
-                      arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                                     APFloat(1e-9)));
-                  // ceil without libdevice: truncate, then step up if below.
-                  Value truncated =
-                      arith::FPToSIOp::create(b, loc, i64, keepBlocks);
-                  Value below = arith::CmpFOp::create(
-                      b, loc, CmpFPredicate::OLT,
-                      arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                              truncated),
-                      keepBlocks);
-                  Value bySparsity =
-                      kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
-                  Value budget64 =
-                      kb.minS(rowBlocks64,
-                              arith::MaxSIOp::create(
-                                  b, loc, byK, kb.maxS(bySparsity, kb.i64(0))));
-                  Value budget = kb.trunc32(budget64);
-                  Value forced =
-                      kb.select(kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)),
-                                kb.i32(1), kb.i32(2));
-                  // floor of a non-negative product: truncation.
-                  Value wanted = kb.trunc32(arith::FPToSIOp::create(
-                      b, loc, i64,
-                      arith::MulFOp::create(
-                          b, loc,
-                          arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                                         APFloat(spec.explore)),
-                          arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                                  budget64))));
-                  Value room =
-                      kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
-                                kb.sub(budget, forced), kb.i32(0));
-                  Value explored = kb.minS(wanted, room);
-                  Value exploit = kb.sub(room, explored);
-                  Value last = kb.sub(rowBlocks, kb.i32(1));
-                  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-                    kb.storeAt(kb.constant(i8, 1), rowMask, kb.i32(0));
-                    kb.storeAt(kb.constant(i8, 1), rowMask, last);
-                  });
-                  kb.barrier();
-
-                  //===--- exploit: the largest S among non-forced blocks
-                  //---------===//
-                  kb.ifThen(
-                      kb.cmp(CmpIPredicate::sgt, exploit, kb.i32(0)), [&] {
-                        auto keyOf = [&](Value j) -> std::pair<Value, Value> {
-                          Value key = kb.loadAt(i32, scoreKeys, j);
-                          Value eligible =
-                              kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
-                                      kb.cmp(CmpIPredicate::slt, j, last));
-                          return {eligible, key};
-                        };
-                        RadixSelection chosen =
-                            selectLargest(kb, spec.name + "_exploit", i32,
-                                          rowBlocks, exploit, threads, keyOf);
-                        forEachThreadStrided(
-                            kb, rowBlocks, threads, [&](Value j) {
-                              auto [eligible, key] = keyOf(j);
-                              kb.ifThen(
-                                  isSelected(kb, chosen, eligible, key, j),
-                                  [&] {
-                                    kb.storeAt(kb.constant(i8, 1), rowMask, j);
-                                  });
-                            });
-                        kb.barrier();
-                      });
-
-                  //===--- explore: the smallest ranks among the rest (§3.7)
-                  //------===//
-                  kb.ifThen(
-                      kb.cmp(CmpIPredicate::sgt, explored, kb.i32(0)), [&] {
-                        auto keyOf = [&](Value j) -> std::pair<Value, Value> {
-                          Value taken = kb.cmp(CmpIPredicate::ne,
-                                               kb.loadAt(i8, rowMask, j),
-                                               kb.constant(i8, 0));
-                          Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
-                          return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
-                        };
-                        RadixSelection chosen =
-                            selectLargest(kb, spec.name + "_explore", i64,
-                                          rowBlocks, explored, threads, keyOf);
-                        // Decide for every block before marking any.
-                        SmallVector<Value> picks;
-                        int64_t perThread = (MB + threads - 1) / threads;
-                        for (int64_t q = 0; q < perThread; ++q) {
-                          Value j = kb.add(tid, kb.i32(q * threads));
-                          Value inRange =
-                              kb.cmp(CmpIPredicate::slt, j, rowBlocks);
-                          picks.push_back(kb.ifThenElse(
-                              {kb.i1T()}, inRange,
-                              [&]() -> SmallVector<Value> {
-                                auto [eligible, key] = keyOf(j);
-                                return {
-                                    isSelected(kb, chosen, eligible, key, j)};
-                              },
-                              [&]() -> SmallVector<Value> {
-                                return {kb.i1(false)};
-                              })[0]);
-                        }
-                        kb.barrier();
-                        for (int64_t q = 0; q < perThread; ++q) {
-                          Value j = kb.add(tid, kb.i32(q * threads));
-                          kb.ifThen(picks[q], [&] {
-                            kb.storeAt(kb.constant(i8, 1), rowMask, j);
-                          });
-                        }
-                        kb.barrier();
-                      });
-                });
-            kb.barrier();
-            // Union into the request's mask.
-            forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-              Value bit =
-                  kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
-              kb.storeAt(bit, mask, j);
-            });
-            kb.barrier();
-          });
-          return {kb.andI(okIn[0], ok)};
-        })[0];
-
-    //===--- the mask, the ascending list of selected blocks
-    //----------------===//
-    // Each thread owns a contiguous run of blocks, so an exclusive scan of
-    // the per-thread counts gives every selected block its list position.
-    // A request with a bad row selects nothing (and its state is untouched).
-    int64_t run = (MB + threads - 1) / threads;
-    Value first = kb.mul(tid, kb.i32(run));
-    Value own = kb.i32(0);
-    SmallVector<Value> bits;
-    for (int64_t q = 0; q < run; ++q) {
-      Value j = kb.add(first, kb.i32(q));
-      Value inRange =
-          kb.andI(requestOk, kb.cmp(CmpIPredicate::slt, j, kb.i32(MB)));
-      Value bit = kb.ifThenElse(
-          {i8}, inRange,
-          [&]() -> SmallVector<Value> { return {kb.loadAt(i8, mask, j)}; },
-          [&]() -> SmallVector<Value> { return {kb.constant(i8, 0)}; })[0];
-      bits.push_back(bit);
-      own = kb.add(own, kb.zext(bit, i32));
-    }
-    auto [offset, total] =
-        blockExclusiveScan(kb, spec.name + "_scan", own, threads);
-    Value at = offset;
-    for (int64_t q = 0; q < run; ++q) {
-      Value j = kb.add(first, kb.i32(q));
-      Value inRange = kb.cmp(CmpIPredicate::slt, j, kb.i32(MB));
-      kb.ifThen(inRange, [&] {
-        kb.storeAt(bits[q], maskOut, kb.add(kb.mul(request, kb.i32(MB)), j));
-      });
-      Value selected = kb.cmp(CmpIPredicate::ne, bits[q], kb.constant(i8, 0));
-      kb.ifThen(selected, [&] {
-        kb.storeAt(j, blocksOut, kb.add(kb.mul(request, kb.i32(MB)), at));
-      });
-      at = kb.add(at, kb.zext(bits[q], i32));
-    }
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-      kb.storeAt(total, countsOut, request);
-      kb.storeAt(kb.i32(0), skipOut, request);
-    });
-
-    //===--- realized block sparsity per row (on the union)
-    //-----------------===//
-    if (spec.reportSparsity) {
-      for (int64_t r = 0; r < spec.rows; ++r) {
-        Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+  Value requestOk = kb.forLoopWith(
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
+      [&](Value r, ValueRange okIn) -> SmallVector<Value> {
+        Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+        Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
         Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
-        Value rowBlocks = kb.minS(
-            kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
-            kb.i32(MB));
-        // One row marks no block past its own, so its count is the mask's.
-        Value selected = total;
-        if (spec.rows > 1) {
-          Value mine = kb.i32(0);
-          for (int64_t q = 0; q < run; ++q) {
-            Value j = kb.add(first, kb.i32(q));
-            Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
-            mine = kb.add(mine,
-                          kb.select(counted, kb.zext(bits[q], i32), kb.i32(0)));
-          }
-          selected =
-              blockExclusiveScan(kb, spec.name + "_scan", mine, threads).second;
-        }
+        // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
+        RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
+        Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
         kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-          FloatType f64 = b.getF64Type();
-          Value fraction = arith::DivFOp::create(
-              b, loc, arith::SIToFPOp::create(b, loc, f64, selected),
-              arith::SIToFPOp::create(b, loc, f64, rowBlocks));
-          Value one = arith::ConstantFloatOp::create(b, loc, f64, APFloat(1.0));
-          Value zero =
-              arith::ConstantFloatOp::create(b, loc, f64, APFloat(0.0));
-          Value value =
-              kb.select(kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0)),
-                        arith::SubFOp::create(b, loc, one, fraction), zero);
-          kb.storeAt(arith::TruncFOp::create(b, loc, f32, value), sparsityOut,
-                     rowId);
+          kb.ifThen(kb.not1(lengthOk),
+                    [&] {
+                      recordError(kb, errors, ErrorBadLength, n, request, r);
+                    });
+          kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)),
+                    [&] {
+                      recordError(kb, errors, ErrorBadPosition, p, request, r);
+                    });
         });
+        Value ok = kb.andI(lengthOk, positionOk);
+        Value used = ok;
+        if (spec.rowZeroOnly)
+          used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
+                                                     kb.i32(0))));
+        kb.ifThen(used, [&] {
+          Value rowBlocks =
+              kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)),
+                      kb.i32(MB));
+          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+            kb.storeAt(kb.select(warmup, kb.constant(i8, 1),
+                                 kb.constant(i8, 0)),
+                       rowMask, j);
+          });
+          kb.ifThen(kb.andI(kb.not1(warmup),
+                            kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
+                    [&] {
+            //===--- predicted block scores (§3.2-3.3) --------------------===//
+            // S is kept as order-preserving u32 keys (what the exploit
+            // select ranks by).
+            if (precomputed) {
+              // From the predict kernel (same keys, many CTAs per row).
+              Value base = spec.predictionCache
+                               ? kb.mul(slot, kb.i32(spec.stateBlocks()))
+                               : kb.mul(rowId, kb.i32(MB));
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                kb.storeAt(kb.loadAt(i32, precomputed, kb.add(base, j)),
+                           scoreKeys, j);
+              });
+            } else if (fastMax) {
+              // Max pooling by all warps (maxPoolSlots).
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
+              });
+              kb.barrier();
+              maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n,
+                           kb.i32(0), scoreKeys, bs, warps, warp, lane);
+            } else {
+              Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
+              kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
+                Value first = kb.mul(j, kb.i32(bs));
+                Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
+                Value local = kb.f32(-INFINITY);
+                for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
+                  Value k = kb.add(lane, kb.i32(q * 32));
+                  Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
+                  Value zhat = kb.ifThenElse(
+                      {f32}, inBlock,
+                      [&]() -> SmallVector<Value> {
+                        Value i = kb.add(first, k);
+                        Value vi = kb.loadAt(
+                            f32, vState, kb.add(stateBase, kb.extS64(i)));
+                        Value di = kb.loadAt(
+                            f32, dState,
+                            kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+                        return {kb.maxF(vi, di)};
+                      },
+                      [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
+                  local = kb.maxF(local, zhat);
+                  if (spec.pooling != PoolingKind::max)
+                    kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
+                }
+                Value pooled;
+                if (spec.pooling == PoolingKind::max) {
+                  for (int64_t d = 16; d >= 1; d /= 2)
+                    local = kb.maxF(local, kb.shflXor(local, d));
+                  pooled = local;
+                } else {
+                  // Mean and top4 in slot order, as the CPU path sums them.
+                  pooled = kb.ifThenElse(
+                      {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+                      [&]() -> SmallVector<Value> {
+                        Value ninf = kb.f32(-INFINITY);
+                        SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf,
+                                                   ninf};
+                        SmallVector<Value> acc = kb.forLoopWith(
+                            kb.i32(0), count, kb.i32(1), init,
+                            [&](Value k, ValueRange it) -> SmallVector<Value> {
+                              Value x = kb.loadAt(f32, buffer, k);
+                              SmallVector<Value> next = {kb.add(it[0], x)};
+                              Value carry = x;
+                              for (int64_t s = 1; s < 5; ++s) {
+                                Value bigger =
+                                    kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
+                                next.push_back(kb.select(bigger, carry, it[s]));
+                                carry = kb.select(bigger, it[s], carry);
+                              }
+                              return next;
+                            });
+                        if (spec.pooling == PoolingKind::mean)
+                          return {arith::DivFOp::create(b, loc, acc[0],
+                                                        kb.sitofp(count))};
+                        Value used = kb.minS(count, kb.i32(4));
+                        Value sum = acc[1];
+                        for (int64_t s = 1; s < 4; ++s)
+                          sum = kb.select(
+                              kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
+                              kb.add(sum, acc[1 + s]), sum);
+                        return {arith::DivFOp::create(b, loc, sum,
+                                                      kb.sitofp(used))};
+                      },
+                      [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+                }
+                kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+                  kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
+                });
+              });
+            }
+            kb.barrier();
+
+            //===--- budget (§3.4-3.6) ------------------------------------===//
+            Value rowBlocks64 = kb.extS64(rowBlocks);
+            Value byK = kb.i64((spec.topk + bs - 1) / bs);
+            Value keepBlocks = arith::SubFOp::create(
+                b, loc,
+                arith::MulFOp::create(
+                    b, loc,
+                    arith::ConstantFloatOp::create(
+                        b, loc, b.getF64Type(), APFloat(1.0 - spec.sparsity)),
+                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                            rowBlocks64)),
+                arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                               APFloat(1e-9)));
+            // ceil without libdevice: truncate, then step up if below.
+            Value truncated = arith::FPToSIOp::create(b, loc, i64, keepBlocks);
+            Value below = arith::CmpFOp::create(
+                b, loc, CmpFPredicate::OLT,
+                arith::SIToFPOp::create(b, loc, b.getF64Type(), truncated),
+                keepBlocks);
+            Value bySparsity =
+                kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
+            Value budget64 = kb.minS(
+                rowBlocks64,
+                arith::MaxSIOp::create(b, loc, byK,
+                                       kb.maxS(bySparsity, kb.i64(0))));
+            Value budget = kb.trunc32(budget64);
+            Value forced = kb.select(
+                kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)), kb.i32(1),
+                kb.i32(2));
+            // floor of a non-negative product: truncation.
+            Value wanted = kb.trunc32(arith::FPToSIOp::create(
+                b, loc, i64,
+                arith::MulFOp::create(
+                    b, loc,
+                    arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                                   APFloat(spec.explore)),
+                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                            budget64))));
+            Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
+                                   kb.sub(budget, forced), kb.i32(0));
+            Value explored = kb.minS(wanted, room);
+            Value exploit = kb.sub(room, explored);
+            Value last = kb.sub(rowBlocks, kb.i32(1));
+            kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+              kb.storeAt(kb.constant(i8, 1), rowMask, kb.i32(0));
+              kb.storeAt(kb.constant(i8, 1), rowMask, last);
+            });
+            kb.barrier();
+
+            //===--- exploit: the largest S among non-forced blocks ---------===//
+            kb.ifThen(kb.cmp(CmpIPredicate::sgt, exploit, kb.i32(0)), [&] {
+              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+                Value key = kb.loadAt(i32, scoreKeys, j);
+                Value eligible =
+                    kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
+                            kb.cmp(CmpIPredicate::slt, j, last));
+                return {eligible, key};
+              };
+              RadixSelection chosen =
+                  selectLargest(kb, spec.name + "_exploit", i32, rowBlocks,
+                                exploit, threads, keyOf);
+              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+                auto [eligible, key] = keyOf(j);
+                kb.ifThen(isSelected(kb, chosen, eligible, key, j), [&] {
+                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
+                });
+              });
+              kb.barrier();
+            });
+
+            //===--- explore: the smallest ranks among the rest (§3.7) ------===//
+            kb.ifThen(kb.cmp(CmpIPredicate::sgt, explored, kb.i32(0)), [&] {
+              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+                Value taken = kb.cmp(CmpIPredicate::ne,
+                                     kb.loadAt(i8, rowMask, j),
+                                     kb.constant(i8, 0));
+                Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
+                return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
+              };
+              RadixSelection chosen =
+                  selectLargest(kb, spec.name + "_explore", i64, rowBlocks,
+                                explored, threads, keyOf);
+              // Decide for every block before marking any.
+              SmallVector<Value> picks;
+              int64_t perThread = (MB + threads - 1) / threads;
+              for (int64_t q = 0; q < perThread; ++q) {
+                Value j = kb.add(tid, kb.i32(q * threads));
+                Value inRange = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+                picks.push_back(kb.ifThenElse(
+                    {kb.i1T()}, inRange,
+                    [&]() -> SmallVector<Value> {
+                      auto [eligible, key] = keyOf(j);
+                      return {isSelected(kb, chosen, eligible, key, j)};
+                    },
+                    [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0]);
+              }
+              kb.barrier();
+              for (int64_t q = 0; q < perThread; ++q) {
+                Value j = kb.add(tid, kb.i32(q * threads));
+                kb.ifThen(picks[q], [&] {
+                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
+                });
+              }
+              kb.barrier();
+            });
+          });
+          kb.barrier();
+          // Union into the request's mask.
+          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+            Value bit = kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
+            kb.storeAt(bit, mask, j);
+          });
+          kb.barrier();
+        });
+        return {kb.andI(okIn[0], ok)};
+      })[0];
+
+  //===--- the mask, the ascending list of selected blocks ----------------===//
+  // Each thread owns a contiguous run of blocks, so an exclusive scan of
+  // the per-thread counts gives every selected block its list position.
+  // A request with a bad row selects nothing (and its state is untouched).
+  int64_t run = (MB + threads - 1) / threads;
+  Value first = kb.mul(tid, kb.i32(run));
+  Value own = kb.i32(0);
+  SmallVector<Value> bits;
+  for (int64_t q = 0; q < run; ++q) {
+    Value j = kb.add(first, kb.i32(q));
+    Value inRange = kb.andI(requestOk, kb.cmp(CmpIPredicate::slt, j, kb.i32(MB)));
+    Value bit = kb.ifThenElse(
+        {i8}, inRange,
+        [&]() -> SmallVector<Value> { return {kb.loadAt(i8, mask, j)}; },
+        [&]() -> SmallVector<Value> { return {kb.constant(i8, 0)}; })[0];
+    bits.push_back(bit);
+    own = kb.add(own, kb.zext(bit, i32));
+  }
+  auto [offset, total] =
+      blockExclusiveScan(kb, spec.name + "_scan", own, threads);
+  Value at = offset;
+  for (int64_t q = 0; q < run; ++q) {
+    Value j = kb.add(first, kb.i32(q));
+    Value inRange = kb.cmp(CmpIPredicate::slt, j, kb.i32(MB));
+    kb.ifThen(inRange, [&] {
+      kb.storeAt(bits[q], maskOut, kb.add(kb.mul(request, kb.i32(MB)), j));
+    });
+    Value selected = kb.cmp(CmpIPredicate::ne, bits[q], kb.constant(i8, 0));
+    kb.ifThen(selected, [&] {
+      kb.storeAt(j, blocksOut, kb.add(kb.mul(request, kb.i32(MB)), at));
+    });
+    at = kb.add(at, kb.zext(bits[q], i32));
+  }
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+    kb.storeAt(total, countsOut, request);
+    kb.storeAt(kb.i32(0), skipOut, request);
+  });
+
+  //===--- realized block sparsity per row (on the union) -----------------===//
+  if (spec.reportSparsity) {
+    for (int64_t r = 0; r < spec.rows; ++r) {
+      Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+      Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+      Value rowBlocks = kb.minS(
+          kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
+          kb.i32(MB));
+      // One row marks no block past its own, so its count is the mask's.
+      Value selected = total;
+      if (spec.rows > 1) {
+        Value mine = kb.i32(0);
+        for (int64_t q = 0; q < run; ++q) {
+          Value j = kb.add(first, kb.i32(q));
+          Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+          mine = kb.add(mine, kb.select(counted, kb.zext(bits[q], i32),
+                                        kb.i32(0)));
+        }
+        selected = blockExclusiveScan(kb, spec.name + "_scan", mine, threads)
+                       .second;
       }
+      kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+        FloatType f64 = b.getF64Type();
+        Value fraction = arith::DivFOp::create(
+            b, loc, arith::SIToFPOp::create(b, loc, f64, selected),
+            arith::SIToFPOp::create(b, loc, f64, rowBlocks));
+        Value one = arith::ConstantFloatOp::create(b, loc, f64, APFloat(1.0));
+        Value zero = arith::ConstantFloatOp::create(b, loc, f64, APFloat(0.0));
+        Value value = kb.select(kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0)),
+                                arith::SubFOp::create(b, loc, one, fraction),
+                                zero);
+        kb.storeAt(arith::TruncFOp::create(b, loc, f32, value), sparsityOut,
+                   rowId);
+      });
     }
-  };
-  if (cluster)
-    kb.ifThen(isLeader, selectRows);
-  else
-    selectRows();
+  }
 
   LaunchShape shape;
-  shape.grid = {spec.batch * std::max<int64_t>(cluster, 1), 1, 1};
+  shape.grid = {spec.batch, 1, 1};
   shape.blockThreads = threads;
   return shape;
 }
