@@ -118,7 +118,9 @@ public:
   Value loadAt(Type type, Value base, Value index, bool invariant = false);
   void storeAt(Value value, Value base, Value index);
   /// A shared-memory array of `count` elements, unique by `name` within the
-  /// kernel module, as a pointer in address space 3.
+  /// kernel module, as a pointer in address space 3. Kernels that ask for
+  /// the same name share one declaration, so every request for a name must
+  /// give the same element type and count (a fatal error otherwise).
   Value sharedArray(StringRef name, Type element, int64_t count);
   Value atomicAdd(Value ptr, Value v);
   Value atomicMax(Value ptr, Value v); ///< signed i32
