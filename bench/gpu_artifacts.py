@@ -337,9 +337,13 @@ def check_manifest(c, d):
         # block scores in the state's prediction cache (Kernels.h).
         bs = c["block_size"]
         cached = c["rows"] == 1 and c["pooling"] == "max" and (bs % 32 == 0 or 32 % bs == 0)
-        want_fields = ["v", "d", "it"] + (["obs_rows", "obs_pos", "obs_len", "obs_mask",
-                                            "obs_z"] if c["rows"] > 1 else []) + \
-            (["pred_at", "pred_keys"] if cached else [])
+        # A reset clears the cache's record, binding it first (before the
+        # MTP fields).
+        pred = ["pred_at", "pred_keys"]
+        obs = ["obs_rows", "obs_pos", "obs_len", "obs_mask", "obs_z"]
+        want_fields = ["v", "d", "it"] + (pred if c["reset_input"] else []) + \
+            (obs if c["rows"] > 1 else []) + \
+            (pred if cached and not c["reset_input"] else [])
         if fields != want_fields:
             problems.append(f"state fields {fields}, expected {want_fields}")
         opts = m.get("options", {}).get("sparsify", "")

@@ -812,7 +812,11 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 8192));
   auto [v, d, it] = stateOf(op, op.getState());
-  SmallVector<Buffer> operands = {*flags, *slots, v, d, it};
+  // The prediction cache's record too: a program without a next-step
+  // prediction (MTP) would otherwise leave one that a later single-row step
+  // of the request could match.
+  SmallVector<Buffer> operands = {
+      *flags, *slots, v, d, it, predictionOf(op.getState()).first};
   if (bufferingLayers.count(layer)) {
     spec.observations = true;
     operands.push_back(observationsOf(op, op.getState()).rows);

@@ -201,9 +201,10 @@ LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
                               const UpdateKernelSpec &spec);
 
-/// Zeroes V and D and sets `it = 0` for the requests whose reset flag is
-/// set (and drops their buffered MTP rows: `obs_rows = 0`). Parameters:
-/// reset (i8), slots, v, d, it, [obs_rows] (ptrs). Grid:
+/// Zeroes V and D, sets `it = 0` and clears the prediction cache's record
+/// (`pred_at`) for the requests whose reset flag is set (and drops their
+/// buffered MTP rows: `obs_rows = 0`). Parameters: reset (i8), slots, v, d,
+/// it, pred_at, [obs_rows] (ptrs). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
   std::string name;

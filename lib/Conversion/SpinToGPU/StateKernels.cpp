@@ -121,14 +121,14 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
-  SmallVector<Type> params(spec.observations ? 6 : 5, ptr);
+  SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
   Value reset = func.getArgument(0), slots = func.getArgument(1);
   Value vState = func.getArgument(2), dState = func.getArgument(3);
-  Value itState = func.getArgument(4);
-  Value obsRows = spec.observations ? func.getArgument(5) : Value();
+  Value itState = func.getArgument(4), predAt = func.getArgument(5);
+  Value obsRows = spec.observations ? func.getArgument(6) : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
@@ -146,6 +146,9 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
               [&] {
                 kb.storeAt(kb.i64(0), itState, slot);
+                for (int64_t f = 0; f < 4; ++f)
+                  kb.storeAt(kb.i32(0), predAt,
+                             kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
                 if (obsRows)
                   kb.storeAt(kb.i32(0), obsRows, slot);
               });

@@ -9,7 +9,8 @@
 // each row's top-K on the caller's stream, and the buffering of the rows on
 // the side stream after event 0. The plan takes the accepted counts and
 // binds the layer's observation fields after v, d, it (the CPU step
-// function's order).
+// function's order) and the prediction cache, whose record the reset
+// clears (a single-row step of the request could otherwise match it).
 
 // CHECK-LABEL: func.func @verify(
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "lengths", spin.role = "input", spin.shape = [2, 3]}
@@ -21,6 +22,8 @@
 // CHECK-SAME: %[[V:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "v", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: %[[D:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "d", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: %[[IT:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i64", spin.layer = 0 : i64, spin.name = "it", spin.role = "state", spin.shape = [-1]}
+// CHECK-SAME: %[[PREDAT:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_at", spin.role = "state", spin.shape = [-1, 4]}
+// CHECK-SAME: {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_keys", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: %[[ROWS:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_rows", spin.role = "state", spin.shape = [-1]}
 // CHECK-SAME: %[[POS:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_pos", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: %[[LEN:[a-z0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "obs_len", spin.role = "state", spin.shape = [-1, -1]}
@@ -29,7 +32,7 @@
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 3, 8]}
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 3]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
-// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>)
 // CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict
@@ -42,6 +45,18 @@
 // CHECK-NEXT: return
 // CHECK-NOT: spin.commit
 // CHECK-NOT: spin.observe
+// The reset also clears the prediction cache's record (argument 5): four
+// zeros at the request's slot.
+// CHECK-LABEL: gpu.func @spin_reset_0(
+// CHECK: %[[AT0:.*]] = llvm.getelementptr %arg5[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT0]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT1:.*]] = llvm.getelementptr %arg5[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT1]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT2:.*]] = llvm.getelementptr %arg5[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT2]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT3:.*]] = llvm.getelementptr %arg5[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT3]] {{.*}} : i32, !llvm.ptr<1>
+
 // CHECK-LABEL: gpu.func @spin_commit_1(
 // CHECK: nvvm.read.ptx.sreg.ctaid.y
 // The accepted count of the request (mtp-update=prefix) is read.
