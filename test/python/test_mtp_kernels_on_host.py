@@ -19,7 +19,8 @@ test/reference/spin_reference.py: what observe buffers (obs_rows, obs_pos,
 obs_len, obs_mask, obs_z of the scored slots; nothing for a skipped request
 or one with a bad row, and no other entry written), V, D, it and obs_rows
 after the commit of 0..d accepted rows (prefix) or row 0 (row0), and the
-reset. Skipped when spin-opt, the LLVM tools or a C compiler are missing.
+reset (V, D, it, obs_rows and the prediction cache's pred_at record of the
+flagged request only). Skipped when spin-opt, the LLVM tools or a C compiler are missing.
 """
 
 import ctypes
@@ -74,7 +75,7 @@ int emu_tid_x(void) { return tid; }
 int emu_ctaid_x(void) { return ctaid_x; }
 int emu_ctaid_y(void) { return ctaid_y; }
 typedef void *P;
-void RESET(P, P, P, P, P, P);
+void RESET(P, P, P, P, P, P, P);
 void COMMIT(P, P, P, P, P, P, P, P, P);
 void FINISH(P, P, P);
 void OBSERVE(P, P, P, P, P, P, P, P, P, P, P, P, P);
@@ -84,7 +85,7 @@ void OBSERVE(P, P, P, P, P, P, P, P, P, P, P, P, P);
       for (tid = 0; tid < (threads); ++tid)                    \\
         call;
 void run_reset(int gx, int gy, int t, P *a) {
-  GRID(gx, gy, t, RESET(a[0], a[1], a[2], a[3], a[4], a[5]))
+  GRID(gx, gy, t, RESET(a[0], a[1], a[2], a[3], a[4], a[5], a[6]))
 }
 void run_commit(int gx, int gy, int t, P *a) {
   GRID(gx, gy, t, COMMIT(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]))
@@ -272,9 +273,16 @@ def check_step(k, rng, update, where):
     flags[0] = 1
     obs_rows[slots] = R
     kept = v[slots[1:]].copy()
-    k.launch("reset", [flags, slots, v, d, it, obs_rows])
+    # The prediction cache's record (p, N, it low, it high per slot): the
+    # reset clears the reset request's record and no other.
+    pred_at = rng.integers(1, 1 << 20, (slots_total, 4)).astype(np.int32)
+    pred_kept = pred_at.copy()
+    k.launch("reset", [flags, slots, v, d, it, pred_at, obs_rows])
     assert not v[slots[0]].any() and not d[slots[0]].any() and it[slots[0]] == 0
     assert obs_rows[slots[0]] == 0 and np.all(obs_rows[slots[1:]] == R)
+    assert not pred_at[slots[0]].any(), f"{where}: the reset left pred_at {pred_at[slots[0]]}"
+    others = np.setdiff1d(np.arange(slots_total), slots[:1])
+    assert np.array_equal(pred_at[others], pred_kept[others]), f"{where}: pred_at of another slot changed"
     assert np.array_equal(v[slots[1:]], kept)
 
 
