@@ -9,6 +9,7 @@
 // RUN: FileCheck %s --dump-input=never --check-prefix=SYNC < %t.sync/sm_90a.ptx
 // RUN: FileCheck %s --check-prefix=MANIFEST < %t/manifest.json
 // RUN: FileCheck %s --dump-input=never --check-prefix=WAIT < %t/sm_90a.ptx
+// RUN: FileCheck %s --dump-input=never --check-prefix=HINT < %t/sm_90a.ptx
 // RUN: rm -rf %t.mean && spin-compile %s --sparsify="sparsity=0.5 block-size=16 pooling=mean reset-input=true" --target=sm_90a -o %t.mean && %ptxas -arch=sm_90a %t.mean/sm_90a.ptx -o %t.mean/sm_90a.cubin
 // RUN: FileCheck %s --dump-input=never --check-prefix=MEAN < %t.mean/sm_90a.ptx
 // RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
@@ -82,6 +83,25 @@
 // WAIT-LABEL: .entry spin_update_4(
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
+// The step's predict kernel reads its batch row's hint (volatile: CTA 0
+// rewrites it while the others read) with the row's inputs, issues `it`
+// and the cache record, and prefetches its blocks' V and D lines into L2
+// (taken when the hint says that the last step missed) before it compares
+// the record; then CTA 0's thread 0 stores the new hint. The next step's
+// prediction neither reads nor prefetches.
+// HINT-LABEL: .entry spin_select_1_predict(
+// HINT: ld.volatile.global.b32
+// HINT: ld.global.b64
+// HINT-COUNT-4: ld.global.b32
+// HINT-NOT: setp.ne.b32
+// HINT: prefetch.global.L2
+// HINT-NOT: setp.ne.b32
+// HINT: prefetch.global.L2
+// HINT: st.volatile.global.b32
+// HINT-LABEL: .entry spin_select_1_predict_next(
+// HINT-NOT: prefetch.global
+// HINT-NOT: volatile
+// HINT: ret;
 // With mean pooling no predict kernel runs and the reset kernel, which
 // writes `it`, comes directly before the select kernel: `it` is loaded
 // after the wait.

@@ -613,7 +613,10 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     }
     predictOperands.push_back(*predicted);
     LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
-    launch(spec.name + "_predict", predict, predictOperands, op);
+    SmallVector<Buffer> operands = predictOperands;
+    if (spec.predictionCache)
+      operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
+    launch(spec.name + "_predict", predict, operands, op);
     if (spec.predictionCache) {
       LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
                                             /*next=*/true);

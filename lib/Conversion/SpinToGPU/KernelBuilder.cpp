@@ -186,6 +186,14 @@ void KernelBuilder::storeAt(Value value, Value base, Value index) {
   store(value, gep(base, value.getType(), index),
         naturalAlign(value.getType()));
 }
+Value KernelBuilder::loadVolatileAt(Type type, Value base, Value index) {
+  return LLVM::LoadOp::create(b, loc, type, gep(base, type, index),
+                              naturalAlign(type), /*isVolatile=*/true);
+}
+void KernelBuilder::storeVolatileAt(Value value, Value base, Value index) {
+  LLVM::StoreOp::create(b, loc, value, gep(base, value.getType(), index),
+                        naturalAlign(value.getType()), /*isVolatile=*/true);
+}
 
 Value KernelBuilder::sharedArray(StringRef name, Type element, int64_t count) {
   auto arrayType = LLVM::LLVMArrayType::get(element, count);

@@ -117,6 +117,10 @@ public:
   /// Loads `ptr[index]` of an element type.
   Value loadAt(Type type, Value base, Value index, bool invariant = false);
   void storeAt(Value value, Value base, Value index);
+  /// Volatile `ptr[index]` (ld/st.volatile: morally strong, so threads of
+  /// different CTAs may race on the cell and read one of the values).
+  Value loadVolatileAt(Type type, Value base, Value index);
+  void storeVolatileAt(Value value, Value base, Value index);
   /// A shared-memory array of `count` elements, unique by `name` within the
   /// kernel module, as a pointer in address space 3. Kernels that ask for
   /// the same name share one declaration, so every request for a name must

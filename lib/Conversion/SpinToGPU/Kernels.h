@@ -170,7 +170,10 @@ bool canPredictByMax(const SelectKernelSpec &spec);
 /// Predicted block scores S[j] = max_{i in block j} max(V[i], D[p - i]) as
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
 /// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
-/// `predictionCache` pred_at, pred_keys instead of keys. Grid:
+/// `predictionCache` pred_at, pred_keys instead of keys, and for
+/// `<name>_predict` a hint (i32 [batch], scratch: whether the batch row's
+/// previous step missed the cache; a row that did prefetches its V and D
+/// lines to L2 before its record is read). Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).

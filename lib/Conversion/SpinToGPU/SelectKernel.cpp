@@ -17,7 +17,9 @@
 #include "Kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::spin;
@@ -88,17 +90,41 @@ bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
 /// Whether the prediction cache's record of `slot` says that its block
 /// scores are those of the step at position `p` with `n` visible slots and
 /// iteration `iteration` ({p, N, it, 1}, written by `<name>_predict_next`).
-static Value predictedFor(KernelBuilder &kb, Value predAt, Value slot, Value p,
-                          Value n, Value iteration) {
-  Value want[] = {p, n, kb.trunc32(iteration), kb.i32(1)};
+using PredictionRecord = std::array<Value, 4>;
+static PredictionRecord loadRecord(KernelBuilder &kb, Value predAt,
+                                   Value slot) {
   Value at = kb.mul(slot, kb.i32(4));
+  PredictionRecord record;
+  for (int64_t f = 0; f < 4; ++f)
+    record[f] = kb.loadAt(kb.i32T(), predAt, kb.add(at, kb.i32(f)));
+  return record;
+}
+static Value recordMatches(KernelBuilder &kb, const PredictionRecord &record,
+                           Value p, Value n, Value iteration) {
+  Value want[] = {p, n, kb.trunc32(iteration), kb.i32(1)};
   Value same = kb.i1(true);
   for (int64_t f = 0; f < 4; ++f)
-    same = kb.andI(same, kb.cmp(CmpIPredicate::eq,
-                                kb.loadAt(kb.i32T(), predAt,
-                                          kb.add(at, kb.i32(f))),
-                                want[f]));
+    same = kb.andI(same, kb.cmp(CmpIPredicate::eq, record[f], want[f]));
   return same;
+}
+static Value predictedFor(KernelBuilder &kb, Value predAt, Value slot, Value p,
+                          Value n, Value iteration) {
+  return recordMatches(kb, loadRecord(kb, predAt, slot), p, n, iteration);
+}
+
+/// `prefetch.global.L2` of every line of `array[first, first + count)`
+/// (f32 elements, `first` i64, `count` i32 > 0) by the CTA's threads.
+static void prefetchF32Range(KernelBuilder &kb, Value array, Value first,
+                             Value count, int64_t threads) {
+  Value start = kb.gep(array, kb.f32T(), first);
+  Value lastByte = kb.sub(kb.mul(count, kb.i32(4)), kb.i32(4));
+  // One address per 128 bytes from the start, and the last element: every
+  // line of the range, aligned or not.
+  Value points = kb.add(kb.divU(lastByte, kb.i32(128)), kb.i32(2));
+  forEachThreadStrided(kb, points, threads, [&](Value k) {
+    Value offset = kb.minS(kb.mul(k, kb.i32(128)), lastByte);
+    kb.prefetchL2(kb.gep(start, kb.i8T(), offset));
+  });
 }
 
 LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
@@ -112,23 +138,37 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   const bool cache = spec.predictionCache;
   assert((cache || !next) && "a next-step prediction needs the cache");
   OpBuilder::InsertionGuard guard(b);
+  // The step's prediction (a cache miss) takes a hint: whether the batch
+  // row's previous step computed its prediction too.
+  const bool hinted = cache && !next;
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
-      SmallVector<Type>(cache ? 8 : 7, ptr), threads);
+      SmallVector<Type>(hinted  ? 9
+                        : cache ? 8
+                                : 7,
+                        ptr),
+      threads);
   Value positions = func.getArgument(0), lengths = func.getArgument(1);
   Value slots = func.getArgument(2), vState = func.getArgument(3);
   Value dState = func.getArgument(4), itState = func.getArgument(5);
   Value predAt = cache ? func.getArgument(6) : Value();
   Value keysOut = func.getArgument(cache ? 7 : 6);
+  Value hints = hinted ? func.getArgument(8) : Value();
 
   Value lane = kb.laneId(), warp = kb.warpId();
   Value rowId = kb.blockIdY();
   Value request = kb.divU(rowId, kb.i32(spec.rows));
+  Value missedBefore =
+      hinted ? kb.cmp(CmpIPredicate::ne, kb.loadVolatileAt(i32, hints, rowId),
+                      kb.i32(0))
+             : Value();
   Value slot = kb.loadAt(i32, slots, request, true);
-  Value iteration = kb.loadAt(i64, itState, slot);
-  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
+  Value iteration = kb.loadAt(i64, itState, slot);
+  std::optional<PredictionRecord> cached;
+  if (hinted)
+    cached = loadRecord(kb, predAt, slot);
   if (next) {
     // The next step of a decoding request: one more token, one further.
     p = kb.add(p, kb.i32(1));
@@ -137,12 +177,43 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   // Rows the select kernel rejects (it reports them) are skipped here.
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
   Value ok = kb.andI(checks.lengthOk, checks.positionOk);
+  Value rowBlocks =
+      kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
+  Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
+  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
+  Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
+  if (hinted) {
+    // A row that missed the cache last step will likely miss again (a
+    // repeated position, the end of the capacity): its V and D lines go to
+    // L2 while `it` and the record load, which cuts a DRAM round trip from
+    // the miss. Rows that hit skip it, so a hit reads nothing more.
+    Value mine = kb.andI(kb.andI(missedBefore, ok),
+                         kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+    kb.ifThen(mine, [&] {
+      Value count = kb.sub(endSlot, firstSlot);
+      prefetchF32Range(kb, vState, kb.add(stateBase, kb.extS64(firstSlot)),
+                       count, threads);
+      prefetchF32Range(
+          kb, dState,
+          kb.add(stateBase, kb.extS64(kb.sub(p, kb.sub(endSlot, kb.i32(1))))),
+          count, threads);
+    });
+  }
+  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   ok = kb.andI(ok, kb.not1(warmup));
   Value record = kb.trunc32(iteration);
   Value atBase = kb.mul(slot, kb.i32(4));
-  if (cache && !next) {
+  if (hinted) {
     // The previous step predicted this one: nothing to do.
-    ok = kb.andI(ok, kb.not1(predictedFor(kb, predAt, slot, p, n, iteration)));
+    ok = kb.andI(ok, kb.not1(recordMatches(kb, *cached, p, n, iteration)));
+    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+              [&] {
+                kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
+                                   rowId);
+              });
   }
   if (next) {
     // The record says for which step the cache holds scores (or none).
@@ -155,20 +226,13 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
                              kb.add(atBase, kb.i32(f)));
               });
   }
-  Value rowBlocks =
-      kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
   Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
-    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
     forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
       kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
     });
     kb.barrier();
-    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-    Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
-    Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
     // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
     // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
     const int64_t unroll =
