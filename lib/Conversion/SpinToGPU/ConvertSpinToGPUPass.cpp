@@ -612,9 +612,14 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                              spec.batch * spec.rows * spec.maxBlocks * 4);
     }
     predictOperands.push_back(*predicted);
+    spec.prefetchOnMiss =
+        spec.predictionCache &&
+        llvm::divideCeil(spec.maxBlocks, spec.predictBlocksPerCta) *
+                spec.batch <=
+            options.smCount;
     LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
     SmallVector<Buffer> operands = predictOperands;
-    if (spec.predictionCache)
+    if (spec.prefetchOnMiss)
       operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
     launch(spec.name + "_predict", predict, operands, op);
     if (spec.predictionCache) {

@@ -161,6 +161,14 @@ struct SelectKernelSpec {
   /// and computes the scores otherwise. Both kernels take `pred_at` and
   /// `pred_keys` after `it`; the select kernel reads `pred_keys` by slot.
   bool predictionCache = false;
+  /// With the cache: `<name>_predict` takes a hint (i32 [batch], scratch:
+  /// whether the batch row's previous step missed the cache) and a row
+  /// that missed prefetches its V and D lines to L2 before its record is
+  /// read. Set when the predict grid is at most one CTA per SM, where the
+  /// miss is a latency chain (H200, 2026-11-30: fp8 1 x 256K, 64 CTAs,
+  /// 42.0 -> 41.2 us a step; 16 x 128K, 512 CTAs, 82.4 -> 83.5 us, the
+  /// prefetches delaying the other CTAs' record loads).
+  bool prefetchOnMiss = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
 };
@@ -171,9 +179,7 @@ bool canPredictByMax(const SelectKernelSpec &spec);
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
 /// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
 /// `predictionCache` pred_at, pred_keys instead of keys, and for
-/// `<name>_predict` a hint (i32 [batch], scratch: whether the batch row's
-/// previous step missed the cache; a row that did prefetches its V and D
-/// lines to L2 before its record is read). Grid:
+/// `<name>_predict` with `prefetchOnMiss` the hint. Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).

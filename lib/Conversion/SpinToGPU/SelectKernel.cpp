@@ -17,9 +17,7 @@
 #include "Kernels.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <optional>
 
 using namespace mlir;
 using namespace mlir::spin;
@@ -90,26 +88,32 @@ bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
 /// Whether the prediction cache's record of `slot` says that its block
 /// scores are those of the step at position `p` with `n` visible slots and
 /// iteration `iteration` ({p, N, it, 1}, written by `<name>_predict_next`).
-using PredictionRecord = std::array<Value, 4>;
-static PredictionRecord loadRecord(KernelBuilder &kb, Value predAt,
-                                   Value slot) {
-  Value at = kb.mul(slot, kb.i32(4));
-  PredictionRecord record;
-  for (int64_t f = 0; f < 4; ++f)
-    record[f] = kb.loadAt(kb.i32T(), predAt, kb.add(at, kb.i32(f)));
-  return record;
-}
-static Value recordMatches(KernelBuilder &kb, const PredictionRecord &record,
-                           Value p, Value n, Value iteration) {
+/// Whether the record's fields {p, N, it, 1} (`field(f)`, f = 0..3) are
+/// those of the step at position `p` with `n` visible slots and iteration
+/// `iteration`.
+static Value recordMatches(KernelBuilder &kb,
+                           function_ref<Value(int64_t)> field, Value p, Value n,
+                           Value iteration) {
   Value want[] = {p, n, kb.trunc32(iteration), kb.i32(1)};
   Value same = kb.i1(true);
   for (int64_t f = 0; f < 4; ++f)
-    same = kb.andI(same, kb.cmp(CmpIPredicate::eq, record[f], want[f]));
+    same = kb.andI(same, kb.cmp(CmpIPredicate::eq, field(f), want[f]));
   return same;
 }
+/// The prediction cache's record of `slot` (written by
+/// `<name>_predict_next`).
+static Value recordField(KernelBuilder &kb, Value predAt, Value slot,
+                         int64_t f) {
+  return kb.loadAt(kb.i32T(), predAt,
+                   kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
+}
+/// Whether the record of `slot` says that its block scores are those of
+/// the step at (p, n, iteration).
 static Value predictedFor(KernelBuilder &kb, Value predAt, Value slot, Value p,
                           Value n, Value iteration) {
-  return recordMatches(kb, loadRecord(kb, predAt, slot), p, n, iteration);
+  return recordMatches(
+      kb, [&](int64_t f) { return recordField(kb, predAt, slot, f); }, p, n,
+      iteration);
 }
 
 /// `prefetch.global.L2` of every line of `array[first, first + count)`
@@ -140,7 +144,7 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   OpBuilder::InsertionGuard guard(b);
   // The step's prediction (a cache miss) takes a hint: whether the batch
   // row's previous step computed its prediction too.
-  const bool hinted = cache && !next;
+  const bool hinted = cache && !next && spec.prefetchOnMiss;
   gpu::GPUFuncOp func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
       SmallVector<Type>(hinted  ? 9
@@ -163,12 +167,15 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
                       kb.i32(0))
              : Value();
   Value slot = kb.loadAt(i32, slots, request, true);
+  Value iteration = kb.loadAt(i64, itState, slot);
+  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   Value p = kb.loadAt(i32, positions, rowId, true);
   Value n = kb.loadAt(i32, lengths, rowId, true);
-  Value iteration = kb.loadAt(i64, itState, slot);
-  std::optional<PredictionRecord> cached;
-  if (hinted)
-    cached = loadRecord(kb, predAt, slot);
+  // With the hint the record is loaded before the prefetch, and compared
+  // after it.
+  SmallVector<Value, 4> cached;
+  for (int64_t f = 0; hinted && f < 4; ++f)
+    cached.push_back(recordField(kb, predAt, slot, f));
   if (next) {
     // The next step of a decoding request: one more token, one further.
     p = kb.add(p, kb.i32(1));
@@ -177,43 +184,60 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
   // Rows the select kernel rejects (it reports them) are skipped here.
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
   Value ok = kb.andI(checks.lengthOk, checks.positionOk);
-  Value rowBlocks =
-      kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-  Value firstBlock = kb.mul(kb.blockIdX(), kb.i32(range));
-  Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
-  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-  Value firstSlot = kb.mul(firstBlock, kb.i32(bs));
-  Value endSlot = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
+  // The row's blocks, and the CTA's first one.
+  auto rowBlocksOf = [&] {
+    return kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+  };
+  auto firstBlockOf = [&] { return kb.mul(kb.blockIdX(), kb.i32(range)); };
+  // The CTA's slots [firstSlot, endSlot) of its blocks [firstBlock,
+  // endBlock), and the row's offset in V and D.
+  struct Slots {
+    Value endBlock, first, end, stateBase;
+  };
+  auto slotsOf = [&](Value firstBlock, Value rowBlocks) {
+    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+    Value first = kb.mul(firstBlock, kb.i32(bs));
+    Value end = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
+    return Slots{endBlock, first, end, stateBase};
+  };
   if (hinted) {
     // A row that missed the cache last step will likely miss again (a
     // repeated position, the end of the capacity): its V and D lines go to
     // L2 while `it` and the record load, which cuts a DRAM round trip from
     // the miss. Rows that hit skip it, so a hit reads nothing more.
+    Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
     Value mine = kb.andI(kb.andI(missedBefore, ok),
                          kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
     kb.ifThen(mine, [&] {
-      Value count = kb.sub(endSlot, firstSlot);
-      prefetchF32Range(kb, vState, kb.add(stateBase, kb.extS64(firstSlot)),
+      Slots mineSlots = slotsOf(firstBlock, rowBlocks);
+      Value count = kb.sub(mineSlots.end, mineSlots.first);
+      prefetchF32Range(kb, vState,
+                       kb.add(mineSlots.stateBase, kb.extS64(mineSlots.first)),
                        count, threads);
-      prefetchF32Range(
-          kb, dState,
-          kb.add(stateBase, kb.extS64(kb.sub(p, kb.sub(endSlot, kb.i32(1))))),
-          count, threads);
+      Value lowestD = kb.sub(p, kb.sub(mineSlots.end, kb.i32(1)));
+      prefetchF32Range(kb, dState,
+                       kb.add(mineSlots.stateBase, kb.extS64(lowestD)), count,
+                       threads);
     });
   }
-  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   ok = kb.andI(ok, kb.not1(warmup));
   Value record = kb.trunc32(iteration);
   Value atBase = kb.mul(slot, kb.i32(4));
-  if (hinted) {
+  if (cache && !next) {
     // The previous step predicted this one: nothing to do.
-    ok = kb.andI(ok, kb.not1(recordMatches(kb, *cached, p, n, iteration)));
-    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
-              [&] {
-                kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
-                                   rowId);
-              });
+    ok = kb.andI(
+        ok, kb.not1(hinted ? recordMatches(
+                                 kb, [&](int64_t f) { return cached[f]; }, p, n,
+                                 iteration)
+                           : predictedFor(kb, predAt, slot, p, n, iteration)));
+    if (hinted)
+      kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                        kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+                [&] {
+                  kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
+                                     rowId);
+                });
   }
   if (next) {
     // The record says for which step the cache holds scores (or none).
@@ -226,13 +250,18 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
                              kb.add(atBase, kb.i32(f)));
               });
   }
+  Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
   Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] {
+    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
     Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
     forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
       kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
     });
     kb.barrier();
+    Slots mine = slotsOf(firstBlock, rowBlocks);
+    Value stateBase = mine.stateBase, firstSlot = mine.first;
+    Value endSlot = mine.end;
     // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
     // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
     const int64_t unroll =

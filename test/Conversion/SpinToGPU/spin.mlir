@@ -1,4 +1,6 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s --check-prefix=HINT
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu="sm-count=1" | FileCheck %s --check-prefix=NOHINT
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
 // scheduled asynchronously) becomes: reset, prediction and max pooling
@@ -7,6 +9,19 @@
 // tensor-core scoring that records event 0, sparse top-K on the caller's
 // stream (one launch: a cluster of CTAs per row), and on the side stream
 // after event 0 the EMA update, then the next step's prediction.
+
+// A prediction grid of at most one CTA per SM (here 2 CTAs, 132 SMs)
+// prefetches on a cache miss and takes the hint scratch as its last
+// argument; with more CTAs than SMs it does neither.
+// HINT: %[[HINT:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 8 : i64, spin.name = "spin_select_1_hint", spin.role = "scratch"}
+// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}}, %[[HINT]] : !llvm.ptr<1>) {spin.record
+// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict_next
+// HINT-NOT: %[[HINT]]
+// HINT-SAME: {spin.record
+// NOHINT-NOT: _hint
+// NOHINT: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in
+// NOHINT-NOT: _hint
+// NOHINT: gpu.module @spin_kernels
 
 // CHECK-LABEL: func.func @layer(
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 1]}
