@@ -85,9 +85,6 @@ bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
          (spec.blockSize % 32 == 0 || 32 % spec.blockSize == 0);
 }
 
-/// Whether the prediction cache's record of `slot` says that its block
-/// scores are those of the step at position `p` with `n` visible slots and
-/// iteration `iteration` ({p, N, it, 1}, written by `<name>_predict_next`).
 /// Whether the record's fields {p, N, it, 1} (`field(f)`, f = 0..3) are
 /// those of the step at position `p` with `n` visible slots and iteration
 /// `iteration`.
@@ -107,8 +104,9 @@ static Value recordField(KernelBuilder &kb, Value predAt, Value slot,
   return kb.loadAt(kb.i32T(), predAt,
                    kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
 }
-/// Whether the record of `slot` says that its block scores are those of
-/// the step at (p, n, iteration).
+/// Whether the prediction cache's record of `slot` says that its block
+/// scores are those of the step at position `p` with `n` visible slots and
+/// iteration `iteration`.
 static Value predictedFor(KernelBuilder &kb, Value predAt, Value slot, Value p,
                           Value n, Value iteration) {
   return recordMatches(
