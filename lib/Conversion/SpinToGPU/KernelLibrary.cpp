@@ -361,10 +361,61 @@ static Value bitonicStep(KernelBuilder &kb, Value index, Value mine,
   return kb.select(keepSmaller, smaller, larger);
 }
 
+/// `value` of lane `lane ^ mask` (an i64 as two 32-bit shuffles).
+static Value shflXorU64(KernelBuilder &kb, Value value, int64_t mask) {
+  Value lo = kb.shflXor(kb.trunc32(value), mask);
+  Value hi = kb.shflXor(kb.trunc32(kb.shrU(value, kb.i64(32))), mask);
+  return kb.orI(kb.shl(kb.extU64(hi), kb.i64(32)), kb.extU64(lo));
+}
+
 void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
                                              int64_t size,
                                              int64_t blockThreads) {
   Type i64 = kb.i64T();
+  if (size == 2 * blockThreads && blockThreads >= 32) {
+    // Thread t keeps keys 2t and 2t + 1 in registers: the stages of
+    // stride 1 compare them in the thread, strides 2..64 are shuffles with
+    // lane t ^ stride / 2, and only the strides of 128 and more (15 of the
+    // 66 stages at 2048 keys) go through shared memory.
+    Value tid = kb.threadIdX();
+    Value index[2] = {kb.mul(tid, kb.i32(2)),
+                      kb.add(kb.mul(tid, kb.i32(2)), kb.i32(1))};
+    Value mine[2] = {kb.loadAt(i64, keys, index[0]),
+                     kb.loadAt(i64, keys, index[1])};
+    for (int64_t width = 2; width <= size; width *= 2) {
+      for (int64_t stride = width / 2; stride > 0; stride /= 2) {
+        if (stride == 1) {
+          Value ascending = kb.cmp(CmpIPredicate::eq,
+                                   kb.andI(index[0], kb.i32(width)), kb.i32(0));
+          Value inOrder = kb.cmp(CmpIPredicate::ule, mine[0], mine[1]);
+          Value smaller = kb.select(inOrder, mine[0], mine[1]);
+          Value larger = kb.select(inOrder, mine[1], mine[0]);
+          mine[0] = kb.select(ascending, smaller, larger);
+          mine[1] = kb.select(ascending, larger, smaller);
+          continue;
+        }
+        Value theirs[2];
+        if (stride / 2 < 32) {
+          for (int e = 0; e < 2; ++e)
+            theirs[e] = shflXorU64(kb, mine[e], stride / 2);
+        } else {
+          for (int e = 0; e < 2; ++e)
+            kb.storeAt(mine[e], keys, index[e]);
+          kb.barrier();
+          for (int e = 0; e < 2; ++e)
+            theirs[e] = kb.loadAt(i64, keys, kb.xorI(index[e], kb.i32(stride)));
+          kb.barrier();
+        }
+        for (int e = 0; e < 2; ++e)
+          mine[e] =
+              bitonicStep(kb, index[e], mine[e], theirs[e], width, stride);
+      }
+    }
+    for (int e = 0; e < 2; ++e)
+      kb.storeAt(mine[e], keys, index[e]);
+    kb.barrier();
+    return;
+  }
   if (size <= blockThreads && size >= 2) {
     Value tid = kb.threadIdX();
     Value inNetwork = kb.cmp(CmpIPredicate::slt, tid, kb.i32(size));
@@ -378,9 +429,7 @@ void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
         if (stride < 32) {
           // Threads past the network shuffle too (full-warp shuffles);
           // their values are never used.
-          Value lo = kb.shflXor(kb.trunc32(mine), stride);
-          Value hi = kb.shflXor(kb.trunc32(kb.shrU(mine, kb.i64(32))), stride);
-          theirs = kb.orI(kb.shl(kb.extU64(hi), kb.i64(32)), kb.extU64(lo));
+          theirs = shflXorU64(kb, mine, stride);
         } else {
           kb.ifThen(inNetwork, [&] { kb.storeAt(mine, keys, tid); });
           kb.barrier();

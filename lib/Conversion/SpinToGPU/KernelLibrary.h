@@ -78,7 +78,8 @@ Value isSelected(KernelBuilder &kb, const RadixSelection &selection,
 /// Sorts `size` (a power of two) i64 keys in shared memory ascending as
 /// unsigned numbers. With `size <= blockThreads` each thread keeps one key
 /// in registers and the stages within a warp exchange them by shuffles;
-/// only the stages across warps go through shared memory.
+/// only the stages across warps go through shared memory. With `size ==
+/// 2 * blockThreads` each thread keeps two adjacent keys the same way.
 void bitonicSortU64(KernelBuilder &kb, Value keys, int64_t size,
                     int64_t blockThreads);
 
