@@ -90,16 +90,18 @@ public:
   // Request lifecycle
   //===--------------------------------------------------------------------===//
 
-  /// Gives `requestId` the lowest free slot and zeroes its V, D, `it` and
-  /// `obs_rows` on every layer with asynchronous memsets on `stream` (its
-  /// first step, issued on `stream` or after it, is a warm-up). Fails as
+  /// Gives `requestId` the lowest free slot and zeroes its V, D, `it`,
+  /// `obs_rows` and prediction-cache record (`pred_at`) on every layer
+  /// with asynchronous memsets on `stream` (its first step, issued on
+  /// `stream` or after it, is a warm-up). Fails as
   /// StatePool::acquire does, or if the driver refuses the memsets (then
   /// the slot is given back).
   StatusOr<int32_t> acquire(int64_t requestId, cuda::CUstream stream);
   /// Frees the slot of `requestId` (StatePool::release).
   Status release(int64_t requestId);
-  /// Starts a new turn: zeroes V, D, `it` and `obs_rows` of every layer on
-  /// `stream` and drops the recorded commit (StatePool::reset).
+  /// Starts a new turn: zeroes V, D, `it`, `obs_rows` and `pred_at` of
+  /// every layer on `stream` and drops the recorded commit
+  /// (StatePool::reset).
   Status reset(int64_t requestId, cuda::CUstream stream);
   StatusOr<int32_t> slotOf(int64_t requestId) const {
     return host->slotOf(requestId);
