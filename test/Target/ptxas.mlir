@@ -62,9 +62,12 @@
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.b64
 // A request whose prediction-cache record is this step's skips the wait
-// (the predict kernel skips it too): the record's four fields, then a
-// branch around the wait.
+// (the predict kernel skips it too): the record's four fields, the
+// request's mask zeroed in shared memory, then a branch around the wait.
 // WAIT-COUNT-4: ld.global.b32
+// WAIT-NOT: ld.global
+// WAIT: st.shared.b8
+// WAIT: bar.sync
 // WAIT-NOT: ld.global
 // WAIT: bra
 // WAIT-NEXT: // begin inline asm

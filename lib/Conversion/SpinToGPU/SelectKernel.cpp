@@ -334,6 +334,13 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
       skipGridWaitIf(b, func,
                      predictedFor(kb, predAt, slot, firstP, firstN, iteration));
     }
+    // The request's mask starts empty (shared memory only: nothing to wait
+    // for).
+    Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
+    forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
+      kb.storeAt(kb.constant(i8, 0), mask, j);
+    });
+    kb.barrier();
   }
   if (!spec.precomputed)
     iteration = kb.loadAt(i64, itState, slot);
@@ -348,11 +355,10 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   Value scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
   const bool fastMax = canPredictByMax(spec);
   Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
-  Value rowMask = kb.sharedArray(spec.name + "_row_mask", i8, MB);
+  // A single row selects into the request's mask directly (no union).
+  Value rowMask =
+      spec.rows == 1 ? mask : kb.sharedArray(spec.name + "_row_mask", i8, MB);
   Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
-  forEachThreadStrided(kb, kb.i32(MB), threads,
-                       [&](Value j) { kb.storeAt(kb.constant(i8, 0), mask, j); });
-  kb.barrier();
 
   Value requestOk = kb.forLoopWith(
       kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
@@ -590,12 +596,15 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
             });
           });
           kb.barrier();
-          // Union into the request's mask.
-          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-            Value bit = kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
-            kb.storeAt(bit, mask, j);
-          });
-          kb.barrier();
+          if (spec.rows > 1) {
+            // Union into the request's mask.
+            forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+              Value bit =
+                  kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
+              kb.storeAt(bit, mask, j);
+            });
+            kb.barrier();
+          }
         });
         return {kb.andI(okIn[0], ok)};
       })[0];

@@ -45,6 +45,8 @@
 // CHECK-NEXT: return
 // CHECK-NOT: spin.commit
 // CHECK-NOT: spin.observe
+// Several rows select each into a row mask, merged into the request's.
+// CHECK: llvm.mlir.global internal @spin_select_2_row_mask()
 // The reset also clears the prediction cache's record (argument 5): four
 // zeros at the request's slot.
 // CHECK-LABEL: gpu.func @spin_reset_0(

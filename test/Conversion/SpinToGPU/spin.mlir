@@ -46,6 +46,8 @@
 // CHECK-NEXT: return
 // CHECK-NOT: spin.fused_select
 // CHECK: gpu.module @spin_kernels
+// A single row selects into the request's mask: no row mask to merge.
+// CHECK-NOT: @spin_select_1_row_mask
 func.func @layer(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>,
                  %keys: tensor<?x16x64xbf16>, %table: tensor<2x8xi32>,
                  %lengths: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
