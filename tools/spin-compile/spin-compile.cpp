@@ -52,9 +52,10 @@ static cl::opt<int64_t> tilesPerWarp(
     cl::init(0));
 static cl::opt<int64_t>
     smCount("sm-count",
-            cl::desc("Scoring: SMs of the GPU the grids are sized for, two "
-                     "CTAs each (default: 132, an H100 SXM or H200; 148 for "
-                     "a B200 or B300)"),
+            cl::desc("SMs of the GPU: the scoring grids are sized for two "
+                     "CTAs each, and a prediction of at most this many CTAs "
+                     "prefetches on a cache miss (default: 132, an H100 SXM "
+                     "or H200; 148 for a B200 or B300)"),
             cl::init(132));
 static cl::opt<int64_t>
     mTiles("m-tiles",

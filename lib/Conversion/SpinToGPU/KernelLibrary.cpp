@@ -374,8 +374,8 @@ void mlir::spin::gpu_codegen::bitonicSortU64(KernelBuilder &kb, Value keys,
   Type i64 = kb.i64T();
   if (size == 2 * blockThreads && blockThreads >= 32) {
     // Thread t keeps keys 2t and 2t + 1 in registers: the stages of
-    // stride 1 compare them in the thread, strides 2..64 are shuffles with
-    // lane t ^ stride / 2, and only the strides of 128 and more (15 of the
+    // stride 1 compare them in the thread, strides 2..32 are shuffles with
+    // lane t ^ stride / 2, and only the strides of 64 and more (15 of the
     // 66 stages at 2048 keys) go through shared memory.
     Value tid = kb.threadIdX();
     Value index[2] = {kb.mul(tid, kb.i32(2)),
