@@ -50,8 +50,10 @@
 // the scoring kernel the row's length and
 // queries; the top-K the selected-block count (the select kernel's, two
 // launches back). The reset, predict and update kernels load nothing there.
-// The sparse scoring kernel also prefetches its request's block-table row
-// into L2 there.
+// The sparse scoring kernel also stages the queries in shared memory there
+// (with the bf16 queries' prescale, then wgmma's B layout and its proxy
+// fence), loads its head weights and prefetches its request's block-table
+// row into L2.
 // WAIT-LABEL: .entry spin_reset_0(
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
@@ -76,6 +78,13 @@
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.nc.v4.b32
 // WAIT-NOT: ld.global
+// WAIT: st.shared.v4.b32
+// WAIT-NOT: ld.global
+// WAIT: fence.proxy.async.shared::cta
+// WAIT: bar.sync
+// WAIT-NOT: griddepcontrol.wait
+// WAIT: ld.global.nc.b32
+// WAIT-NOT: griddepcontrol.wait
 // WAIT: prefetch.global.L2
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait

@@ -164,129 +164,15 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   const int64_t vectors = H * Dh / 8;
   const int64_t qPerThread = (vectors + threads - 1) / threads;
   SmallVector<Value> qLoaded, qInRange;
-  {
-    OpBuilder::InsertionGuard beforeWait(b);
-    setInsertionBeforeGridWait(b, func);
-    tid = kb.threadIdX();
-    lane = kb.laneId();
-    warp = kb.warpId();
-    // A sparse grid spans the row's full width (a warm-up step scores every
-    // block) but its rows hold fewer selected entries; with the rows in x,
-    // the CTAs that have entries come first in launch order and the idle
-    // ones last, instead of idle CTAs of a row delaying the busy ones of the
-    // next (H200, fp8 16 x 128K, rho = 0.5: 45.9 -> 45.4 us).
-    rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
-    ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
-    visible = kb.loadAt(i32, lengths, rowId, true);
-    Value qVectors = kb.mul(rowId, kb.i32(vectors));
-    for (int64_t u = 0; u < qPerThread; ++u) {
-      Value v = kb.add(tid, kb.i32(u * threads));
-      Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
-      Value at = kb.add(qVectors, kb.select(ok, v, kb.i32(0)));
-      qLoaded.push_back(kb.loadAt(words, q, at, true));
-      qInRange.push_back(ok);
-    }
-    if (spec.sparse) {
-      // The request's block-table row, into L2 while the select kernel
-      // runs: the page lookups after the wait follow the block list, and
-      // would otherwise go to DRAM one after the other.
-      const int64_t lines = llvm::divideCeil(spec.tablePages * 4, 128);
-      Value rowTable =
-          kb.gep(table, i32,
-                 kb.mul(kb.divU(rowId, kb.i32(R)), kb.i32(spec.tablePages)));
-      forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
-        kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
-      });
-    }
-  }
-  Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
-  Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
-  Value lengthOk =
-      kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
-              kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
-  kb.ifThen(
-      kb.andI(kb.not1(lengthOk),
-              kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
-                      kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
-      [&] { recordError(kb, errors, ErrorBadLength, visible, request, row); });
-  Value total =
-      spec.sparse ? kb.mul(kb.loadAt(i32, counts, request, true),
-                           kb.i32(spec.blockSize))
-                  : visible;
-  int64_t tilesPerCta = spec.warps * spec.tilesPerWarp;
-  Value ctaStart = kb.mul(ctaIndex, kb.i32(tilesPerCta * 16 * spec.mTiles));
-  Value active =
-      kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
-
-  // The CTA's entries [ctaStart, ctaStart + ctaEntries) in units of `unit`
-  // entries that lie in one page (units start at multiples of `unit` in
-  // slots too, and `unit` divides the page size and, sparse, the block
-  // size): each unit's first slot and page (-1: out of range or a bad
-  // page) are looked up once per CTA into shared memory, so the key loads
-  // of a tile wait for no block-list or block-table load.
-  const int64_t ctaEntries = tilesPerCta * 16 * spec.mTiles;
-  const int64_t unit =
-      std::gcd(ctaEntries, spec.sparse ? std::gcd(spec.blockSize, spec.pageSize)
-                                       : spec.pageSize);
-  const int64_t units = ctaEntries / unit;
-
-  if (spec.fillPastLength && !spec.sparse) {
-    // The CTA's entries at or after the length: -inf.
-    Value from = kb.maxS(ctaStart, visible);
-    Value to =
-        kb.minS(kb.add(ctaStart, kb.i32(ctaEntries)), kb.i32(spec.outWidth()));
-    Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
-    kb.ifThen(kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, from, to)), [&] {
-      forEachThreadStrided(kb, kb.sub(to, from), threads, [&](Value i) {
-        kb.storeAt(kb.f32Bits(0xff800000u), out,
-                   kb.add(outBase, kb.add(from, i)));
-      });
-    });
-  }
-
-  kb.ifThen(active, [&] {
-    //===--- the pages of the CTA's entries ------------------------------===//
-    Value unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);
-    Value unitPage = kb.sharedArray(spec.name + "_unit_page", i32, units);
-    forEachThreadStrided(kb, kb.i32(units), threads, [&](Value u) {
-      Value first = kb.add(ctaStart, kb.mul(u, kb.i32(unit)));
-      Value inRange = kb.cmp(CmpIPredicate::slt, first, total);
-      Value slot = first;
-      if (spec.sparse) {
-        Value bs = kb.i32(spec.blockSize);
-        Value block = kb.ifThenElse(
-            {i32}, inRange,
-            [&]() -> SmallVector<Value> {
-              return {kb.loadAt(i32, blocks,
-                                kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
-                                       kb.divU(first, bs)),
-                                true)};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-        slot = kb.add(kb.mul(block, bs), kb.remU(first, bs));
-        inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
-      }
-      Value page = kb.ifThenElse(
-          {i32}, inRange,
-          [&]() -> SmallVector<Value> {
-            return {kb.loadAt(i32, table,
-                              kb.add(kb.mul(request, kb.i32(spec.tablePages)),
-                                     kb.divU(slot, kb.i32(spec.pageSize))),
-                              true)};
-          },
-          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
-      Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
-                             kb.cmp(CmpIPredicate::slt, page, pages));
-      kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
-        recordError(kb, errors, ErrorBadPage, page, request, row);
-        if (skip)
-          kb.storeAt(kb.i32(1), skip, request);
-      });
-      kb.storeAt(slot, unitSlot, u);
-      kb.storeAt(kb.select(kb.andI(inRange, pageOk), page, kb.i32(-1)),
-                 unitPage, u);
-    });
-
+  // The row's queries staged in shared memory (and, for wgmma, in its B
+  // layout), and this thread's head weights.
+  struct Staged {
+    Value queries, unscale, descriptor;
+    SmallVector<Value> weights;
+  };
+  std::optional<Staged> staged;
+  auto stageQueries = [&]() -> Staged {
+    Value t = kb.andI(lane, kb.i32(3));
     //===--- stage the row's queries in shared memory ---------------------===//
     Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
     Value unscale = kb.f32(1.0);
@@ -416,6 +302,148 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
             f32, w,
             kb.add(wBase, kb.add(kb.mul(t, kb.i32(2)), kb.i32(nt * 8 + j))),
             true));
+
+    return Staged{qs, unscale, descriptorBase, weights};
+  };
+  {
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, func);
+    tid = kb.threadIdX();
+    lane = kb.laneId();
+    warp = kb.warpId();
+    // A sparse grid spans the row's full width (a warm-up step scores every
+    // block) but its rows hold fewer selected entries; with the rows in x,
+    // the CTAs that have entries come first in launch order and the idle
+    // ones last, instead of idle CTAs of a row delaying the busy ones of the
+    // next (H200, fp8 16 x 128K, rho = 0.5: 45.9 -> 45.4 us).
+    rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
+    ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
+    visible = kb.loadAt(i32, lengths, rowId, true);
+    Value qVectors = kb.mul(rowId, kb.i32(vectors));
+    for (int64_t u = 0; u < qPerThread; ++u) {
+      Value v = kb.add(tid, kb.i32(u * threads));
+      Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
+      Value at = kb.add(qVectors, kb.select(ok, v, kb.i32(0)));
+      qLoaded.push_back(kb.loadAt(words, q, at, true));
+      qInRange.push_back(ok);
+    }
+    // Sparse rows stage the queries here too, while the select kernel
+    // runs, instead of between the wait and the first key loads (H200, fp8
+    // 16 x 128K, rho = 0.5, side by side: decoding 81.9 -> 80.4 us, fixed
+    // 82.8 -> 82.7). A dense kernel, whose wait rarely waits, got slower
+    // (128K: 110.2 -> 110.9 us; 64K: 65.9 -> 66.8): the staging then only
+    // delays its dependents' launch.
+    if (spec.sparse)
+      staged = stageQueries();
+    if (spec.sparse) {
+      // The request's block-table row, into L2 while the select kernel
+      // runs: the page lookups after the wait follow the block list, and
+      // would otherwise go to DRAM one after the other.
+      const int64_t lines = llvm::divideCeil(spec.tablePages * 4, 128);
+      Value rowTable =
+          kb.gep(table, i32,
+                 kb.mul(kb.divU(rowId, kb.i32(R)), kb.i32(spec.tablePages)));
+      forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
+        kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
+      });
+    }
+  }
+  Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
+  Value request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
+  Value lengthOk =
+      kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
+              kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
+  kb.ifThen(
+      kb.andI(kb.not1(lengthOk),
+              kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
+                      kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
+      [&] { recordError(kb, errors, ErrorBadLength, visible, request, row); });
+  Value total = spec.sparse ? kb.mul(kb.loadAt(i32, counts, request, true),
+                                     kb.i32(spec.blockSize))
+                            : visible;
+  int64_t tilesPerCta = spec.warps * spec.tilesPerWarp;
+  Value ctaStart = kb.mul(ctaIndex, kb.i32(tilesPerCta * 16 * spec.mTiles));
+  Value active = kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
+
+  // The CTA's entries [ctaStart, ctaStart + ctaEntries) in units of `unit`
+  // entries that lie in one page (units start at multiples of `unit` in
+  // slots too, and `unit` divides the page size and, sparse, the block
+  // size): each unit's first slot and page (-1: out of range or a bad
+  // page) are looked up once per CTA into shared memory, so the key loads
+  // of a tile wait for no block-list or block-table load.
+  const int64_t ctaEntries = tilesPerCta * 16 * spec.mTiles;
+  const int64_t unit =
+      std::gcd(ctaEntries, spec.sparse ? std::gcd(spec.blockSize, spec.pageSize)
+                                       : spec.pageSize);
+  const int64_t units = ctaEntries / unit;
+
+  if (spec.fillPastLength && !spec.sparse) {
+    // The CTA's entries at or after the length: -inf.
+    Value from = kb.maxS(ctaStart, visible);
+    Value to =
+        kb.minS(kb.add(ctaStart, kb.i32(ctaEntries)), kb.i32(spec.outWidth()));
+    Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
+    kb.ifThen(kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, from, to)), [&] {
+      forEachThreadStrided(kb, kb.sub(to, from), threads, [&](Value i) {
+        kb.storeAt(kb.f32Bits(0xff800000u), out,
+                   kb.add(outBase, kb.add(from, i)));
+      });
+    });
+  }
+
+  kb.ifThen(active, [&] {
+    //===--- the pages of the CTA's entries ------------------------------===//
+    Value unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);
+    Value unitPage = kb.sharedArray(spec.name + "_unit_page", i32, units);
+    forEachThreadStrided(kb, kb.i32(units), threads, [&](Value u) {
+      Value first = kb.add(ctaStart, kb.mul(u, kb.i32(unit)));
+      Value inRange = kb.cmp(CmpIPredicate::slt, first, total);
+      Value slot = first;
+      if (spec.sparse) {
+        Value bs = kb.i32(spec.blockSize);
+        Value block = kb.ifThenElse(
+            {i32}, inRange,
+            [&]() -> SmallVector<Value> {
+              return {kb.loadAt(i32, blocks,
+                                kb.add(kb.mul(request, kb.i32(spec.maxBlocks)),
+                                       kb.divU(first, bs)),
+                                true)};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
+        slot = kb.add(kb.mul(block, bs), kb.remU(first, bs));
+        inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
+      }
+      Value page = kb.ifThenElse(
+          {i32}, inRange,
+          [&]() -> SmallVector<Value> {
+            return {kb.loadAt(i32, table,
+                              kb.add(kb.mul(request, kb.i32(spec.tablePages)),
+                                     kb.divU(slot, kb.i32(spec.pageSize))),
+                              true)};
+          },
+          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
+      Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
+                             kb.cmp(CmpIPredicate::slt, page, pages));
+      kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
+        recordError(kb, errors, ErrorBadPage, page, request, row);
+        if (skip)
+          kb.storeAt(kb.i32(1), skip, request);
+      });
+      kb.storeAt(slot, unitSlot, u);
+      kb.storeAt(kb.select(kb.andI(inRange, pageOk), page, kb.i32(-1)),
+                 unitPage, u);
+    });
+
+    // The staging's barrier also publishes the unit pages; staged before
+    // the wait, they need their own.
+    if (!staged)
+      staged = stageQueries();
+    else
+      kb.barrier();
+    Value qs = staged->queries, unscale = staged->unscale;
+    Value descriptorBase = staged->descriptor;
+    SmallVector<Value> weights = staged->weights;
+    const int64_t kstepBytes = H * 32;
 
     //===--- warp tiles: 16 * mTiles entries, the next one prefetched ------===//
     // Thread rows: g + 8 * r for r < 2 * mTiles (m-tile r / 2, half r % 2).
