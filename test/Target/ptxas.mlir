@@ -60,7 +60,11 @@
 // WAIT-LABEL: .entry spin_select_1_predict(
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
+// The select kernel lets the scoring kernel's CTAs start first thing
+// (they load only step inputs before their own wait).
 // WAIT-LABEL: .entry spin_select_1(
+// WAIT-NOT: ld.global
+// WAIT: griddepcontrol.launch_dependents
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.b64
 // A request whose prediction-cache record is this step's skips the wait

@@ -431,6 +431,16 @@ void mlir::spin::gpu_codegen::setInsertionBeforeGridWait(OpBuilder &b,
   b.setInsertionPoint(gridWaitOf(func));
 }
 
+void mlir::spin::gpu_codegen::triggerDependentsBeforeWait(gpu::GPUFuncOp func) {
+  LLVM::InlineAsmOp wait = gridWaitOf(func);
+  for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
+    if (op.getAsmString() == "griddepcontrol.launch_dependents;") {
+      op->moveBefore(wait);
+      return;
+    }
+  llvm_unreachable("every kernel starts with griddepcontrol.launch_dependents");
+}
+
 void mlir::spin::gpu_codegen::skipGridWaitIf(OpBuilder &b, gpu::GPUFuncOp func,
                                              Value skip) {
   LLVM::InlineAsmOp wait = gridWaitOf(func);

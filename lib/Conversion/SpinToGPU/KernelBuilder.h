@@ -203,6 +203,12 @@ gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// InsertionGuard around it.
 void setInsertionBeforeGridWait(OpBuilder &b, gpu::GPUFuncOp func);
 
+/// Moves `func`'s `griddepcontrol.launch_dependents` above its wait: the
+/// next kernel's CTAs may be scheduled once this kernel's have started,
+/// while the kernels this one waits for still run. Sound only where the
+/// next kernel reads before its own wait nothing but the step's inputs.
+void triggerDependentsBeforeWait(gpu::GPUFuncOp func);
+
 /// Makes `func`'s `griddepcontrol.wait` conditional: threads with `skip`
 /// (an i1 defined before the wait, the same in every thread of a CTA) do
 /// not wait for the kernel before. Sound only where that kernel writes
