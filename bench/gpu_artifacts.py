@@ -65,7 +65,8 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              bad_table=kw.pop("bad_table", None),
              zero_length=kw.pop("zero_length", False),
              extreme_ids=kw.pop("extreme_ids", False),
-             return_scores=kw.pop("scores", False))
+             return_scores=kw.pop("scores", False),
+             sm_count=kw.pop("sm_count", None))
     c["rows"] = kw.pop("rows", 1)
     if mode == "spin":
         c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
@@ -137,6 +138,10 @@ def all_configs():
           16, 16, bs=16, sp=0.5, x=0.25, seed=SEED_A, pool="top4", extra=4),
         C("spin-bf16-h8-d64-p64-bs16-b3-k16-sp0.5-max-reset", s, "bf16", 8, 64, 64, 16, 3,
           16, bs=16, sp=0.5, reset_input=True, extra=1),
+        # A predict grid wider than --sm-count: no prefetch on a miss, and the
+        # select kernel lets the scoring kernel start before its own wait.
+        C("spin-fp8-h64-d128-p64-bs64-b16-k512-sp0.5-max-sm1", s, "fp8", 64, 128, 64, 64,
+          16, 512, bs=64, sp=0.5, sm_count=1),
         # --- noninteger inputs: one dense and one SPIN per key format -------
         C("nonint-dense-bf16-h64-d128-p64-b3-k512", d, "bf16", 64, 128, 64, 64, 3, 512,
           scheme="noninteger"),
@@ -266,6 +271,8 @@ def compile_args(c, compiler, graph, out_dir, target):
     args = [compiler, graph, f"--target={target}", "-o", out_dir]
     if c["mode"] == "spin":
         args.append(f"--sparsify={sparsify_options(c)}")
+    if c["sm_count"] is not None:
+        args.append(f"--sm-count={c['sm_count']}")
     return args
 
 

@@ -12,6 +12,9 @@
 // RUN: FileCheck %s --dump-input=never --check-prefix=HINT < %t/sm_90a.ptx
 // RUN: rm -rf %t.mean && spin-compile %s --sparsify="sparsity=0.5 block-size=16 pooling=mean reset-input=true" --target=sm_90a -o %t.mean && %ptxas -arch=sm_90a %t.mean/sm_90a.ptx -o %t.mean/sm_90a.cubin
 // RUN: FileCheck %s --dump-input=never --check-prefix=MEAN < %t.mean/sm_90a.ptx
+// RUN: rm -rf %t.big && spin-compile %s --sparsify="sparsity=0.5 block-size=16" --target=sm_90a --sm-count=1 -o %t.big && %ptxas -arch=sm_90a %t.big/sm_90a.ptx -o %t.big/sm_90a.cubin
+// RUN: FileCheck %s --dump-input=never --check-prefix=EARLY < %t.big/sm_90a.ptx
+// RUN: FileCheck %s --dump-input=never --check-prefix=LATE < %t/sm_90a.ptx
 // RUN: rm -rf %t.dense && spin-compile %s --target=sm_90a -o %t.dense && %ptxas -arch=sm_90a %t.dense/sm_90a.ptx -o %t.dense/sm_90a.cubin
 
 // Every generated kernel assembles for every chip and begins with the
@@ -60,11 +63,7 @@
 // WAIT-LABEL: .entry spin_select_1_predict(
 // WAIT-NOT: ld.global
 // WAIT: griddepcontrol.wait
-// The select kernel lets the scoring kernel's CTAs start first thing
-// (they load only step inputs before their own wait).
 // WAIT-LABEL: .entry spin_select_1(
-// WAIT-NOT: ld.global
-// WAIT: griddepcontrol.launch_dependents
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.b64
 // A request whose prediction-cache record is this step's skips the wait
@@ -118,6 +117,19 @@
 // HINT-NOT: prefetch.global
 // HINT-NOT: volatile
 // HINT: ret;
+// When the predict grid has more CTAs than --sm-count, the select kernel
+// lets the scoring kernel's CTAs start first thing (they load only step
+// inputs before their own wait); with a smaller grid it does so after its
+// wait, like every other kernel.
+// EARLY-LABEL: .entry spin_select_{{[0-9]+}}(
+// EARLY-NOT: ld.global
+// EARLY: griddepcontrol.launch_dependents
+// EARLY: ld.global.nc.b32
+// EARLY: griddepcontrol.wait
+// LATE-LABEL: .entry spin_select_1(
+// LATE-NOT: griddepcontrol.launch_dependents
+// LATE: griddepcontrol.wait
+// LATE: griddepcontrol.launch_dependents
 // With mean pooling no predict kernel runs and the reset kernel, which
 // writes `it`, comes directly before the select kernel: `it` is loaded
 // after the wait.

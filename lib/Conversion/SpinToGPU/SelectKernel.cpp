@@ -301,9 +301,14 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   // The sparse scoring kernel after this one reads only step inputs before
   // its wait (the row's length, queries, head weights and block-table row),
   // so its CTAs may start staging them while this kernel still waits for
-  // the predict kernel (H200, fp8 16 x 128K, rho = 0.5, side by side:
-  // decoding 80.9 -> 80.1 us, fixed position 82.3 -> 82.2).
-  triggerDependentsBeforeWait(func);
+  // the predict kernel. That pays where the predict grid fills the GPU
+  // (H200, fp8 16 x 128K, rho = 0.5, 512 predict CTAs, side by side:
+  // decoding 80.9 -> 80.1 us, fixed position 82.3 -> 82.2); with a smaller
+  // one, whose SMs the early CTAs then share, a miss got slower (1 x 256K,
+  // 64 CTAs: fixed 39.9 -> 41.1 us, decoding 39.6 -> 38.8), so not there
+  // (the same `sm-count` test as the prediction's prefetch).
+  if (spec.predictionCache && !spec.prefetchOnMiss)
+    triggerDependentsBeforeWait(func);
   unsigned a = 0;
   Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
   Value requestIds = func.getArgument(a++), slots = func.getArgument(a++);
