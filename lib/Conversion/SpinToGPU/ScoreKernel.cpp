@@ -21,6 +21,7 @@
 #include "Kernels.h"
 
 #include <numeric>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::spin;
@@ -251,7 +252,6 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // 128 bytes apart (leading byte offset), 8-head groups 256 bytes apart
     // (stride byte offset).
     Value descriptorBase;
-    const int64_t kstepBytes = H * 32;
     if (spec.wgmma) {
       Value qw = kb.sharedArray(spec.name + "_qw", i32, H * Dh / 2);
       const int64_t perKstep = H * 8; // 32-bit pairs
