@@ -53,9 +53,11 @@ static cl::opt<int64_t> tilesPerWarp(
 static cl::opt<int64_t>
     smCount("sm-count",
             cl::desc("SMs of the GPU: the scoring grids are sized for two "
-                     "CTAs each, and a prediction of at most this many CTAs "
-                     "prefetches on a cache miss (default: 132, an H100 SXM "
-                     "or H200; 148 for a B200 or B300)"),
+                     "CTAs each, a prediction of at most this many CTAs "
+                     "prefetches on a cache miss, and after a larger one the "
+                     "selection lets the scoring start before its wait "
+                     "(default: 132, an H100 SXM or H200; 148 for a B200 or "
+                     "B300)"),
             cl::init(132));
 static cl::opt<int64_t>
     mTiles("m-tiles",

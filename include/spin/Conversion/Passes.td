@@ -119,8 +119,9 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "multiple of 4)">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each, "
-           "and the most CTAs of a prediction that prefetches on a cache "
-           "miss (132: H100 SXM / H200; 148: B200 / B300)">,
+           "the most CTAs of a prediction that prefetches on a cache miss, "
+           "and after a larger one the selection lets the scoring start "
+           "before its wait (132: H100 SXM / H200; 148: B200 / B300)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

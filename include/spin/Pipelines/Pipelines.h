@@ -171,9 +171,11 @@ struct LowerToNVVMOptions : public PassPipelineOptions<LowerToNVVMOptions> {
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> smCount{
       *this, "sm-count",
-      llvm::cl::desc("SMs of the GPU the scoring grids are sized for, and "
+      llvm::cl::desc("SMs of the GPU the scoring grids are sized for, "
                      "the most CTAs of a prediction that prefetches on a "
-                     "cache miss (132: H100 SXM / H200; 148: B200 / B300)"),
+                     "cache miss, and after a larger one the selection lets "
+                     "the scoring start before its wait (132: H100 SXM / "
+                     "H200; 148: B200 / B300)"),
       llvm::cl::init(132)};
 };
 

@@ -370,8 +370,11 @@ KernelBuilder::ifThenElse(TypeRange types, Value cond,
   return SmallVector<Value>(op.getResults());
 }
 
-/// The programmatic-launch wait every kernel begins with (createKernel).
+/// The programmatic-launch wait every kernel begins with (createKernel),
+/// and the trigger that follows it.
 static constexpr StringLiteral kGridWait = "griddepcontrol.wait;";
+static constexpr StringLiteral kLaunchDependents =
+    "griddepcontrol.launch_dependents;";
 
 gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
                                                      gpu::GPUModuleOp module,
@@ -397,8 +400,7 @@ gpu::GPUFuncOp mlir::spin::gpu_codegen::createKernel(OpBuilder &b, Location loc,
   // far as LLVM knows, so loads could move across them (a load of what the
   // kernel before writes above the wait, or a load placed before the wait
   // below it).
-  for (StringRef text :
-       {StringRef(kGridWait), StringRef("griddepcontrol.launch_dependents;")})
+  for (StringRef text : {StringRef(kGridWait), StringRef(kLaunchDependents)})
     LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{}, text,
                               "~{memory}", /*has_side_effects=*/true,
                               /*is_align_stack=*/false,
@@ -434,7 +436,7 @@ void mlir::spin::gpu_codegen::setInsertionBeforeGridWait(OpBuilder &b,
 void mlir::spin::gpu_codegen::triggerDependentsBeforeWait(gpu::GPUFuncOp func) {
   LLVM::InlineAsmOp wait = gridWaitOf(func);
   for (auto op : func.getBody().front().getOps<LLVM::InlineAsmOp>())
-    if (op.getAsmString() == "griddepcontrol.launch_dependents;") {
+    if (op.getAsmString() == kLaunchDependents) {
       op->moveBefore(wait);
       return;
     }

@@ -167,7 +167,9 @@ struct SelectKernelSpec {
   /// read. Set when the predict grid is at most one CTA per SM, where the
   /// miss is a latency chain (H200, 2026-11-30: fp8 1 x 256K, 64 CTAs,
   /// 42.0 -> 41.2 us a step; 16 x 128K, 512 CTAs, 82.4 -> 83.5 us, the
-  /// prefetches delaying the other CTAs' record loads).
+  /// prefetches delaying the other CTAs' record loads). Without it (a
+  /// larger grid) the select kernel triggers its dependents before its
+  /// wait (buildSelectKernel).
   bool prefetchOnMiss = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
