@@ -199,8 +199,9 @@ gpu::GPUFuncOp beginKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// the runtime launches this one programmatically (docs/GPU-ABI.md, "Launch
 /// order"), so it may read only what that kernel does not write: the step's
 /// inputs, and what kernels before that one wrote (they completed before
-/// that kernel passed its own wait and let this one start). Callers keep an
-/// InsertionGuard around it.
+/// that kernel passed its own wait and let this one start), unless that
+/// kernel triggers before its wait (triggerDependentsBeforeWait): then only
+/// the step's inputs. Callers keep an InsertionGuard around it.
 void setInsertionBeforeGridWait(OpBuilder &b, gpu::GPUFuncOp func);
 
 /// Moves `func`'s `griddepcontrol.launch_dependents` above its wait: the
