@@ -106,6 +106,12 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 ///     slots, -1 for missing ones. When the candidates overflow their buffer
 ///     (a bin holding more than `candidates` entries, e.g. many equal
 ///     scores) it selects from the whole row instead.
+///     With `mergeRanks`, where the candidates number at most
+///     `cluster * topKMergeSlice(k, cluster)`, every CTA instead sorts an
+///     even slice of the candidate list, copies its peers' sorted slices,
+///     and writes each of its candidates at its place in the merged order
+///     (its count of predecessors in every slice, by binary search) when
+///     that place is below K.
 /// Nothing persists between launches. Dense rows hold entries [0, N);
 /// sparse rows [0, count * blockSize), mapped back to slots through the
 /// block list.
@@ -121,7 +127,13 @@ struct TopKKernelSpec {
   int64_t threads = 1024;     ///< per CTA (the plan: 512 for K <= 512)
   int64_t cluster = 8;        ///< CTAs per row, 1 to 8 (a portable cluster)
   int64_t candidates = 16384; ///< candidate buffer per row
+  /// Step 4 by merge ranks where the candidates fit (see above); needs
+  /// 2 <= cluster, topKMergeSlice(k, cluster) <= threads.
+  bool mergeRanks = false;
 };
+/// The candidates each CTA sorts by merge ranks (a power of two): room for
+/// twice K over the cluster.
+int64_t topKMergeSlice(int64_t k, int64_t cluster);
 LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                             const TopKKernelSpec &spec);
 

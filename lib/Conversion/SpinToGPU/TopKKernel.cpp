@@ -9,7 +9,8 @@
 // shared memory (group sums first, then one group's bins), give the bin of
 // the K-th largest; the entries at or above it are the candidates, which the
 // leader CTA radix-selects (ties to the lower entry: entries are in slot
-// order) and sorts by (score desc, entry asc) with a bitonic sort.
+// order) and sorts by (score desc, entry asc) with a bitonic sort, or, for
+// large K, which every CTA sorts a slice of and places by merge ranks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -360,6 +361,11 @@ void forEachChunk(KernelBuilder &kb, Value scores, const RowView &row,
 
 } // namespace
 
+int64_t mlir::spin::gpu_codegen::topKMergeSlice(int64_t k, int64_t cluster) {
+  return static_cast<int64_t>(
+      llvm::PowerOf2Ceil(llvm::divideCeil(2 * k, cluster)));
+}
+
 LaunchShape
 mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                                          gpu::GPUModuleOp module,
@@ -476,8 +482,143 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   // every candidate.
   kb.clusterSync();
 
-  // 4. The leader selects, sorts and writes.
-  kb.ifThen(isLeader, [&] {
+  // Place `i` of the row's result: the slot of `entry`, or -1 when unused.
+  Value outBase = kb.mul(row.rowId, kb.i32(spec.k));
+  auto writeResult = [&](Value i, Value used, Value entry) {
+    Value slot = entry;
+    if (spec.sparse) {
+      Value bs = kb.i32(spec.blockSize);
+      slot = kb.ifThenElse(
+          {i32}, used,
+          [&]() -> SmallVector<Value> {
+            Value block =
+                kb.loadAt(i32, blocks,
+                          kb.add(kb.mul(row.request, kb.i32(spec.maxBlocks)),
+                                 kb.divU(entry, bs)),
+                          true);
+            return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
+          },
+          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
+    }
+    kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
+  };
+
+  // The leader's list of winners (its sort), a power of two.
+  const int64_t listSize = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
+  Value list = kb.sharedArray(spec.name + "_list", i64, listSize);
+
+  // 4a. Merge ranks. The candidate list splits into `cluster` even slices of
+  // at most `slice`; each CTA sorts one in shared memory by (score desc,
+  // entry asc) as (~key << 32 | entry), padded with all ones, which sort
+  // last. After a cluster barrier each CTA copies every sorted slice into
+  // its own shared memory (the histogram's and the list's, free now; its
+  // own slice stays where its peers read it), and after a second one, which
+  // also lets every CTA leave, each candidate's place in the row's order is
+  // the sum over the slices of the entries before it there (its own: its
+  // index). Places below K are the result. The slices split the list, not
+  // the row, so candidates crowded into one CTA's share cost the same.
+  Value merged = kb.i1(false);
+  if (spec.mergeRanks) {
+    const int64_t slice = topKMergeSlice(spec.k, spec.cluster);
+    const int64_t arenaSlots = arenaWords * 4 / (slice * 8);
+    assert(spec.cluster >= 2 && slice >= 2 && slice <= threads &&
+           slice * spec.cluster <= spec.candidates &&
+           arenaSlots + listSize / slice >= spec.cluster + 1 &&
+           "merge ranks need a slice per thread and room for every slice");
+    // Slot 0 holds the CTA's own slice; slot q + 1 the copy of rank q's.
+    auto slotAt = [&](int64_t s) {
+      return s < arenaSlots
+                 ? kb.gep(arena, i64, kb.i32(s * slice))
+                 : kb.gep(list, i64, kb.i32((s - arenaSlots) * slice));
+    };
+    merged = kb.cmp(CmpIPredicate::sle, found, kb.i32(slice * spec.cluster));
+    kb.ifThen(merged, [&] {
+      Value per = kb.divU(kb.add(found, kb.i32(spec.cluster - 1)),
+                          kb.i32(spec.cluster));
+      Value mineFirst = kb.mul(rank, per);
+      Value mineCount =
+          kb.minS(kb.maxS(kb.sub(found, mineFirst), kb.i32(0)), per);
+      Value flip = kb.i64(static_cast<int64_t>(0xffffffff00000000ULL));
+      forEachThreadStrided(kb, kb.i32(slice), threads, [&](Value t) {
+        Value packed = kb.ifThenElse(
+            {i64}, kb.cmp(CmpIPredicate::slt, t, mineCount),
+            [&]() -> SmallVector<Value> {
+              Value c =
+                  kb.loadAt(i64, candidates,
+                            kb.add(candBase, kb.extS64(kb.add(mineFirst, t))));
+              return {kb.xorI(c, flip)};
+            },
+            [&]() -> SmallVector<Value> { return {kb.i64(-1)}; })[0];
+        kb.storeAt(packed, arena, t);
+      });
+      kb.barrier();
+      bitonicSortU64(kb, arena, slice, threads);
+      kb.clusterSync();
+      // Every thread issues all its 16-byte copies before it stores any.
+      Type vec = kb.vecT(i64, 2);
+      const int64_t perPeer = slice / 2, total = spec.cluster * perPeer;
+      struct Copy {
+        Value value, dst, inRange;
+      };
+      SmallVector<Copy> copies;
+      for (int64_t j = 0; j < llvm::divideCeilSigned(total, threads); ++j) {
+        Value v = kb.add(tid, kb.i32(j * threads));
+        Value inRange = kb.cmp(CmpIPredicate::slt, v, kb.i32(total));
+        Value vc = kb.minS(v, kb.i32(total - 1));
+        Value q = kb.divU(vc, kb.i32(perPeer));
+        Value at = kb.remU(vc, kb.i32(perPeer));
+        Value value =
+            kb.load(vec, kb.gep(kb.clusterPeer(arena, q), vec, at), 16);
+        // Slot q + 1: in the arena, or in the list past the arena's slots.
+        Value cell = kb.add(kb.mul(kb.add(q, kb.i32(1)), kb.i32(perPeer)), at);
+        Value inArena =
+            kb.cmp(CmpIPredicate::slt, cell, kb.i32(arenaSlots * perPeer));
+        Value dst = kb.select(
+            inArena, kb.gep(arena, vec, cell),
+            kb.gep(list, vec, kb.sub(cell, kb.i32(arenaSlots * perPeer))));
+        copies.push_back({value, dst, inRange});
+      }
+      for (const Copy &c : copies) {
+        if (total % threads == 0)
+          kb.store(c.value, c.dst, 16);
+        else
+          kb.ifThen(c.inRange, [&] { kb.store(c.value, c.dst, 16); });
+      }
+      kb.barrier();
+      // No CTA reads a peer's shared memory after this.
+      kb.clusterSync();
+      forEachThreadStrided(kb, mineCount, threads, [&](Value t) {
+        Value x = kb.loadAt(i64, arena, t);
+        Value place = kb.i32(0);
+        for (int64_t q = 0; q < spec.cluster; ++q) {
+          // The entries of rank q's slice before x: a binary search over
+          // the padded slice, whose padding never is.
+          Value sorted = slotAt(q + 1);
+          Value at = kb.i32(0);
+          for (int64_t step = slice / 2; step >= 1; step /= 2) {
+            Value probe = kb.loadAt(i64, sorted, kb.add(at, kb.i32(step - 1)));
+            at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
+                           kb.add(at, kb.i32(step)), at);
+          }
+          Value probe = kb.loadAt(i64, sorted, at);
+          at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
+                         kb.add(at, kb.i32(1)), at);
+          place = kb.add(place, at);
+        }
+        kb.ifThen(kb.cmp(CmpIPredicate::slt, place, kb.i32(spec.k)),
+                  [&] { writeResult(place, kb.i1(true), kb.trunc32(x)); });
+      });
+      // Places past the candidates (a row with fewer than K) are unused.
+      kb.ifThen(isLeader, [&] {
+        kb.forLoop(kb.add(kb.minS(found, kb.i32(spec.k)), tid), kb.i32(spec.k),
+                   kb.i32(threads),
+                   [&](Value i) { writeResult(i, kb.i1(false), kb.i32(0)); });
+      });
+    });
+  }
+
+  // 4b. Otherwise the leader selects, sorts and writes.
+  kb.ifThen(kb.andI(isLeader, kb.not1(merged)), [&] {
     // Candidates when they all fit, else the whole row.
     Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
     Value n = kb.select(fromList, found, row.n);
@@ -534,8 +675,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                       spec.threads, keyOf, entryOf, known);
 
     // Gather the winners as (~key << 32 | entry); unused cells sort last.
-    int64_t size = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
-    Value list = kb.sharedArray(spec.name + "_list", i64, size);
+    const int64_t size = listSize;
     Value count = kb.sharedArray(spec.name + "_count", i32, 1);
     forEachThreadStrided(kb, kb.i32(size), spec.threads,
                          [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
@@ -569,27 +709,10 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
     kb.barrier();
     bitonicSortU64(kb, list, size, spec.threads);
 
-    Value outBase = kb.mul(row.rowId, kb.i32(spec.k));
     forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
       Value packed = kb.loadAt(i64, list, i);
-      Value used = kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1));
-      Value entry = kb.trunc32(packed);
-      Value slot = entry;
-      if (spec.sparse) {
-        Value bs = kb.i32(spec.blockSize);
-        slot = kb.ifThenElse(
-            {i32}, used,
-            [&]() -> SmallVector<Value> {
-              Value block = kb.loadAt(
-                  i32, blocks,
-                  kb.add(kb.mul(row.request, kb.i32(spec.maxBlocks)),
-                         kb.divU(entry, bs)),
-                  true);
-              return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
-      }
-      kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
+      writeResult(i, kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1)),
+                  kb.trunc32(packed));
     });
   });
   LaunchShape shape;
