@@ -16,7 +16,9 @@
 # 0 and 0.25 with seeds >= 2^63, pooling max / mean / top4, reset-input on one
 # configuration; MTP (2, 3 and 4 query rows, union / row-0 masks, prefix /
 # row-0 updates, a host reset and the reset input, bf16 / f16 / fp8 keys);
-# rows of 64K slots, whose top-K spans a cluster of 4 or 8 CTAs;
+# rows of 64K slots, whose top-K spans a cluster of 8 CTAs (K = 2048: merge
+# ranks), two of them with tied scores (the "ties" scheme: keys drawn from a
+# few vectors);
 # three dense graphs that return their scores too (compared entry by entry,
 # -inf past each row's length);
 # the "exact" input scheme everywhere except one noninteger dense and one
@@ -66,7 +68,8 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              zero_length=kw.pop("zero_length", False),
              extreme_ids=kw.pop("extreme_ids", False),
              return_scores=kw.pop("scores", False),
-             sm_count=kw.pop("sm_count", None))
+             sm_count=kw.pop("sm_count", None),
+             distinct_keys=kw.pop("distinct", None))
     c["rows"] = kw.pop("rows", 1)
     if mode == "spin":
         c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
@@ -158,14 +161,22 @@ def all_configs():
         C("nonint-spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64,
           128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, scheme="noninteger"),
         # --- long rows: the top-K's cluster of CTAs per row (one per 16
-        # entries a thread, up to 8: 64K slots with K <= 512 -> 8 CTAs of 512
-        # threads, K = 2048 -> 4 of 1024) ---------------------------------------
+        # entries a thread, up to 8: 64K slots -> 8 CTAs of 512 threads; K =
+        # 2048 by merge ranks) ----------------------------------------------------
         C("long-dense-fp8-h8-d64-p64-b3-k512-qbf16", d, "fp8", 8, 64, 64, 1024, 3, 512),
         C("long-dense-bf16-h8-d64-p64-b1-k2048", d, "bf16", 8, 64, 64, 1024, 1, 2048),
         C("long-spin-bf16-h8-d64-p64-bs64-b3-k512-sp0.5-max", s, "bf16", 8, 64, 64, 1024,
           3, 512, bs=64, sp=0.5, steps=6),
         C("nonint-long-spin-fp8-h8-d64-p64-bs64-b3-k2048-sp0.2-max-qbf16", s, "fp8", 8, 64,
           64, 1024, 3, 2048, bs=64, sp=0.2, steps=6, scheme="noninteger"),
+        # --- long rows of tied scores (keys from a few vectors): the top-K's
+        # merge ranks across CTAs with runs of equal keys (24 vectors: each
+        # score about 2.7K times, so at most 4K candidates), and its leader's
+        # path where the candidates outnumber the merge's slices (8 vectors)
+        C("ties-long-dense-bf16-h8-d64-p64-b1-k2048", d, "bf16", 8, 64, 64, 1024, 1, 2048,
+          scheme="ties", distinct=24),
+        C("ties-long-spin-fp8-h8-d64-p64-bs64-b3-k2048-sp0.2-max", s, "fp8", 8, 64, 64,
+          1024, 3, 2048, bs=64, sp=0.2, steps=6, scheme="ties", distinct=8),
         # --- MTP (SPIN_SPEC §4): R = d + 1 rows, commits of 0..d drafts -------
         C("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3-sp0.5-max", s, "bf16", 8, 64, 64, 16, 3, 16,
           bs=16, sp=0.5, rows=3, host_reset=True, extra=1),

@@ -24,6 +24,8 @@
 #     power-of-two fp8 scales, decay 0.5: every f32 operation is exact):
 #     top-K indices must be equal, sparsity equal to 1e-6, and the state
 #     (state.ema V / D and state.iteration) equal, bit for bit;
+#   * "ties" inputs: exact ones whose keys are each one of a few vectors
+#     (fp8 scales 1), so that scores tie in long runs; checked as exact;
 #   * "noninteger" inputs (normal floats): a top-K may differ from the
 #     reference's only where the reference's scores of the two differing
 #     slots agree to 1e-5 relative (bf16 / f16 keys) or 1e-3 (fp8); the state
@@ -168,10 +170,15 @@ def _unique_ids(rng, count, taken):
     return out
 
 
+def is_exact(c):
+    """Whether a configuration's inputs keep every f32 operation exact."""
+    return c["scheme"] in ("exact", "ties")
+
+
 def make_plan(cfg, rng):
     c = cfg
     spin = c["mode"] == "spin"
-    exact = c["scheme"] == "exact"
+    exact = is_exact(c)
     B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
                           c["table_pages"], c["topk"])
     P, NS, T = c["pages"], c["capacity"], c["steps"]
@@ -182,14 +189,22 @@ def make_plan(cfg, rng):
 
     # Key cache (and scales), shared by every step.
     shape = (P, S, Dh)
-    if exact:
+    if c["scheme"] == "ties":
+        # Every slot's key is one of a few integer vectors: each row's scores
+        # take at most that many values, so the top-K's candidates are long
+        # runs of equal scores (its tie rule) and the SPIN block maxima tie.
+        base = rng.integers(-4, 5, size=(c["distinct_keys"], Dh)).astype(np.float32)
+        kv = base[rng.integers(0, c["distinct_keys"], size=shape[:2])]
+    elif exact:
         kv = rng.integers(-4, 5, size=shape).astype(np.float32)
     else:
         kv = rng.standard_normal(shape).astype(np.float32)
     plan.keys_stored, plan.keys = encode(kv, c["key_format"])
     plan.scales = None
     if c["key_format"] == "fp8":
-        if exact:
+        if c["scheme"] == "ties":
+            plan.scales = np.ones(shape[:2], dtype=np.float32)
+        elif exact:
             plan.scales = np.exp2(rng.integers(-2, 3, size=shape[:2])).astype(np.float32)
         else:
             plan.scales = rng.uniform(0.5, 2.0, size=shape[:2]).astype(np.float32)
@@ -726,7 +741,7 @@ def compare_row(c, where, ref_idx, got_idx, ref_sp, got_sp, z, n, mask=None):
     detail = ", ".join(f"rank {j}: ref slot {int(ref_idx[j])} (z {_score(z, int(ref_idx[j]))})"
                        f" got {int(got_idx[j])} (z {_score(z, int(got_idx[j]))})"
                        for j in ranks[:MAX_SHOWN])
-    if c["scheme"] == "exact":
+    if is_exact(c):
         problems.append(f"{where}: top-K differs at {len(ranks)} rank(s) {ranks[:MAX_SHOWN]}"
                         f"{' ...' if len(ranks) > MAX_SHOWN else ''}: {detail}")
         return problems
@@ -773,7 +788,7 @@ def compare_scores(c, where, ref, got):
     for b in range(ref.shape[0]):
         for r in range(ref.shape[1]):
             e, g = ref[b, r].astype(np.float64), got[b, r].astype(np.float64)
-            if c["scheme"] == "exact":
+            if is_exact(c):
                 bad = np.nonzero(~(e == g))[0]
             else:
                 # -inf (past the length) only matches -inf.
@@ -801,7 +816,7 @@ def compare_state(c, rid, ref, got, what):
             problems.append(f"{what} request {rid}: {name} has shape {g.shape}, "
                             f"reference {r.shape}")
             continue
-        if c["scheme"] == "exact":
+        if is_exact(c):
             bad = np.nonzero(~((g == r) | (np.isnan(g) & np.isnan(r))))[0]
         else:
             tol = STATE_REL[c["key_format"]] * max(float(np.max(np.abs(r))), 1e-30)

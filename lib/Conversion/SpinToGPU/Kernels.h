@@ -124,7 +124,7 @@ struct TopKKernelSpec {
   int64_t batch = 1, rows = 1, width = 1, k = 1;
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1;
-  int64_t threads = 1024;     ///< per CTA (the plan: 512 for K <= 512)
+  int64_t threads = 1024;     ///< per CTA (plan: 512 if K <= 512 or merge)
   int64_t cluster = 8;        ///< CTAs per row, 1 to 8 (a portable cluster)
   int64_t candidates = 16384; ///< candidate buffer per row
   /// Step 4 by merge ranks where the candidates fit (see above); needs
