@@ -16,9 +16,9 @@
 # 0 and 0.25 with seeds >= 2^63, pooling max / mean / top4, reset-input on one
 # configuration; MTP (2, 3 and 4 query rows, union / row-0 masks, prefix /
 # row-0 updates, a host reset and the reset input, bf16 / f16 / fp8 keys);
-# rows of 64K slots, whose top-K spans a cluster of 8 CTAs (K = 2048: merge
-# ranks), two of them with tied scores (the "ties" scheme: keys drawn from a
-# few vectors);
+# rows of 56K and 64K slots, whose top-K spans a cluster of 7 or 8 CTAs (K =
+# 1024 and 2048: merge ranks), two of them with tied scores (the "ties"
+# scheme: keys drawn from a few vectors);
 # three dense graphs that return their scores too (compared entry by entry,
 # -inf past each row's length);
 # the "exact" input scheme everywhere except one noninteger dense and one
@@ -161,10 +161,13 @@ def all_configs():
         C("nonint-spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max-qbf16", s, "fp8", 64,
           128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, scheme="noninteger"),
         # --- long rows: the top-K's cluster of CTAs per row (one per 16
-        # entries a thread, up to 8: 64K slots -> 8 CTAs of 512 threads; K =
-        # 2048 by merge ranks) ----------------------------------------------------
+        # entries a thread, up to 8: 64K slots -> 8 CTAs of 512 threads; K >
+        # 512 by merge ranks) -----------------------------------------------------
         C("long-dense-fp8-h8-d64-p64-b3-k512-qbf16", d, "fp8", 8, 64, 64, 1024, 3, 512),
         C("long-dense-bf16-h8-d64-p64-b1-k2048", d, "bf16", 8, 64, 64, 1024, 1, 2048),
+        # 56K slots: 7 CTAs, K = 1024 by merge ranks over slices of 512,
+        # whose copies do not split evenly over the threads
+        C("long-dense-fp8-h8-d64-p64-b3-k1024-qbf16", d, "fp8", 8, 64, 64, 896, 3, 1024),
         C("long-spin-bf16-h8-d64-p64-bs64-b3-k512-sp0.5-max", s, "bf16", 8, 64, 64, 1024,
           3, 512, bs=64, sp=0.5, steps=6),
         C("nonint-long-spin-fp8-h8-d64-p64-bs64-b3-k2048-sp0.2-max-qbf16", s, "fp8", 8, 64,

@@ -3,7 +3,7 @@ compiles some of its configurations, and bench/gpu_check.py --dry-run
 --backend cpu runs their inputs through the compiled CPU path
 (build/bin/spin-exec) against the numpy reference, with the comparisons the
 GPU run makes. The long-row configurations are those whose top-K spans a
-cluster of 8 CTAs on the GPU (two with tied scores); this keeps them (and
+cluster of 7 or 8 CTAs on the GPU (two with tied scores); this keeps them (and
 the check itself) valid between GPU runs."""
 
 import os
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs build/bin/spin-compile and build/bin/spin-exec")
 
 
-@pytest.mark.parametrize("only, count", [("long-", 6), ("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3", 1),
+@pytest.mark.parametrize("only, count", [("long-", 7), ("mtp-bf16-h8-d64-p64-bs16-b3-k16-r3", 1),
                                          ("scores-dense-bf16", 1)])
 def test_gpu_check_passes_on_the_cpu_path(tmp_path, rng, only, count):
     out = tmp_path / "gpu-artifacts"
