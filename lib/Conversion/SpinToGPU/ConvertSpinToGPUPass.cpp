@@ -738,9 +738,9 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
   // slice of at most 512 candidates each: the CTAs sort their slices side
   // by side instead of the leader sorting them all, and two CTAs share an
   // SM, so that a 16-row batch's clusters run in one wave. H200, fp8 16 x
-  // 128K, K = 2048, side by side: dense 122.6 -> 115.2 us, SPIN rho = 0.5
-  // 97.3 -> 84.9 us. (K = 512, whose leader sorts one candidate a thread:
-  // dense 110.2 -> 111.0 us, so not there.)
+  // 128K, K = 2048, side by side: dense 122.7 -> 114.4 us, SPIN rho = 0.5
+  // 97.4 -> 84.3 us. (K = 512, whose leader sorts one candidate a thread:
+  // dense 110.2 -> 111.0 us, so not there; docs/benchmarks-kernels.md.)
   if (spec.k > 512 && clusterFor(512) >= 2 &&
       topKMergeSlice(spec.k, clusterFor(512)) <= 512) {
     spec.threads = 512;
