@@ -741,10 +741,11 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
   // 128K, K = 2048, side by side: dense 122.7 -> 114.4 us, SPIN rho = 0.5
   // 97.4 -> 84.3 us. (K = 512, whose leader sorts one candidate a thread:
   // dense 110.2 -> 111.0 us, so not there; docs/benchmarks-kernels.md.)
-  if (spec.k > 512 && clusterFor(512) >= 2 &&
-      topKMergeSlice(spec.k, clusterFor(512)) <= 512) {
+  const int64_t mergeCluster = clusterFor(512);
+  if (spec.k > 512 && mergeCluster >= 2 &&
+      topKMergeSlice(spec.k, mergeCluster) <= 512) {
     spec.threads = 512;
-    spec.cluster = clusterFor(512);
+    spec.cluster = mergeCluster;
     spec.mergeRanks = true;
   }
   Buffer candidates =

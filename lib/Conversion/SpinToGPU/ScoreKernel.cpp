@@ -333,9 +333,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // 82.8 -> 82.7). A dense kernel, whose wait rarely waits, got slower
     // (128K: 110.2 -> 110.9 us; 64K: 65.9 -> 66.8): the staging then only
     // delays its dependents' launch.
-    if (spec.sparse)
-      staged = stageQueries();
     if (spec.sparse) {
+      staged = stageQueries();
       // The request's block-table row, into L2 while the select kernel
       // runs: the page lookups after the wait follow the block list, and
       // would otherwise go to DRAM one after the other.

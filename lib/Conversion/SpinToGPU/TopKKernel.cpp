@@ -675,9 +675,8 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                       spec.threads, keyOf, entryOf, known);
 
     // Gather the winners as (~key << 32 | entry); unused cells sort last.
-    const int64_t size = listSize;
     Value count = kb.sharedArray(spec.name + "_count", i32, 1);
-    forEachThreadStrided(kb, kb.i32(size), spec.threads,
+    forEachThreadStrided(kb, kb.i32(listSize), spec.threads,
                          [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
     kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
               [&] { kb.storeAt(kb.i32(0), count, kb.i32(0)); });
@@ -707,7 +706,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
               });
         });
     kb.barrier();
-    bitonicSortU64(kb, list, size, spec.threads);
+    bitonicSortU64(kb, list, listSize, spec.threads);
 
     forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
       Value packed = kb.loadAt(i64, list, i);
