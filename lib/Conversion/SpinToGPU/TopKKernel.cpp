@@ -526,10 +526,14 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
            arenaSlots + listSize / slice >= spec.cluster + 1 &&
            "merge ranks need a slice per thread and room for every slice");
     // Slot 0 holds the CTA's own slice; slot q + 1 the copy of rank q's.
-    auto slotAt = [&](int64_t s) {
-      return s < arenaSlots
-                 ? kb.gep(arena, i64, kb.i32(s * slice))
-                 : kb.gep(list, i64, kb.i32((s - arenaSlots) * slice));
+    // Slots [0, arenaSlots) lie in the arena, the others in the list:
+    // `cellAt(t, bytes, i)` is element `i` of type `t` (of `bytes` bytes)
+    // counted over the slots.
+    auto cellAt = [&](Type type, int64_t bytes, Value i) {
+      const int64_t arenaCells = arenaSlots * slice * 8 / bytes;
+      return kb.select(kb.cmp(CmpIPredicate::slt, i, kb.i32(arenaCells)),
+                       kb.gep(arena, type, i),
+                       kb.gep(list, type, kb.sub(i, kb.i32(arenaCells))));
     };
     merged = kb.cmp(CmpIPredicate::sle, found, kb.i32(slice * spec.cluster));
     kb.ifThen(merged, [&] {
@@ -569,13 +573,8 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
         Value at = kb.remU(vc, kb.i32(perPeer));
         Value value =
             kb.load(vec, kb.gep(kb.clusterPeer(arena, q), vec, at), 16);
-        // Slot q + 1: in the arena, or in the list past the arena's slots.
-        Value cell = kb.add(kb.mul(kb.add(q, kb.i32(1)), kb.i32(perPeer)), at);
-        Value inArena =
-            kb.cmp(CmpIPredicate::slt, cell, kb.i32(arenaSlots * perPeer));
-        Value dst = kb.select(
-            inArena, kb.gep(arena, vec, cell),
-            kb.gep(list, vec, kb.sub(cell, kb.i32(arenaSlots * perPeer))));
+        Value dst = cellAt(
+            vec, 16, kb.add(kb.mul(kb.add(q, kb.i32(1)), kb.i32(perPeer)), at));
         copies.push_back({value, dst, inRange});
       }
       for (const Copy &c : copies) {
@@ -593,7 +592,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
         for (int64_t q = 0; q < spec.cluster; ++q) {
           // The entries of rank q's slice before x: a binary search over
           // the padded slice, whose padding never is.
-          Value sorted = slotAt(q + 1);
+          Value sorted = cellAt(i64, 8, kb.i32((q + 1) * slice));
           Value at = kb.i32(0);
           for (int64_t step = slice / 2; step >= 1; step /= 2) {
             Value probe = kb.loadAt(i64, sorted, kb.add(at, kb.i32(step - 1)));
