@@ -77,6 +77,15 @@ struct ScoreKernelSpec {
   /// op's semantics, for scores the graph returns; the top-K reads only
   /// entries below the length and needs no fill).
   bool fillPastLength = false;
+  /// Sparse: take `previous` (i32 [batch, 1 + maxBlocks], the request's
+  /// previous block count and list, written by the update kernel with
+  /// `keepList`) after `skip`, and before the wait have every warp prefetch
+  /// to L2 the key lines (and scales) of its first `prefetchTiles` tiles at
+  /// the places that list gives them. Only a hint: every address is
+  /// clamped to the request's own visible pages, and nothing reads the
+  /// prefetched lines unless this step selects the same blocks.
+  bool prefetchPreviousTiles = false;
+  int64_t prefetchTiles = 2;
 
   int64_t outWidth() const { return tablePages * pageSize; }
 };
@@ -185,6 +194,9 @@ struct SelectKernelSpec {
   bool prefetchOnMiss = false;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
+  /// Whether the select kernel lets its dependent (the sparse scoring
+  /// kernel) start before its own grid wait (buildSelectKernel).
+  bool triggersEarly() const { return predictionCache && !prefetchOnMiss; }
 };
 /// True when max pooling can be computed by many CTAs per row
 /// (buildPredictKernel).
@@ -212,13 +224,18 @@ LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
 /// sparse score layout above), then `it += 1`.
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, skip, v,
-/// d, it (ptrs); requests whose `skip` flag is set are left untouched.
+/// d, it, [previous] (ptrs); requests whose `skip` flag is set are left
+/// untouched. With `keepList` the kernel also copies every request's count
+/// and block list into `previous` (i32 [batch, 1 + maxBlocks]: the count,
+/// then the list), which the next step's scoring kernel reads before its
+/// wait (ScoreKernelSpec::prefetchPreviousTiles).
 /// Grid: (ctasPerRequest, batch).
 struct UpdateKernelSpec {
   std::string name;
   int64_t batch = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
   double decay = 0.5;
   int64_t threads = 256, ctasPerRequest = 1;
+  bool keepList = false;
 };
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,

@@ -138,6 +138,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   params.append({ptr, ptr});
   if (spec.sparse)
     params.append({ptr, ptr, ptr});
+  if (spec.prefetchPreviousTiles)
+    params.push_back(ptr);
   params.append({ptr, i32, ptr});
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func = beginKernel(b, loc, module, spec.name, params, threads);
@@ -154,6 +156,7 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
   Value blocks = spec.sparse ? func.getArgument(a++) : Value();
   Value counts = spec.sparse ? func.getArgument(a++) : Value();
   Value skip = spec.sparse ? func.getArgument(a++) : Value();
+  Value previous = spec.prefetchPreviousTiles ? func.getArgument(a++) : Value();
   Value out = func.getArgument(a++), pages = func.getArgument(a++);
   Value errors = func.getArgument(a++);
 
@@ -305,6 +308,70 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
 
     return Staged{qs, unscale, descriptorBase, weights};
   };
+  // Decoding selects nearly the same blocks step after step: before the
+  // wait, each warp prefetches the key lines (and scales) of its first
+  // tiles where the previous step's list put them (`previous`, stable
+  // since that step's update kernel, which ends before this step's
+  // prediction starts). The lines are requested while the select kernel
+  // runs instead of after it. Every index is clamped: a stale or foreign
+  // list only prefetches lines of the request's own visible pages.
+  auto prefetchFromPreviousList = [&](Value rowTable) {
+    const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
+    const int64_t rowBytes = Dh * keyBytes;
+    const int64_t linesPerRow = llvm::divideCeil(rowBytes, 128);
+    const int64_t tileEntries = 16 * spec.mTiles;
+    const int64_t lines = spec.prefetchTiles * tileEntries * linesPerRow;
+    Value request = kb.divU(rowId, kb.i32(R));
+    Value listBase = kb.mul(request, kb.i32(1 + MB));
+    Value count = kb.minS(
+        kb.maxS(kb.loadAt(i32, previous, listBase), kb.i32(0)), kb.i32(MB));
+    Value listed = kb.mul(count, kb.i32(bs));
+    Value lastSlot =
+        kb.sub(kb.minS(visible, kb.i32(spec.outWidth())), kb.i32(1));
+    for (int64_t first = 0; first < lines; first += 32) {
+      Value k = kb.add(lane, kb.i32(first));
+      Value tile = kb.divU(k, kb.i32(tileEntries * linesPerRow));
+      Value within = kb.remU(k, kb.i32(tileEntries * linesPerRow));
+      Value line = kb.remU(within, kb.i32(linesPerRow));
+      Value entry = kb.add(
+          kb.mul(
+              kb.add(kb.mul(kb.add(kb.mul(ctaIndex, kb.i32(spec.tilesPerWarp)),
+                                   tile),
+                            kb.i32(spec.warps)),
+                     warp),
+              kb.i32(tileEntries)),
+          kb.divU(within, kb.i32(linesPerRow)));
+      Value inList =
+          kb.andI(kb.cmp(CmpIPredicate::slt, k, kb.i32(lines)),
+                  kb.andI(kb.cmp(CmpIPredicate::slt, entry, listed),
+                          kb.cmp(CmpIPredicate::sgt, visible, kb.i32(0))));
+      kb.ifThen(inList, [&] {
+        Value at = kb.minS(kb.divU(entry, kb.i32(bs)), kb.i32(MB - 1));
+        Value block =
+            kb.loadAt(i32, previous, kb.add(listBase, kb.add(at, kb.i32(1))));
+        Value slot =
+            kb.add(kb.mul(block, kb.i32(bs)), kb.remU(entry, kb.i32(bs)));
+        slot = kb.minS(kb.maxS(slot, kb.i32(0)), lastSlot);
+        Value page =
+            kb.loadAt(i32, rowTable, kb.divU(slot, kb.i32(spec.pageSize)));
+        Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
+                               kb.cmp(CmpIPredicate::slt, page, pages));
+        kb.ifThen(pageOk, [&] {
+          Value slotIndex =
+              kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
+                     kb.extS64(kb.remU(slot, kb.i32(spec.pageSize))));
+          kb.prefetchL2(kb.gep(keys, kb.i8T(),
+                               kb.add(kb.mul(slotIndex, kb.i64(rowBytes)),
+                                      kb.extS64(kb.mul(line, kb.i32(128))))));
+          // A tile's scales (16-slot runs within a page: 64 aligned
+          // bytes) lie in one line: its first row's lane asks for it.
+          if (scales)
+            kb.ifThen(kb.cmp(CmpIPredicate::eq, within, kb.i32(0)),
+                      [&] { kb.prefetchL2(kb.gep(scales, f32, slotIndex)); });
+        });
+      });
+    }
+  };
   {
     OpBuilder::InsertionGuard beforeWait(b);
     setInsertionBeforeGridWait(b, func);
@@ -345,6 +412,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
         kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
       });
+      if (previous)
+        prefetchFromPreviousList(rowTable);
     }
   }
   Value g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));

@@ -307,7 +307,7 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   // one, whose SMs the early CTAs then share, a miss got slower (1 x 256K,
   // 64 CTAs: fixed 39.9 -> 41.1 us, decoding 39.6 -> 38.8), so not there
   // (the same `sm-count` test as the prediction's prefetch).
-  if (spec.predictionCache && !spec.prefetchOnMiss)
+  if (spec.triggersEarly())
     triggerDependentsBeforeWait(func);
   unsigned a = 0;
   Value positions = func.getArgument(a++), lengths = func.getArgument(a++);

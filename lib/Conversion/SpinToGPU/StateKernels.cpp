@@ -25,7 +25,7 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
     const UpdateKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  SmallVector<Type> params(10, ptr);
+  SmallVector<Type> params(spec.keepList ? 11 : 10, ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -36,8 +36,30 @@ LaunchShape mlir::spin::gpu_codegen::buildUpdateKernel(
   Value skip = func.getArgument(a++);
   Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   Value itState = func.getArgument(a++);
+  Value previous = spec.keepList ? func.getArgument(a++) : Value();
 
   Value request = kb.blockIdY();
+  if (previous) {
+    // The count and the list for the next step's scoring kernel, whatever
+    // the row's checks (a rejected request's count is 0).
+    Value count = kb.loadAt(i32, counts, request, true);
+    Value from = kb.mul(request, kb.i32(spec.maxBlocks));
+    Value to = kb.mul(request, kb.i32(1 + spec.maxBlocks));
+    Value start =
+        kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+    kb.forLoop(
+        start, kb.add(count, kb.i32(1)),
+        kb.i32(spec.threads * spec.ctasPerRequest), [&](Value e) {
+          Value isCount = kb.cmp(CmpIPredicate::eq, e, kb.i32(0));
+          Value at = kb.add(from, kb.maxS(kb.sub(e, kb.i32(1)), kb.i32(0)));
+          Value entry = kb.ifThenElse(
+              {i32}, isCount, [&]() -> SmallVector<Value> { return {count}; },
+              [&]() -> SmallVector<Value> {
+                return {kb.loadAt(i32, blocks, at, true)};
+              })[0];
+          kb.storeAt(entry, previous, kb.add(to, e));
+        });
+  }
   Value slot = kb.loadAt(i32, slots, request, true);
   Value p = kb.loadAt(i32, positions, request, true);
   Value n = kb.loadAt(i32, lengths, request, true);

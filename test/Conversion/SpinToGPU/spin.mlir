@@ -18,8 +18,17 @@
 // HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict_next
 // HINT-NOT: %[[HINT]]
 // HINT-SAME: {spin.record
+// HINT-NOT: _previous
+// There the select kernel lets the scoring kernel start before its own wait
+// (not with the hint): the update kernel keeps each request's count and
+// block list in the `_previous` scratch (2 x (1 + 8) i32), from which the
+// next step's scoring kernel prefetches its first tiles before its wait.
+// NOHINT-NOT: _hint
+// NOHINT: %[[PREV:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 72 : i64, spin.name = "spin_select_1_previous", spin.role = "scratch"}
 // NOHINT-NOT: _hint
 // NOHINT: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in
+// NOHINT: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[PREV]] : !llvm.ptr<1>, {{.*}} {spin.record = 0
+// NOHINT: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}}, %[[PREV]] : !llvm.ptr<1>) {spin.record
 // NOHINT-NOT: _hint
 // NOHINT: gpu.module @spin_kernels
 
