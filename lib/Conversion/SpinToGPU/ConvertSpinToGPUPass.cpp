@@ -677,9 +677,10 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->maxBlocks = mask.maxBlocks;
   // The scoring CTAs start while the select kernel runs: they prefetch
   // their first tiles where the previous step's list put them (H200, side
-  // by side, fixed / decoding: fp8 16 x 128K K = 512 83.0 / 81.1 -> 82.1 /
-  // 80.5 us, K = 2048 84.1 / 83.4 -> 83.9 / 82.6, bf16 110.1 / 107.9 ->
-  // 109.5 / 106.4).
+  // by side, fixed / decoding, with 2 tiles a warp: fp8 16 x 128K K = 512
+  // 83.0 / 81.1 -> 82.1 / 80.5 us, K = 2048 84.1 / 83.4 -> 83.9 / 82.6,
+  // bf16 110.1 / 107.9 -> 109.5 / 106.4; 1 tile a warp is faster again in
+  // decoding, Kernels.h).
   spec->prefetchPreviousTiles = mask.previous.has_value();
   tilesForWork(*spec, mask.expectedBlocks * mask.blockSize, options.smCount);
   auto operands = indexerOperands(
