@@ -50,8 +50,8 @@ enum ErrorCode : int32_t {
 /// in keys and queries, which leaves every dot product unchanged).
 ///
 /// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
-/// skip], out (ptrs), pages (i32), errors (ptr). A bad page sets the
-/// request's `skip` flag (sparse) and records an error.
+/// skip], [previous], out (ptrs), pages (i32), errors (ptr). A bad page sets
+/// the request's `skip` flag (sparse) and records an error.
 /// Grid: (ctasPerRow, batch * rows). `out` is f32 [batch * rows, outWidth]:
 /// dense rows by slot (entries >= N unwritten, or -inf with
 /// `fillPastLength`); sparse rows in selected-block
