@@ -68,21 +68,21 @@ struct ChunkEntry {
   Value i, eligible, key;
 };
 
-/// The entries of `[first, last)` (a chunk of at most 16 * `threads`) that
-/// this thread looks at: it loads its 16 as four 16-byte vectors
-/// (`rowsAligned`: rows start at a multiple of 4 entries) before it looks at
-/// any, so the loads overlap. Every thread gets 16 (`eligible` is false
-/// outside the range), so warp-wide operations over them are safe.
-SmallVector<ChunkEntry, 16> loadChunk(KernelBuilder &kb, Value scores,
-                                      const RowView &row, bool rowsAligned,
-                                      Value first, Value last,
-                                      int64_t threads) {
+/// The first entry of this thread's vector `v` (of 4) of the chunk at `first`.
+Value chunkStart(KernelBuilder &kb, Value first, int64_t v, int64_t threads) {
+  return kb.add(first, kb.add(kb.mul(kb.threadIdX(), kb.i32(4)),
+                              kb.i32(v * threads * 4)));
+}
+
+/// loadChunk's four vectors of scores (NaN past `last`).
+SmallVector<Value, 4> loadChunkVectors(KernelBuilder &kb, Value scores,
+                                       const RowView &row, bool rowsAligned,
+                                       Value first, Value last,
+                                       int64_t threads) {
   Type f32 = kb.f32T(), vec = kb.vecT(f32, 4);
-  SmallVector<Value> vectors, starts;
+  SmallVector<Value, 4> vectors;
   for (int64_t v = 0; v < 4; ++v) {
-    Value start = kb.add(first, kb.add(kb.mul(kb.threadIdX(), kb.i32(4)),
-                                       kb.i32(v * threads * 4)));
-    starts.push_back(start);
+    Value start = chunkStart(kb, first, v, threads);
     vectors.push_back(kb.ifThenElse(
         {vec}, kb.cmp(CmpIPredicate::slt, start, last),
         [&]() -> SmallVector<Value> {
@@ -115,16 +115,38 @@ SmallVector<ChunkEntry, 16> loadChunk(KernelBuilder &kb, Value scores,
                                                llvm::APFloat::IEEEsingle())))};
         })[0]);
   }
+  return vectors;
+}
+
+/// The entries of the chunk at `first` whose scores loadChunkVectors
+/// loaded.
+SmallVector<ChunkEntry, 16> chunkEntries(KernelBuilder &kb,
+                                         ArrayRef<Value> vectors, Value first,
+                                         Value last, int64_t threads) {
   SmallVector<ChunkEntry, 16> entries;
   for (int64_t v = 0; v < 4; ++v)
     for (int64_t e = 0; e < 4; ++e) {
-      Value i = kb.add(starts[v], kb.i32(e));
+      Value i = kb.add(chunkStart(kb, first, v, threads), kb.i32(e));
       Value z = kb.extract(vectors[v], e);
       Value eligible = kb.andI(kb.cmp(CmpIPredicate::slt, i, last),
                                kb.cmpF(CmpFPredicate::ORD, z, z));
       entries.push_back({i, eligible, kb.orderedKey(z)});
     }
   return entries;
+}
+
+/// The entries of `[first, last)` (a chunk of at most 16 * `threads`) that
+/// this thread looks at: it loads its 16 as four 16-byte vectors
+/// (`rowsAligned`: rows start at a multiple of 4 entries) before it looks at
+/// any, so the loads overlap. Every thread gets 16 (`eligible` is false
+/// outside the range), so warp-wide operations over them are safe.
+SmallVector<ChunkEntry, 16> loadChunk(KernelBuilder &kb, Value scores,
+                                      const RowView &row, bool rowsAligned,
+                                      Value first, Value last,
+                                      int64_t threads) {
+  return chunkEntries(
+      kb, loadChunkVectors(kb, scores, row, rowsAligned, first, last, threads),
+      first, last, threads);
 }
 
 /// Histogram bins per group: the cluster finds the threshold's group from
@@ -435,11 +457,30 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
                         kb.i32(~3));
   Value first = kb.mul(rank, share);
   Value last = kb.minS(kb.add(first, share), row.n);
-  forEachChunk(kb, scores, row, aligned, first, last, threads,
-               [&](ArrayRef<ChunkEntry> entries) {
-                 for (const ChunkEntry &e : entries)
-                   kb.ifThen(e.eligible, [&] { hist.count(kb, e.key); });
-               });
+  auto countEntries = [&](ArrayRef<ChunkEntry> entries) {
+    for (const ChunkEntry &e : entries)
+      kb.ifThen(e.eligible, [&] { hist.count(kb, e.key); });
+  };
+  // A share of one chunk (SPIN's rows after warm-up, dense rows up to 16
+  // entries a thread) keeps its scores in registers for step 3 instead of
+  // reading them again.
+  Value oneChunk =
+      kb.cmp(CmpIPredicate::sle, kb.sub(last, first), kb.i32(16 * threads));
+  Type vec = kb.vecT(kb.f32T(), 4);
+  SmallVector<Value> kept = kb.ifThenElse(
+      SmallVector<Type>(4, vec), oneChunk,
+      [&]() -> SmallVector<Value> {
+        SmallVector<Value, 4> vectors =
+            loadChunkVectors(kb, scores, row, aligned, first, last, threads);
+        countEntries(chunkEntries(kb, vectors, first, last, threads));
+        return SmallVector<Value>(vectors.begin(), vectors.end());
+      },
+      [&]() -> SmallVector<Value> {
+        forEachChunk(kb, scores, row, aligned, first, last, threads,
+                     countEntries);
+        return SmallVector<Value>(
+            4, kb.splat(vec, FloatAttr::get(kb.f32T(), 0.0)));
+      });
   hist.sumGroups(kb, threads);
   kb.clusterSync();
 
@@ -454,8 +495,7 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
   // places them, each thread's after those of the lanes below it.
   auto [candBefore, found] = hist.candidatesBefore(kb, bin, rank);
   Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-  forEachChunk(
-      kb, scores, row, aligned, first, last, threads,
+  auto collect =
       [&](ArrayRef<ChunkEntry> entries) {
         SmallVector<Value, 16> wanted;
         Value mine = kb.i32(0);
@@ -477,6 +517,16 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
               });
           at = kb.add(at, kb.zext(w, i32));
         }
+      };
+  kb.ifThenElse(
+      {}, oneChunk,
+      [&]() -> SmallVector<Value> {
+        collect(chunkEntries(kb, kept, first, last, threads));
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        forEachChunk(kb, scores, row, aligned, first, last, threads, collect);
+        return {};
       });
   // After this no CTA reads another's shared memory, and the leader sees
   // every candidate.
