@@ -110,7 +110,9 @@ LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
 ///     through distributed shared memory, and finds that bin.
 ///  3. Each CTA appends its entries at or above that bin as (key, entry) to
 ///     the row's candidate buffer, after those of the lower ranks (the
-///     peers' counts at or above the bin give its offset).
+///     peers' counts at or above the bin give its offset). A share of one
+///     chunk (16 entries a thread) is still in registers from step 1; a
+///     longer one is read again.
 ///  4. After a second cluster barrier the leader radix-selects the K
 ///     largest candidates (ties to the lower entry, so to the lower slot),
 ///     sorts them by (score desc, entry asc) with a bitonic sort and writes
