@@ -308,6 +308,15 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
 
     return Staged{qs, unscale, descriptorBase, weights};
   };
+  // The first entry of warp `w`'s tile `j` of the CTA (16 * mTiles
+  // entries; the CTA's warps take its tiles in turn).
+  auto tileStartOf = [&](Value j, Value w) {
+    Value tile =
+        kb.add(kb.mul(kb.add(kb.mul(ctaIndex, kb.i32(spec.tilesPerWarp)), j),
+                      kb.i32(spec.warps)),
+               w);
+    return kb.mul(tile, kb.i32(16 * spec.mTiles));
+  };
   // Decoding selects nearly the same blocks step after step: before the
   // wait, each warp prefetches the key lines (and scales) of its first
   // tiles where the previous step's list put them (`previous`, stable
@@ -333,14 +342,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       Value tile = kb.divU(k, kb.i32(tileEntries * linesPerRow));
       Value within = kb.remU(k, kb.i32(tileEntries * linesPerRow));
       Value line = kb.remU(within, kb.i32(linesPerRow));
-      Value entry = kb.add(
-          kb.mul(
-              kb.add(kb.mul(kb.add(kb.mul(ctaIndex, kb.i32(spec.tilesPerWarp)),
-                                   tile),
-                            kb.i32(spec.warps)),
-                     warp),
-              kb.i32(tileEntries)),
-          kb.divU(within, kb.i32(linesPerRow)));
+      Value entry = kb.add(tileStartOf(tile, warp),
+                           kb.divU(within, kb.i32(linesPerRow)));
       Value inList =
           kb.andI(kb.cmp(CmpIPredicate::slt, k, kb.i32(lines)),
                   kb.andI(kb.cmp(CmpIPredicate::slt, entry, listed),
@@ -521,13 +524,6 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     // Loop-carried raw data of one thread row: valid, entry, the chunks'
     // 16-byte vectors and the scale.
     const int64_t perRow = 2 + chunks + (spec.scales ? 1 : 0);
-    auto tileStartOf = [&](Value j, Value w) {
-      Value tile =
-          kb.add(kb.mul(kb.add(kb.mul(ctaIndex, kb.i32(spec.tilesPerWarp)), j),
-                        kb.i32(spec.warps)),
-                 w);
-      return kb.mul(tile, kb.i32(tileEntries));
-    };
     auto tileStart = [&](Value j) { return tileStartOf(j, warp); };
     // wgmma is issued by the four warps of a warpgroup together: they skip
     // a tile only when all four have nothing in it.
