@@ -342,8 +342,8 @@ LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
       Value tile = kb.divU(k, kb.i32(tileEntries * linesPerRow));
       Value within = kb.remU(k, kb.i32(tileEntries * linesPerRow));
       Value line = kb.remU(within, kb.i32(linesPerRow));
-      Value entry = kb.add(tileStartOf(tile, warp),
-                           kb.divU(within, kb.i32(linesPerRow)));
+      Value entry =
+          kb.add(tileStartOf(tile, warp), kb.divU(within, kb.i32(linesPerRow)));
       Value inList =
           kb.andI(kb.cmp(CmpIPredicate::slt, k, kb.i32(lines)),
                   kb.andI(kb.cmp(CmpIPredicate::slt, entry, listed),
