@@ -7,6 +7,7 @@ including a step captured in a CUDA graph. They are the GPU runtime checks
 of machines without GoogleTest (scripts/gpu-runtime-build).
 """
 
+import collections
 import json
 import os
 import shutil
@@ -175,6 +176,40 @@ def test_stateful_steps_on_the_device():
     torch.testing.assert_close(y[0], 4 * inputs["x"][0])
     torch.testing.assert_close(y[1:], inputs["x"][1:])
     assert len(state) == 3 and 9 in state and 5 not in state
+
+
+@cuda
+@needs_cuda
+def test_eager_steps_follow_their_batches_across_reused_uploads():
+    # The runtime reuses a staging entry's device copy when it already holds
+    # a step's slots (the same batch again): every step must still reach
+    # its own requests' state, whatever the batches before it, their
+    # sizes and the stream. The toy step adds x to v[slot] and returns it.
+    program = spin.load(TOY_STEP)
+    state = program.new_state(slots=4)
+    for rid in (1, 2, 3):
+        state.add(rid)
+    expected = {rid: torch.zeros(8, device="cuda") for rid in (1, 2, 3)}
+    other = torch.cuda.Stream()
+    batches = ([1, 2],) * 6 + ([2, 1], [1, 2], [3, 1], [1, 2], [1, 2, 3], [1, 2]) + ([3, 2],) * 5
+    for step, ids in enumerate(batches):
+        inputs = toy_inputs(ids)
+        inputs["x"] += step
+        on_other = step % 7 == 6
+        if on_other:
+            other.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(other):
+                out = program(inputs, state, request_ids=ids)
+            torch.cuda.current_stream().wait_stream(other)
+        else:
+            out = program(inputs, state, request_ids=ids)
+        for b, rid in enumerate(ids):
+            expected[rid] += inputs["x"][b]
+        torch.testing.assert_close(out["y"], torch.stack([expected[r] for r in ids]),
+                                   msg=lambda m: f"step {step}, batch {ids}: {m}")
+    program.check()
+    counts = collections.Counter(r for ids in batches for r in ids)
+    assert [state.iteration(r) for r in (1, 2, 3)] == [counts[1], counts[2], counts[3]]
 
 
 @cuda

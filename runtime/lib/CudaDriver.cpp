@@ -87,6 +87,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::open(const std::string &library) {
   need(d.streamIsCapturing, "cuStreamIsCapturing");
   need(d.streamBeginCapture, "cuStreamBeginCapture_v2");
   need(d.streamEndCapture, "cuStreamEndCapture");
+  need(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   need(d.eventCreate, "cuEventCreate");
   need(d.eventDestroy, "cuEventDestroy_v2");
   need(d.eventRecord, "cuEventRecord");

@@ -234,6 +234,11 @@ Status GpuProgram::loadOnDevice() {
       roundUp(spec.batch * static_cast<int64_t>(sizeof(int32_t)), 256);
   stagingBytes = 2 * acceptedOffset;
   if (spec.stateful()) {
+    if (Status s =
+            d.check(d.streamCreate(&uploadStream, CU_STREAM_NON_BLOCKING),
+                    "cuStreamCreate");
+        !s.ok())
+      return s;
     if (Status s = addStagingBlock(kRingSize, ring); !s.ok())
       return s;
     ringEvents.assign(kRingSize, nullptr);
@@ -241,6 +246,7 @@ Status GpuProgram::loadOnDevice() {
       if (Status s = newEvent(event); !s.ok())
         return s;
     ringUsed.assign(kRingSize, false);
+    ringHeld.assign(kRingSize, RingUpload());
     if (Status s = addStagingBlock(kInitialCapturedSteps, captureFree); !s.ok())
       return s;
   }
@@ -316,6 +322,8 @@ GpuProgram::~GpuProgram() {
     d.eventDestroy(joinEvent);
   if (sideStream)
     d.streamDestroy(sideStream);
+  if (uploadStream)
+    d.streamDestroy(uploadStream);
   if (module)
     d.moduleUnload(module);
 }
@@ -615,18 +623,46 @@ Status GpuProgram::issue(GpuStatePool *pool,
     if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
       return fail(Status::error("the stream's capture was invalidated by an "
                                 "earlier error"));
-    if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-      if (captureFree.empty())
-        return fail(
-            Status::error("no staging buffer left for a captured step: call "
-                          "reserveCapturedSteps outside the capture first"));
+    const bool captured = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (captured && captureFree.empty())
+      return fail(
+          Status::error("no staging buffer left for a captured step: call "
+                        "reserveCapturedSteps outside the capture first"));
+    // This step's slots and accepted counts.
+    std::vector<int32_t> slotsNow(static_cast<size_t>(batch)),
+        acceptedNow(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      StatusOr<int32_t> slot = pool->slotOf(requestIds[b]);
+      if (!slot.ok())
+        return fail(slot.status());
+      slotsNow[b] = *slot;
+      acceptedNow[b] = pool->recordedCommit(requestIds[b]).value_or(0);
+    }
+    auto acceptedOf = [&](const Staging &entry) {
+      return reinterpret_cast<int32_t *>(reinterpret_cast<char *>(entry.host) +
+                                         acceptedOffset);
+    };
+    bool upload = true;
+    if (captured) {
       staging = captureFree.back();
       captureFree.pop_back();
     } else {
       ringEntry = ringNext;
       ringNext = (ringNext + 1) % kRingSize;
       staging = ring[ringEntry];
-      if (ringUsed[ringEntry]) {
+      // A ring entry whose device copy already holds this step's values
+      // is used as it is when that copy precedes this step: uploaded on
+      // this stream, or the entry's last step (which came after its
+      // upload) has completed. A decoding loop that steps the same batch
+      // uploads nothing after its first few steps.
+      RingUpload &held = ringHeld[ringEntry];
+      upload = !(held.valid && held.batch == batch &&
+                 std::equal(slotsNow.begin(), slotsNow.end(), staging.host) &&
+                 std::equal(acceptedNow.begin(), acceptedNow.end(),
+                            acceptedOf(staging)) &&
+                 (held.stream == stream ||
+                  d.eventQuery(ringEvents[ringEntry]) == CUDA_SUCCESS));
+      if (upload && ringUsed[ringEntry]) {
         // The step that used this buffer four steps ago may still be
         // pending: wait for it (the host is then far ahead of the device).
         CUresult done = d.eventQuery(ringEvents[ringEntry]);
@@ -635,15 +671,8 @@ Status GpuProgram::issue(GpuStatePool *pool,
         if (Status s = d.check(done, "cuEventSynchronize"); !s.ok())
           return fail(s);
       }
-    }
-    int32_t *accepted = reinterpret_cast<int32_t *>(
-        reinterpret_cast<char *>(staging.host) + acceptedOffset);
-    for (int64_t b = 0; b < batch; ++b) {
-      StatusOr<int32_t> slot = pool->slotOf(requestIds[b]);
-      if (!slot.ok())
-        return fail(slot.status());
-      staging.host[b] = *slot;
-      accepted[b] = pool->recordedCommit(requestIds[b]).value_or(0);
+      if (upload)
+        held.valid = false;
     }
     for (size_t i = 0; i < n; ++i) {
       if (args[i].role == ArgSpec::Role::Slots)
@@ -651,13 +680,45 @@ Status GpuProgram::issue(GpuStatePool *pool,
       else if (args[i].role == ArgSpec::Role::Accepted)
         address[i] = staging.device + acceptedOffset;
     }
+    if (upload) {
+      std::copy(slotsNow.begin(), slotsNow.end(), staging.host);
+      std::copy(acceptedNow.begin(), acceptedNow.end(), acceptedOf(staging));
+    }
     size_t bytes = static_cast<size_t>(acceptedOffset + batch * 4);
-    if (Status s = d.check(
-            d.memcpyHtoDAsync(staging.device, staging.host, bytes, stream),
-            "cuMemcpyHtoDAsync");
-        !s.ok())
-      return fail(s);
-    issued = true;
+    if (captured) {
+      // A captured step's staging is written once, now, and never again
+      // (captureFree gave it to this step for good): it is uploaded here,
+      // outside the graph, instead of as a copy node that every replay
+      // would run before its first kernel (H200, SPIN fp8 16 x 128K: the
+      // node and its dependency cost about 4 us of a 81 us replay). The
+      // thread's capture mode is relaxed for the upload and its wait, on a
+      // stream of the program that no capture uses.
+      int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      if (Status s = d.check(d.threadExchangeStreamCaptureMode(&mode),
+                             "cuThreadExchangeStreamCaptureMode");
+          !s.ok())
+        return fail(s);
+      Status copied = d.check(
+          d.memcpyHtoDAsync(staging.device, staging.host, bytes, uploadStream),
+          "cuMemcpyHtoDAsync");
+      if (copied.ok())
+        copied =
+            d.check(d.streamSynchronize(uploadStream), "cuStreamSynchronize");
+      Status restored = d.check(d.threadExchangeStreamCaptureMode(&mode),
+                                "cuThreadExchangeStreamCaptureMode");
+      if (!copied.ok())
+        return fail(copied);
+      if (!restored.ok())
+        return fail(restored);
+    } else if (upload) {
+      if (Status s = d.check(
+              d.memcpyHtoDAsync(staging.device, staging.host, bytes, stream),
+              "cuMemcpyHtoDAsync");
+          !s.ok())
+        return fail(s);
+      issued = true;
+      ringHeld[ringEntry] = {true, stream, batch};
+    }
   }
 
   //===--- Fork, launches, join ------------------------------------------===//

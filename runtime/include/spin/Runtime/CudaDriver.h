@@ -207,6 +207,8 @@ public:
   CUresult (*streamIsCapturing)(CUstream stream, int *status) = nullptr;
   CUresult (*streamBeginCapture)(CUstream stream, int mode) = nullptr;
   CUresult (*streamEndCapture)(CUstream stream, CUgraph *graph) = nullptr;
+  /// Swaps the calling thread's capture mode with `*mode`.
+  CUresult (*threadExchangeStreamCaptureMode)(int *mode) = nullptr;
   CUresult (*eventCreate)(CUevent *event, unsigned flags) = nullptr;
   CUresult (*eventDestroy)(CUevent event) = nullptr;
   CUresult (*eventRecord)(CUevent event, CUstream stream) = nullptr;

@@ -281,6 +281,9 @@ private:
   /// `batch` zero bytes: the `reset` argument when the caller gives none.
   cuda::DeviceMemory noReset;
   cuda::CUstream sideStream = nullptr;
+  /// Stateful programs: the stream that uploads a captured step's staging
+  /// at capture time (outside the graph).
+  cuda::CUstream uploadStream = nullptr;
   std::vector<cuda::CUevent> events;
   cuda::CUevent forkEvent = nullptr, joinEvent = nullptr;
 
@@ -291,6 +294,14 @@ private:
   std::vector<Staging> ring;
   std::vector<cuda::CUevent> ringEvents;
   std::vector<bool> ringUsed;
+  /// What each ring entry's device copy holds: valid after an upload of
+  /// `batch` rows (its host copy's values) on `stream`.
+  struct RingUpload {
+    bool valid = false;
+    cuda::CUstream stream = nullptr;
+    int64_t batch = 0;
+  };
+  std::vector<RingUpload> ringHeld;
   size_t ringNext = 0;
   std::vector<Staging> captureFree;
 

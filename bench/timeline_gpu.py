@@ -1,0 +1,127 @@
+"""Kernel timelines of CUDA-graph replays (torch.profiler / CUPTI).
+
+    python3 bench/timeline_gpu.py [--replays N] bench-artifacts NAME [NAME ...]
+    python3 bench/timeline_gpu.py DIR_A/ DIR_B/ --config NAME   (variants)
+
+Replays one step of each artifact as a CUDA graph, with the L2 flushed
+before every replay (bench_gpu.py's timing), under the profiler, and prints
+for every kernel of the step its start and end in microseconds after the
+flush kernel ends: the median over the replays, and the 90th percentile of
+the end. SPIN runs at a fixed position (the state warmed first, as in
+profile_gpu.py). The graph's own median time, by CUDA events without the
+profiler, is printed too. Runs on the GPU machine (torch with CUDA, spin
+from the runtime-only build on PYTHONPATH).
+"""
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_gpu as bg  # noqa: E402
+
+
+def percentile(values, f):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(f * (len(values) - 1))))]
+
+
+def timeline(torch, spin, root_dir, config, replays):
+    from torch.profiler import ProfilerActivity, profile
+
+    c = config
+    b, n, rows = c["batch"], c["slots"], c["rows"]
+    program = spin.load(root_dir)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    inputs = bg.InputSet(torch, c["format"], b, n, [rows], gen).step_inputs(rows)
+    state, ids = None, None
+    if c["mode"] == "spin":
+        state = program.new_state(slots=b)
+        ids = list(range(1, b + 1))
+        for i in ids:
+            state.add(i)
+        inputs.update(
+            positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
+            request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
+    for _ in range(4):
+        program(inputs, state, request_ids=ids)
+    program.check()
+    graph = bg.capture_graphs(
+        torch, program, [lambda: program(inputs, state, request_ids=ids)])[0]
+    flush = torch.empty(bg.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    timer = bg.Timer(torch, argparse.Namespace(
+        rep_ms=200.0, min_reps=50, max_reps=2000, warmup_ms=20.0))
+    step_us = timer(graph.replay)["median_us"]
+    for _ in range(10):
+        flush.zero_()
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            flush.zero_()
+            graph.replay()
+        torch.cuda.synchronize()
+    program.check()
+    # Kernel events in start order; a replay begins after each flush kernel.
+    events = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                    key=lambda e: e.time_range.start)
+    starts = collections.defaultdict(list)
+    ends = collections.defaultdict(list)
+    order = []
+    t0 = None
+    flushes = [e for e in events if not e.name.startswith("spin_") and "fill" in e.name.lower()]
+    others = collections.Counter(e.name for e in events
+                                 if not e.name.startswith("spin_") and e not in flushes)
+    for e in events:
+        if e in flushes:
+            t0 = e.time_range.end     # the flush (torch's fill kernel)
+            continue
+        if t0 is None:
+            continue
+        if e.name not in starts:
+            order.append(e.name)
+        starts[e.name].append(e.time_range.start - t0)
+        ends[e.name].append(e.time_range.end - t0)
+    print(f"== {c['name']} ({root_dir}): graph replay {step_us:.1f} us (median, "
+          f"L2 flushed); kernels, us after the flush ends, median over "
+          f"{replays} replays")
+    print(f"   {'kernel':36s} {'start':>7s} {'end':>7s} {'end p90':>8s} {'takes':>7s}")
+    for name, count in others.items():
+        print(f"   (also {count} x {name})")
+    for name in order:
+        s = statistics.median(starts[name])
+        e = statistics.median(ends[name])
+        print(f"   {name:36s} {s:7.1f} {e:7.1f} {percentile(ends[name], 0.9):8.1f} "
+              f"{e - s:7.1f}")
+    del graph
+    torch.cuda.synchronize()
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dirs", nargs="+", help="bench-artifacts NAME... or variant DIRs")
+    p.add_argument("--config", help="one configuration, in every DIR (variants)")
+    p.add_argument("--replays", type=int, default=30)
+    args = p.parse_args(argv)
+    import torch
+    import spin
+
+    if args.config:
+        for d in args.dirs:
+            index = bg.load_index(d)
+            c = next(c for c in index["configs"] if c["name"] == args.config)
+            timeline(torch, spin, os.path.join(d, c["dir"]), c, args.replays)
+    else:
+        root, names = args.dirs[0], args.dirs[1:]
+        index = bg.load_index(root)
+        by_name = {c["name"]: c for c in index["configs"]}
+        for name in names:
+            c = by_name[name]
+            timeline(torch, spin, os.path.join(root, c["dir"]), c, args.replays)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
