@@ -37,6 +37,7 @@
 import argparse
 import faulthandler
 import gc
+import hashlib
 import json
 import math
 import os
@@ -63,6 +64,23 @@ DECODE_HEADROOM = 2048
 # queries and keys multiply exactly into f32 MMA accumulators; only the
 # summation order differs).
 SCORES_MAX_ERROR = 1e-4
+
+
+def runtime_sources(root=ROOT):
+    """A hash of the sources the GPU machine builds the runtime from
+    (runtime/ and python/, C++ and Python files): the artifacts' git commit
+    names the compiler, this names the runtime that ran them."""
+    h = hashlib.sha256()
+    for top in ("runtime", "python"):
+        for dirpath, dirnames, filenames in sorted(os.walk(os.path.join(root, top))):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.endswith((".cpp", ".h", ".py", ".txt")) and "__pycache__" not in dirpath:
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read() + b"\0")
+    return h.hexdigest()
 
 
 def die(message):
@@ -498,6 +516,7 @@ class Bench:
             "command": os.environ.get("SPIN_BENCH_COMMAND",
                                       "python3 " + " ".join(sys.argv)),
             "machine": machine_info(torch),
+            "runtime_sources": runtime_sources(),
             "artifacts": {k: index.get(k) for k in ("git", "compiler_version", "target",
                                                     "created", "pruned_to_minimum")},
             "settings": {k: getattr(args, k) for k in ("sets", "warmup_ms", "rep_ms",
@@ -511,10 +530,9 @@ class Bench:
                 "Our steps are timed as CUDA-graph replays, one graph per input set, each "
                 "graph replayed back to back (a serving engine replays the same captured "
                 "decode step every step), the repetitions of all sets pooled; 'rotating' "
-                "replays the graphs in turn instead (a different graph every repetition: "
-                "SPIN's two-stream graph then pays about 5 us more on the H200, the dense "
-                "one-stream graph nothing); 'call' is the direct Python call (argument "
-                "checks + launches), for reference.",
+                "replays the graphs in turn instead (a different graph every repetition); "
+                "'call' is the direct Python call (argument checks + launches), for "
+                "reference.",
                 "'decoding' times the graph of input set 0 back to back with the rows "
                 f"starting {DECODE_HEADROOM} slots below N and growing by one slot before "
                 "every replay (SPIN's positions too), outside the timed window: each SPIN "
@@ -899,7 +917,8 @@ def main(argv=None):
     print("minimums (issue 5):")
     for req, conf, value, ok in render.minimums(bench.doc):
         print(f"  {'  -' if ok is None else ('yes' if ok else ' NO')}  {req:32} {conf:24} "
-              f"{value or 'not measured'}")
+              f"{value or 'not measured'}" + ("  (stricter, not the minimum)"
+                                              if render.stricter(req) else ""))
     errors = [r["name"] for r in bench.results if r.get("error") or r.get("problems")]
     print(f"\n{len(bench.results)} results ({len(errors)} with errors or problems), "
           f"{len(bench.skipped)} skipped, {bench.elapsed():.0f} s; copy "

@@ -106,3 +106,21 @@ def test_scoring_alone_is_judged_and_set_beside_deepgemm(bench_script):
     assert len(scoring) == 1 and "3.0e-07" in scoring[0] and "| ok |" in scoring[0]
     # Not a line of the console table (which is per K).
     assert "   0 |" not in render.compact_table(results)
+
+
+def test_stricter_dense_step_rows_are_a_table_of_their_own(bench_script):
+    """The dense step's rows against the copy bandwidth are ours, beyond the
+    issue's minimum: they follow it in a second table, never inside it."""
+    render = bench_script("render_benchmarks")
+    results = _results(80.0, 86.0)
+    results["results"][0]["fraction_of_copy"] = 0.45
+    markdown = render.markdown(results)
+    section = markdown.split("## Issue 5 minimums", 1)[1].split("\n## ", 1)[0]
+    minimum, stricter = section.split("Stricter, beyond the minimum", 1)
+    assert "dense step (score + top-K)" not in minimum
+    assert "SPIN ρ=0.5 ≥ 1.35× our dense" in minimum
+    assert "| dense step (score + top-K) ≥ 50% of copy | fp8, 16 × 128K, K=512 | 0.45 | **no** |" \
+        in stricter
+    assert "SPIN" not in stricter
+    assert render.stricter("dense step (score + top-K) ≥ 50% of copy")
+    assert not render.stricter("dense scoring ≥ 50% of copy")
