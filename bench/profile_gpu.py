@@ -19,6 +19,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu as bg  # noqa: E402
 
 
+def warmed_step(torch, spin, directory, config, gen, steps=4):
+    """The program of artifact `directory` (configuration `config` of the
+    index) on bench_gpu.py's inputs, after `steps` eager steps: SPIN's
+    requests (ids 1..B) at position N - 1 then have it > 0. Returns
+    (program, inputs, state, ids, outputs of the last step); state and ids
+    are None for dense artifacts."""
+    b, n, rows = config["batch"], config["slots"], config["rows"]
+    program = spin.load(directory)
+    inputs = bg.InputSet(torch, config["format"], b, n, [rows], gen).step_inputs(rows)
+    state, ids = None, None
+    if config["mode"] == "spin":
+        state = program.new_state(slots=b)
+        ids = list(range(1, b + 1))
+        for i in ids:
+            state.add(i)
+        inputs.update(
+            positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
+            request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
+    for _ in range(steps):
+        outputs = program(inputs, state, request_ids=ids)
+    program.check()
+    torch.cuda.synchronize()
+    return program, inputs, state, ids, outputs
+
+
 def main(argv):
     import torch
     import spin
@@ -30,22 +55,9 @@ def main(argv):
     gen = torch.Generator(device="cuda").manual_seed(1)
     for name in names:
         c = by_name[name]
-        b, n, k, rows = c["batch"], c["slots"], c["k"], c["rows"]
-        program = spin.load(os.path.join(root, c["dir"]))
-        inputs = bg.InputSet(torch, c["format"], b, n, [rows], gen).step_inputs(rows)
-        state, ids = None, None
-        if c["mode"] == "spin":
-            state = program.new_state(slots=b)
-            ids = list(range(1, b + 1))
-            for i in ids:
-                state.add(i)
-            inputs.update(
-                positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
-                request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
-        for _ in range(4):
-            outputs = program(inputs, state, request_ids=ids)
-        program.check()
-        torch.cuda.synchronize()
+        b, n, k = c["batch"], c["slots"], c["k"]
+        program, inputs, state, ids, outputs = warmed_step(
+            torch, spin, os.path.join(root, c["dir"]), c, gen)
         if "sparsity" in outputs:
             # What the timed SPIN steps score (bench_gpu.py checks the same
             # against the target).

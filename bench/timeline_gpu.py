@@ -22,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_gpu as bg  # noqa: E402
+import profile_gpu  # noqa: E402
 
 
 def percentile(values, f):
@@ -33,22 +34,8 @@ def timeline(torch, spin, root_dir, config, replays):
     from torch.profiler import ProfilerActivity, profile
 
     c = config
-    b, n, rows = c["batch"], c["slots"], c["rows"]
-    program = spin.load(root_dir)
     gen = torch.Generator(device="cuda").manual_seed(1)
-    inputs = bg.InputSet(torch, c["format"], b, n, [rows], gen).step_inputs(rows)
-    state, ids = None, None
-    if c["mode"] == "spin":
-        state = program.new_state(slots=b)
-        ids = list(range(1, b + 1))
-        for i in ids:
-            state.add(i)
-        inputs.update(
-            positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
-            request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
-    for _ in range(4):
-        program(inputs, state, request_ids=ids)
-    program.check()
+    program, inputs, state, ids, _ = profile_gpu.warmed_step(torch, spin, root_dir, c, gen)
     graph = bg.capture_graphs(
         torch, program, [lambda: program(inputs, state, request_ids=ids)])[0]
     flush = torch.empty(bg.FLUSH_BYTES, dtype=torch.int8, device="cuda")
