@@ -83,6 +83,12 @@ def runtime_sources(root=ROOT):
     return h.hexdigest()
 
 
+def percentile(values, f):
+    """The value at fraction f of the sorted values (nearest rank)."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(f * (len(values) - 1))))]
+
+
 def die(message):
     sys.exit(f"bench_gpu.py: {message}")
 
@@ -295,10 +301,8 @@ class Timer:
 
     @staticmethod
     def summary(times):
-        times = sorted(times)
-        q = lambda f: times[min(len(times) - 1, int(round(f * (len(times) - 1))))]
-        return {"median_us": statistics.median(times), "p20_us": q(0.2), "p80_us": q(0.8),
-                "min_us": times[0], "reps": len(times)}
+        return {"median_us": statistics.median(times), "p20_us": percentile(times, 0.2),
+                "p80_us": percentile(times, 0.8), "min_us": min(times), "reps": len(times)}
 
 
 class Rotate:

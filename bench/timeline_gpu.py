@@ -5,12 +5,13 @@
 
 Replays one step of each artifact as a CUDA graph, with the L2 flushed
 before every replay (bench_gpu.py's timing), under the profiler, and prints
-for every kernel of the step its start and end in microseconds after the
-flush kernel ends: the median over the replays, and the 90th percentile of
-the end. SPIN runs at a fixed position (the state warmed first, as in
-profile_gpu.py). The graph's own median time, by CUDA events without the
-profiler, is printed too. Runs on the GPU machine (torch with CUDA, spin
-from the runtime-only build on PYTHONPATH).
+for every node of the step (kernels, and copies or memsets if the graph has
+any) its start and end in microseconds after the flush kernel ends: the
+median over the replays, and the 90th percentile of the end. SPIN runs at
+a fixed position (the state warmed first, as in profile_gpu.py). The
+graph's own median time, by CUDA events without the profiler, is printed
+too. Runs on the GPU machine (torch with CUDA, spin from the runtime-only
+build on PYTHONPATH).
 """
 
 import argparse
@@ -23,11 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_gpu as bg  # noqa: E402
 import profile_gpu  # noqa: E402
-
-
-def percentile(values, f):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(f * (len(values) - 1))))]
 
 
 def timeline(torch, spin, root_dir, config, replays):
@@ -52,19 +48,17 @@ def timeline(torch, spin, root_dir, config, replays):
             graph.replay()
         torch.cuda.synchronize()
     program.check()
-    # Kernel events in start order; a replay begins after each flush kernel.
+    # Device events (kernels, copies, memsets) in start order; a replay
+    # begins after each flush (torch's fill kernel).
     events = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
                     key=lambda e: e.time_range.start)
     starts = collections.defaultdict(list)
     ends = collections.defaultdict(list)
     order = []
     t0 = None
-    flushes = [e for e in events if not e.name.startswith("spin_") and "fill" in e.name.lower()]
-    others = collections.Counter(e.name for e in events
-                                 if not e.name.startswith("spin_") and e not in flushes)
     for e in events:
-        if e in flushes:
-            t0 = e.time_range.end     # the flush (torch's fill kernel)
+        if not e.name.startswith("spin_") and "fill" in e.name.lower():
+            t0 = e.time_range.end
             continue
         if t0 is None:
             continue
@@ -73,15 +67,13 @@ def timeline(torch, spin, root_dir, config, replays):
         starts[e.name].append(e.time_range.start - t0)
         ends[e.name].append(e.time_range.end - t0)
     print(f"== {c['name']} ({root_dir}): graph replay {step_us:.1f} us (median, "
-          f"L2 flushed); kernels, us after the flush ends, median over "
+          f"L2 flushed); nodes, us after the flush ends, median over "
           f"{replays} replays")
-    print(f"   {'kernel':36s} {'start':>7s} {'end':>7s} {'end p90':>8s} {'takes':>7s}")
-    for name, count in others.items():
-        print(f"   (also {count} x {name})")
+    print(f"   {'node':36s} {'start':>7s} {'end':>7s} {'end p90':>8s} {'takes':>7s}")
     for name in order:
         s = statistics.median(starts[name])
         e = statistics.median(ends[name])
-        print(f"   {name:36s} {s:7.1f} {e:7.1f} {percentile(ends[name], 0.9):8.1f} "
+        print(f"   {name:36s} {s:7.1f} {e:7.1f} {bg.percentile(ends[name], 0.9):8.1f} "
               f"{e - s:7.1f}")
     del graph
     torch.cuda.synchronize()
@@ -96,18 +88,14 @@ def main(argv):
     import torch
     import spin
 
-    if args.config:
-        for d in args.dirs:
-            index = bg.load_index(d)
-            c = next(c for c in index["configs"] if c["name"] == args.config)
-            timeline(torch, spin, os.path.join(d, c["dir"]), c, args.replays)
-    else:
-        root, names = args.dirs[0], args.dirs[1:]
-        index = bg.load_index(root)
-        by_name = {c["name"]: c for c in index["configs"]}
-        for name in names:
-            c = by_name[name]
-            timeline(torch, spin, os.path.join(root, c["dir"]), c, args.replays)
+    # (artifact tree, configuration) pairs.
+    runs = ([(d, args.config) for d in args.dirs] if args.config
+            else [(args.dirs[0], name) for name in args.dirs[1:]])
+    for root, name in runs:
+        c = next((c for c in bg.load_index(root)["configs"] if c["name"] == name), None)
+        if c is None:
+            bg.die(f"{root} has no configuration {name}")
+        timeline(torch, spin, os.path.join(root, c["dir"]), c, args.replays)
 
 
 if __name__ == "__main__":
