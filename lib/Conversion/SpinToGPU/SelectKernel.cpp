@@ -16,6 +16,8 @@
 #include "KernelLibrary.h"
 #include "Kernels.h"
 
+#include "spin/Runtime/Semantics.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -26,12 +28,6 @@ using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
 namespace {
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 /// Max pooling of the predictions max(V[i], D[p - i]) of slots
 /// [firstSlot, endSlot) into the order-preserving u32 keys
@@ -129,49 +125,124 @@ static void prefetchF32Range(KernelBuilder &kb, Value array, Value first,
   });
 }
 
-LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
-    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-    const SelectKernelSpec &spec, bool next) {
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
+namespace {
+
+/// One predict kernel (the step's, or with `next` the next step's) while it
+/// is built: the spec's sizes, the parameters and the row's values its
+/// phases share. `build` runs the phases in the order of the generated
+/// code.
+class PredictKernel {
+public:
+  PredictKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                const SelectKernelSpec &spec, bool next)
+      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+        next(next), MB(spec.maxBlocks), bs(spec.blockSize),
+        range(spec.predictBlocksPerCta), cache(spec.predictionCache),
+        hinted(cache && !next && spec.prefetchOnMiss) {
+    assert((cache || !next) && "a next-step prediction needs the cache");
+  }
+  LaunchShape build();
+
+private:
+  /// The CTA's slots [first, end) of its blocks [firstBlock, endBlock), and
+  /// the row's offset in V and D.
+  struct Slots {
+    Value endBlock, first, end, stateBase;
+  };
+  void declareKernel();
+  void loadRow();
+  Value rowBlocksOf();
+  Value firstBlockOf();
+  Slots slotsOf(Value firstBlock, Value rowBlocks);
+  void prefetchMissedRow();
+  void skipPredicted();
+  void recordNext(Value record, Value atBase);
+  void poolCtaBlocks(Value firstBlock, Value rowBlocks);
+
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+  const SelectKernelSpec &spec;
+  KernelBuilder kb;
+  const bool next;
   const int64_t threads = 256, warps = threads / 32;
-  const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
-  const int64_t range = spec.predictBlocksPerCta;
-  const bool cache = spec.predictionCache;
-  assert((cache || !next) && "a next-step prediction needs the cache");
+  const int64_t MB, bs, range;
+  const bool cache;
+  /// The step's prediction (a cache miss) takes a hint: whether the batch
+  /// row's previous step computed its prediction too.
+  const bool hinted;
+
+  gpu::GPUFuncOp func;
+  Value positions, lengths, slots, vState, dState, itState, predAt, keysOut;
+  Value hints;
+  Value lane, warp, rowId, missedBefore, slot, iteration, warmup, p, n;
+  /// The cache record's fields, loaded before the hinted prefetch.
+  SmallVector<Value, 4> cached;
+  /// Whether the CTA predicts: the row passes the select kernel's checks
+  /// and needs a prediction.
+  Value ok;
+};
+
+LaunchShape PredictKernel::build() {
   OpBuilder::InsertionGuard guard(b);
-  // The step's prediction (a cache miss) takes a hint: whether the batch
-  // row's previous step computed its prediction too.
-  const bool hinted = cache && !next && spec.prefetchOnMiss;
-  gpu::GPUFuncOp func = beginKernel(
+  declareKernel();
+  loadRow();
+  if (hinted)
+    prefetchMissedRow();
+  ok = kb.andI(ok, kb.not1(warmup));
+  Value record = kb.trunc32(iteration);
+  Value atBase = kb.mul(slot, kb.i32(4));
+  if (cache && !next)
+    skipPredicted();
+  if (next)
+    recordNext(record, atBase);
+  Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
+  Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+  kb.ifThen(active, [&] { poolCtaBlocks(firstBlock, rowBlocks); });
+  LaunchShape shape;
+  shape.grid = {(MB + range - 1) / range, spec.batch * spec.rows, 1};
+  shape.blockThreads = threads;
+  return shape;
+}
+
+/// The `gpu.func` and its parameters: the cache record (with the cache)
+/// and the hints (when hinted) are optional.
+void PredictKernel::declareKernel() {
+  Type ptr = kb.ptrT(Global);
+  func = beginKernel(
       b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
       SmallVector<Type>(hinted  ? 9
                         : cache ? 8
                                 : 7,
                         ptr),
       threads);
-  Value positions = func.getArgument(0), lengths = func.getArgument(1);
-  Value slots = func.getArgument(2), vState = func.getArgument(3);
-  Value dState = func.getArgument(4), itState = func.getArgument(5);
-  Value predAt = cache ? func.getArgument(6) : Value();
-  Value keysOut = func.getArgument(cache ? 7 : 6);
-  Value hints = hinted ? func.getArgument(8) : Value();
+  positions = func.getArgument(0), lengths = func.getArgument(1);
+  slots = func.getArgument(2), vState = func.getArgument(3);
+  dState = func.getArgument(4), itState = func.getArgument(5);
+  predAt = cache ? func.getArgument(6) : Value();
+  keysOut = func.getArgument(cache ? 7 : 6);
+  hints = hinted ? func.getArgument(8) : Value();
+}
 
-  Value lane = kb.laneId(), warp = kb.warpId();
-  Value rowId = kb.blockIdY();
+/// The row's step (one token further for the next step), its state and
+/// `ok`: the select kernel's row checks (rows it rejects, and reports, are
+/// skipped here).
+void PredictKernel::loadRow() {
+  Type i32 = kb.i32T(), i64 = kb.i64T();
+  lane = kb.laneId(), warp = kb.warpId();
+  rowId = kb.blockIdY();
   Value request = kb.divU(rowId, kb.i32(spec.rows));
-  Value missedBefore =
+  missedBefore =
       hinted ? kb.cmp(CmpIPredicate::ne, kb.loadVolatileAt(i32, hints, rowId),
                       kb.i32(0))
              : Value();
-  Value slot = kb.loadAt(i32, slots, request, true);
-  Value iteration = kb.loadAt(i64, itState, slot);
-  Value warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
-  Value p = kb.loadAt(i32, positions, rowId, true);
-  Value n = kb.loadAt(i32, lengths, rowId, true);
+  slot = kb.loadAt(i32, slots, request, true);
+  iteration = kb.loadAt(i64, itState, slot);
+  warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
+  p = kb.loadAt(i32, positions, rowId, true);
+  n = kb.loadAt(i32, lengths, rowId, true);
   // With the hint the record is loaded before the prefetch, and compared
   // after it.
-  SmallVector<Value, 4> cached;
   for (int64_t f = 0; hinted && f < 4; ++f)
     cached.push_back(recordField(kb, predAt, slot, f));
   if (next) {
@@ -179,113 +250,200 @@ LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
     p = kb.add(p, kb.i32(1));
     n = kb.add(n, kb.i32(1));
   }
-  // Rows the select kernel rejects (it reports them) are skipped here.
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
-  Value ok = kb.andI(checks.lengthOk, checks.positionOk);
-  // The row's blocks, and the CTA's first one.
-  auto rowBlocksOf = [&] {
-    return kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
-  };
-  auto firstBlockOf = [&] { return kb.mul(kb.blockIdX(), kb.i32(range)); };
-  // The CTA's slots [firstSlot, endSlot) of its blocks [firstBlock,
-  // endBlock), and the row's offset in V and D.
-  struct Slots {
-    Value endBlock, first, end, stateBase;
-  };
-  auto slotsOf = [&](Value firstBlock, Value rowBlocks) {
-    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
-    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-    Value first = kb.mul(firstBlock, kb.i32(bs));
-    Value end = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
-    return Slots{endBlock, first, end, stateBase};
-  };
-  if (hinted) {
-    // A row that missed the cache last step will likely miss again (a
-    // repeated position, the end of the capacity): its V and D lines go to
-    // L2 while `it` and the record load, which cuts a DRAM round trip from
-    // the miss. Rows that hit skip it, so a hit reads nothing more.
-    Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
-    Value mine = kb.andI(kb.andI(missedBefore, ok),
-                         kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
-    kb.ifThen(mine, [&] {
-      Slots mineSlots = slotsOf(firstBlock, rowBlocks);
-      Value count = kb.sub(mineSlots.end, mineSlots.first);
-      prefetchF32Range(kb, vState,
-                       kb.add(mineSlots.stateBase, kb.extS64(mineSlots.first)),
-                       count, threads);
-      Value lowestD = kb.sub(p, kb.sub(mineSlots.end, kb.i32(1)));
-      prefetchF32Range(kb, dState,
-                       kb.add(mineSlots.stateBase, kb.extS64(lowestD)), count,
-                       threads);
-    });
-  }
-  ok = kb.andI(ok, kb.not1(warmup));
-  Value record = kb.trunc32(iteration);
-  Value atBase = kb.mul(slot, kb.i32(4));
-  if (cache && !next) {
-    // The previous step predicted this one: nothing to do.
-    ok = kb.andI(
-        ok, kb.not1(hinted ? recordMatches(
-                                 kb, [&](int64_t f) { return cached[f]; }, p, n,
-                                 iteration)
-                           : predictedFor(kb, predAt, slot, p, n, iteration)));
-    if (hinted)
-      kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                        kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
-                [&] {
-                  kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
-                                     rowId);
-                });
-  }
-  if (next) {
-    // The record says for which step the cache holds scores (or none).
+  ok = kb.andI(checks.lengthOk, checks.positionOk);
+}
+
+/// The row's blocks.
+Value PredictKernel::rowBlocksOf() {
+  return kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+}
+
+/// The CTA's first block.
+Value PredictKernel::firstBlockOf() {
+  return kb.mul(kb.blockIdX(), kb.i32(range));
+}
+
+PredictKernel::Slots PredictKernel::slotsOf(Value firstBlock,
+                                            Value rowBlocks) {
+  Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
+  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  Value first = kb.mul(firstBlock, kb.i32(bs));
+  Value end = kb.minS(kb.mul(endBlock, kb.i32(bs)), n);
+  return Slots{endBlock, first, end, stateBase};
+}
+
+/// A row that missed the cache last step will likely miss again (a
+/// repeated position, the end of the capacity): its V and D lines go to L2
+/// while `it` and the record load, which cuts a DRAM round trip from the
+/// miss. Rows that hit skip it, so a hit reads nothing more.
+void PredictKernel::prefetchMissedRow() {
+  Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
+  Value mine = kb.andI(kb.andI(missedBefore, ok),
+                       kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
+  kb.ifThen(mine, [&] {
+    Slots mineSlots = slotsOf(firstBlock, rowBlocks);
+    Value count = kb.sub(mineSlots.end, mineSlots.first);
+    prefetchF32Range(kb, vState,
+                     kb.add(mineSlots.stateBase, kb.extS64(mineSlots.first)),
+                     count, threads);
+    Value lowestD = kb.sub(p, kb.sub(mineSlots.end, kb.i32(1)));
+    prefetchF32Range(kb, dState,
+                     kb.add(mineSlots.stateBase, kb.extS64(lowestD)), count,
+                     threads);
+  });
+}
+
+/// The step's prediction with the cache: nothing to do when the previous
+/// step predicted this one. With the hint, CTA 0 records whether this step
+/// computes its prediction.
+void PredictKernel::skipPredicted() {
+  ok = kb.andI(
+      ok, kb.not1(hinted ? recordMatches(
+                               kb, [&](int64_t f) { return cached[f]; }, p, n,
+                               iteration)
+                         : predictedFor(kb, predAt, slot, p, n, iteration)));
+  if (hinted)
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
               [&] {
-                Value fields[] = {p, n, record, kb.i32(1)};
-                for (int64_t f = 0; f < 4; ++f)
-                  kb.storeAt(kb.select(ok, fields[f], kb.i32(0)), predAt,
-                             kb.add(atBase, kb.i32(f)));
+                kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
+                                   rowId);
               });
-  }
-  Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
-  Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
-  kb.ifThen(active, [&] {
-    Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
-    Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
-    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
-      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
-    });
-    kb.barrier();
-    Slots mine = slotsOf(firstBlock, rowBlocks);
-    Value stateBase = mine.stateBase, firstSlot = mine.first;
-    Value endSlot = mine.end;
-    // Eight slots' loads in flight per lane (H200, fp8 16 x 128K: 6.8 us
-    // with 4, 6.5 with 8, 7.1 with 16: all of a CTA's slots at once).
-    const int64_t unroll =
-        std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-    maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
-                 firstBlock, local, bs, warps, warp, lane, unroll);
-    kb.barrier();
-    Value outBase =
-        cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)
-              : kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
-    forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
-      kb.storeAt(kb.loadAt(i32, local, j), keysOut, kb.add(outBase, j));
-    });
+}
+
+/// The next step's record: for which step the cache holds scores (or
+/// none), written by CTA 0.
+void PredictKernel::recordNext(Value record, Value atBase) {
+  kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                    kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+            [&] {
+              Value fields[] = {p, n, record, kb.i32(1)};
+              for (int64_t f = 0; f < 4; ++f)
+                kb.storeAt(kb.select(ok, fields[f], kb.i32(0)), predAt,
+                           kb.add(atBase, kb.i32(f)));
+            });
+}
+
+/// The pooled scores of the CTA's blocks into shared memory (maxPoolSlots),
+/// then out to the cache or the row's keys.
+void PredictKernel::poolCtaBlocks(Value firstBlock, Value rowBlocks) {
+  Type i32 = kb.i32T();
+  Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
+  Value local = kb.sharedArray(spec.name + "_predict_S", i32, range);
+  forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
+    kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), local, j);
   });
+  kb.barrier();
+  Slots mine = slotsOf(firstBlock, rowBlocks);
+  Value stateBase = mine.stateBase, firstSlot = mine.first;
+  Value endSlot = mine.end;
+  // Up to 8 slots' loads in flight per lane: 16 (all of a CTA's slots at
+  // once) was slower.
+  const int64_t unroll =
+      std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
+  maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
+               firstBlock, local, bs, warps, warp, lane, unroll);
+  kb.barrier();
+  Value outBase =
+      cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)
+            : kb.add(kb.mul(rowId, kb.i32(MB)), firstBlock);
+  forEachThreadStrided(kb, kb.sub(endBlock, firstBlock), threads, [&](Value j) {
+    kb.storeAt(kb.loadAt(i32, local, j), keysOut, kb.add(outBase, j));
+  });
+}
+
+} // namespace
+
+LaunchShape mlir::spin::gpu_codegen::buildPredictKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const SelectKernelSpec &spec, bool next) {
+  return PredictKernel(b, loc, module, spec, next).build();
+}
+
+namespace {
+
+/// One select kernel while it is built: the spec's sizes, the kernel's
+/// parameters and the request-wide values and shared arrays its phases
+/// share. `build` runs the phases in the order of the generated code.
+class SelectKernel {
+public:
+  SelectKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+               const SelectKernelSpec &spec)
+      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+        i32(kb.i32T()), i64(kb.i64T()), f32(kb.f32T()), i8(kb.i8T()),
+        threads(spec.threads), warps(spec.threads / 32), MB(spec.maxBlocks),
+        bs(spec.blockSize) {}
+  LaunchShape build();
+
+private:
+  void declareKernel();
+  void loadBeforeWait();
+  void hashRequest();
+  void allocateShared();
+  Value selectRow(Value r);
+  void markRow(Value rowId, Value p, Value n);
+  void selectBlocks(Value rowId, Value p, Value n, Value rowBlocks);
+  void predictScores(Value rowId, Value p, Value n, Value rowBlocks);
+  void poolBlock(Value j, Value p, Value n, Value buffer);
+  Value poolInSlotOrder(Value buffer, Value count);
+  std::pair<Value, Value> budget(Value rowBlocks);
+  void exploit(Value rowBlocks, Value last, Value count);
+  void explore(Value rowBlocks, Value count);
+  void writeList(Value requestOk);
+  void reportSparsity();
+
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+  const SelectKernelSpec &spec;
+  KernelBuilder kb;
+  Type i32, i64, f32, i8;
+  const int64_t threads, warps, MB, bs;
+
+  gpu::GPUFuncOp func;
+  Value positions, lengths, requestIds, slots, vState, dState, itState;
+  Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
+  Value sparsityOut, errors;
+  Value tid, lane, warp;
+  Value request, slot, iteration, requestId, firstP, firstN;
+  /// Whether the request is in its warm-up step, its rows' offset in V and
+  /// D, and the exploration hash of its rows without the block.
+  Value warmup, stateBase, base;
+  Value scoreKeys, mask, rowMask, pool;
+  /// Each thread's run of blocks in the list, their mask bits and the
+  /// request's selected-block count.
+  int64_t run = 0;
+  Value first, total;
+  SmallVector<Value> bits;
+};
+
+LaunchShape SelectKernel::build() {
+  OpBuilder::InsertionGuard guard(b);
+  declareKernel();
+  tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
+  loadBeforeWait();
+  hashRequest();
+  allocateShared();
+  Value requestOk = kb.forLoopWith(
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
+      [&](Value r, ValueRange okIn) -> SmallVector<Value> {
+        return {kb.andI(okIn[0], selectRow(r))};
+      })[0];
+  writeList(requestOk);
+  if (spec.reportSparsity)
+    reportSparsity();
+
   LaunchShape shape;
-  shape.grid = {(MB + range - 1) / range, spec.batch * spec.rows, 1};
+  shape.grid = {spec.batch, 1, 1};
   shape.blockThreads = threads;
   return shape;
 }
 
-LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
-    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-    const SelectKernelSpec &spec) {
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T(), f32 = kb.f32T();
-  Type i8 = kb.i8T();
+/// The `gpu.func` and its parameters (those of disabled features absent),
+/// in the order the launch plan passes them.
+void SelectKernel::declareKernel() {
+  Type ptr = kb.ptrT(Global);
   SmallVector<Type> params(11, ptr);
   if (spec.precomputed)
     params.push_back(ptr);
@@ -294,343 +452,364 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
   if (spec.reportSparsity)
     params.push_back(ptr);
   params.push_back(ptr);
-  const int64_t threads = spec.threads, warps = threads / 32;
-  const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
-  OpBuilder::InsertionGuard guard(b);
-  gpu::GPUFuncOp func = beginKernel(b, loc, module, spec.name, params, threads);
+  func = beginKernel(b, loc, module, spec.name, params, threads);
   // The sparse scoring kernel after this one reads only step inputs before
   // its wait (the row's length, queries, head weights and block-table row),
   // so its CTAs may start staging them while this kernel still waits for
-  // the predict kernel. That pays where the predict grid fills the GPU
-  // (H200, fp8 16 x 128K, rho = 0.5, 512 predict CTAs, side by side:
-  // decoding 80.9 -> 80.1 us, fixed position 82.3 -> 82.2); with a smaller
-  // one, whose SMs the early CTAs then share, a miss got slower (1 x 256K,
-  // 64 CTAs: fixed 39.9 -> 41.1 us, decoding 39.6 -> 38.8), so not there
-  // (the same `sm-count` test as the prediction's prefetch).
+  // the predict kernel. That pays where the predict grid fills the GPU;
+  // with a smaller one, whose SMs the early CTAs then share, a cache miss
+  // gets slower, so not there (the same `sm-count` test as the
+  // prediction's prefetch).
   if (spec.triggersEarly())
     triggerDependentsBeforeWait(func);
   unsigned a = 0;
-  Value positions = func.getArgument(a++), lengths = func.getArgument(a++);
-  Value requestIds = func.getArgument(a++), slots = func.getArgument(a++);
-  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
-  Value itState = func.getArgument(a++);
-  Value blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
-  Value maskOut = func.getArgument(a++), skipOut = func.getArgument(a++);
-  Value precomputed = spec.precomputed ? func.getArgument(a++) : Value();
-  Value predAt = spec.predictionCache ? func.getArgument(a++) : Value();
-  Value sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
-  Value errors = func.getArgument(a++);
+  positions = func.getArgument(a++), lengths = func.getArgument(a++);
+  requestIds = func.getArgument(a++), slots = func.getArgument(a++);
+  vState = func.getArgument(a++), dState = func.getArgument(a++);
+  itState = func.getArgument(a++);
+  blocksOut = func.getArgument(a++), countsOut = func.getArgument(a++);
+  maskOut = func.getArgument(a++), skipOut = func.getArgument(a++);
+  precomputed = spec.precomputed ? func.getArgument(a++) : Value();
+  predAt = spec.predictionCache ? func.getArgument(a++) : Value();
+  sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
+  errors = func.getArgument(a++);
+}
 
-  Value tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
-  // The step's inputs are read while the kernel before ends; so is `it`
-  // when that kernel is the predict kernel (which writes only block
-  // scores). Otherwise it may be an MTP commit or a reset, which write `it`.
-  Value request, slot, iteration, requestId, firstP, firstN;
-  {
-    OpBuilder::InsertionGuard beforeWait(b);
-    setInsertionBeforeGridWait(b, func);
-    request = kb.blockIdX();
-    slot = kb.loadAt(i32, slots, request, true);
-    requestId = kb.loadAt(i64, requestIds, request, true);
-    if (spec.rows == 1) {
-      firstP = kb.loadAt(i32, positions, request, true);
-      firstN = kb.loadAt(i32, lengths, request, true);
-    }
-    if (spec.precomputed)
-      iteration = kb.loadAt(i64, itState, slot);
-    if (spec.predictionCache) {
-      // A request whose block scores the previous step predicted (the
-      // predict kernel's test, on the same record) needs nothing of the
-      // predict kernel, which skips it: its CTA does not wait for it.
-      skipGridWaitIf(b, func,
-                     predictedFor(kb, predAt, slot, firstP, firstN, iteration));
-    }
-    // The request's mask starts empty (shared memory only: nothing to wait
-    // for).
-    Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
-    forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
-      kb.storeAt(kb.constant(i8, 0), mask, j);
-    });
-    kb.barrier();
+/// Before the grid wait, while the kernel before ends: the step's inputs,
+/// `it` when that kernel is the predict kernel (which writes only block
+/// scores; otherwise it may be an MTP commit or a reset, which write `it`),
+/// and the request's empty mask (shared memory only: nothing to wait for).
+void SelectKernel::loadBeforeWait() {
+  OpBuilder::InsertionGuard beforeWait(b);
+  setInsertionBeforeGridWait(b, func);
+  request = kb.blockIdX();
+  slot = kb.loadAt(i32, slots, request, true);
+  requestId = kb.loadAt(i64, requestIds, request, true);
+  if (spec.rows == 1) {
+    firstP = kb.loadAt(i32, positions, request, true);
+    firstN = kb.loadAt(i32, lengths, request, true);
   }
+  if (spec.precomputed)
+    iteration = kb.loadAt(i64, itState, slot);
+  if (spec.predictionCache) {
+    // A request whose block scores the previous step predicted (the
+    // predict kernel's test, on the same record) needs nothing of the
+    // predict kernel, which skips it: its CTA does not wait for it.
+    skipGridWaitIf(b, func,
+                   predictedFor(kb, predAt, slot, firstP, firstN, iteration));
+  }
+  Value emptyMask = kb.sharedArray(spec.name + "_mask", i8, MB);
+  forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
+    kb.storeAt(kb.constant(i8, 0), emptyMask, j);
+  });
+  kb.barrier();
+}
+
+/// The request's `it`, warm-up flag and state offset, and the exploration
+/// hash of SPIN_SPEC §3.7 up to the block:
+/// mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it) (the seed's mix is a
+/// compile-time constant).
+void SelectKernel::hashRequest() {
   if (!spec.precomputed)
     iteration = kb.loadAt(i64, itState, slot);
-  Value warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
-  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-  // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
-  Value base = kb.i64(static_cast<int64_t>(splitmix(spec.seed)));
+  warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
+  stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  base = kb.i64(static_cast<int64_t>(::spin::runtime::mix(spec.seed)));
   base = kb.mix(kb.xorI(base, requestId));
   base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
   base = kb.mix(kb.xorI(base, iteration));
+}
 
-  Value scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
-  const bool fastMax = canPredictByMax(spec);
-  Value mask = kb.sharedArray(spec.name + "_mask", i8, MB);
-  // A single row selects into the request's mask directly (no union).
-  Value rowMask =
+/// The row's block scores (as order-preserving keys), the request's mask,
+/// the row's own mask (a single row selects into the request's mask
+/// directly: no union) and each warp's pooling buffer.
+void SelectKernel::allocateShared() {
+  scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
+  mask = kb.sharedArray(spec.name + "_mask", i8, MB);
+  rowMask =
       spec.rows == 1 ? mask : kb.sharedArray(spec.name + "_row_mask", i8, MB);
-  Value pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
+  pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
+}
 
-  Value requestOk = kb.forLoopWith(
-      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
-      [&](Value r, ValueRange okIn) -> SmallVector<Value> {
-        Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
-        Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
-        Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
-        // SPIN_SPEC §2: N <= p + 1 <= C; and N within the block table.
-        RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
-        Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
-        kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-          kb.ifThen(kb.not1(lengthOk),
-                    [&] {
-                      recordError(kb, errors, ErrorBadLength, n, request, r);
-                    });
-          kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)),
-                    [&] {
-                      recordError(kb, errors, ErrorBadPosition, p, request, r);
-                    });
-        });
-        Value ok = kb.andI(lengthOk, positionOk);
-        Value used = ok;
-        if (spec.rowZeroOnly)
-          used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
-                                                     kb.i32(0))));
-        kb.ifThen(used, [&] {
-          Value rowBlocks =
-              kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)),
-                      kb.i32(MB));
-          forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-            kb.storeAt(kb.select(warmup, kb.constant(i8, 1),
-                                 kb.constant(i8, 0)),
-                       rowMask, j);
-          });
-          kb.ifThen(kb.andI(kb.not1(warmup),
-                            kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
-                    [&] {
-            //===--- predicted block scores (§3.2-3.3) --------------------===//
-            // S is kept as order-preserving u32 keys (what the exploit
-            // select ranks by).
-            if (precomputed) {
-              // From the predict kernel (same keys, many CTAs per row).
-              Value base = spec.predictionCache
-                               ? kb.mul(slot, kb.i32(spec.stateBlocks()))
-                               : kb.mul(rowId, kb.i32(MB));
-              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-                kb.storeAt(kb.loadAt(i32, precomputed, kb.add(base, j)),
-                           scoreKeys, j);
-              });
-            } else if (fastMax) {
-              // Max pooling by all warps (maxPoolSlots).
-              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-                kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
-              });
-              kb.barrier();
-              maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n,
-                           kb.i32(0), scoreKeys, bs, warps, warp, lane);
-            } else {
-              Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
-              kb.forLoop(warp, rowBlocks, kb.i32(warps), [&](Value j) {
-                Value first = kb.mul(j, kb.i32(bs));
-                Value count = kb.minS(kb.i32(bs), kb.sub(n, first));
-                Value local = kb.f32(-INFINITY);
-                for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
-                  Value k = kb.add(lane, kb.i32(q * 32));
-                  Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
-                  Value zhat = kb.ifThenElse(
-                      {f32}, inBlock,
-                      [&]() -> SmallVector<Value> {
-                        Value i = kb.add(first, k);
-                        Value vi = kb.loadAt(
-                            f32, vState, kb.add(stateBase, kb.extS64(i)));
-                        Value di = kb.loadAt(
-                            f32, dState,
-                            kb.add(stateBase, kb.extS64(kb.sub(p, i))));
-                        return {kb.maxF(vi, di)};
-                      },
-                      [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
-                  local = kb.maxF(local, zhat);
-                  if (spec.pooling != PoolingKind::max)
-                    kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
-                }
-                Value pooled;
-                if (spec.pooling == PoolingKind::max) {
-                  for (int64_t d = 16; d >= 1; d /= 2)
-                    local = kb.maxF(local, kb.shflXor(local, d));
-                  pooled = local;
-                } else {
-                  // Mean and top4 in slot order, as the CPU path sums them.
-                  pooled = kb.ifThenElse(
-                      {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
-                      [&]() -> SmallVector<Value> {
-                        Value ninf = kb.f32(-INFINITY);
-                        SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf,
-                                                   ninf};
-                        SmallVector<Value> acc = kb.forLoopWith(
-                            kb.i32(0), count, kb.i32(1), init,
-                            [&](Value k, ValueRange it) -> SmallVector<Value> {
-                              Value x = kb.loadAt(f32, buffer, k);
-                              SmallVector<Value> next = {kb.add(it[0], x)};
-                              Value carry = x;
-                              for (int64_t s = 1; s < 5; ++s) {
-                                Value bigger =
-                                    kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
-                                next.push_back(kb.select(bigger, carry, it[s]));
-                                carry = kb.select(bigger, it[s], carry);
-                              }
-                              return next;
-                            });
-                        if (spec.pooling == PoolingKind::mean)
-                          return {arith::DivFOp::create(b, loc, acc[0],
-                                                        kb.sitofp(count))};
-                        Value used = kb.minS(count, kb.i32(4));
-                        Value sum = acc[1];
-                        for (int64_t s = 1; s < 4; ++s)
-                          sum = kb.select(
-                              kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
-                              kb.add(sum, acc[1 + s]), sum);
-                        return {arith::DivFOp::create(b, loc, sum,
-                                                      kb.sitofp(used))};
-                      },
-                      [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
-                }
-                kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
-                  kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
-                });
-              });
-            }
-            kb.barrier();
+/// Row `r` of the request: its checks (SPIN_SPEC §2: N <= p + 1 <= C, and
+/// N within the block table; errors recorded by thread 0) and, when used,
+/// its selection OR-ed into the request's mask. Returns whether it passed.
+Value SelectKernel::selectRow(Value r) {
+  Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+  Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
+  Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+  RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
+  Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+    kb.ifThen(kb.not1(lengthOk), [&] {
+      recordError(kb, errors, ErrorBadLength, n, request, r);
+    });
+    kb.ifThen(kb.andI(lengthOk, kb.not1(positionOk)), [&] {
+      recordError(kb, errors, ErrorBadPosition, p, request, r);
+    });
+  });
+  Value ok = kb.andI(lengthOk, positionOk);
+  Value used = ok;
+  if (spec.rowZeroOnly)
+    used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
+                                               kb.i32(0))));
+  kb.ifThen(used, [&] { markRow(rowId, p, n); });
+  return ok;
+}
 
-            //===--- budget (§3.4-3.6) ------------------------------------===//
-            Value rowBlocks64 = kb.extS64(rowBlocks);
-            Value byK = kb.i64((spec.topk + bs - 1) / bs);
-            Value keepBlocks = arith::SubFOp::create(
-                b, loc,
-                arith::MulFOp::create(
-                    b, loc,
-                    arith::ConstantFloatOp::create(
-                        b, loc, b.getF64Type(), APFloat(1.0 - spec.sparsity)),
-                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                            rowBlocks64)),
-                arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                               APFloat(1e-9)));
-            // ceil without libdevice: truncate, then step up if below.
-            Value truncated = arith::FPToSIOp::create(b, loc, i64, keepBlocks);
-            Value below = arith::CmpFOp::create(
-                b, loc, CmpFPredicate::OLT,
-                arith::SIToFPOp::create(b, loc, b.getF64Type(), truncated),
-                keepBlocks);
-            Value bySparsity =
-                kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
-            Value budget64 = kb.minS(
-                rowBlocks64,
-                arith::MaxSIOp::create(b, loc, byK,
-                                       kb.maxS(bySparsity, kb.i64(0))));
-            Value budget = kb.trunc32(budget64);
-            Value forced = kb.select(
-                kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)), kb.i32(1),
-                kb.i32(2));
-            // floor of a non-negative product: truncation.
-            Value wanted = kb.trunc32(arith::FPToSIOp::create(
-                b, loc, i64,
-                arith::MulFOp::create(
-                    b, loc,
-                    arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                                   APFloat(spec.explore)),
-                    arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                            budget64))));
-            Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
-                                   kb.sub(budget, forced), kb.i32(0));
-            Value explored = kb.minS(wanted, room);
-            Value exploit = kb.sub(room, explored);
-            Value last = kb.sub(rowBlocks, kb.i32(1));
-            kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-              kb.storeAt(kb.constant(i8, 1), rowMask, kb.i32(0));
-              kb.storeAt(kb.constant(i8, 1), rowMask, last);
-            });
-            kb.barrier();
+/// A used row's mask: every block in warm-up, else its selection; then the
+/// union into the request's mask.
+void SelectKernel::markRow(Value rowId, Value p, Value n) {
+  Value rowBlocks =
+      kb.minS(kb.divU(kb.add(n, kb.i32(bs - 1)), kb.i32(bs)), kb.i32(MB));
+  forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+    kb.storeAt(kb.select(warmup, kb.constant(i8, 1), kb.constant(i8, 0)),
+               rowMask, j);
+  });
+  kb.ifThen(kb.andI(kb.not1(warmup),
+                    kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
+            [&] { selectBlocks(rowId, p, n, rowBlocks); });
+  kb.barrier();
+  if (spec.rows > 1) {
+    // Union into the request's mask.
+    forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+      Value bit = kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
+      kb.storeAt(bit, mask, j);
+    });
+    kb.barrier();
+  }
+}
 
-            //===--- exploit: the largest S among non-forced blocks ---------===//
-            kb.ifThen(kb.cmp(CmpIPredicate::sgt, exploit, kb.i32(0)), [&] {
-              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
-                Value key = kb.loadAt(i32, scoreKeys, j);
-                Value eligible =
-                    kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
-                            kb.cmp(CmpIPredicate::slt, j, last));
-                return {eligible, key};
-              };
-              RadixSelection chosen =
-                  selectLargest(kb, spec.name + "_exploit", i32, rowBlocks,
-                                exploit, threads, keyOf);
-              forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-                auto [eligible, key] = keyOf(j);
-                kb.ifThen(isSelected(kb, chosen, eligible, key, j), [&] {
-                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
-                });
-              });
-              kb.barrier();
-            });
+/// SPIN_SPEC §3.2-3.7 for one row after warm-up: the predicted block
+/// scores, the budget, the forced first and last blocks, the exploit set,
+/// then the exploration set among the rest.
+void SelectKernel::selectBlocks(Value rowId, Value p, Value n,
+                                Value rowBlocks) {
+  predictScores(rowId, p, n, rowBlocks);
+  kb.barrier();
+  auto [explored, exploitCount] = budget(rowBlocks);
+  Value last = kb.sub(rowBlocks, kb.i32(1));
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+    kb.storeAt(kb.constant(i8, 1), rowMask, kb.i32(0));
+    kb.storeAt(kb.constant(i8, 1), rowMask, last);
+  });
+  kb.barrier();
+  exploit(rowBlocks, last, exploitCount);
+  explore(rowBlocks, explored);
+}
 
-            //===--- explore: the smallest ranks among the rest (§3.7) ------===//
-            kb.ifThen(kb.cmp(CmpIPredicate::sgt, explored, kb.i32(0)), [&] {
-              auto keyOf = [&](Value j) -> std::pair<Value, Value> {
-                Value taken = kb.cmp(CmpIPredicate::ne,
-                                     kb.loadAt(i8, rowMask, j),
-                                     kb.constant(i8, 0));
-                Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
-                return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
-              };
-              RadixSelection chosen =
-                  selectLargest(kb, spec.name + "_explore", i64, rowBlocks,
-                                explored, threads, keyOf);
-              // Decide for every block before marking any.
-              SmallVector<Value> picks;
-              int64_t perThread = (MB + threads - 1) / threads;
-              for (int64_t q = 0; q < perThread; ++q) {
-                Value j = kb.add(tid, kb.i32(q * threads));
-                Value inRange = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
-                picks.push_back(kb.ifThenElse(
-                    {kb.i1T()}, inRange,
-                    [&]() -> SmallVector<Value> {
-                      auto [eligible, key] = keyOf(j);
-                      return {isSelected(kb, chosen, eligible, key, j)};
-                    },
-                    [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0]);
-              }
-              kb.barrier();
-              for (int64_t q = 0; q < perThread; ++q) {
-                Value j = kb.add(tid, kb.i32(q * threads));
-                kb.ifThen(picks[q], [&] {
-                  kb.storeAt(kb.constant(i8, 1), rowMask, j);
-                });
-              }
-              kb.barrier();
-            });
-          });
-          kb.barrier();
-          if (spec.rows > 1) {
-            // Union into the request's mask.
-            forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
-              Value bit =
-                  kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
-              kb.storeAt(bit, mask, j);
-            });
-            kb.barrier();
-          }
-        });
-        return {kb.andI(okIn[0], ok)};
-      })[0];
+/// The predicted block scores (SPIN_SPEC §3.2-3.3) as order-preserving u32
+/// keys in `scoreKeys` (what the exploit select ranks by): from the predict
+/// kernel (same keys, many CTAs per row), by max pooling with all warps,
+/// or a warp per block (mean and top4 pooling, and block sizes
+/// maxPoolSlots cannot split into warps).
+void SelectKernel::predictScores(Value rowId, Value p, Value n,
+                                 Value rowBlocks) {
+  if (precomputed) {
+    Value keysBase = spec.predictionCache
+                         ? kb.mul(slot, kb.i32(spec.stateBlocks()))
+                         : kb.mul(rowId, kb.i32(MB));
+    forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+      kb.storeAt(kb.loadAt(i32, precomputed, kb.add(keysBase, j)), scoreKeys,
+                 j);
+    });
+  } else if (canPredictByMax(spec)) {
+    forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+      kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
+    });
+    kb.barrier();
+    maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n, kb.i32(0),
+                 scoreKeys, bs, warps, warp, lane);
+  } else {
+    Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
+    kb.forLoop(warp, rowBlocks, kb.i32(warps),
+               [&](Value j) { poolBlock(j, p, n, buffer); });
+  }
+}
 
-  //===--- the mask, the ascending list of selected blocks ----------------===//
-  // Each thread owns a contiguous run of blocks, so an exclusive scan of
-  // the per-thread counts gives every selected block its list position.
-  // A request with a bad row selects nothing (and its state is untouched).
-  int64_t run = (MB + threads - 1) / threads;
-  Value first = kb.mul(tid, kb.i32(run));
+/// Block `j`'s pooled prediction by one warp: each lane takes every 32nd
+/// slot's max(V[i], D[p - i]); max pooling reduces by shuffles, the others
+/// go through the warp's `buffer` to lane 0, which pools in slot order.
+void SelectKernel::poolBlock(Value j, Value p, Value n, Value buffer) {
+  Value firstSlot = kb.mul(j, kb.i32(bs));
+  Value count = kb.minS(kb.i32(bs), kb.sub(n, firstSlot));
+  Value local = kb.f32(-INFINITY);
+  for (int64_t q = 0; q < (bs + 31) / 32; ++q) {
+    Value k = kb.add(lane, kb.i32(q * 32));
+    Value inBlock = kb.cmp(CmpIPredicate::slt, k, count);
+    Value zhat = kb.ifThenElse(
+        {f32}, inBlock,
+        [&]() -> SmallVector<Value> {
+          Value i = kb.add(firstSlot, k);
+          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(i)));
+          Value di = kb.loadAt(f32, dState,
+                               kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+          return {kb.maxF(vi, di)};
+        },
+        [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];
+    local = kb.maxF(local, zhat);
+    if (spec.pooling != PoolingKind::max)
+      kb.ifThen(inBlock, [&] { kb.storeAt(zhat, buffer, k); });
+  }
+  Value pooled;
+  if (spec.pooling == PoolingKind::max) {
+    for (int64_t d = 16; d >= 1; d /= 2)
+      local = kb.maxF(local, kb.shflXor(local, d));
+    pooled = local;
+  } else {
+    pooled = kb.ifThenElse(
+        {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
+        [&]() -> SmallVector<Value> {
+          return {poolInSlotOrder(buffer, count)};
+        },
+        [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+  }
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+    kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
+  });
+}
+
+/// Mean or top4 pooling of the `count` predictions in `buffer`, in slot
+/// order, as the CPU path sums them: a running sum and the four largest.
+Value SelectKernel::poolInSlotOrder(Value buffer, Value count) {
+  Value ninf = kb.f32(-INFINITY);
+  SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf, ninf};
+  SmallVector<Value> acc = kb.forLoopWith(
+      kb.i32(0), count, kb.i32(1), init,
+      [&](Value k, ValueRange it) -> SmallVector<Value> {
+        Value x = kb.loadAt(f32, buffer, k);
+        SmallVector<Value> next = {kb.add(it[0], x)};
+        Value carry = x;
+        for (int64_t s = 1; s < 5; ++s) {
+          Value bigger = kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
+          next.push_back(kb.select(bigger, carry, it[s]));
+          carry = kb.select(bigger, it[s], carry);
+        }
+        return next;
+      });
+  if (spec.pooling == PoolingKind::mean)
+    return arith::DivFOp::create(b, loc, acc[0], kb.sitofp(count));
+  Value used = kb.minS(count, kb.i32(4));
+  Value sum = acc[1];
+  for (int64_t s = 1; s < 4; ++s)
+    sum = kb.select(kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
+                    kb.add(sum, acc[1 + s]), sum);
+  return arith::DivFOp::create(b, loc, sum, kb.sitofp(used));
+}
+
+/// The row's budget (SPIN_SPEC §3.4-3.6) in `rowBlocks` blocks: the
+/// explored and the exploited block counts besides the forced ones. The
+/// same double-precision arithmetic as the CPU path (ceil without
+/// libdevice), so that both pick the same counts.
+std::pair<Value, Value> SelectKernel::budget(Value rowBlocks) {
+  Value rowBlocks64 = kb.extS64(rowBlocks);
+  Value byK = kb.i64((spec.topk + bs - 1) / bs);
+  Value keepBlocks = arith::SubFOp::create(
+      b, loc,
+      arith::MulFOp::create(
+          b, loc,
+          arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                         APFloat(1.0 - spec.sparsity)),
+          arith::SIToFPOp::create(b, loc, b.getF64Type(), rowBlocks64)),
+      arith::ConstantFloatOp::create(b, loc, b.getF64Type(), APFloat(1e-9)));
+  // ceil without libdevice: truncate, then step up if below.
+  Value truncated = arith::FPToSIOp::create(b, loc, i64, keepBlocks);
+  Value below = arith::CmpFOp::create(
+      b, loc, CmpFPredicate::OLT,
+      arith::SIToFPOp::create(b, loc, b.getF64Type(), truncated), keepBlocks);
+  Value bySparsity = kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
+  Value budget64 = kb.minS(
+      rowBlocks64,
+      arith::MaxSIOp::create(b, loc, byK, kb.maxS(bySparsity, kb.i64(0))));
+  Value budget = kb.trunc32(budget64);
+  Value forced = kb.select(kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)),
+                           kb.i32(1), kb.i32(2));
+  // floor of a non-negative product: truncation.
+  Value wanted = kb.trunc32(arith::FPToSIOp::create(
+      b, loc, i64,
+      arith::MulFOp::create(
+          b, loc,
+          arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
+                                         APFloat(spec.explore)),
+          arith::SIToFPOp::create(b, loc, b.getF64Type(), budget64))));
+  Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
+                         kb.sub(budget, forced), kb.i32(0));
+  Value explored = kb.minS(wanted, room);
+  Value exploitCount = kb.sub(room, explored);
+  return {explored, exploitCount};
+}
+
+/// Exploit: the `count` largest scores among the non-forced blocks (radix
+/// select, ties to the lower block), marked in the row's mask.
+void SelectKernel::exploit(Value rowBlocks, Value last, Value count) {
+  kb.ifThen(kb.cmp(CmpIPredicate::sgt, count, kb.i32(0)), [&] {
+    auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+      Value key = kb.loadAt(i32, scoreKeys, j);
+      Value eligible = kb.andI(kb.cmp(CmpIPredicate::sge, j, kb.i32(1)),
+                               kb.cmp(CmpIPredicate::slt, j, last));
+      return {eligible, key};
+    };
+    RadixSelection chosen = selectLargest(kb, spec.name + "_exploit", i32,
+                                          rowBlocks, count, threads, keyOf);
+    forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
+      auto [eligible, key] = keyOf(j);
+      kb.ifThen(isSelected(kb, chosen, eligible, key, j), [&] {
+        kb.storeAt(kb.constant(i8, 1), rowMask, j);
+      });
+    });
+    kb.barrier();
+  });
+}
+
+/// Explore (SPIN_SPEC §3.7): the `count` blocks of smallest rank among
+/// those not yet taken. The largest complement of the rank is selected;
+/// every block is decided before any is marked, since marking changes
+/// eligibility.
+void SelectKernel::explore(Value rowBlocks, Value count) {
+  kb.ifThen(kb.cmp(CmpIPredicate::sgt, count, kb.i32(0)), [&] {
+    auto keyOf = [&](Value j) -> std::pair<Value, Value> {
+      Value taken = kb.cmp(CmpIPredicate::ne, kb.loadAt(i8, rowMask, j),
+                           kb.constant(i8, 0));
+      Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
+      return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
+    };
+    RadixSelection chosen = selectLargest(kb, spec.name + "_explore", i64,
+                                          rowBlocks, count, threads, keyOf);
+    SmallVector<Value> picks;
+    int64_t perThread = (MB + threads - 1) / threads;
+    for (int64_t q = 0; q < perThread; ++q) {
+      Value j = kb.add(tid, kb.i32(q * threads));
+      Value inRange = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+      picks.push_back(kb.ifThenElse(
+          {kb.i1T()}, inRange,
+          [&]() -> SmallVector<Value> {
+            auto [eligible, key] = keyOf(j);
+            return {isSelected(kb, chosen, eligible, key, j)};
+          },
+          [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0]);
+    }
+    kb.barrier();
+    for (int64_t q = 0; q < perThread; ++q) {
+      Value j = kb.add(tid, kb.i32(q * threads));
+      kb.ifThen(picks[q],
+                [&] { kb.storeAt(kb.constant(i8, 1), rowMask, j); });
+    }
+    kb.barrier();
+  });
+}
+
+/// The request's mask and the ascending list of its selected blocks. Each
+/// thread owns a contiguous run of blocks, so an exclusive scan of the
+/// per-thread counts gives every selected block its list position. A
+/// request with a bad row selects nothing (and its state is untouched).
+void SelectKernel::writeList(Value requestOk) {
+  run = (MB + threads - 1) / threads;
+  first = kb.mul(tid, kb.i32(run));
   Value own = kb.i32(0);
-  SmallVector<Value> bits;
   for (int64_t q = 0; q < run; ++q) {
     Value j = kb.add(first, kb.i32(q));
-    Value inRange = kb.andI(requestOk, kb.cmp(CmpIPredicate::slt, j, kb.i32(MB)));
+    Value inRange =
+        kb.andI(requestOk, kb.cmp(CmpIPredicate::slt, j, kb.i32(MB)));
     Value bit = kb.ifThenElse(
         {i8}, inRange,
         [&]() -> SmallVector<Value> { return {kb.loadAt(i8, mask, j)}; },
@@ -638,8 +817,9 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     bits.push_back(bit);
     own = kb.add(own, kb.zext(bit, i32));
   }
-  auto [offset, total] =
+  auto [offset, count] =
       blockExclusiveScan(kb, spec.name + "_scan", own, threads);
+  total = count;
   Value at = offset;
   for (int64_t q = 0; q < run; ++q) {
     Value j = kb.add(first, kb.i32(q));
@@ -657,46 +837,50 @@ LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
     kb.storeAt(total, countsOut, request);
     kb.storeAt(kb.i32(0), skipOut, request);
   });
+}
 
-  //===--- realized block sparsity per row (on the union) -----------------===//
-  if (spec.reportSparsity) {
-    for (int64_t r = 0; r < spec.rows; ++r) {
-      Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
-      Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
-      Value rowBlocks = kb.minS(
-          kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
-          kb.i32(MB));
-      // One row marks no block past its own, so its count is the mask's.
-      Value selected = total;
-      if (spec.rows > 1) {
-        Value mine = kb.i32(0);
-        for (int64_t q = 0; q < run; ++q) {
-          Value j = kb.add(first, kb.i32(q));
-          Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
-          mine = kb.add(mine, kb.select(counted, kb.zext(bits[q], i32),
-                                        kb.i32(0)));
-        }
-        selected = blockExclusiveScan(kb, spec.name + "_scan", mine, threads)
-                       .second;
+/// The realized block sparsity of each row, on the union of the request's
+/// rows: 1 - selected / row blocks (0 for an empty row).
+void SelectKernel::reportSparsity() {
+  for (int64_t r = 0; r < spec.rows; ++r) {
+    Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+    Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+    Value rowBlocks = kb.minS(
+        kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
+        kb.i32(MB));
+    // One row marks no block past its own, so its count is the mask's.
+    Value selected = total;
+    if (spec.rows > 1) {
+      Value mine = kb.i32(0);
+      for (int64_t q = 0; q < run; ++q) {
+        Value j = kb.add(first, kb.i32(q));
+        Value counted = kb.cmp(CmpIPredicate::slt, j, rowBlocks);
+        mine = kb.add(mine,
+                      kb.select(counted, kb.zext(bits[q], i32), kb.i32(0)));
       }
-      kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-        FloatType f64 = b.getF64Type();
-        Value fraction = arith::DivFOp::create(
-            b, loc, arith::SIToFPOp::create(b, loc, f64, selected),
-            arith::SIToFPOp::create(b, loc, f64, rowBlocks));
-        Value one = arith::ConstantFloatOp::create(b, loc, f64, APFloat(1.0));
-        Value zero = arith::ConstantFloatOp::create(b, loc, f64, APFloat(0.0));
-        Value value = kb.select(kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0)),
-                                arith::SubFOp::create(b, loc, one, fraction),
-                                zero);
-        kb.storeAt(arith::TruncFOp::create(b, loc, f32, value), sparsityOut,
-                   rowId);
-      });
+      selected =
+          blockExclusiveScan(kb, spec.name + "_scan", mine, threads).second;
     }
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+      FloatType f64 = b.getF64Type();
+      Value fraction = arith::DivFOp::create(
+          b, loc, arith::SIToFPOp::create(b, loc, f64, selected),
+          arith::SIToFPOp::create(b, loc, f64, rowBlocks));
+      Value one = arith::ConstantFloatOp::create(b, loc, f64, APFloat(1.0));
+      Value zero = arith::ConstantFloatOp::create(b, loc, f64, APFloat(0.0));
+      Value value = kb.select(kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0)),
+                              arith::SubFOp::create(b, loc, one, fraction),
+                              zero);
+      kb.storeAt(arith::TruncFOp::create(b, loc, f32, value), sparsityOut,
+                 rowId);
+    });
   }
+}
 
-  LaunchShape shape;
-  shape.grid = {spec.batch, 1, 1};
-  shape.blockThreads = threads;
-  return shape;
+} // namespace
+
+LaunchShape mlir::spin::gpu_codegen::buildSelectKernel(
+    OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+    const SelectKernelSpec &spec) {
+  return SelectKernel(b, loc, module, spec).build();
 }
