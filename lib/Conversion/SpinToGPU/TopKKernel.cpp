@@ -388,39 +388,80 @@ int64_t mlir::spin::gpu_codegen::topKMergeSlice(int64_t k, int64_t cluster) {
       llvm::PowerOf2Ceil(llvm::divideCeil(2 * k, cluster)));
 }
 
-LaunchShape
-mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
-                                         gpu::GPUModuleOp module,
-                                         const TopKKernelSpec &spec) {
+namespace {
+
+/// One top-K kernel while it is built: the spec's sizes, the kernel's
+/// parameters, the row and the cluster-wide values and shared arrays its
+/// phases share. `build` runs the phases in the order of the generated
+/// code, numbered as in the file's and Kernels.h's description.
+class TopKKernel {
+public:
+  TopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+             const TopKKernelSpec &spec)
+      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+        i32(kb.i32T()), i64(kb.i64T()), threads(spec.threads) {}
+  LaunchShape build();
+
+private:
+  void declareKernel();
+  void allocateShared();
+  void histogramShare();
+  void countEntries(ArrayRef<ChunkEntry> entries);
+  void collectCandidates();
+  void collectChunk(ArrayRef<ChunkEntry> entries);
+  void writeResult(Value i, Value used, Value entry);
+  void mergeRanks();
+  Value mergeCell(Type type, int64_t bytes, Value i);
+  void sortOwnSlice(Value mineFirst, Value mineCount);
+  void copyPeerSlices();
+  void placeByMergeRank(Value mineCount);
+  void leaderSelect();
+  Value stageCandidates(Value fromList);
+  Value candidate(Value i);
+  std::pair<Value, Value> keyOf(Value i);
+  Value entryOf(Value i);
+  void gatherWinners(const RadixSelection &selection, Value n);
+
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+  const TopKKernelSpec &spec;
+  KernelBuilder kb;
+  Type i32, i64;
+  const int64_t threads;
+  /// Leader-staged candidates, the words of the arena (the histogram, then
+  /// staged candidates or sorted slices) and the list's size (a power of
+  /// two); with merge ranks, the slice size and the arena's slice slots.
+  int64_t staged = 0, arenaWords = 0, listSize = 0, slice = 0, arenaSlots = 0;
+  bool aligned = false;
+
+  gpu::GPUFuncOp f;
+  Value scores, lengths, blocks, counts, candidates, out;
+  RowView row;
+  Value rank, tid, isLeader;
+  Value arena, takenCell, list;
+  ClusterHistogram hist;
+  /// This CTA's share [first, last) of the row and, for a one-chunk share,
+  /// its score vectors kept in registers since the histogram.
+  Value first, last, oneChunk;
+  SmallVector<Value> kept;
+  ClusterHistogram::Threshold threshold;
+  /// Candidates of the lower ranks, of the whole cluster, and the row's
+  /// offset in the candidate buffer.
+  Value candBefore, found, candBase;
+  Value outBase, merged;
+  /// The leader's selection input: candidates (`fromList`), staged in
+  /// shared memory (`inShared`) or the whole row.
+  Value fromList, inShared;
+};
+
+LaunchShape TopKKernel::build() {
   OpBuilder::InsertionGuard guard(b);
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), i64 = kb.i64T();
   assert(spec.cluster >= 1 && spec.cluster <= 8 &&
          "a portable cluster holds at most 8 CTAs");
   assert(spec.threads % 32 == 0 && spec.threads / 32 >= spec.cluster &&
          "one warp per peer counts its candidates");
-  const int64_t threads = spec.threads;
-
-  SmallVector<Type> params = {ptr, ptr};
-  if (spec.sparse)
-    params.append({ptr, ptr});
-  params.append({ptr, ptr});
-  gpu::GPUFuncOp f = beginKernel(b, loc, module, spec.name, params, threads);
-  // At most 64 registers: two CTAs of 512 threads fit an SM, so that a
-  // cluster of 8 finds room next to other kernels (H200, fp8 16 x 128K,
-  // K = 512: 25.9 us with 128 registers, 21.4 with 64).
-  f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
-             b.getI32IntegerAttr(
-                 static_cast<int32_t>(std::min<int64_t>(64, 65536 / threads))));
-  f->setAttr(
-      NVVM::NVVMDialect::getClusterDimAttrName(),
-      b.getDenseI32ArrayAttr({static_cast<int32_t>(spec.cluster), 1, 1}));
-  unsigned a = 0;
-  Value scores = f.getArgument(a++), lengths = f.getArgument(a++);
-  Value blocks = spec.sparse ? f.getArgument(a++) : Value();
-  Value counts = spec.sparse ? f.getArgument(a++) : Value();
-  Value candidates = f.getArgument(a++), out = f.getArgument(a++);
-  RowView row;
+  declareKernel();
   {
     // The row's length (an input) or selected-block count (the select
     // kernel's, two launches back) is read while the scoring kernel ends.
@@ -428,46 +469,91 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
     setInsertionBeforeGridWait(b, f);
     row = rowView(kb, spec, kb.blockIdY(), lengths, counts);
   }
-  Value rank = kb.blockIdX();
-  Value tid = kb.threadIdX();
-  Value isLeader = kb.cmp(CmpIPredicate::eq, rank, kb.i32(0));
-  const bool aligned = spec.width % 4 == 0;
+  rank = kb.blockIdX();
+  tid = kb.threadIdX();
+  isLeader = kb.cmp(CmpIPredicate::eq, rank, kb.i32(0));
+  aligned = spec.width % 4 == 0;
+  allocateShared();
 
-  // Shared memory: the CTA's histogram, which the leader (rank 0) reuses
-  // for its staged candidates once every CTA has read it, and the counter
-  // that places the CTA's candidates.
+  histogramShare();
+  // 2. The row's threshold bin, in every CTA.
+  threshold = hist.threshold(kb, threads, kb.i32(spec.k));
+  collectCandidates();
+
+  outBase = kb.mul(row.rowId, kb.i32(spec.k));
+  // The leader's list of winners (its sort), a power of two.
+  listSize = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
+  list = kb.sharedArray(spec.name + "_list", i64, listSize);
+  merged = kb.i1(false);
+  if (spec.mergeRanks)
+    mergeRanks();
+  kb.ifThen(kb.andI(isLeader, kb.not1(merged)), [&] { leaderSelect(); });
+
+  LaunchShape shape;
+  shape.grid = {spec.cluster, spec.batch * spec.rows, 1};
+  shape.blockThreads = threads;
+  return shape;
+}
+
+/// The `gpu.func` (a cluster of `cluster` CTAs per row) and its
+/// parameters (the block list and counts for sparse rows).
+void TopKKernel::declareKernel() {
+  Type ptr = kb.ptrT(Global);
+  SmallVector<Type> params = {ptr, ptr};
+  if (spec.sparse)
+    params.append({ptr, ptr});
+  params.append({ptr, ptr});
+  f = beginKernel(b, loc, module, spec.name, params, threads);
+  // At most 64 registers: two CTAs of 512 threads fit an SM, so that a
+  // cluster of 8 finds room next to other kernels.
+  f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+             b.getI32IntegerAttr(
+                 static_cast<int32_t>(std::min<int64_t>(64, 65536 / threads))));
+  f->setAttr(
+      NVVM::NVVMDialect::getClusterDimAttrName(),
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(spec.cluster), 1, 1}));
+  unsigned a = 0;
+  scores = f.getArgument(a++), lengths = f.getArgument(a++);
+  blocks = spec.sparse ? f.getArgument(a++) : Value();
+  counts = spec.sparse ? f.getArgument(a++) : Value();
+  candidates = f.getArgument(a++), out = f.getArgument(a++);
+}
+
+/// Shared memory: the CTA's histogram, which the leader (rank 0) reuses
+/// for its staged candidates once every CTA has read it, and the counter
+/// that places the CTA's candidates.
+void TopKKernel::allocateShared() {
   const int64_t listBytes =
       8 * static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
-  const int64_t staged =
+  staged =
       std::min<int64_t>(spec.candidates, (kStaticSharedBudget - listBytes) / 8 /
                                              threads * threads);
-  const int64_t arenaWords = std::max<int64_t>(kHistBins, 2 * staged);
-  Value arena = kb.sharedArray(spec.name + "_arena", i32, arenaWords);
-  Value takenCell = kb.sharedArray(spec.name + "_taken", i32, 1);
+  arenaWords = std::max<int64_t>(kHistBins, 2 * staged);
+  arena = kb.sharedArray(spec.name + "_arena", i32, arenaWords);
+  takenCell = kb.sharedArray(spec.name + "_taken", i32, 1);
+}
 
-  // 1. Each CTA's histogram of the top 12 bits of its share.
-  ClusterHistogram hist = ClusterHistogram::begin(kb, spec.name + "_hist",
-                                                  arena, spec.cluster, threads);
+/// 1. Each CTA's histogram of the top 12 bits of its share (the row's
+/// entries split evenly over the cluster, in multiples of 4), then the
+/// group sums and a cluster barrier, after which peers may read them. A
+/// share of one chunk (SPIN's rows after warm-up, dense rows up to 16
+/// entries a thread) keeps its scores in registers for step 3 instead of
+/// reading them again.
+void TopKKernel::histogramShare() {
+  hist = ClusterHistogram::begin(kb, spec.name + "_hist", arena, spec.cluster,
+                                 threads);
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
             [&] { kb.storeAt(kb.i32(0), takenCell, kb.i32(0)); });
-  // The row's entries split evenly over the cluster (in multiples of 4).
   Value share = kb.andI(kb.add(kb.divU(kb.add(row.n, kb.i32(spec.cluster - 1)),
                                        kb.i32(spec.cluster)),
                                kb.i32(3)),
                         kb.i32(~3));
-  Value first = kb.mul(rank, share);
-  Value last = kb.minS(kb.add(first, share), row.n);
-  auto countEntries = [&](ArrayRef<ChunkEntry> entries) {
-    for (const ChunkEntry &e : entries)
-      kb.ifThen(e.eligible, [&] { hist.count(kb, e.key); });
-  };
-  // A share of one chunk (SPIN's rows after warm-up, dense rows up to 16
-  // entries a thread) keeps its scores in registers for step 3 instead of
-  // reading them again.
-  Value oneChunk =
+  first = kb.mul(rank, share);
+  last = kb.minS(kb.add(first, share), row.n);
+  oneChunk =
       kb.cmp(CmpIPredicate::sle, kb.sub(last, first), kb.i32(16 * threads));
   Type vec = kb.vecT(kb.f32T(), 4);
-  SmallVector<Value> kept = kb.ifThenElse(
+  kept = kb.ifThenElse(
       SmallVector<Type>(4, vec), oneChunk,
       [&]() -> SmallVector<Value> {
         SmallVector<Value, 4> vectors =
@@ -477,294 +563,332 @@ mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
       },
       [&]() -> SmallVector<Value> {
         forEachChunk(kb, scores, row, aligned, first, last, threads,
-                     countEntries);
+                     [&](ArrayRef<ChunkEntry> e) { countEntries(e); });
         return SmallVector<Value>(
             4, kb.splat(vec, FloatAttr::get(kb.f32T(), 0.0)));
       });
   hist.sumGroups(kb, threads);
   kb.clusterSync();
+}
 
-  // 2. The row's threshold bin, in every CTA.
-  ClusterHistogram::Threshold threshold =
-      hist.threshold(kb, threads, kb.i32(spec.k));
-  Value bin = threshold.bin;
+/// The eligible ones of a thread's entries into the histogram.
+void TopKKernel::countEntries(ArrayRef<ChunkEntry> entries) {
+  for (const ChunkEntry &e : entries)
+    kb.ifThen(e.eligible, [&] { hist.count(kb, e.key); });
+}
 
-  // 3. Candidates at or above it.
-  // Each CTA's candidates follow those of the lower ranks (their counts
-  // come from the histograms); within a CTA one atomic per warp and chunk
-  // places them, each thread's after those of the lanes below it.
-  auto [candBefore, found] = hist.candidatesBefore(kb, bin, rank);
-  Value candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
-  auto collect =
-      [&](ArrayRef<ChunkEntry> entries) {
-        SmallVector<Value, 16> wanted;
-        Value mine = kb.i32(0);
-        for (const ChunkEntry &e : entries) {
-          wanted.push_back(kb.andI(
-              e.eligible, kb.cmp(CmpIPredicate::uge,
-                                 kb.shrU(e.key, kb.i32(kBinShift)), bin)));
-          mine = kb.add(mine, kb.zext(wanted.back(), i32));
-        }
-        Value at = kb.add(candBefore, warpReserveCount(kb, takenCell, mine));
-        for (auto [e, w] : llvm::zip(entries, wanted)) {
-          kb.ifThen(
-              kb.andI(w,
-                      kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates))),
-              [&] {
-                Value packed = kb.orI(kb.shl(kb.extU64(e.key), kb.i64(32)),
-                                      kb.extU64(e.i));
-                kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
-              });
-          at = kb.add(at, kb.zext(w, i32));
-        }
-      };
+/// 3. The candidates, entries at or above the threshold bin, as (key,
+/// entry) into the row's candidate buffer. Each CTA's follow those of the
+/// lower ranks (their counts come from the histograms). Ends with a
+/// cluster barrier: after it no CTA reads another's shared memory, and
+/// the leader sees every candidate.
+void TopKKernel::collectCandidates() {
+  std::tie(candBefore, found) = hist.candidatesBefore(kb, threshold.bin, rank);
+  candBase = kb.mul(kb.extS64(row.rowId), kb.i64(spec.candidates));
   kb.ifThenElse(
       {}, oneChunk,
       [&]() -> SmallVector<Value> {
-        collect(chunkEntries(kb, kept, first, last, threads));
+        collectChunk(chunkEntries(kb, kept, first, last, threads));
         return {};
       },
       [&]() -> SmallVector<Value> {
-        forEachChunk(kb, scores, row, aligned, first, last, threads, collect);
+        forEachChunk(kb, scores, row, aligned, first, last, threads,
+                     [&](ArrayRef<ChunkEntry> e) { collectChunk(e); });
         return {};
       });
-  // After this no CTA reads another's shared memory, and the leader sees
-  // every candidate.
   kb.clusterSync();
+}
 
-  // Place `i` of the row's result: the slot of `entry`, or -1 when unused.
-  Value outBase = kb.mul(row.rowId, kb.i32(spec.k));
-  auto writeResult = [&](Value i, Value used, Value entry) {
-    Value slot = entry;
-    if (spec.sparse) {
-      Value bs = kb.i32(spec.blockSize);
-      slot = kb.ifThenElse(
-          {i32}, used,
-          [&]() -> SmallVector<Value> {
-            Value block =
-                kb.loadAt(i32, blocks,
-                          kb.add(kb.mul(row.request, kb.i32(spec.maxBlocks)),
-                                 kb.divU(entry, bs)),
-                          true);
-            return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
-          },
-          [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
-    }
-    kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
-  };
-
-  // The leader's list of winners (its sort), a power of two.
-  const int64_t listSize = static_cast<int64_t>(llvm::PowerOf2Ceil(spec.k));
-  Value list = kb.sharedArray(spec.name + "_list", i64, listSize);
-
-  // 4a. Merge ranks. The candidate list splits into `cluster` even slices of
-  // at most `slice`; each CTA sorts one in shared memory by (score desc,
-  // entry asc) as (~key << 32 | entry), padded with all ones, which sort
-  // last. After a cluster barrier each CTA copies every sorted slice into
-  // its own shared memory (the histogram's and the list's, free now; its
-  // own slice stays where its peers read it), and after a second one, which
-  // also lets every CTA leave, each candidate's place in the row's order is
-  // the sum over the slices of the entries before it there (its own: its
-  // index). Places below K are the result. The slices split the list, not
-  // the row, so candidates crowded into one CTA's share cost the same.
-  Value merged = kb.i1(false);
-  if (spec.mergeRanks) {
-    const int64_t slice = topKMergeSlice(spec.k, spec.cluster);
-    const int64_t arenaSlots = arenaWords * 4 / (slice * 8);
-    assert(spec.cluster >= 2 && slice >= 2 && slice <= threads &&
-           slice * spec.cluster <= spec.candidates &&
-           arenaSlots + listSize / slice >= spec.cluster + 1 &&
-           "merge ranks need a slice per thread and room for every slice");
-    // Slot 0 holds the CTA's own slice; slot q + 1 the copy of rank q's.
-    // Slots [0, arenaSlots) lie in the arena, the others in the list:
-    // `cellAt(t, bytes, i)` is element `i` of type `t` (of `bytes` bytes)
-    // counted over the slots.
-    auto cellAt = [&](Type type, int64_t bytes, Value i) {
-      const int64_t arenaCells = arenaSlots * slice * 8 / bytes;
-      return kb.select(kb.cmp(CmpIPredicate::slt, i, kb.i32(arenaCells)),
-                       kb.gep(arena, type, i),
-                       kb.gep(list, type, kb.sub(i, kb.i32(arenaCells))));
-    };
-    merged = kb.cmp(CmpIPredicate::sle, found, kb.i32(slice * spec.cluster));
-    kb.ifThen(merged, [&] {
-      Value per = kb.divU(kb.add(found, kb.i32(spec.cluster - 1)),
-                          kb.i32(spec.cluster));
-      Value mineFirst = kb.mul(rank, per);
-      Value mineCount =
-          kb.minS(kb.maxS(kb.sub(found, mineFirst), kb.i32(0)), per);
-      Value flip = kb.i64(static_cast<int64_t>(0xffffffff00000000ULL));
-      forEachThreadStrided(kb, kb.i32(slice), threads, [&](Value t) {
-        Value packed = kb.ifThenElse(
-            {i64}, kb.cmp(CmpIPredicate::slt, t, mineCount),
-            [&]() -> SmallVector<Value> {
-              Value c =
-                  kb.loadAt(i64, candidates,
-                            kb.add(candBase, kb.extS64(kb.add(mineFirst, t))));
-              return {kb.xorI(c, flip)};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i64(-1)}; })[0];
-        kb.storeAt(packed, arena, t);
-      });
-      kb.barrier();
-      bitonicSortU64(kb, arena, slice, threads);
-      kb.clusterSync();
-      // Every thread issues all its 16-byte copies before it stores any.
-      Type vec = kb.vecT(i64, 2);
-      const int64_t perPeer = slice / 2, total = spec.cluster * perPeer;
-      struct Copy {
-        Value value, dst, inRange;
-      };
-      SmallVector<Copy> copies;
-      for (int64_t j = 0; j < llvm::divideCeilSigned(total, threads); ++j) {
-        Value v = kb.add(tid, kb.i32(j * threads));
-        Value inRange = kb.cmp(CmpIPredicate::slt, v, kb.i32(total));
-        Value vc = kb.minS(v, kb.i32(total - 1));
-        Value q = kb.divU(vc, kb.i32(perPeer));
-        Value at = kb.remU(vc, kb.i32(perPeer));
-        Value value =
-            kb.load(vec, kb.gep(kb.clusterPeer(arena, q), vec, at), 16);
-        Value dst = cellAt(
-            vec, 16, kb.add(kb.mul(kb.add(q, kb.i32(1)), kb.i32(perPeer)), at));
-        copies.push_back({value, dst, inRange});
-      }
-      for (const Copy &c : copies) {
-        if (total % threads == 0)
-          kb.store(c.value, c.dst, 16);
-        else
-          kb.ifThen(c.inRange, [&] { kb.store(c.value, c.dst, 16); });
-      }
-      kb.barrier();
-      // No CTA reads a peer's shared memory after this.
-      kb.clusterSync();
-      forEachThreadStrided(kb, mineCount, threads, [&](Value t) {
-        Value x = kb.loadAt(i64, arena, t);
-        Value place = kb.i32(0);
-        for (int64_t q = 0; q < spec.cluster; ++q) {
-          // The entries of rank q's slice before x: a binary search over
-          // the padded slice, whose padding never is.
-          Value sorted = cellAt(i64, 8, kb.i32((q + 1) * slice));
-          Value at = kb.i32(0);
-          for (int64_t step = slice / 2; step >= 1; step /= 2) {
-            Value probe = kb.loadAt(i64, sorted, kb.add(at, kb.i32(step - 1)));
-            at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
-                           kb.add(at, kb.i32(step)), at);
-          }
-          Value probe = kb.loadAt(i64, sorted, at);
-          at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
-                         kb.add(at, kb.i32(1)), at);
-          place = kb.add(place, at);
-        }
-        kb.ifThen(kb.cmp(CmpIPredicate::slt, place, kb.i32(spec.k)),
-                  [&] { writeResult(place, kb.i1(true), kb.trunc32(x)); });
-      });
-      // Places past the candidates (a row with fewer than K) are unused.
-      kb.ifThen(isLeader, [&] {
-        kb.forLoop(kb.add(kb.minS(found, kb.i32(spec.k)), tid), kb.i32(spec.k),
-                   kb.i32(threads),
-                   [&](Value i) { writeResult(i, kb.i1(false), kb.i32(0)); });
-      });
-    });
+/// A thread's candidates of one chunk: one atomic per warp and chunk
+/// places them, each thread's after those of the lanes below it.
+void TopKKernel::collectChunk(ArrayRef<ChunkEntry> entries) {
+  SmallVector<Value, 16> wanted;
+  Value mine = kb.i32(0);
+  for (const ChunkEntry &e : entries) {
+    wanted.push_back(kb.andI(
+        e.eligible, kb.cmp(CmpIPredicate::uge,
+                           kb.shrU(e.key, kb.i32(kBinShift)), threshold.bin)));
+    mine = kb.add(mine, kb.zext(wanted.back(), i32));
   }
-
-  // 4b. Otherwise the leader selects, sorts and writes.
-  kb.ifThen(kb.andI(isLeader, kb.not1(merged)), [&] {
-    // Candidates when they all fit, else the whole row.
-    Value fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
-    Value n = kb.select(fromList, found, row.n);
-    // A list that fits is copied to shared memory (the histogram's, free
-    // now) first: the radix passes and the gather then read it without a
-    // trip to L2 each.
-    Value inShared = kb.i1(false);
-    if (staged > 0) {
-      inShared =
-          kb.andI(fromList, kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
-      kb.ifThen(inShared, [&] {
-        forEachThreadStrided(kb, found, threads, [&](Value i) {
-          kb.storeAt(kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i))),
-                     arena, i);
+  Value at = kb.add(candBefore, warpReserveCount(kb, takenCell, mine));
+  for (auto [e, w] : llvm::zip(entries, wanted)) {
+    kb.ifThen(
+        kb.andI(w, kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.candidates))),
+        [&] {
+          Value packed = kb.orI(kb.shl(kb.extU64(e.key), kb.i64(32)),
+                                kb.extU64(e.i));
+          kb.storeAt(packed, candidates, kb.add(candBase, kb.extS64(at)));
         });
-      });
-      kb.barrier();
-    }
-    auto candidate = [&](Value i) {
-      if (staged == 0)
-        return kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
-      return kb.ifThenElse(
-          {i64}, inShared,
-          [&]() -> SmallVector<Value> { return {kb.loadAt(i64, arena, i)}; },
-          [&]() -> SmallVector<Value> {
-            return {kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)))};
-          })[0];
-    };
-    auto keyOf = [&](Value i) -> std::pair<Value, Value> {
-      SmallVector<Value> kv = kb.ifThenElse(
-          {kb.i1T(), i32, i32}, fromList,
-          [&]() -> SmallVector<Value> {
-            Value packed = candidate(i);
-            return {kb.i1(true), kb.trunc32(kb.shrU(packed, kb.i64(32))),
-                    kb.trunc32(packed)};
-          },
-          [&]() -> SmallVector<Value> {
-            auto [eligible, key] = scoreKey(kb, scores, row, i);
-            return {eligible, key, i};
-          });
-      return {kv[0], kv[1]};
-    };
-    auto entryOf = [&](Value i) -> Value {
-      return kb.ifThenElse(
-          {i32}, fromList,
-          [&]() -> SmallVector<Value> { return {kb.trunc32(candidate(i))}; },
-          [&]() -> SmallVector<Value> { return {i}; })[0];
-    };
-    // The radix passes start below the threshold's 12 bits.
-    KnownBin known{32 - kBinShift, bin, threshold.above, threshold.inBin,
-                   kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.k))};
-    RadixSelection selection =
-        selectLargest(kb, spec.name + "_select", n, kb.i32(spec.k),
-                      spec.threads, keyOf, entryOf, known);
+    at = kb.add(at, kb.zext(w, i32));
+  }
+}
 
-    // Gather the winners as (~key << 32 | entry); unused cells sort last.
-    Value count = kb.sharedArray(spec.name + "_count", i32, 1);
-    forEachThreadStrided(kb, kb.i32(listSize), spec.threads,
-                         [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
-              [&] { kb.storeAt(kb.i32(0), count, kb.i32(0)); });
-    kb.barrier();
-    // One counter atomic per warp places the winners.
-    forEachThreadStridedInWarps(
-        kb, n, spec.threads, [&](Value i, Value inRange) {
-          SmallVector<Value> kv = kb.ifThenElse(
-              {kb.i1T(), i32, i32}, inRange,
-              [&]() -> SmallVector<Value> {
-                auto [eligible, key] = keyOf(i);
-                Value entry = entryOf(i);
-                return {isSelected(kb, selection, eligible, key, entry), key,
-                        entry};
-              },
-              [&]() -> SmallVector<Value> {
-                return {kb.i1(false), kb.i32(0), kb.i32(0)};
-              });
-          Value at = warpReserve(kb, count, kv[0]);
-          kb.ifThen(
-              kb.andI(kv[0], kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k))),
-              [&] {
-                Value packed = kb.orI(
-                    kb.shl(kb.extU64(kb.xorI(kv[1], kb.i32(-1))), kb.i64(32)),
-                    kb.extU64(kv[2]));
-                kb.storeAt(packed, list, at);
-              });
-        });
-    kb.barrier();
-    bitonicSortU64(kb, list, listSize, spec.threads);
+/// Place `i` of the row's result: the slot of `entry` (through the block
+/// list for sparse rows), or -1 when unused.
+void TopKKernel::writeResult(Value i, Value used, Value entry) {
+  Value slot = entry;
+  if (spec.sparse) {
+    Value bs = kb.i32(spec.blockSize);
+    slot = kb.ifThenElse(
+        {i32}, used,
+        [&]() -> SmallVector<Value> {
+          Value block =
+              kb.loadAt(i32, blocks,
+                        kb.add(kb.mul(row.request, kb.i32(spec.maxBlocks)),
+                               kb.divU(entry, bs)),
+                        true);
+          return {kb.add(kb.mul(block, bs), kb.remU(entry, bs))};
+        },
+        [&]() -> SmallVector<Value> { return {kb.i32(-1)}; })[0];
+  }
+  kb.storeAt(kb.select(used, slot, kb.i32(-1)), out, kb.add(outBase, i));
+}
 
-    forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
-      Value packed = kb.loadAt(i64, list, i);
-      writeResult(i, kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1)),
-                  kb.trunc32(packed));
+/// 4a. Merge ranks. The candidate list splits into `cluster` even slices
+/// of at most `slice`; each CTA sorts one in shared memory by (score desc,
+/// entry asc) as (~key << 32 | entry), padded with all ones, which sort
+/// last. After a cluster barrier each CTA copies every sorted slice into
+/// its own shared memory (the histogram's and the list's, free now; its
+/// own slice stays where its peers read it), and after a second one, which
+/// also lets every CTA leave, each candidate's place in the row's order is
+/// the sum over the slices of the entries before it there (its own: its
+/// index). Places below K are the result. The slices split the list, not
+/// the row, so candidates crowded into one CTA's share cost the same.
+void TopKKernel::mergeRanks() {
+  slice = topKMergeSlice(spec.k, spec.cluster);
+  arenaSlots = arenaWords * 4 / (slice * 8);
+  assert(spec.cluster >= 2 && slice >= 2 && slice <= threads &&
+         slice * spec.cluster <= spec.candidates &&
+         arenaSlots + listSize / slice >= spec.cluster + 1 &&
+         "merge ranks need a slice per thread and room for every slice");
+  merged = kb.cmp(CmpIPredicate::sle, found, kb.i32(slice * spec.cluster));
+  kb.ifThen(merged, [&] {
+    Value per = kb.divU(kb.add(found, kb.i32(spec.cluster - 1)),
+                        kb.i32(spec.cluster));
+    Value mineFirst = kb.mul(rank, per);
+    Value mineCount =
+        kb.minS(kb.maxS(kb.sub(found, mineFirst), kb.i32(0)), per);
+    sortOwnSlice(mineFirst, mineCount);
+    kb.clusterSync();
+    copyPeerSlices();
+    // No CTA reads a peer's shared memory after this.
+    kb.clusterSync();
+    placeByMergeRank(mineCount);
+    // Places past the candidates (a row with fewer than K) are unused.
+    kb.ifThen(isLeader, [&] {
+      kb.forLoop(kb.add(kb.minS(found, kb.i32(spec.k)), tid), kb.i32(spec.k),
+                 kb.i32(threads),
+                 [&](Value i) { writeResult(i, kb.i1(false), kb.i32(0)); });
     });
   });
-  LaunchShape shape;
-  shape.grid = {spec.cluster, spec.batch * spec.rows, 1};
-  shape.blockThreads = threads;
-  return shape;
+}
+
+/// Slot 0 holds the CTA's own slice; slot q + 1 the copy of rank q's.
+/// Slots [0, arenaSlots) lie in the arena, the others in the list: this is
+/// element `i` of type `type` (of `bytes` bytes) counted over the slots.
+Value TopKKernel::mergeCell(Type type, int64_t bytes, Value i) {
+  const int64_t arenaCells = arenaSlots * slice * 8 / bytes;
+  return kb.select(kb.cmp(CmpIPredicate::slt, i, kb.i32(arenaCells)),
+                   kb.gep(arena, type, i),
+                   kb.gep(list, type, kb.sub(i, kb.i32(arenaCells))));
+}
+
+/// The CTA's slice [mineFirst, mineFirst + mineCount) of the candidates,
+/// as (~key << 32 | entry) padded with all ones, sorted in the arena.
+void TopKKernel::sortOwnSlice(Value mineFirst, Value mineCount) {
+  Value flip = kb.i64(static_cast<int64_t>(0xffffffff00000000ULL));
+  forEachThreadStrided(kb, kb.i32(slice), threads, [&](Value t) {
+    Value packed = kb.ifThenElse(
+        {i64}, kb.cmp(CmpIPredicate::slt, t, mineCount),
+        [&]() -> SmallVector<Value> {
+          Value c =
+              kb.loadAt(i64, candidates,
+                        kb.add(candBase, kb.extS64(kb.add(mineFirst, t))));
+          return {kb.xorI(c, flip)};
+        },
+        [&]() -> SmallVector<Value> { return {kb.i64(-1)}; })[0];
+    kb.storeAt(packed, arena, t);
+  });
+  kb.barrier();
+  bitonicSortU64(kb, arena, slice, threads);
+}
+
+/// Every peer's sorted slice into this CTA's merge slots (after a cluster
+/// barrier); every thread issues all its 16-byte copies before it stores
+/// any, so the remote reads overlap.
+void TopKKernel::copyPeerSlices() {
+  Type vec = kb.vecT(i64, 2);
+  const int64_t perPeer = slice / 2, total = spec.cluster * perPeer;
+  struct Copy {
+    Value value, dst, inRange;
+  };
+  SmallVector<Copy> copies;
+  for (int64_t j = 0; j < llvm::divideCeilSigned(total, threads); ++j) {
+    Value v = kb.add(tid, kb.i32(j * threads));
+    Value inRange = kb.cmp(CmpIPredicate::slt, v, kb.i32(total));
+    Value vc = kb.minS(v, kb.i32(total - 1));
+    Value q = kb.divU(vc, kb.i32(perPeer));
+    Value at = kb.remU(vc, kb.i32(perPeer));
+    Value value = kb.load(vec, kb.gep(kb.clusterPeer(arena, q), vec, at), 16);
+    Value dst = mergeCell(
+        vec, 16, kb.add(kb.mul(kb.add(q, kb.i32(1)), kb.i32(perPeer)), at));
+    copies.push_back({value, dst, inRange});
+  }
+  for (const Copy &c : copies) {
+    if (total % threads == 0)
+      kb.store(c.value, c.dst, 16);
+    else
+      kb.ifThen(c.inRange, [&] { kb.store(c.value, c.dst, 16); });
+  }
+  kb.barrier();
+}
+
+/// Each of the CTA's own candidates' place in the row's order: the sum
+/// over the sorted slices of their entries before it, each by a binary
+/// search over the padded slice (whose padding never is before it).
+void TopKKernel::placeByMergeRank(Value mineCount) {
+  forEachThreadStrided(kb, mineCount, threads, [&](Value t) {
+    Value x = kb.loadAt(i64, arena, t);
+    Value place = kb.i32(0);
+    for (int64_t q = 0; q < spec.cluster; ++q) {
+      Value sorted = mergeCell(i64, 8, kb.i32((q + 1) * slice));
+      Value at = kb.i32(0);
+      for (int64_t step = slice / 2; step >= 1; step /= 2) {
+        Value probe = kb.loadAt(i64, sorted, kb.add(at, kb.i32(step - 1)));
+        at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
+                       kb.add(at, kb.i32(step)), at);
+      }
+      Value probe = kb.loadAt(i64, sorted, at);
+      at = kb.select(kb.cmp(CmpIPredicate::ult, probe, x),
+                     kb.add(at, kb.i32(1)), at);
+      place = kb.add(place, at);
+    }
+    kb.ifThen(kb.cmp(CmpIPredicate::slt, place, kb.i32(spec.k)),
+              [&] { writeResult(place, kb.i1(true), kb.trunc32(x)); });
+  });
+}
+
+/// 4b. Without merge ranks (or when the candidates overflow the slices),
+/// the leader radix-selects the K largest of the candidates when they all
+/// fit in their buffer, else of the whole row, sorts the winners and
+/// writes them.
+void TopKKernel::leaderSelect() {
+  fromList = kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.candidates));
+  Value n = kb.select(fromList, found, row.n);
+  inShared = stageCandidates(fromList);
+  // The radix passes start below the threshold's 12 bits.
+  KnownBin known{32 - kBinShift, threshold.bin, threshold.above,
+                 threshold.inBin,
+                 kb.cmp(CmpIPredicate::sle, found, kb.i32(spec.k))};
+  RadixSelection selection = selectLargest(
+      kb, spec.name + "_select", n, kb.i32(spec.k), spec.threads,
+      [&](Value i) { return keyOf(i); }, [&](Value i) { return entryOf(i); },
+      known);
+  gatherWinners(selection, n);
+  bitonicSortU64(kb, list, listSize, spec.threads);
+  forEachThreadStrided(kb, kb.i32(spec.k), spec.threads, [&](Value i) {
+    Value packed = kb.loadAt(i64, list, i);
+    writeResult(i, kb.cmp(CmpIPredicate::ne, packed, kb.i64(-1)),
+                kb.trunc32(packed));
+  });
+}
+
+/// A candidate list that fits is copied to shared memory (the histogram's,
+/// free now) first: the radix passes and the gather then read it without a
+/// trip to L2 each. Returns whether it was.
+Value TopKKernel::stageCandidates(Value fromList) {
+  Value staging = kb.i1(false);
+  if (staged > 0) {
+    staging =
+        kb.andI(fromList, kb.cmp(CmpIPredicate::sle, found, kb.i32(staged)));
+    kb.ifThen(staging, [&] {
+      forEachThreadStrided(kb, found, threads, [&](Value i) {
+        kb.storeAt(kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i))),
+                   arena, i);
+      });
+    });
+    kb.barrier();
+  }
+  return staging;
+}
+
+/// Candidate `i` (key << 32 | entry), from shared memory when staged.
+Value TopKKernel::candidate(Value i) {
+  if (staged == 0)
+    return kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)));
+  return kb.ifThenElse(
+      {i64}, inShared,
+      [&]() -> SmallVector<Value> { return {kb.loadAt(i64, arena, i)}; },
+      [&]() -> SmallVector<Value> {
+        return {kb.loadAt(i64, candidates, kb.add(candBase, kb.extS64(i)))};
+      })[0];
+}
+
+/// Whether element `i` of the selection input is eligible, and its key.
+std::pair<Value, Value> TopKKernel::keyOf(Value i) {
+  SmallVector<Value> kv = kb.ifThenElse(
+      {kb.i1T(), i32, i32}, fromList,
+      [&]() -> SmallVector<Value> {
+        Value packed = candidate(i);
+        return {kb.i1(true), kb.trunc32(kb.shrU(packed, kb.i64(32))),
+                kb.trunc32(packed)};
+      },
+      [&]() -> SmallVector<Value> {
+        auto [eligible, key] = scoreKey(kb, scores, row, i);
+        return {eligible, key, i};
+      });
+  return {kv[0], kv[1]};
+}
+
+/// The row entry of element `i` of the selection input.
+Value TopKKernel::entryOf(Value i) {
+  return kb.ifThenElse(
+      {i32}, fromList,
+      [&]() -> SmallVector<Value> { return {kb.trunc32(candidate(i))}; },
+      [&]() -> SmallVector<Value> { return {i}; })[0];
+}
+
+/// The selected winners into the list as (~key << 32 | entry), unused
+/// cells all ones (they sort last); one counter atomic per warp places
+/// them.
+void TopKKernel::gatherWinners(const RadixSelection &selection, Value n) {
+  Value count = kb.sharedArray(spec.name + "_count", i32, 1);
+  forEachThreadStrided(kb, kb.i32(listSize), spec.threads,
+                       [&](Value i) { kb.storeAt(kb.i64(-1), list, i); });
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0)),
+            [&] { kb.storeAt(kb.i32(0), count, kb.i32(0)); });
+  kb.barrier();
+  forEachThreadStridedInWarps(
+      kb, n, spec.threads, [&](Value i, Value inRange) {
+        SmallVector<Value> kv = kb.ifThenElse(
+            {kb.i1T(), i32, i32}, inRange,
+            [&]() -> SmallVector<Value> {
+              auto [eligible, key] = keyOf(i);
+              Value entry = entryOf(i);
+              return {isSelected(kb, selection, eligible, key, entry), key,
+                      entry};
+            },
+            [&]() -> SmallVector<Value> {
+              return {kb.i1(false), kb.i32(0), kb.i32(0)};
+            });
+        Value at = warpReserve(kb, count, kv[0]);
+        kb.ifThen(
+            kb.andI(kv[0], kb.cmp(CmpIPredicate::slt, at, kb.i32(spec.k))),
+            [&] {
+              Value packed = kb.orI(
+                  kb.shl(kb.extU64(kb.xorI(kv[1], kb.i32(-1))), kb.i64(32)),
+                  kb.extU64(kv[2]));
+              kb.storeAt(packed, list, at);
+            });
+      });
+  kb.barrier();
+}
+
+} // namespace
+
+LaunchShape
+mlir::spin::gpu_codegen::buildTopKKernel(OpBuilder &b, Location loc,
+                                         gpu::GPUModuleOp module,
+                                         const TopKKernelSpec &spec) {
+  return TopKKernel(b, loc, module, spec).build();
 }
