@@ -234,6 +234,7 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   perRow = 2 + chunks + (spec.scales ? 1 : 0);
 }
 
+/// Builds the kernel, phase after phase; returns its launch shape.
 LaunchShape ScoreKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();

@@ -183,6 +183,7 @@ private:
   Value ok;
 };
 
+/// Builds the kernel, phase after phase; returns its launch shape.
 LaunchShape PredictKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();
@@ -264,6 +265,8 @@ Value PredictKernel::firstBlockOf() {
   return kb.mul(kb.blockIdX(), kb.i32(range));
 }
 
+/// The CTA's slots of its blocks (`firstBlock` on) in a row of
+/// `rowBlocks` blocks.
 PredictKernel::Slots PredictKernel::slotsOf(Value firstBlock,
                                             Value rowBlocks) {
   Value endBlock = kb.minS(kb.add(firstBlock, kb.i32(range)), rowBlocks);
@@ -338,8 +341,8 @@ void PredictKernel::poolCtaBlocks(Value firstBlock, Value rowBlocks) {
   Slots mine = slotsOf(firstBlock, rowBlocks);
   Value stateBase = mine.stateBase, firstSlot = mine.first;
   Value endSlot = mine.end;
-  // Up to 8 slots' loads in flight per lane: 16 (all of a CTA's slots at
-  // once) was slower.
+  // Up to 8 slots' loads in flight per lane: 16, all of a CTA's slots at
+  // once, measured slower (docs/benchmarks-kernels.md).
   const int64_t unroll =
       std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
   maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
@@ -418,6 +421,8 @@ private:
   SmallVector<Value> bits;
 };
 
+/// Builds the kernel, phase after phase (the rows one after the other,
+/// then the request's list); returns its launch shape.
 LaunchShape SelectKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();

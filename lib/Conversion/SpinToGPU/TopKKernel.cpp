@@ -455,6 +455,7 @@ private:
   Value fromList, inShared;
 };
 
+/// Builds the kernel, phase after phase; returns its launch shape.
 LaunchShape TopKKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   assert(spec.cluster >= 1 && spec.cluster <= 8 &&
