@@ -381,19 +381,98 @@ Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
   return issue(nullptr, inputs, outputs, {}, stream);
 }
 
+/// One step being issued: its arguments as the kernels see them, and how far
+/// the issue got, which `failStep` needs to undo it.
+struct GpuProgram::Step {
+  Step(GpuStatePool *pool, const std::vector<int64_t> &requestIds,
+       CUstream stream, bool stateful, size_t arguments)
+      : pool(pool), requestIds(requestIds), stream(stream), stateful(stateful),
+        address(arguments, 0), shapes(arguments) {}
+
+  GpuStatePool *pool;
+  const std::vector<int64_t> &requestIds;
+  CUstream stream;
+  const bool stateful;
+  /// Per step argument: its device address and its run-time shape.
+  std::vector<CUdeviceptr> address;
+  std::vector<std::vector<int64_t>> shapes;
+  /// Requests in the step, and query rows per request.
+  int64_t batch = -1;
+  int64_t rows = 1;
+  /// The state layers the step binds, and those of them that buffer its
+  /// rows (MTP).
+  std::vector<int64_t> layers, bufferingLayers;
+  /// The ring entry that stages the step's slots; kRingSize for none (a
+  /// stateless or captured step).
+  size_t ringEntry = kRingSize;
+  /// Whether device work of the step was issued.
+  bool issued = false;
+};
+
 Status GpuProgram::issue(GpuStatePool *pool,
                          const std::map<std::string, DeviceTensorRef> &inputs,
                          const std::map<std::string, DeviceTensorRef> &outputs,
                          const std::vector<int64_t> &requestIds,
                          CUstream stream) {
-  const bool stateful = spec.stateful();
+  Step step(pool, requestIds, stream, spec.stateful(), spec.arguments.size());
+  if (Status s = bindArguments(inputs, outputs, step); !s.ok())
+    return s;
+  if (Status s = bindState(step); !s.ok())
+    return s;
+  if (Status s = checkKernelSizes(step); !s.ok())
+    return s;
+
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+
+  // Admission: from here on a failure goes through failStep, which ends the
+  // step's bookkeeping.
+  std::lock_guard<std::mutex> lock(mutex);
+  const Span<int64_t> ids(requestIds);
+  const Span<int64_t> stepLayers(step.layers);
+  if (step.stateful)
+    if (Status s =
+            pool->bookkeeping().beginStep(ids, spec.commits(), stepLayers);
+        !s.ok())
+      return s;
+  if (step.stateful)
+    if (Status s = stageSlots(step); !s.ok())
+      return failStep(step, s);
+  if (Status s = launchKernels(step); !s.ok())
+    return failStep(step, s);
+
+  if (step.stateful) {
+    // MTP layers buffered this step's rows (docs/Runtime-ABI.md).
+    if (!step.bufferingLayers.empty())
+      if (Status s = pool->bookkeeping().setBufferedRows(
+              ids, Span<int64_t>(step.bufferingLayers),
+              static_cast<int32_t>(step.rows));
+          !s.ok())
+        return failStep(step, s);
+    pool->bookkeeping().endStep(ids, stepLayers);
+  }
+  ++stepsSinceCheck;
+  if (history.size() == kHistory)
+    history.pop_front();
+  history.push_back(requestIds);
+  return Status::success();
+}
+
+/// Binds the caller's inputs and outputs to the step's arguments, checking
+/// names, element types and shapes against the signature (every error names
+/// the tensor, before anything is issued), and sizes the step: its batch
+/// (from the tensors, else the request ids or the manifest) and its rows per
+/// request (from the positions).
+Status
+GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
+                          const std::map<std::string, DeviceTensorRef> &outputs,
+                          Step &step) const {
   const std::vector<ArgSpec> &args = spec.arguments;
   const size_t n = args.size();
-  std::vector<CUdeviceptr> address(n, 0);
-  std::vector<std::vector<int64_t>> shapes(n);
-
-  //===--- Names, element types and shapes ------------------------------===//
-  int64_t batch = -1;
+  std::vector<CUdeviceptr> &address = step.address;
+  std::vector<std::vector<int64_t>> &shapes = step.shapes;
+  int64_t &batch = step.batch;
   std::string batchFrom;
   auto checkTensor = [&](const ArgSpec &arg, const DeviceTensorRef &tensor,
                          const char *what) -> Status {
@@ -480,101 +559,121 @@ Status GpuProgram::issue(GpuStatePool *pool,
       return Status::error("unknown output '" + entry.first + "'");
 
   if (batch < 0)
-    batch = stateful ? static_cast<int64_t>(requestIds.size()) : spec.batch;
+    batch = step.stateful ? static_cast<int64_t>(step.requestIds.size())
+                          : spec.batch;
   if (batch > spec.batch)
     return Status::error("the step has a batch of " + str(batch) +
                          " requests but " + spec.directory +
                          " was compiled for at most " + str(spec.batch));
-  int64_t rows = spec.rows;
+  step.rows = spec.rows;
   for (size_t i = 0; i < n; ++i)
     if (args[i].role == ArgSpec::Role::Positions && shapes[i].size() == 2)
-      rows = shapes[i][1];
+      step.rows = shapes[i][1];
+  return Status::success();
+}
 
-  //===--- The state pool ------------------------------------------------===//
-  std::vector<int64_t> layers, bufferingLayers;
-  if (stateful) {
-    if (!pool)
-      return Status::error("the program " + spec.function +
-                           " binds SPIN state: run it with a GpuStatePool");
-    if (pool->context()->handle() != ctx->handle())
-      return Status::error("the state pool lives in another CUDA context "
-                           "(device " +
-                           str(pool->context()->device()) +
-                           ") than the program (device " + str(ctx->device()) +
-                           ")");
-    if (static_cast<int64_t>(requestIds.size()) != batch)
-      return Status::error(str(static_cast<int64_t>(requestIds.size())) +
-                           " request ids given for a batch of " + str(batch));
-    const StatePoolOptions &o = pool->options();
-    if (rows > o.maxRows)
-      return Status::error("the step has " + str(rows) +
-                           " rows per request but the state pool buffers at "
-                           "most " +
-                           str(o.maxRows));
-    // The kernels were compiled for the manifest's state shape: the row
-    // strides of the arrays they bind must be the pool's.
-    const GpuStateSpec &want = *spec.state;
-    auto binds = [&](std::initializer_list<const char *> fields) {
-      return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
-        return a.role == ArgSpec::Role::State &&
-               std::any_of(fields.begin(), fields.end(),
-                           [&](const char *f) { return a.name == f; });
-      });
-    };
-    auto mismatch = [&](const char *what, int64_t pooled, int64_t compiled) {
-      return Status::error("the state pool has " + std::string(what) + " " +
-                           str(pooled) + " but " + spec.directory +
-                           " was compiled for " + str(compiled));
-    };
-    if (o.capacity != want.capacity)
-      return mismatch("capacity", o.capacity, want.capacity);
-    if (binds({"obs_pos", "obs_len", "obs_z"}) && o.maxRows != want.maxRows)
-      return mismatch("maxRows", o.maxRows, want.maxRows);
-    const int64_t compiledBlocks =
-        (want.capacity + want.blockSize - 1) / want.blockSize;
-    for (const char *perBlock : {"obs_mask", "pred_keys"})
-      if (binds({perBlock}) && pool->numBlocks() != compiledBlocks)
-        return Status::error(std::string("the state pool's ") + perBlock +
-                             " rows hold " + str(pool->numBlocks()) +
-                             " blocks but " + spec.directory +
-                             " was compiled for " + str(compiledBlocks));
-    for (size_t i = 0; i < n; ++i) {
-      const ArgSpec &arg = args[i];
-      if (arg.role != ArgSpec::Role::State)
-        continue;
-      if (arg.layer >= o.numLayers)
-        return Status::error("the program uses state of layer " +
-                             str(arg.layer) + " but the pool has " +
-                             str(o.numLayers) + " layers");
-      if (arg.blockSize > 0 &&
-          pool->numBlocks() < (o.capacity + arg.blockSize - 1) / arg.blockSize)
-        return Status::error(
-            "the state pool's block size (" + str(o.blockSize) +
-            ") is larger than layer " + str(arg.layer) +
-            "'s SPIN block size (" + str(arg.blockSize) +
-            "): its per-block buffers cannot hold the program's blocks");
-      GpuLayerBuffers buffers = pool->layer(arg.layer);
-      buffers.field(arg.name, address[i], shapes[i]);
-      for (size_t d = 0; d < arg.shape.size(); ++d)
-        if (arg.shape[d] >= 0 && arg.shape[d] != shapes[i][d])
-          return Status::error("state field '" + arg.name + "' of layer " +
-                               str(arg.layer) + " is " +
-                               shapeString(shapes[i]) +
-                               " in the state pool, but the program expects " +
-                               shapeString(arg.shape));
-      if (std::find(layers.begin(), layers.end(), arg.layer) == layers.end())
-        layers.push_back(arg.layer);
-      if (arg.name == "obs_rows")
-        bufferingLayers.push_back(arg.layer);
-    }
+/// Checks a stateful step's pool against the program (the same CUDA
+/// context, one request id per batch row, and the state shape the kernels
+/// were compiled for, since they bake in its row strides) and binds the
+/// pool's state fields to the step's state arguments, noting the layers the
+/// step touches. A stateless step binds nothing.
+Status GpuProgram::bindState(Step &step) const {
+  if (!step.stateful)
+    return Status::success();
+  const std::vector<ArgSpec> &args = spec.arguments;
+  const size_t n = args.size();
+  GpuStatePool *pool = step.pool;
+  const int64_t batch = step.batch, rows = step.rows;
+  if (!pool)
+    return Status::error("the program " + spec.function +
+                         " binds SPIN state: run it with a GpuStatePool");
+  if (pool->context()->handle() != ctx->handle())
+    return Status::error("the state pool lives in another CUDA context "
+                         "(device " +
+                         str(pool->context()->device()) +
+                         ") than the program (device " + str(ctx->device()) +
+                         ")");
+  if (static_cast<int64_t>(step.requestIds.size()) != batch)
+    return Status::error(str(static_cast<int64_t>(step.requestIds.size())) +
+                         " request ids given for a batch of " + str(batch));
+  const StatePoolOptions &o = pool->options();
+  if (rows > o.maxRows)
+    return Status::error("the step has " + str(rows) +
+                         " rows per request but the state pool buffers at "
+                         "most " +
+                         str(o.maxRows));
+  // The kernels were compiled for the manifest's state shape: the row
+  // strides of the arrays they bind must be the pool's.
+  const GpuStateSpec &want = *spec.state;
+  auto binds = [&](std::initializer_list<const char *> fields) {
+    return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
+      return a.role == ArgSpec::Role::State &&
+             std::any_of(fields.begin(), fields.end(),
+                         [&](const char *f) { return a.name == f; });
+    });
+  };
+  auto mismatch = [&](const char *what, int64_t pooled, int64_t compiled) {
+    return Status::error("the state pool has " + std::string(what) + " " +
+                         str(pooled) + " but " + spec.directory +
+                         " was compiled for " + str(compiled));
+  };
+  if (o.capacity != want.capacity)
+    return mismatch("capacity", o.capacity, want.capacity);
+  if (binds({"obs_pos", "obs_len", "obs_z"}) && o.maxRows != want.maxRows)
+    return mismatch("maxRows", o.maxRows, want.maxRows);
+  const int64_t compiledBlocks =
+      (want.capacity + want.blockSize - 1) / want.blockSize;
+  for (const char *perBlock : {"obs_mask", "pred_keys"})
+    if (binds({perBlock}) && pool->numBlocks() != compiledBlocks)
+      return Status::error(std::string("the state pool's ") + perBlock +
+                           " rows hold " + str(pool->numBlocks()) +
+                           " blocks but " + spec.directory +
+                           " was compiled for " + str(compiledBlocks));
+  for (size_t i = 0; i < n; ++i) {
+    const ArgSpec &arg = args[i];
+    if (arg.role != ArgSpec::Role::State)
+      continue;
+    if (arg.layer >= o.numLayers)
+      return Status::error("the program uses state of layer " + str(arg.layer) +
+                           " but the pool has " + str(o.numLayers) + " layers");
+    if (arg.blockSize > 0 &&
+        pool->numBlocks() < (o.capacity + arg.blockSize - 1) / arg.blockSize)
+      return Status::error(
+          "the state pool's block size (" + str(o.blockSize) +
+          ") is larger than layer " + str(arg.layer) + "'s SPIN block size (" +
+          str(arg.blockSize) +
+          "): its per-block buffers cannot hold the program's blocks");
+    GpuLayerBuffers buffers = pool->layer(arg.layer);
+    buffers.field(arg.name, step.address[i], step.shapes[i]);
+    for (size_t d = 0; d < arg.shape.size(); ++d)
+      if (arg.shape[d] >= 0 && arg.shape[d] != step.shapes[i][d])
+        return Status::error("state field '" + arg.name + "' of layer " +
+                             str(arg.layer) + " is " +
+                             shapeString(step.shapes[i]) +
+                             " in the state pool, but the program expects " +
+                             shapeString(arg.shape));
+    if (std::find(step.layers.begin(), step.layers.end(), arg.layer) ==
+        step.layers.end())
+      step.layers.push_back(arg.layer);
+    if (arg.name == "obs_rows")
+      step.bufferingLayers.push_back(arg.layer);
   }
-  for (size_t i = 0; i < n; ++i)
+  return Status::success();
+}
+
+/// Gives the arguments that no caller's tensor sizes (slots, accepted
+/// counts, the default reset flags) the batch as their shape, and checks
+/// that every size passed as a kernel parameter fits the kernels' i32,
+/// which would otherwise truncate it silently.
+Status GpuProgram::checkKernelSizes(Step &step) const {
+  const std::vector<ArgSpec> &args = spec.arguments;
+  std::vector<std::vector<int64_t>> &shapes = step.shapes;
+  for (size_t i = 0; i < args.size(); ++i)
     if (args[i].role == ArgSpec::Role::Slots ||
         args[i].role == ArgSpec::Role::Accepted ||
         (args[i].role == ArgSpec::Role::Reset && shapes[i].empty()))
-      shapes[i] = {batch};
+      shapes[i] = {step.batch};
 
-  // Kernel parameters that are sizes must fit the kernels' i32.
   for (size_t l = 0; l < spec.launches.size(); ++l)
     for (const GpuLaunchArg &p : spec.launches[l].args)
       if (p.kind == GpuLaunchArg::Kind::Dim &&
@@ -584,165 +683,172 @@ Status GpuProgram::issue(GpuStatePool *pool,
                              str(shapes[p.index][p.dim]) +
                              ", more than the i32 kernel parameter of launch " +
                              str(l) + " can hold");
+  return Status::success();
+}
 
-  ContextScope scope(*ctx);
-  if (!scope.status().ok())
-    return scope.status();
+/// Ends an admitted step that failed: its requests are no longer busy. If
+/// device work was issued, the scratch is cleared (kernels leave it zeroed
+/// for the next step, docs/GPU-ABI.md, and a step cut short may not have)
+/// and the error tells the caller to reset the requests, whose state the
+/// issued kernels may have changed.
+Status GpuProgram::failStep(Step &step, const Status &error) {
+  if (step.stateful)
+    step.pool->bookkeeping().endStep(Span<int64_t>(step.requestIds),
+                                     Span<int64_t>(step.layers));
+  if (!step.issued)
+    return error;
+  clearScratch(step.stream).ignore();
+  return Status::error(error.message() +
+                       " (the step was partly issued: reset its requests)");
+}
+
+/// Stages a stateful step's slots and accepted counts in page-locked memory
+/// and points its `slots` and `accepted` arguments at the device copy. A
+/// step being captured takes a staging entry of its own for good (a replay
+/// reads what the capture staged); an eager step takes the next ring entry,
+/// waits for the step that used it last only if the host is that far ahead
+/// of the device, and skips the upload when the entry's device copy already
+/// holds these values.
+Status GpuProgram::stageSlots(Step &step) {
   const Driver &d = ctx->driver();
-
-  //===--- Admission and staging -----------------------------------------===//
-  std::lock_guard<std::mutex> lock(mutex);
-  const Span<int64_t> ids(requestIds);
-  const Span<int64_t> stepLayers(layers);
-  if (stateful)
-    if (Status s =
-            pool->bookkeeping().beginStep(ids, spec.commits(), stepLayers);
-        !s.ok())
-      return s;
-  bool issued = false;
-  auto fail = [&](const Status &s) {
-    if (stateful)
-      pool->bookkeeping().endStep(ids, stepLayers);
-    if (!issued)
-      return s;
-    // Kernels leave the scratch zeroed for the next step (docs/GPU-ABI.md);
-    // a step cut short may not have.
-    clearScratch(stream).ignore();
-    return Status::error(s.message() +
-                         " (the step was partly issued: reset its requests)");
-  };
-
-  Staging staging;
-  size_t ringEntry = kRingSize;
-  if (stateful) {
-    int status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Status s = d.check(d.streamIsCapturing(stream, &status),
-                           "cuStreamIsCapturing");
-        !s.ok())
-      return fail(s);
-    if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
-      return fail(Status::error("the stream's capture was invalidated by an "
-                                "earlier error"));
-    const bool captured = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (captured && captureFree.empty())
-      return fail(
-          Status::error("no staging buffer left for a captured step: call "
-                        "reserveCapturedSteps outside the capture first"));
-    // This step's slots and accepted counts.
-    std::vector<int32_t> slotsNow(static_cast<size_t>(batch)),
-        acceptedNow(static_cast<size_t>(batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      StatusOr<int32_t> slot = pool->slotOf(requestIds[b]);
-      if (!slot.ok())
-        return fail(slot.status());
-      slotsNow[b] = *slot;
-      acceptedNow[b] = pool->recordedCommit(requestIds[b]).value_or(0);
-    }
-    auto acceptedOf = [&](const Staging &entry) {
-      return reinterpret_cast<int32_t *>(reinterpret_cast<char *>(entry.host) +
-                                         acceptedOffset);
-    };
-    bool upload = true;
-    if (captured) {
-      staging = captureFree.back();
-      captureFree.pop_back();
-    } else {
-      ringEntry = ringNext;
-      ringNext = (ringNext + 1) % kRingSize;
-      staging = ring[ringEntry];
-      // A ring entry whose device copy already holds this step's values
-      // is used as it is when that copy precedes this step: uploaded on
-      // this stream, or the entry's last step (which came after its
-      // upload) has completed. A decoding loop that steps the same batch
-      // uploads nothing after its first few steps.
-      RingUpload &held = ringHeld[ringEntry];
-      upload = !(held.valid && held.batch == batch &&
-                 std::equal(slotsNow.begin(), slotsNow.end(), staging.host) &&
-                 std::equal(acceptedNow.begin(), acceptedNow.end(),
-                            acceptedOf(staging)) &&
-                 (held.stream == stream ||
-                  d.eventQuery(ringEvents[ringEntry]) == CUDA_SUCCESS));
-      if (upload && ringUsed[ringEntry]) {
-        // The step that used this buffer four steps ago may still be
-        // pending: wait for it (the host is then far ahead of the device).
-        CUresult done = d.eventQuery(ringEvents[ringEntry]);
-        if (done == CUDA_ERROR_NOT_READY)
-          done = d.eventSynchronize(ringEvents[ringEntry]);
-        if (Status s = d.check(done, "cuEventSynchronize"); !s.ok())
-          return fail(s);
-      }
-      if (upload)
-        held.valid = false;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (args[i].role == ArgSpec::Role::Slots)
-        address[i] = staging.device;
-      else if (args[i].role == ArgSpec::Role::Accepted)
-        address[i] = staging.device + acceptedOffset;
-    }
-    if (upload) {
-      std::copy(slotsNow.begin(), slotsNow.end(), staging.host);
-      std::copy(acceptedNow.begin(), acceptedNow.end(), acceptedOf(staging));
-    }
-    size_t bytes = static_cast<size_t>(acceptedOffset + batch * 4);
-    if (captured) {
-      // A captured step's staging is written once, now, and never again
-      // (captureFree gave it to this step for good): it is uploaded here,
-      // outside the graph, instead of as a copy node that every replay
-      // would run before its first kernel (H200, SPIN fp8 16 x 128K: the
-      // node and its dependency cost about 4 us of a 81 us replay). The
-      // thread's capture mode is relaxed for the upload and its wait, on a
-      // stream of the program that no capture uses.
-      int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-      if (Status s = d.check(d.threadExchangeStreamCaptureMode(&mode),
-                             "cuThreadExchangeStreamCaptureMode");
-          !s.ok())
-        return fail(s);
-      Status copied = d.check(
-          d.memcpyHtoDAsync(staging.device, staging.host, bytes, uploadStream),
-          "cuMemcpyHtoDAsync");
-      if (copied.ok())
-        copied =
-            d.check(d.streamSynchronize(uploadStream), "cuStreamSynchronize");
-      Status restored = d.check(d.threadExchangeStreamCaptureMode(&mode),
-                                "cuThreadExchangeStreamCaptureMode");
-      if (!copied.ok())
-        return fail(copied);
-      if (!restored.ok())
-        return fail(restored);
-    } else if (upload) {
-      if (Status s = d.check(
-              d.memcpyHtoDAsync(staging.device, staging.host, bytes, stream),
-              "cuMemcpyHtoDAsync");
-          !s.ok())
-        return fail(s);
-      issued = true;
-      ringHeld[ringEntry] = {true, stream, batch};
-    }
+  const std::vector<ArgSpec> &args = spec.arguments;
+  const size_t n = args.size();
+  GpuStatePool *pool = step.pool;
+  const std::vector<int64_t> &requestIds = step.requestIds;
+  const int64_t batch = step.batch;
+  const CUstream stream = step.stream;
+  int status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (Status s =
+          d.check(d.streamIsCapturing(stream, &status), "cuStreamIsCapturing");
+      !s.ok())
+    return s;
+  if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    return Status::error("the stream's capture was invalidated by an "
+                         "earlier error");
+  const bool captured = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (captured && captureFree.empty())
+    return Status::error("no staging buffer left for a captured step: call "
+                         "reserveCapturedSteps outside the capture first");
+  // This step's slots and accepted counts.
+  std::vector<int32_t> slotsNow(static_cast<size_t>(batch)),
+      acceptedNow(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    StatusOr<int32_t> slot = pool->slotOf(requestIds[b]);
+    if (!slot.ok())
+      return slot.status();
+    slotsNow[b] = *slot;
+    acceptedNow[b] = pool->recordedCommit(requestIds[b]).value_or(0);
   }
-
-  //===--- Fork, launches, join ------------------------------------------===//
-  // The ring buffer's event covers the whole step, so that its device
-  // buffer is not overwritten while kernels of the step may read it.
-  auto finish = [&]() -> Status {
-    if (ringEntry < kRingSize) {
-      if (Status s = d.check(d.eventRecord(ringEvents[ringEntry], stream),
-                             "cuEventRecord");
-          !s.ok())
-        return s;
-      ringUsed[ringEntry] = true;
-    }
-    return Status::success();
+  auto acceptedOf = [&](const Staging &entry) {
+    return reinterpret_cast<int32_t *>(reinterpret_cast<char *>(entry.host) +
+                                       acceptedOffset);
   };
-  auto streamOf = [&](int index) { return index == 0 ? stream : sideStream; };
+  Staging staging;
+  bool upload = true;
+  if (captured) {
+    staging = captureFree.back();
+    captureFree.pop_back();
+  } else {
+    size_t &ringEntry = step.ringEntry;
+    ringEntry = ringNext;
+    ringNext = (ringNext + 1) % kRingSize;
+    staging = ring[ringEntry];
+    // A ring entry whose device copy already holds this step's values
+    // is used as it is when that copy precedes this step: uploaded on
+    // this stream, or the entry's last step (which came after its
+    // upload) has completed. A decoding loop that steps the same batch
+    // uploads nothing after its first few steps.
+    RingUpload &held = ringHeld[ringEntry];
+    upload = !(held.valid && held.batch == batch &&
+               std::equal(slotsNow.begin(), slotsNow.end(), staging.host) &&
+               std::equal(acceptedNow.begin(), acceptedNow.end(),
+                          acceptedOf(staging)) &&
+               (held.stream == stream ||
+                d.eventQuery(ringEvents[ringEntry]) == CUDA_SUCCESS));
+    if (upload && ringUsed[ringEntry]) {
+      // The step that used this buffer four steps ago may still be
+      // pending: wait for it (the host is then far ahead of the device).
+      CUresult done = d.eventQuery(ringEvents[ringEntry]);
+      if (done == CUDA_ERROR_NOT_READY)
+        done = d.eventSynchronize(ringEvents[ringEntry]);
+      if (Status s = d.check(done, "cuEventSynchronize"); !s.ok())
+        return s;
+    }
+    if (upload)
+      held.valid = false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (args[i].role == ArgSpec::Role::Slots)
+      step.address[i] = staging.device;
+    else if (args[i].role == ArgSpec::Role::Accepted)
+      step.address[i] = staging.device + acceptedOffset;
+  }
+  if (upload) {
+    std::copy(slotsNow.begin(), slotsNow.end(), staging.host);
+    std::copy(acceptedNow.begin(), acceptedNow.end(), acceptedOf(staging));
+  }
+  return uploadStaging(step, staging, captured, upload);
+}
+
+/// Copies a step's staging entry to the device. A captured step's entry is
+/// written once, now, and never again (captureFree gave it to this step for
+/// good): it is uploaded here, outside the graph, instead of as a copy node
+/// that every replay would run before its first kernel (docs/GPU-ABI.md,
+/// "Slots and accepted counts"). The thread's capture mode is relaxed for
+/// the upload and its wait, on a stream of the program that no capture
+/// uses. An eager step's entry is copied on the caller's stream when
+/// `upload` says its device copy does not already hold the values.
+Status GpuProgram::uploadStaging(Step &step, const Staging &staging,
+                                 bool captured, bool upload) {
+  const Driver &d = ctx->driver();
+  size_t bytes = static_cast<size_t>(acceptedOffset + step.batch * 4);
+  if (captured) {
+    int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (Status s = d.check(d.threadExchangeStreamCaptureMode(&mode),
+                           "cuThreadExchangeStreamCaptureMode");
+        !s.ok())
+      return s;
+    Status copied = d.check(
+        d.memcpyHtoDAsync(staging.device, staging.host, bytes, uploadStream),
+        "cuMemcpyHtoDAsync");
+    if (copied.ok())
+      copied =
+          d.check(d.streamSynchronize(uploadStream), "cuStreamSynchronize");
+    Status restored = d.check(d.threadExchangeStreamCaptureMode(&mode),
+                              "cuThreadExchangeStreamCaptureMode");
+    if (!copied.ok())
+      return copied;
+    if (!restored.ok())
+      return restored;
+  } else if (upload) {
+    if (Status s = d.check(
+            d.memcpyHtoDAsync(staging.device, staging.host, bytes, step.stream),
+            "cuMemcpyHtoDAsync");
+        !s.ok())
+      return s;
+    step.issued = true;
+    ringHeld[step.ringEntry] = {true, step.stream, step.batch};
+  }
+  return Status::success();
+}
+
+/// Issues the step's launches in manifest order within the fork/join of
+/// docs/GPU-ABI.md: the side stream waits for the caller's stream before
+/// its first launch, and the caller's stream for the side stream after its
+/// last. When a launch or the join fails, the ring entry's event is still
+/// recorded, so that the entry is not reused while kernels that were issued
+/// may still read it.
+Status GpuProgram::launchKernels(Step &step) {
+  const Driver &d = ctx->driver();
+  const CUstream stream = step.stream;
   if (sideStream) {
     if (Status s = d.check(d.eventRecord(forkEvent, stream), "cuEventRecord");
         !s.ok())
-      return fail(s);
+      return s;
     if (Status s = d.check(d.streamWaitEvent(sideStream, forkEvent, 0),
                            "cuStreamWaitEvent");
         !s.ok())
-      return fail(s);
+      return s;
   }
   std::vector<uint64_t> values;
   std::vector<void *> params;
@@ -751,125 +857,142 @@ Status GpuProgram::issue(GpuStatePool *pool,
   // (docs/GPU-ABI.md, "Launch order").
   std::array<bool, 2> afterKernel = {false, false};
   for (size_t l = 0; l < spec.launches.size(); ++l) {
-    const GpuLaunchSpec &launch = spec.launches[l];
-    const GpuKernelSpec &kernel = spec.kernels[launch.kernel];
-    CUstream on = streamOf(launch.stream);
-    bool &overlap = afterKernel[launch.stream == 0 ? 0 : 1];
-    if (!launch.wait.empty())
-      overlap = false;
-    for (int64_t event : launch.wait)
-      if (Status s = d.check(d.streamWaitEvent(on, events[event], 0),
-                             "cuStreamWaitEvent");
-          !s.ok()) {
-        finish().ignore();
-        return fail(s);
-      }
-    values.assign(launch.args.size(), 0);
-    params.assign(launch.args.size(), nullptr);
-    for (size_t a = 0; a < launch.args.size(); ++a) {
-      const GpuLaunchArg &p = launch.args[a];
-      int32_t word = 0;
-      switch (p.kind) {
-      case GpuLaunchArg::Kind::Argument:
-        values[a] = address[p.index];
-        break;
-      case GpuLaunchArg::Kind::Scratch:
-        values[a] = scratch[p.index].get();
-        break;
-      case GpuLaunchArg::Kind::Errors:
-        values[a] = errorRecord.get();
-        break;
-      case GpuLaunchArg::Kind::Dim:
-        word = static_cast<int32_t>(shapes[p.index][p.dim]);
-        std::memcpy(&values[a], &word, sizeof(word));
-        break;
-      case GpuLaunchArg::Kind::I32:
-        word = p.value;
-        std::memcpy(&values[a], &word, sizeof(word));
-        break;
-      }
-      params[a] = &values[a];
+    bool &overlap = afterKernel[spec.launches[l].stream == 0 ? 0 : 1];
+    if (Status s = issueLaunch(step, l, overlap, values, params); !s.ok()) {
+      recordRingEvent(step).ignore();
+      return s;
     }
-    bool programmatic = overlap && programmaticLaunches &&
-                        spec.programmaticLaunch && d.launchKernelEx;
-    CUresult result;
-    if (programmatic) {
-      cuda::LaunchAttribute attribute;
-      attribute.id =
-          cuda::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attribute.value.programmaticStreamSerializationAllowed = 1;
-      cuda::LaunchConfig config;
-      config.gridX = launch.grid[0];
-      config.gridY = launch.grid[1];
-      config.gridZ = launch.grid[2];
-      config.blockX = kernel.block[0];
-      config.blockY = kernel.block[1];
-      config.blockZ = kernel.block[2];
-      config.sharedBytes = static_cast<unsigned>(kernel.sharedBytes);
-      config.stream = on;
-      config.attributes = &attribute;
-      config.numAttributes = 1;
-      result = d.launchKernelEx(&config, functions[launch.kernel],
-                                params.data(), nullptr);
-    } else {
-      result = d.launchKernel(functions[launch.kernel], launch.grid[0],
-                              launch.grid[1], launch.grid[2], kernel.block[0],
-                              kernel.block[1], kernel.block[2],
-                              static_cast<unsigned>(kernel.sharedBytes), on,
-                              params.data(), nullptr);
-    }
-    if (Status s = d.check(result, programmatic ? "cuLaunchKernelEx"
-                                                : "cuLaunchKernel");
-        !s.ok()) {
-      finish().ignore();
-      return fail(Status::error("launch " + str(l) + " (kernel \"" +
-                                kernel.name + "\"): " + s.message()));
-    }
-    issued = true;
-    // An event recorded here still completes with this kernel and the work
-    // before it, so the next kernel may overlap this one's end even then
-    // (SPIN's top-K after the scores' record: 0.2-1.2 us of a step on the
-    // H200); only a wait in between makes the next launch a plain one.
-    overlap = true;
-    if (launch.record >= 0)
-      if (Status s = d.check(d.eventRecord(events[launch.record], on),
-                             "cuEventRecord");
-          !s.ok()) {
-        finish().ignore();
-        return fail(s);
-      }
   }
   if (sideStream) {
     if (Status s =
             d.check(d.eventRecord(joinEvent, sideStream), "cuEventRecord");
         !s.ok()) {
-      finish().ignore();
-      return fail(s);
+      recordRingEvent(step).ignore();
+      return s;
     }
     if (Status s = d.check(d.streamWaitEvent(stream, joinEvent, 0),
                            "cuStreamWaitEvent");
         !s.ok()) {
-      finish().ignore();
-      return fail(s);
+      recordRingEvent(step).ignore();
+      return s;
     }
   }
-  if (Status s = finish(); !s.ok())
-    return fail(s);
+  return recordRingEvent(step);
+}
 
-  //===--- Bookkeeping ---------------------------------------------------===//
-  if (stateful) {
-    // MTP layers buffered this step's rows (docs/Runtime-ABI.md).
-    if (!bufferingLayers.empty())
-      if (Status s = pool->bookkeeping().setBufferedRows(
-              ids, Span<int64_t>(bufferingLayers), static_cast<int32_t>(rows));
-          !s.ok())
-        return fail(s);
-    pool->bookkeeping().endStep(ids, stepLayers);
+/// Issues launch `l` of the step: its stream waits for the launch's events,
+/// the kernel is launched with its parameters, programmatically when
+/// `overlap` says a kernel of the step precedes it on that stream with no
+/// wait in between, and the launch's event is recorded. `values` and
+/// `params` are the parameter buffers, reused from launch to launch.
+Status GpuProgram::issueLaunch(Step &step, size_t l, bool &overlap,
+                               std::vector<uint64_t> &values,
+                               std::vector<void *> &params) {
+  const Driver &d = ctx->driver();
+  const GpuLaunchSpec &launch = spec.launches[l];
+  const GpuKernelSpec &kernel = spec.kernels[launch.kernel];
+  CUstream on = launch.stream == 0 ? step.stream : sideStream;
+  if (!launch.wait.empty())
+    overlap = false;
+  for (int64_t event : launch.wait)
+    if (Status s = d.check(d.streamWaitEvent(on, events[event], 0),
+                           "cuStreamWaitEvent");
+        !s.ok())
+      return s;
+  kernelParameters(step, launch, values, params);
+  bool programmatic = overlap && programmaticLaunches &&
+                      spec.programmaticLaunch && d.launchKernelEx;
+  CUresult result;
+  if (programmatic) {
+    cuda::LaunchAttribute attribute;
+    attribute.id = cuda::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    cuda::LaunchConfig config;
+    config.gridX = launch.grid[0];
+    config.gridY = launch.grid[1];
+    config.gridZ = launch.grid[2];
+    config.blockX = kernel.block[0];
+    config.blockY = kernel.block[1];
+    config.blockZ = kernel.block[2];
+    config.sharedBytes = static_cast<unsigned>(kernel.sharedBytes);
+    config.stream = on;
+    config.attributes = &attribute;
+    config.numAttributes = 1;
+    result = d.launchKernelEx(&config, functions[launch.kernel], params.data(),
+                              nullptr);
+  } else {
+    result = d.launchKernel(
+        functions[launch.kernel], launch.grid[0], launch.grid[1],
+        launch.grid[2], kernel.block[0], kernel.block[1], kernel.block[2],
+        static_cast<unsigned>(kernel.sharedBytes), on, params.data(), nullptr);
   }
-  ++stepsSinceCheck;
-  if (history.size() == kHistory)
-    history.pop_front();
-  history.push_back(requestIds);
+  if (Status s =
+          d.check(result, programmatic ? "cuLaunchKernelEx" : "cuLaunchKernel");
+      !s.ok())
+    return Status::error("launch " + str(l) + " (kernel \"" + kernel.name +
+                         "\"): " + s.message());
+  step.issued = true;
+  // An event recorded here still completes with this kernel and the work
+  // before it, so the next kernel may overlap this one's end even then
+  // (docs/benchmarks-kernels.md, "Launch overlap"); only a wait in between
+  // makes the next launch a plain one.
+  overlap = true;
+  if (launch.record >= 0)
+    if (Status s =
+            d.check(d.eventRecord(events[launch.record], on), "cuEventRecord");
+        !s.ok())
+      return s;
+  return Status::success();
+}
+
+/// Fills `values` with the kernel parameters of `launch` (docs/GPU-ABI.md,
+/// "Kernel parameters"), one 64-bit word each (an i32 in its first four
+/// bytes), and `params` with their addresses, as cuLaunchKernel takes them.
+void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
+                                  std::vector<uint64_t> &values,
+                                  std::vector<void *> &params) const {
+  values.assign(launch.args.size(), 0);
+  params.assign(launch.args.size(), nullptr);
+  for (size_t a = 0; a < launch.args.size(); ++a) {
+    const GpuLaunchArg &p = launch.args[a];
+    int32_t word = 0;
+    switch (p.kind) {
+    case GpuLaunchArg::Kind::Argument:
+      values[a] = step.address[p.index];
+      break;
+    case GpuLaunchArg::Kind::Scratch:
+      values[a] = scratch[p.index].get();
+      break;
+    case GpuLaunchArg::Kind::Errors:
+      values[a] = errorRecord.get();
+      break;
+    case GpuLaunchArg::Kind::Dim:
+      word = static_cast<int32_t>(step.shapes[p.index][p.dim]);
+      std::memcpy(&values[a], &word, sizeof(word));
+      break;
+    case GpuLaunchArg::Kind::I32:
+      word = p.value;
+      std::memcpy(&values[a], &word, sizeof(word));
+      break;
+    }
+    params[a] = &values[a];
+  }
+}
+
+/// Records the step's ring entry's event on the caller's stream at the end
+/// of the step: the entry's device buffer is not overwritten until the
+/// event completes, since every kernel of the step may read it. Captured and
+/// stateless steps use no ring entry.
+Status GpuProgram::recordRingEvent(Step &step) {
+  const Driver &d = ctx->driver();
+  if (step.ringEntry < kRingSize) {
+    if (Status s =
+            d.check(d.eventRecord(ringEvents[step.ringEntry], step.stream),
+                    "cuEventRecord");
+        !s.ok())
+      return s;
+    ringUsed[step.ringEntry] = true;
+  }
   return Status::success();
 }
 

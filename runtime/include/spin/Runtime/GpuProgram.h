@@ -265,10 +265,31 @@ private:
   /// Zeroes every scratch buffer on `stream`.
   Status clearScratch(cuda::CUstream stream);
   Status addStagingBlock(int64_t entries, std::vector<Staging> &out);
+
+  /// One step being issued (defined in GpuProgram.cpp).
+  struct Step;
   Status issue(GpuStatePool *pool,
                const std::map<std::string, DeviceTensorRef> &inputs,
                const std::map<std::string, DeviceTensorRef> &outputs,
                const std::vector<int64_t> &requestIds, cuda::CUstream stream);
+  /// The parts of `issue` (GpuProgram.cpp says what each does).
+  Status bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
+                       const std::map<std::string, DeviceTensorRef> &outputs,
+                       Step &step) const;
+  Status bindState(Step &step) const;
+  Status checkKernelSizes(Step &step) const;
+  Status stageSlots(Step &step);
+  Status uploadStaging(Step &step, const Staging &staging, bool captured,
+                       bool upload);
+  Status launchKernels(Step &step);
+  Status issueLaunch(Step &step, size_t l, bool &overlap,
+                     std::vector<uint64_t> &values,
+                     std::vector<void *> &params);
+  void kernelParameters(const Step &step, const GpuLaunchSpec &launch,
+                        std::vector<uint64_t> &values,
+                        std::vector<void *> &params) const;
+  Status recordRingEvent(Step &step);
+  Status failStep(Step &step, const Status &error);
 
   GpuManifest spec;
   std::shared_ptr<cuda::Context> ctx;
