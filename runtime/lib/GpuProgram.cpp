@@ -62,6 +62,12 @@ std::string trimLog(const std::vector<char> &log) {
   return text;
 }
 
+/// Creates an event without timing, the only kind the program records.
+Status createEvent(const Driver &d, CUevent &event) {
+  return d.check(d.eventCreate(&event, CU_EVENT_DISABLE_TIMING),
+                 "cuEventCreate");
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -103,7 +109,43 @@ Status GpuProgram::loadOnDevice() {
     return scope.status();
   const Driver &d = ctx->driver();
 
-  // The PTX for this device.
+  StatusOr<std::string> path = loadModule();
+  if (!path.ok())
+    return path.status();
+  if (Status s = getKernels(*path); !s.ok())
+    return s;
+  if (Status s = allocateBuffers(); !s.ok())
+    return s;
+  if (Status s = createStreamsAndEvents(); !s.ok())
+    return s;
+  if (Status s = createStaging(); !s.ok())
+    return s;
+
+  // Zero what kernels read before writing: the error record, the default
+  // reset flags and the scratch, which kernels leave zeroed after each step.
+  CUstream setup = nullptr;
+  if (Status s = clearScratch(setup); !s.ok())
+    return s;
+  if (Status s = d.check(
+          d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), setup),
+          "cuMemsetD8Async");
+      !s.ok())
+    return s;
+  if (noReset.get())
+    if (Status s =
+            d.check(d.memsetD8Async(noReset.get(), 0, noReset.size(), setup),
+                    "cuMemsetD8Async");
+        !s.ok())
+      return s;
+  return d.check(d.streamSynchronize(setup), "cuStreamSynchronize");
+}
+
+/// Picks the PTX for this device (GpuManifest::ptxFor), reads it and
+/// JIT-loads it as the program's module; returns the file's path, which
+/// later errors name. A JIT failure carries the JIT's error log, the only
+/// place that says what in the PTX the driver rejected.
+StatusOr<std::string> GpuProgram::loadModule() {
+  const Driver &d = ctx->driver();
   StatusOr<std::string> chip =
       spec.ptxFor(ctx->computeMajor(), ctx->computeMinor());
   if (!chip.ok())
@@ -138,8 +180,15 @@ Status GpuProgram::loadOnDevice() {
     return Status::error(path + ": " + s.message() +
                          (log.empty() ? "" : "; JIT log: " + log));
   }
+  return path;
+}
 
-  // Kernels.
+/// Looks up every kernel of the manifest in the module loaded from `path`,
+/// in manifest order (launches index them), and opts each kernel that needs
+/// more dynamic shared memory than the default into its size, which the
+/// driver would otherwise refuse at launch.
+Status GpuProgram::getKernels(const std::string &path) {
+  const Driver &d = ctx->driver();
   int sharedOptIn = -1;
   for (const GpuKernelSpec &kernel : spec.kernels) {
     CUfunction function = nullptr;
@@ -177,8 +226,14 @@ Status GpuProgram::loadOnDevice() {
     }
     functions.push_back(function);
   }
+  return Status::success();
+}
 
-  // Buffers.
+/// Allocates the device buffers every step shares: the manifest's scratch
+/// buffers, the error record with its page-locked host copy (which `check`
+/// reads back), and, for programs that take a `reset` argument, the zero
+/// flags passed when the caller gives none.
+Status GpuProgram::allocateBuffers() {
   for (const GpuScratchSpec &buffer : spec.scratch) {
     StatusOr<DeviceMemory> memory =
         DeviceMemory::allocate(ctx, static_cast<size_t>(buffer.bytes),
@@ -207,29 +262,39 @@ Status GpuProgram::loadOnDevice() {
       return zeros.status();
     noReset = std::move(zeros).value();
   }
+  return Status::success();
+}
 
-  // Streams and events.
+/// Creates the side stream of a two-stream program, the manifest's events,
+/// and the fork and join events that order the side stream within the
+/// caller's stream (docs/GPU-ABI.md).
+Status GpuProgram::createStreamsAndEvents() {
+  const Driver &d = ctx->driver();
   if (spec.streams > 1)
     if (Status s = d.check(d.streamCreate(&sideStream, CU_STREAM_NON_BLOCKING),
                            "cuStreamCreate");
         !s.ok())
       return s;
-  auto newEvent = [&](CUevent &event) {
-    return d.check(d.eventCreate(&event, CU_EVENT_DISABLE_TIMING),
-                   "cuEventCreate");
-  };
   events.assign(static_cast<size_t>(spec.events), nullptr);
   for (CUevent &event : events)
-    if (Status s = newEvent(event); !s.ok())
+    if (Status s = createEvent(d, event); !s.ok())
       return s;
   if (sideStream) {
-    if (Status s = newEvent(forkEvent); !s.ok())
+    if (Status s = createEvent(d, forkEvent); !s.ok())
       return s;
-    if (Status s = newEvent(joinEvent); !s.ok())
+    if (Status s = createEvent(d, joinEvent); !s.ok())
       return s;
   }
+  return Status::success();
+}
 
-  // Staging: slots at 0, accepted counts at `acceptedOffset`.
+/// Sizes a staging entry (slots at 0, accepted counts at `acceptedOffset`)
+/// and, for stateful programs, creates the upload stream of captured steps,
+/// the ring of eager steps with its events, and the first staging entries
+/// of captured steps, so that the first captures need no
+/// `reserveCapturedSteps`.
+Status GpuProgram::createStaging() {
+  const Driver &d = ctx->driver();
   acceptedOffset =
       roundUp(spec.batch * static_cast<int64_t>(sizeof(int32_t)), 256);
   stagingBytes = 2 * acceptedOffset;
@@ -243,31 +308,14 @@ Status GpuProgram::loadOnDevice() {
       return s;
     ringEvents.assign(kRingSize, nullptr);
     for (CUevent &event : ringEvents)
-      if (Status s = newEvent(event); !s.ok())
+      if (Status s = createEvent(d, event); !s.ok())
         return s;
     ringUsed.assign(kRingSize, false);
     ringHeld.assign(kRingSize, RingUpload());
     if (Status s = addStagingBlock(kInitialCapturedSteps, captureFree); !s.ok())
       return s;
   }
-
-  // Zero what kernels read before writing: the error record, the default
-  // reset flags and the scratch, which kernels leave zeroed after each step.
-  CUstream setup = nullptr;
-  if (Status s = clearScratch(setup); !s.ok())
-    return s;
-  if (Status s = d.check(
-          d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), setup),
-          "cuMemsetD8Async");
-      !s.ok())
-    return s;
-  if (noReset.get())
-    if (Status s =
-            d.check(d.memsetD8Async(noReset.get(), 0, noReset.size(), setup),
-                    "cuMemsetD8Async");
-        !s.ok())
-      return s;
-  return d.check(d.streamSynchronize(setup), "cuStreamSynchronize");
+  return Status::success();
 }
 
 Status GpuProgram::clearScratch(cuda::CUstream stream) {

@@ -261,7 +261,14 @@ private:
     cuda::CUdeviceptr device = 0;
   };
 
+  /// `loadOnDevice` and its steps, in order (GpuProgram.cpp says what each
+  /// does).
   Status loadOnDevice();
+  StatusOr<std::string> loadModule();
+  Status getKernels(const std::string &path);
+  Status allocateBuffers();
+  Status createStreamsAndEvents();
+  Status createStaging();
   /// Zeroes every scratch buffer on `stream`.
   Status clearScratch(cuda::CUstream stream);
   Status addStagingBlock(int64_t entries, std::vector<Staging> &out);
