@@ -190,14 +190,13 @@ struct Program {
 
 } // namespace
 
-PYBIND11_MODULE(_spin, m) {
-  m.doc() = "spin: SPIN sparse-attention indexers (native part)";
-#ifdef SPIN_HAS_COMPILER
-  m.attr("has_compiler") = true;
-#else
-  m.attr("has_compiler") = false;
-#endif
+//===----------------------------------------------------------------------===//
+// CPU
+//===----------------------------------------------------------------------===//
 
+/// The host state pool that CPU step programs run on. `state` and
+/// `last_observed` return copies, so that tests can keep them across steps.
+static void bindStatePool(py::module_ &m) {
   py::class_<rt::StatePool>(m, "StatePool")
       .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
                        int64_t rows, int64_t blockSize, bool lastObserved) {
@@ -237,7 +236,11 @@ PYBIND11_MODULE(_spin, m) {
         return std::vector<int32_t>(last, last + p.numBlocks());
       }, "Copy of the per-block last-observed iterations of one request and "
          "layer (it + 1 at the block's last scoring, 0 = never)");
+}
 
+/// A compiled CPU step program (`compile` returns one). `run` releases the
+/// GIL, so that other Python threads go on while a step runs.
+static void bindProgram(py::module_ &m) {
   py::class_<Program>(m, "Program")
       .def("run", &Program::run, py::arg("pool"), py::arg("inputs"),
            py::arg("outputs"))
@@ -247,11 +250,15 @@ PYBIND11_MODULE(_spin, m) {
       .def_property_readonly("graph_ir", [](const Program &p) { return p.graphIR; })
       .def_property_readonly("from_disk_cache",
                              [](const Program &p) { return p.fromDiskCache; });
+}
 
-  //===--------------------------------------------------------------------===//
-  // CUDA
-  //===--------------------------------------------------------------------===//
+//===----------------------------------------------------------------------===//
+// CUDA
+//===----------------------------------------------------------------------===//
 
+/// Reading a manifest needs no GPU, so that artifacts can be inspected and
+/// validated on any machine.
+static void bindManifest(py::module_ &m) {
   m.def(
       "read_manifest",
       [](const std::string &dir) {
@@ -260,7 +267,12 @@ PYBIND11_MODULE(_spin, m) {
       py::arg("directory"),
       "Reads and validates DIR/manifest.json of a GPU artifact (no GPU "
       "needed); ValueError names the file and the field");
+}
 
+/// The device state pool of GPU programs. Streams are passed as integers,
+/// so that the module never links libcuda; the reads that synchronise
+/// release the GIL.
+static void bindGpuStatePool(py::module_ &m) {
   py::class_<rt::GpuStatePool>(m, "GpuStatePool")
       .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
                        int64_t rows, int64_t blockSize, uintptr_t stream,
@@ -324,7 +336,12 @@ PYBIND11_MODULE(_spin, m) {
       .def_property_readonly("device", [](const rt::GpuStatePool &p) {
         return p.context()->device();
       });
+}
 
+/// A loaded GPU artifact. Device pointers and streams are passed as
+/// integers, so that the module never links libcuda; manifest errors are
+/// ValueErrors (input errors), the device's RuntimeErrors.
+static void bindGpuProgram(py::module_ &m) {
   py::class_<rt::GpuProgram>(m, "GpuProgram")
       .def_static(
           "load",
@@ -384,8 +401,18 @@ PYBIND11_MODULE(_spin, m) {
       .def_property_readonly("device", [](const rt::GpuProgram &p) {
         return p.context()->device();
       });
+}
 
 #ifdef SPIN_HAS_COMPILER
+//===----------------------------------------------------------------------===//
+// The compiler
+//===----------------------------------------------------------------------===//
+
+/// The compile entry points, built only with the compiler: JIT compilation
+/// of CPU step programs (cached in memory and on disk), graph building, and
+/// GPU artifacts. Compilation releases the GIL, so that other Python threads
+/// go on meanwhile.
+static void bindCompiler(py::module_ &m) {
   auto fromExecutable = [](std::shared_ptr<mlir::spin::CpuExecutable> exe) {
     Program program;
     program.program = &exe->program();
@@ -480,5 +507,23 @@ PYBIND11_MODULE(_spin, m) {
       "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
       "chip and manifest.json in `out_dir`; the scoring grids are sized for "
       "`sm_count` SMs");
+}
+#endif
+
+PYBIND11_MODULE(_spin, m) {
+  m.doc() = "spin: SPIN sparse-attention indexers (native part)";
+#ifdef SPIN_HAS_COMPILER
+  m.attr("has_compiler") = true;
+#else
+  m.attr("has_compiler") = false;
+#endif
+  // In this order: a signature names the classes bound before it.
+  bindStatePool(m);
+  bindProgram(m);
+  bindManifest(m);
+  bindGpuStatePool(m);
+  bindGpuProgram(m);
+#ifdef SPIN_HAS_COMPILER
+  bindCompiler(m);
 #endif
 }
