@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 #===- bench/bench_artifacts.py - graphs and GPU artifacts for the benchmark -===#
 #
 # Writes one dense-indexer graph per benchmark configuration and compiles it

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 #===- bench/gpu_artifacts.py - the GPU correctness check's artifacts ------===#
 #
 # Writes one small indexer graph per configuration of the H200 correctness
@@ -44,6 +44,18 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+try:
+    from spin import abi  # the compiler-runtime contract's names
+except ImportError:  # not installed: the build's package (scripts/dev build)
+    sys.path.insert(0, os.path.join(os.environ.get("SPIN_BUILD_DIR", os.path.join(ROOT, "build")),
+                                    "python"))
+    try:
+        from spin import abi
+    except ImportError as e:
+        sys.exit(f"error: {os.path.basename(__file__)} needs the spin Python package of a "
+                 f"build (scripts/dev build; SPIN_BUILD_DIR selects it) and Debian's "
+                 f"python3-numpy: run it with /usr/bin/python3 ({e})")
+
 FUNCTION = "indexer"
 
 # fp8 keys need Dh % 64 == 0, bf16/f16 Dh % 32 == 0; H % 8 == 0 everywhere.
@@ -350,7 +362,7 @@ def check_manifest(c, d):
     if c["mode"] == "spin":
         st = m.get("state", {})
         if st.get("capacity") != c["capacity"] or st.get("block_size") != c["block_size"] \
-                or st.get("layers") != 1 or st.get("max_rows") != c["rows"]:
+                or st.get("layers") != 1 or st.get(abi.KEY["MaxRows"]) != c["rows"]:
             problems.append(f"state section {st}, expected capacity {c['capacity']}, "
                             f"block_size {c['block_size']}, 1 layer, max_rows {c['rows']}")
         fields = [a["name"] for a in m["arguments"] if a["role"] == "state"]
@@ -360,9 +372,9 @@ def check_manifest(c, d):
         cached = c["rows"] == 1 and c["pooling"] == "max" and (bs % 32 == 0 or 32 % bs == 0)
         # A reset clears the cache's record, binding it first (before the
         # MTP fields).
-        pred = ["pred_at", "pred_keys"]
-        obs = ["obs_rows", "obs_pos", "obs_len", "obs_mask", "obs_z"]
-        want_fields = ["v", "d", "it"] + (pred if c["reset_input"] else []) + \
+        pred = list(abi.state_fields("prediction"))
+        obs = list(abi.state_fields("observation"))
+        want_fields = list(abi.state_fields("core")) + (pred if c["reset_input"] else []) + \
             (obs if c["rows"] > 1 else []) + \
             (pred if cached and not c["reset_input"] else [])
         if fields != want_fields:

@@ -7,6 +7,8 @@
 
 #include "spin/ExecutionEngine/CpuExecutable.h"
 
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
+
 #include "GraphFrontEnd.h"
 #include "spin/Dialect/Spin/Transforms/GraphInputs.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
@@ -114,26 +116,6 @@ StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
 }
 
 /// The runtime's name for an element type of the step ABI.
-static std::optional<DType> dtypeOf(Type type) {
-  if (type.isF32())
-    return DType::f32;
-  if (type.isF16())
-    return DType::f16;
-  if (type.isBF16())
-    return DType::bf16;
-  if (isa<Float8E4M3FNType>(type))
-    return DType::fp8e4m3;
-  if (type.isInteger(1))
-    return DType::i1;
-  if (type.isInteger(8))
-    return DType::i8;
-  if (type.isInteger(32))
-    return DType::i32;
-  if (type.isInteger(64))
-    return DType::i64;
-  return std::nullopt;
-}
-
 /// The SPIN block size each state layer is used with in `func`.
 static std::map<int64_t, int64_t> stateBlockSizes(func::FuncOp func) {
   std::map<int64_t, int64_t> sizes;
@@ -146,6 +128,18 @@ static std::map<int64_t, int64_t> stateBlockSizes(func::FuncOp func) {
         sizes[state.getLayer()] = blockSize.getInt();
   });
   return sizes;
+}
+
+/// The role of argument `i` of `func` among those marked by a unit
+/// attribute and named by their role (positions, request ids, accepted
+/// counts, resets, slots), if it has one.
+static std::optional<ArgSpec::Role> markedRole(func::FuncOp func, unsigned i) {
+  for (ArgSpec::Role role :
+       {ArgSpec::Role::Positions, ArgSpec::Role::RequestIds,
+        ArgSpec::Role::Accepted, ArgSpec::Role::Reset, ArgSpec::Role::Slots})
+    if (func.getArgAttr(i, roleAttrName(role)))
+      return role;
+  return std::nullopt;
 }
 
 /// Reads what every argument of the bufferized function means.
@@ -161,37 +155,27 @@ readSignature(func::FuncOp func, ArrayRef<std::string> resultNames,
       return Status::error("argument " + std::to_string(i) + " of @" +
                            func.getSymName().str() + " is not a memref");
     ArgSpec spec;
-    std::optional<DType> dtype = dtypeOf(type.getElementType());
+    std::optional<DType> dtype = runtimeDType(type.getElementType());
     if (!dtype)
       return Status::error("argument " + std::to_string(i) +
                            " has an element type the runtime cannot pass");
     spec.dtype = *dtype;
     for (int64_t size : type.getShape())
       spec.shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
-    if (auto name = func.getArgAttrOfType<StringAttr>(i, "spin.input")) {
+    if (auto name = func.getArgAttrOfType<StringAttr>(
+            i, roleAttrName(ArgSpec::Role::Input))) {
       spec.role = ArgSpec::Role::Input;
       spec.name = name.str();
-    } else if (func.getArgAttr(i, "spin.positions")) {
-      spec.role = ArgSpec::Role::Positions;
-      spec.name = "positions";
-    } else if (func.getArgAttr(i, "spin.request_ids")) {
-      spec.role = ArgSpec::Role::RequestIds;
-      spec.name = "request_ids";
-    } else if (func.getArgAttr(i, "spin.accepted")) {
-      spec.role = ArgSpec::Role::Accepted;
-      spec.name = "accepted";
-    } else if (func.getArgAttr(i, "spin.reset")) {
-      spec.role = ArgSpec::Role::Reset;
-      spec.name = "reset";
-    } else if (func.getArgAttr(i, "spin.slots")) {
-      spec.role = ArgSpec::Role::Slots;
-      spec.name = "slots";
-    } else if (auto field = func.getArgAttrOfType<StringAttr>(i, "spin.state")) {
+    } else if (auto field = func.getArgAttrOfType<StringAttr>(
+                   i, roleAttrName(ArgSpec::Role::State))) {
       spec.role = ArgSpec::Role::State;
       spec.name = field.str();
-      spec.layer = func.getArgAttrOfType<IntegerAttr>(i, "spin.layer").getInt();
+      spec.layer = func.getArgAttrOfType<IntegerAttr>(i, kLayerAttrName).getInt();
       if (auto it = blockSizes.find(spec.layer); it != blockSizes.end())
         spec.blockSize = it->second;
+    } else if (std::optional<ArgSpec::Role> role = markedRole(func, i)) {
+      spec.role = *role;
+      spec.name = ::spin::runtime::argRoleName(*role);
     } else if (func.getArgAttr(i, "bufferize.result")) {
       if (output >= resultNames.size())
         return Status::error("more out-parameters than graph results");

@@ -8,9 +8,11 @@
 #include "spin/ExecutionEngine/GpuCompiler.h"
 
 #include "spin/Conversion/Passes.h"
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 #include "spin/ExecutionEngine/CpuExecutable.h"
 #include "spin/InitAllSpin.h"
+#include "spin/Runtime/GpuProgram.h"
 
 #include "GraphFrontEnd.h"
 #include "SpinCompilerVersion.h"
@@ -26,7 +28,6 @@
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -34,6 +35,12 @@
 
 using namespace mlir;
 using namespace mlir::spin;
+using ::spin::runtime::ArgSpec;
+using ::spin::runtime::GpuKernelSpec;
+using ::spin::runtime::GpuLaunchArg;
+using ::spin::runtime::GpuLaunchSpec;
+using ::spin::runtime::GpuManifest;
+using ::spin::runtime::GpuStateSpec;
 using ::spin::runtime::Status;
 using ::spin::runtime::StatusOr;
 
@@ -45,131 +52,132 @@ int64_t constantIndex(Value v) {
   return -1;
 }
 
-/// Serialises the launch plan `plan` and the PTX objects into the manifest
-/// of docs/GPU-ABI.md.
+/// The plan's argument `i` as the manifest's step argument.
+ArgSpec stepArgument(func::FuncOp plan, unsigned i, abi::ArgRole role) {
+  ArgSpec arg;
+  arg.role = role;
+  arg.name = plan.getArgAttrOfType<StringAttr>(i, attr::kName).str();
+  arg.dtype = *abi::dtypeFromName(
+      plan.getArgAttrOfType<StringAttr>(i, attr::kDtype).getValue().str());
+  for (Attribute size : plan.getArgAttrOfType<ArrayAttr>(i, attr::kShape))
+    arg.shape.push_back(cast<IntegerAttr>(size).getInt());
+  if (auto layer = plan.getArgAttrOfType<IntegerAttr>(i, kLayerAttrName)) {
+    arg.layer = layer.getInt();
+    arg.blockSize =
+        plan->getAttrOfType<IntegerAttr>(attr::kBlockSize).getInt();
+  }
+  return arg;
+}
+
+/// The plan's arguments as the manifest's step arguments and scratch
+/// buffers, and how a launch refers to each plan argument.
+std::vector<GpuLaunchArg> readPlanArguments(func::FuncOp plan, GpuManifest &m) {
+  std::vector<GpuLaunchArg> refs(plan.getNumArguments());
+  for (BlockArgument value : plan.getArguments()) {
+    unsigned i = value.getArgNumber();
+    StringRef role = plan.getArgAttrOfType<StringAttr>(i, attr::kRole).getValue();
+    GpuLaunchArg &ref = refs[i];
+    std::optional<abi::LaunchArgKind> kind =
+        abi::launchArgKindFromName(role.str());
+    if (kind == abi::LaunchArgKind::Scratch) {
+      ref.kind = *kind;
+      ref.index = static_cast<int64_t>(m.scratch.size());
+      m.scratch.push_back(
+          {plan.getArgAttrOfType<StringAttr>(i, attr::kName).str(),
+           plan.getArgAttrOfType<IntegerAttr>(i, attr::kBytes).getInt()});
+      continue;
+    }
+    if (kind == abi::LaunchArgKind::Errors) {
+      ref.kind = *kind;
+      continue;
+    }
+    if (kind == abi::LaunchArgKind::Dim) {
+      ref.kind = *kind;
+      ref.index =
+          plan.getArgAttrOfType<IntegerAttr>(i, attr::kArgument).getInt();
+      ref.dim = plan.getArgAttrOfType<IntegerAttr>(i, attr::kDim).getInt();
+      continue;
+    }
+    ref.kind = abi::LaunchArgKind::Argument;
+    ref.index = static_cast<int64_t>(m.arguments.size());
+    ArgSpec arg = stepArgument(plan, i, *abi::argRoleFromName(role.str()));
+    // The step's batch and rows are those of its lengths input.
+    if (arg.role == abi::ArgRole::Input && arg.name == "lengths" &&
+        arg.shape.size() == 2) {
+      m.batch = arg.shape[0];
+      m.rows = arg.shape[1];
+    }
+    m.arguments.push_back(std::move(arg));
+  }
+  return refs;
+}
+
+/// The plan's launches (and the kernels they launch) in issue order.
+void readPlanLaunches(func::FuncOp plan, ArrayRef<GpuLaunchArg> refs,
+                      GpuManifest &m) {
+  std::map<std::string, size_t> kernelIndex;
+  for (auto launch : plan.getBody().getOps<gpu::LaunchFuncOp>()) {
+    std::string kernel = launch.getKernelName().str();
+    auto [entry, inserted] = kernelIndex.emplace(kernel, m.kernels.size());
+    if (inserted) {
+      GpuKernelSpec spec;
+      spec.name = kernel;
+      spec.block = {static_cast<uint32_t>(constantIndex(launch.getBlockSizeX())),
+                    1, 1};
+      if (Value dyn = launch.getDynamicSharedMemorySize())
+        if (auto c = dyn.getDefiningOp<arith::ConstantIntOp>())
+          spec.sharedBytes = c.value();
+      m.kernels.push_back(spec);
+    }
+    GpuLaunchSpec spec;
+    spec.kernel = entry->second;
+    spec.grid = {static_cast<uint32_t>(constantIndex(launch.getGridSizeX())),
+                 static_cast<uint32_t>(constantIndex(launch.getGridSizeY())),
+                 static_cast<uint32_t>(constantIndex(launch.getGridSizeZ()))};
+    spec.stream = static_cast<int>(
+        launch->getAttrOfType<IntegerAttr>(attr::kStream).getInt());
+    for (Attribute e : launch->getAttrOfType<ArrayAttr>(attr::kWait))
+      spec.wait.push_back(cast<IntegerAttr>(e).getInt());
+    spec.record = launch->getAttrOfType<IntegerAttr>(attr::kRecord).getInt();
+    for (Value operand : launch.getKernelOperands())
+      spec.args.push_back(refs[cast<BlockArgument>(operand).getArgNumber()]);
+    m.launches.push_back(std::move(spec));
+  }
+}
+
+/// The manifest (docs/GPU-ABI.md) of the launch plan `plan` and its PTX
+/// objects, as the runtime's GpuManifest writes it.
 StatusOr<std::string> buildManifest(func::FuncOp plan,
                                     const std::map<std::string, std::string> &ptx,
                                     int64_t ptxVersion,
                                     const std::map<std::string, std::string>
                                         &optionText) {
-  llvm::json::Array arguments, scratch, launches, kernels;
-  // Host argument -> how a launch refers to it.
-  std::vector<llvm::json::Object> refs(plan.getNumArguments());
-  int64_t batch = -1, rows = 1;
-  for (BlockArgument arg : plan.getArguments()) {
-    unsigned i = arg.getArgNumber();
-    auto role = plan.getArgAttrOfType<StringAttr>(i, "spin.role").getValue();
-    if (role == "scratch") {
-      refs[i] = llvm::json::Object{{"kind", "scratch"},
-                                   {"index", int64_t(scratch.size())}};
-      scratch.push_back(llvm::json::Object{
-          {"name", plan.getArgAttrOfType<StringAttr>(i, "spin.name").getValue()},
-          {"bytes",
-           plan.getArgAttrOfType<IntegerAttr>(i, "spin.bytes").getInt()}});
-      continue;
-    }
-    if (role == "errors") {
-      refs[i] = llvm::json::Object{{"kind", "errors"}};
-      continue;
-    }
-    if (role == "dim") {
-      refs[i] = llvm::json::Object{
-          {"kind", "dim"},
-          {"argument",
-           plan.getArgAttrOfType<IntegerAttr>(i, "spin.argument").getInt()},
-          {"dim", plan.getArgAttrOfType<IntegerAttr>(i, "spin.dim").getInt()}};
-      continue;
-    }
-    refs[i] = llvm::json::Object{{"kind", "argument"},
-                                 {"index", int64_t(arguments.size())}};
-    llvm::json::Array shape;
-    auto shapeAttr = plan.getArgAttrOfType<ArrayAttr>(i, "spin.shape");
-    for (Attribute size : shapeAttr)
-      shape.push_back(cast<IntegerAttr>(size).getInt());
-    StringRef name = plan.getArgAttrOfType<StringAttr>(i, "spin.name").getValue();
-    if (name == "lengths" && shapeAttr.size() == 2) {
-      batch = cast<IntegerAttr>(shapeAttr[0]).getInt();
-      rows = cast<IntegerAttr>(shapeAttr[1]).getInt();
-    }
-    auto layer = plan.getArgAttrOfType<IntegerAttr>(i, "spin.layer");
-    arguments.push_back(llvm::json::Object{
-        {"role", role},
-        {"name", name},
-        {"layer", layer ? layer.getInt() : -1},
-        {"dtype", plan.getArgAttrOfType<StringAttr>(i, "spin.dtype").getValue()},
-        {"shape", std::move(shape)},
-        {"block_size",
-         layer ? plan->getAttrOfType<IntegerAttr>("spin.block_size").getInt()
-               : 0}});
-  }
-  std::set<std::string> seenKernels;
-  for (auto launch : plan.getBody().getOps<gpu::LaunchFuncOp>()) {
-    std::string kernel = launch.getKernelName().str();
-    int64_t block = constantIndex(launch.getBlockSizeX());
-    int64_t shared = 0;
-    if (Value dyn = launch.getDynamicSharedMemorySize())
-      if (auto c = dyn.getDefiningOp<arith::ConstantIntOp>())
-        shared = c.value();
-    if (seenKernels.insert(kernel).second)
-      kernels.push_back(llvm::json::Object{
-          {"name", kernel},
-          {"block", llvm::json::Array{block, 1, 1}},
-          {"shared_bytes", shared}});
-    llvm::json::Array args;
-    for (Value operand : launch.getKernelOperands())
-      args.push_back(llvm::json::Object(
-          refs[cast<BlockArgument>(operand).getArgNumber()]));
-    llvm::json::Array wait;
-    for (Attribute e : launch->getAttrOfType<ArrayAttr>("spin.wait"))
-      wait.push_back(cast<IntegerAttr>(e).getInt());
-    launches.push_back(llvm::json::Object{
-        {"kernel", kernel},
-        {"grid", llvm::json::Array{constantIndex(launch.getGridSizeX()),
-                                   constantIndex(launch.getGridSizeY()),
-                                   constantIndex(launch.getGridSizeZ())}},
-        {"stream", launch->getAttrOfType<IntegerAttr>("spin.stream").getInt()},
-        {"wait", std::move(wait)},
-        {"record",
-         launch->getAttrOfType<IntegerAttr>("spin.record").getInt()},
-        {"args", std::move(args)}});
-  }
-  llvm::json::Object ptxFiles, options;
+  GpuManifest m;
+  m.function = plan.getSymName().str();
+  m.compilerVersion = SPIN_COMPILER_SOURCE_HASH;
+  m.options.assign(optionText.begin(), optionText.end());
   for (const auto &[chip, text] : ptx)
-    ptxFiles[chip] = chip + ".ptx";
-  for (const auto &[key, value] : optionText)
-    options[key] = value;
-  int64_t events = plan->getAttrOfType<IntegerAttr>("spin.events").getInt();
-  llvm::json::Object manifest{
-      {"format", "spin-gpu-artifact"},
-      {"version", 1},
-      {"function", plan.getSymName()},
-      {"compiler_version", SPIN_COMPILER_SOURCE_HASH},
-      {"options", std::move(options)},
-      {"ptx", std::move(ptxFiles)},
-      {"ptx_version", ptxVersion},
-      // Every kernel waits for its predecessors (griddepcontrol.wait) before
-      // it touches memory: the runtime may launch them programmatically.
-      {"programmatic_launch", 1},
-      {"batch", batch},
-      {"rows", rows},
-      {"state",
-       llvm::json::Object{
-           {"layers", plan->getAttrOfType<IntegerAttr>("spin.layers").getInt()},
-           {"capacity",
-            plan->getAttrOfType<IntegerAttr>("spin.capacity").getInt()},
-           {"block_size",
-            plan->getAttrOfType<IntegerAttr>("spin.block_size").getInt()},
-           {"max_rows", rows}}},
-      {"arguments", std::move(arguments)},
-      {"scratch", std::move(scratch)},
-      {"streams", 2},
-      {"events", events},
-      {"kernels", std::move(kernels)},
-      {"launches", std::move(launches)}};
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
-  return text;
+    m.ptx.emplace_back(chip, chip + ".ptx");
+  m.ptxVersion = ptxVersion;
+  // Every kernel waits for its predecessors (griddepcontrol.wait) before it
+  // touches memory: the runtime may launch them programmatically.
+  m.programmaticLaunch = 1;
+  m.batch = -1;
+  std::vector<GpuLaunchArg> refs = readPlanArguments(plan, m);
+  if (int64_t layers =
+          plan->getAttrOfType<IntegerAttr>(attr::kLayers).getInt()) {
+    GpuStateSpec state;
+    state.layers = layers;
+    state.capacity = plan->getAttrOfType<IntegerAttr>(attr::kCapacity).getInt();
+    state.blockSize =
+        plan->getAttrOfType<IntegerAttr>(attr::kBlockSize).getInt();
+    state.maxRows = m.rows;
+    m.state = state;
+  }
+  m.streams = 2;
+  m.events = plan->getAttrOfType<IntegerAttr>(attr::kEvents).getInt();
+  readPlanLaunches(plan, refs, m);
+  return m.toJson();
 }
 
 } // namespace

@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from . import _spin
+from . import _spin, abi
 
 try:  # torch is optional for the package, required here
     import torch as _torch
@@ -201,8 +201,8 @@ class CudaProgram:
         section = self.manifest.get("state") or {}
         values = {"capacity": capacity, "layers": layers, "rows": rows,
                   "block_size": block_size}
-        keys = {"capacity": "capacity", "layers": "layers", "rows": "max_rows",
-                "block_size": "block_size"}
+        keys = {"capacity": abi.KEY["Capacity"], "layers": abi.KEY["Layers"],
+                "rows": abi.KEY["MaxRows"], "block_size": abi.KEY["BlockSize"]}
         for name, value in list(values.items()):
             if value is None:
                 if keys[name] not in section:

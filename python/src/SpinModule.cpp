@@ -14,6 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AbiModule.h"
+
 #include "spin/Runtime/GpuProgram.h"
 #include "spin/Runtime/GpuStatePool.h"
 #include "spin/Runtime/StatePool.h"
@@ -85,48 +87,52 @@ deviceTensors(const py::dict &arrays) {
   return out;
 }
 
+/// A step argument as the manifest's members name it.
 py::dict argumentDict(const rt::ArgSpec &arg) {
+  namespace k = rt::manifest::key;
   py::dict d;
-  d["role"] = rt::argRoleName(arg.role);
-  d["name"] = arg.name;
-  d["layer"] = arg.layer;
-  d["dtype"] = rt::dtypeName(arg.dtype);
-  d["shape"] = arg.shape;
+  d[k::Role] = rt::argRoleName(arg.role);
+  d[k::Name] = arg.name;
+  d[k::Layer] = arg.layer;
+  d[k::Dtype] = rt::dtypeName(arg.dtype);
+  d[k::Shape] = arg.shape;
   return d;
 }
 
-/// The parts of a manifest that Python uses, as plain data.
+/// The parts of a manifest that Python uses, as plain data under the
+/// manifest's member names (plus the artifact's directory; kernels by name).
 py::dict manifestDict(const rt::GpuManifest &m) {
+  namespace k = rt::manifest::key;
   py::dict d;
   d["directory"] = m.directory;
-  d["function"] = m.function;
-  d["compiler_version"] = m.compilerVersion;
+  d[k::Function] = m.function;
+  d[k::CompilerVersion] = m.compilerVersion;
   py::dict options, ptx;
   for (const auto &[key, value] : m.options)
     options[py::str(key)] = value;
   for (const auto &[chip, file] : m.ptx)
     ptx[py::str(chip)] = file;
-  d["options"] = options;
-  d["ptx"] = ptx;
-  d["batch"] = m.batch;
-  d["rows"] = m.rows;
+  d[k::Options] = options;
+  d[k::Ptx] = ptx;
+  d[k::Batch] = m.batch;
+  d[k::Rows] = m.rows;
   if (m.state) {
     py::dict state;
-    state["layers"] = m.state->layers;
-    state["capacity"] = m.state->capacity;
-    state["block_size"] = m.state->blockSize;
-    state["max_rows"] = m.state->maxRows;
-    d["state"] = state;
+    state[k::Layers] = m.state->layers;
+    state[k::Capacity] = m.state->capacity;
+    state[k::BlockSize] = m.state->blockSize;
+    state[k::MaxRows] = m.state->maxRows;
+    d[k::State] = state;
   } else {
-    d["state"] = py::none();
+    d[k::State] = py::none();
   }
   py::list arguments, kernels;
   for (const rt::ArgSpec &arg : m.arguments)
     arguments.append(argumentDict(arg));
   for (const rt::GpuKernelSpec &kernel : m.kernels)
     kernels.append(kernel.name);
-  d["arguments"] = arguments;
-  d["kernels"] = kernels;
+  d[k::Arguments] = arguments;
+  d[k::Kernels] = kernels;
   return d;
 }
 
@@ -512,6 +518,7 @@ static void bindCompiler(py::module_ &m) {
 
 PYBIND11_MODULE(_spin, m) {
   m.doc() = "spin: SPIN sparse-attention indexers (native part)";
+  spin::python::bindAbi(m);
 #ifdef SPIN_HAS_COMPILER
   m.attr("has_compiler") = true;
 #else

@@ -27,6 +27,8 @@ namespace spin::runtime {
 
 namespace {
 
+namespace k = manifest::key;
+
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 /// The whole i64 range: fields whose range is checked after reading.
 constexpr int64_t kAnyMin = std::numeric_limits<int64_t>::min();
@@ -49,20 +51,31 @@ std::string at(const std::string &path, size_t index) {
   return path + "[" + std::to_string(index) + "]";
 }
 
-/// The expected ABI element type and rank of each state field
-/// (docs/Runtime-ABI.md).
-struct StateField {
-  const char *name;
-  DType dtype;
-  size_t rank;
+/// "a, b, c or d" of the names `nameOf(0 .. n-1)`, for messages.
+template <typename NameOf> std::string orList(size_t n, NameOf nameOf) {
+  std::string list;
+  for (size_t i = 0; i < n; ++i)
+    list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + nameOf(i);
+  return list;
+}
+
+constexpr ArgRole kRoles[] = {
+#define SPIN_ARG_ROLE(E, NAME) ArgRole::E,
+#include "spin/Runtime/Abi.def"
 };
-constexpr StateField kStateFields[] = {
-    {"v", DType::f32, 2},       {"d", DType::f32, 2},
-    {"it", DType::i64, 1},      {"obs_rows", DType::i32, 1},
-    {"obs_pos", DType::i32, 2}, {"obs_len", DType::i32, 2},
-    {"obs_mask", DType::i8, 2}, {"obs_z", DType::f32, 3},
-    {"pred_at", DType::i32, 2}, {"pred_keys", DType::i32, 2},
+constexpr LaunchArgKind kLaunchArgKinds[] = {
+#define SPIN_LAUNCH_ARG(E, NAME) LaunchArgKind::E,
+#include "spin/Runtime/Abi.def"
 };
+
+/// The state fields a GPU program may bind, for messages.
+std::string gpuStateFieldList() {
+  std::vector<const char *> names;
+  for (const StateFieldInfo &info : kStateFields)
+    if (info.group != StateGroup::Staleness)
+      names.push_back(info.name);
+  return orList(names.size(), [&](size_t i) { return names[i]; });
+}
 
 /// Typed access to the members of the manifest with errors that name the
 /// file and the field.
@@ -200,53 +213,55 @@ Status readArgument(const Reader &r, const JsonValue &value,
                     const std::string &path, ArgSpec &arg) {
   if (Status s =
           r.object(value, path,
-                   {"role", "name", "layer", "dtype", "shape", "block_size"});
+                   {k::Role, k::Name, k::Layer, k::Dtype, k::Shape, k::BlockSize});
       !s.ok())
     return s;
   std::string role, dtype;
-  if (Status s = r.string(value, path, "role", role); !s.ok())
+  if (Status s = r.string(value, path, k::Role, role); !s.ok())
     return s;
   std::optional<ArgSpec::Role> parsedRole = argRoleFromName(role);
   if (!parsedRole)
-    return r.error(join(path, "role"),
-                   "unknown role " + quoted(role) +
-                       " (expected input, positions, request_ids, accepted, "
-                       "reset, slots, state or output)");
+    return r.error(join(path, k::Role),
+                   "unknown role " + quoted(role) + " (expected " +
+                       orList(std::size(kRoles), [](size_t i) {
+                         return argRoleName(kRoles[i]);
+                       }) +
+                       ")");
   arg.role = *parsedRole;
-  if (Status s = r.string(value, path, "name", arg.name); !s.ok())
+  if (Status s = r.string(value, path, k::Name, arg.name); !s.ok())
     return s;
-  if (Status s = r.string(value, path, "dtype", dtype); !s.ok())
+  if (Status s = r.string(value, path, k::Dtype, dtype); !s.ok())
     return s;
   std::optional<DType> parsedType = dtypeFromName(dtype);
   if (!parsedType)
-    return r.error(join(path, "dtype"),
+    return r.error(join(path, k::Dtype),
                    "unknown element type " + quoted(dtype) +
                        " (expected f32, f16, bf16, fp8e4m3, i1, i8, i32 or "
                        "i64)");
   arg.dtype = *parsedType;
-  if (Status s = r.integer(value, path, "layer", arg.layer, -1,
+  if (Status s = r.integer(value, path, k::Layer, arg.layer, -1,
                            std::numeric_limits<int32_t>::max(), -1);
       !s.ok())
     return s;
   if (Status s =
-          r.integer(value, path, "block_size", arg.blockSize, 0, kInt32Max, 0);
+          r.integer(value, path, k::BlockSize, arg.blockSize, 0, kInt32Max, 0);
       !s.ok())
     return s;
   const std::vector<JsonValue> *shape = nullptr;
-  if (Status s = r.array(value, path, "shape", true, shape); !s.ok())
+  if (Status s = r.array(value, path, k::Shape, true, shape); !s.ok())
     return s;
   if (shape->empty())
-    return r.error(join(path, "shape"),
+    return r.error(join(path, k::Shape),
                    "rank 0 is not supported: arguments are tensors");
   arg.shape.clear();
   for (size_t d = 0; d < shape->size(); ++d) {
     int64_t size = 0;
-    if (Status s = r.integerValue((*shape)[d], at(join(path, "shape"), d), size,
+    if (Status s = r.integerValue((*shape)[d], at(join(path, k::Shape), d), size,
                                   -1, std::numeric_limits<int64_t>::max());
         !s.ok())
       return s;
     if (size == 0)
-      return r.error(at(join(path, "shape"), d),
+      return r.error(at(join(path, k::Shape), d),
                      "sizes are positive, or -1 for a run-time size");
     arg.shape.push_back(size);
   }
@@ -256,43 +271,34 @@ Status readArgument(const Reader &r, const JsonValue &value,
   auto expect = [&](DType dtype, size_t rank, const std::string &what,
                     std::optional<DType> alternative = std::nullopt) -> Status {
     if (arg.dtype != dtype && arg.dtype != alternative)
-      return r.error(join(path, "dtype"), what + " is " + dtypeName(dtype) +
+      return r.error(join(path, k::Dtype), what + " is " + dtypeName(dtype) +
                                               " in the step ABI, got " +
                                               dtypeName(arg.dtype));
     if (arg.shape.size() != rank)
-      return r.error(join(path, "shape"), what + " has rank " + str(rank) +
+      return r.error(join(path, k::Shape), what + " has rank " + str(rank) +
                                               " in the step ABI, got " +
                                               shapeString(arg.shape));
     return Status::success();
   };
+  if (std::optional<RoleLayout> layout = roleLayout(arg.role))
+    return expect(layout->dtype, layout->rank, argRoleName(arg.role),
+                  layout->alternative);
   switch (arg.role) {
-  case ArgSpec::Role::Input:
-  case ArgSpec::Role::Output:
-    return Status::success();
-  case ArgSpec::Role::Positions:
-    return expect(DType::i32, 2, "positions");
-  case ArgSpec::Role::RequestIds:
-    return expect(DType::i64, 1, "request_ids");
-  case ArgSpec::Role::Accepted:
-    return expect(DType::i32, 1, "accepted");
-  case ArgSpec::Role::Reset:
-    return expect(DType::i1, 1, "reset", DType::i8);
-  case ArgSpec::Role::Slots:
-    return expect(DType::i32, 1, "slots");
   case ArgSpec::Role::State: {
     if (arg.layer < 0)
-      return r.error(join(path, "layer"),
+      return r.error(join(path, k::Layer),
                      "state arguments need a layer >= 0, got " +
                          str(arg.layer));
-    for (const StateField &field : kStateFields)
-      if (arg.name == field.name)
-        return expect(field.dtype, field.rank,
-                      "state field " + quoted(arg.name));
-    return r.error(join(path, "name"),
+    std::optional<StateField> field = stateFieldFromName(arg.name);
+    if (field && stateFieldInfo(*field).group != StateGroup::Staleness)
+      return expect(stateFieldInfo(*field).dtype, stateFieldInfo(*field).rank(),
+                    "state field " + quoted(arg.name));
+    return r.error(join(path, k::Name),
                    "unknown state field " + quoted(arg.name) +
-                       " (expected v, d, it, obs_rows, obs_pos, obs_len, "
-                       "obs_mask, obs_z, pred_at or pred_keys)");
+                       " (expected " + gpuStateFieldList() + ")");
   }
+  default:
+    return Status::success();
   }
   return Status::success();
 }
@@ -304,69 +310,431 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     return r.error(path,
                    std::string("expected an object, got ") + value.describe());
   std::string kind;
-  if (Status s = r.string(value, path, "kind", kind); !s.ok())
+  if (Status s = r.string(value, path, k::Kind, kind); !s.ok())
     return s;
   const int64_t numArgs = static_cast<int64_t>(m.arguments.size());
-  if (kind == "argument" || kind == "scratch") {
-    if (Status s = r.object(value, path, {"kind", "index"}); !s.ok())
+  std::optional<LaunchArgKind> known = launchArgKindFromName(kind);
+  if (!known)
+    return r.error(join(path, k::Kind),
+                   "unknown kind " + quoted(kind) + " (expected " +
+                       orList(std::size(kLaunchArgKinds), [](size_t i) {
+                         return launchArgKindName(kLaunchArgKinds[i]);
+                       }) +
+                       ")");
+  arg.kind = *known;
+  switch (*known) {
+  case LaunchArgKind::Argument:
+  case LaunchArgKind::Scratch: {
+    if (Status s = r.object(value, path, {k::Kind, k::Index}); !s.ok())
       return s;
-    bool isArgument = kind == "argument";
-    arg.kind =
-        isArgument ? GpuLaunchArg::Kind::Argument : GpuLaunchArg::Kind::Scratch;
+    bool isArgument = *known == LaunchArgKind::Argument;
     int64_t count =
         isArgument ? numArgs : static_cast<int64_t>(m.scratch.size());
-    if (Status s = r.integer(value, path, "index", arg.index, kAnyMin, kAnyMax);
+    if (Status s = r.integer(value, path, k::Index, arg.index, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= count)
       return r.error(
-          join(path, "index"),
+          join(path, k::Index),
           str(arg.index) + " is out of range: the " +
               (isArgument ? "step has " + plural(count, "argument")
                           : "program has " + plural(count, "scratch buffer")));
     return Status::success();
   }
-  if (kind == "errors") {
-    arg.kind = GpuLaunchArg::Kind::Errors;
-    return r.object(value, path, {"kind"});
-  }
-  if (kind == "dim") {
-    arg.kind = GpuLaunchArg::Kind::Dim;
-    if (Status s = r.object(value, path, {"kind", "argument", "dim"}); !s.ok())
+  case LaunchArgKind::Errors:
+    return r.object(value, path, {k::Kind});
+  case LaunchArgKind::Dim: {
+    if (Status s = r.object(value, path, {k::Kind, k::Argument, k::Dim}); !s.ok())
       return s;
     if (Status s =
-            r.integer(value, path, "argument", arg.index, kAnyMin, kAnyMax);
+            r.integer(value, path, k::Argument, arg.index, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.index < 0 || arg.index >= numArgs)
-      return r.error(join(path, "argument"),
+      return r.error(join(path, k::Argument),
                      str(arg.index) + " is out of range: the step has " +
                          plural(numArgs, "argument"));
     const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
     int64_t rank = static_cast<int64_t>(of.shape.size());
-    if (Status s = r.integer(value, path, "dim", arg.dim, kAnyMin, kAnyMax);
+    if (Status s = r.integer(value, path, k::Dim, arg.dim, kAnyMin, kAnyMax);
         !s.ok())
       return s;
     if (arg.dim < 0 || arg.dim >= rank)
-      return r.error(join(path, "dim"),
+      return r.error(join(path, k::Dim),
                      str(arg.dim) + " is out of range: argument " +
                          quoted(of.name) + " has rank " + str(rank));
     return Status::success();
   }
-  if (kind == "i32") {
-    arg.kind = GpuLaunchArg::Kind::I32;
-    if (Status s = r.object(value, path, {"kind", "value"}); !s.ok())
+  case LaunchArgKind::I32: {
+    if (Status s = r.object(value, path, {k::Kind, k::Value}); !s.ok())
       return s;
     int64_t v = 0;
-    if (Status s = r.integer(value, path, "value", v, kInt32Min, kInt32Max);
+    if (Status s = r.integer(value, path, k::Value, v, kInt32Min, kInt32Max);
         !s.ok())
       return s;
     arg.value = static_cast<int32_t>(v);
     return Status::success();
   }
-  return r.error(join(path, "kind"),
-                 "unknown kind " + quoted(kind) +
-                     " (expected argument, scratch, errors, dim or i32)");
+  }
+  return Status::success();
+}
+
+/// Reads the members of one manifest into `m`, section by section.
+struct ManifestParser {
+  ManifestParser(const Reader &r, const JsonValue &root, GpuManifest &m)
+      : r(r), root(root), m(m) {}
+
+  Status readIdentity();
+  Status readPtx();
+  Status readShapes();
+  Status readArguments();
+  Status readScratch();
+  Status readKernels();
+  Status readLaunches();
+
+  const Reader &r;
+  const JsonValue &root;
+  GpuManifest &m;
+  /// Kernel name -> index in m.kernels, for the launches.
+  std::map<std::string, size_t> kernelIndex;
+};
+
+/// The format, version, function, compiler version and options.
+Status ManifestParser::readIdentity() {
+  std::string format;
+  if (Status s = r.string(root, "", k::Format, format); !s.ok())
+    return s;
+  if (format != manifest::kFormat)
+    return r.error(k::Format, "expected " + quoted(manifest::kFormat) +
+                                  ", got " + quoted(format) +
+                                  " (not a spin GPU artifact)");
+  int64_t version = 0;
+  if (Status s = r.integer(root, "", k::Version, version, kAnyMin, kAnyMax);
+      !s.ok())
+    return s;
+  if (version != manifest::kVersion)
+    return r.error(k::Version, "version " + str(version) +
+                                   " is not supported: this runtime reads "
+                                   "version " +
+                                   str(manifest::kVersion));
+  if (Status s = r.string(root, "", k::Function, m.function); !s.ok())
+    return s;
+  if (Status s = r.string(root, "", k::CompilerVersion, m.compilerVersion,
+                          std::string());
+      !s.ok())
+    return s;
+  if (const JsonValue *options = root.find(k::Options)) {
+    if (!options->isObject())
+      return r.error(k::Options, std::string("expected an object, got ") +
+                                    options->describe());
+    for (const auto &[key, value] : options->asObject()) {
+      std::string text;
+      if (value.isString())
+        text = value.asString();
+      else if (value.isInt())
+        text = str(value.asInt());
+      else if (value.isBool())
+        text = value.asBool() ? "true" : "false";
+      else if (value.isNumber()) {
+        std::ostringstream os;
+        os.imbue(std::locale::classic());
+        os << value.asDouble();
+        text = os.str();
+      } else
+        return r.error(join(k::Options, key),
+                       std::string("expected a string, number or boolean, "
+                                   "got ") +
+                           value.describe());
+      m.options.emplace_back(key, text);
+    }
+  }
+  return Status::success();
+}
+
+/// The PTX module of each chip; every file must exist in the directory.
+Status ManifestParser::readPtx() {
+  const JsonValue *ptx = nullptr;
+  if (Status s = r.member(root, "", k::Ptx, true, ptx); !s.ok())
+    return s;
+  if (!ptx->isObject() || ptx->asObject().empty())
+    return r.error(k::Ptx, "expected an object mapping chips to PTX files, "
+                          "got " +
+                              std::string(ptx->isObject() ? "an empty object"
+                                                          : ptx->describe()));
+  for (const auto &[chip, value] : ptx->asObject()) {
+    std::string path = join(k::Ptx, chip);
+    if (chip.rfind("sm_", 0) != 0 || chip.size() < 5)
+      return r.error(path, "chips are named sm_XY or sm_XYa (sm_90a, "
+                           "sm_100a), got " +
+                               quoted(chip));
+    if (!value.isString())
+      return r.error(path, std::string("expected a file name, got ") +
+                               value.describe());
+    const std::string &name = value.asString();
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos)
+      return r.error(path, "expected a file name in the artifact directory, "
+                           "got " +
+                               quoted(name));
+    if (!fileExists(m.directory + "/" + name))
+      return r.error(path,
+                     "PTX file " + quoted(name) + " is not in " + m.directory);
+    m.ptx.emplace_back(chip, name);
+  }
+  if (Status s = r.integer(root, "", k::ProgrammaticLaunch,
+                           m.programmaticLaunch, 0, 1, 0);
+      !s.ok())
+    return s;
+  if (Status s = r.integer(root, "", k::PtxVersion, m.ptxVersion, 0, 1000, 0);
+      !s.ok())
+    return s;
+  return Status::success();
+}
+
+/// The batch, rows and state section.
+Status ManifestParser::readShapes() {
+  if (Status s = r.integer(root, "", k::Batch, m.batch, 1, kInt32Max); !s.ok())
+    return s;
+  if (Status s = r.integer(root, "", k::Rows, m.rows, 1, kInt32Max); !s.ok())
+    return s;
+  if (const JsonValue *state = root.find(k::State)) {
+    if (Status s = r.object(*state, k::State,
+                            {k::Layers, k::Capacity, k::BlockSize, k::MaxRows});
+        !s.ok())
+      return s;
+    // A stateless (dense) program may write a section with no layers; its
+    // other sizes are then meaningless (non-negative integers).
+    GpuStateSpec spec;
+    if (Status s =
+            r.integer(*state, k::State, k::Layers, spec.layers, 0, kInt32Max);
+        !s.ok())
+      return s;
+    const int64_t least = spec.layers == 0 ? 0 : 1;
+    if (Status s = r.integer(*state, k::State, k::Capacity, spec.capacity, least,
+                             kInt32Max);
+        !s.ok())
+      return s;
+    if (Status s = r.integer(*state, k::State, k::BlockSize, spec.blockSize,
+                             least, kInt32Max);
+        !s.ok())
+      return s;
+    if (Status s = r.integer(*state, k::State, k::MaxRows, spec.maxRows, least,
+                             kInt32Max);
+        !s.ok())
+      return s;
+    if (spec.layers > 0) {
+      if (spec.maxRows < m.rows)
+        return r.error("state.max_rows", str(spec.maxRows) +
+                                             " is less than the step's rows (" +
+                                             str(m.rows) + ")");
+      m.state = spec;
+    }
+  }
+  return Status::success();
+}
+
+/// The step function's arguments, with the contract's roles and fields.
+Status ManifestParser::readArguments() {
+  const std::vector<JsonValue> *arguments = nullptr;
+  if (Status s = r.array(root, "", k::Arguments, true, arguments); !s.ok())
+    return s;
+  std::map<std::string, size_t> names;
+  std::set<std::pair<std::string, int64_t>> stateFields;
+  std::map<ArgSpec::Role, size_t> singletons;
+  for (size_t i = 0; i < arguments->size(); ++i) {
+    std::string path = at(k::Arguments, i);
+    ArgSpec arg;
+    if (Status s = readArgument(r, (*arguments)[i], path, arg); !s.ok())
+      return s;
+    if (arg.role == ArgSpec::Role::State) {
+      if (!stateFields.emplace(arg.name, arg.layer).second)
+        return r.error(path, "state field " + quoted(arg.name) + " of layer " +
+                                 str(arg.layer) + " appears twice");
+      if (!m.state)
+        return r.error(path, "state arguments need the manifest's \"state\" "
+                             "section, with layers");
+      if (arg.layer >= m.state->layers)
+        return r.error(join(path, k::Layer),
+                       str(arg.layer) + " is out of range: the state has " +
+                           plural(m.state->layers, "layer"));
+    } else {
+      auto [previous, inserted] = names.emplace(arg.name, i);
+      if (!inserted)
+        return r.error(join(path, k::Name),
+                       quoted(arg.name) + " is also the name of arguments[" +
+                           str(previous->second) + "]");
+      if (arg.role != ArgSpec::Role::Input &&
+          arg.role != ArgSpec::Role::Output) {
+        auto [first, once] = singletons.emplace(arg.role, i);
+        if (!once)
+          return r.error(join(path, k::Role),
+                         std::string("a second ") + argRoleName(arg.role) +
+                             " argument (the first is arguments[" +
+                             str(first->second) + "])");
+      }
+    }
+    m.arguments.push_back(std::move(arg));
+  }
+  if (m.stateful() && !singletons.count(ArgSpec::Role::Slots))
+    return r.error(k::Arguments, "the step binds state but has no slots "
+                                "argument");
+  if (!m.stateful() && singletons.count(ArgSpec::Role::Slots))
+    return r.error(k::Arguments, "a slots argument without state arguments");
+  if (m.commits() && !m.stateful())
+    return r.error(k::Arguments, "an accepted argument needs state arguments "
+                                "to commit to");
+  return Status::success();
+}
+
+/// Scratch buffers, streams and events.
+Status ManifestParser::readScratch() {
+  const std::vector<JsonValue> *scratch = nullptr;
+  if (Status s = r.array(root, "", k::Scratch, false, scratch); !s.ok())
+    return s;
+  for (size_t i = 0; i < scratch->size(); ++i) {
+    std::string path = at(k::Scratch, i);
+    GpuScratchSpec buffer;
+    if (Status s = r.object((*scratch)[i], path, {k::Name, k::Bytes}); !s.ok())
+      return s;
+    if (Status s = r.string((*scratch)[i], path, k::Name, buffer.name); !s.ok())
+      return s;
+    if (Status s = r.integer((*scratch)[i], path, k::Bytes, buffer.bytes, 1,
+                             std::numeric_limits<int64_t>::max());
+        !s.ok())
+      return s;
+    m.scratch.push_back(std::move(buffer));
+  }
+  if (Status s = r.integer(root, "", k::Streams, m.streams, 1, 2, 1); !s.ok())
+    return s;
+  if (Status s = r.integer(root, "", k::Events, m.events, 0, 1024, 0); !s.ok())
+    return s;
+  return Status::success();
+}
+
+/// The kernels of the PTX module.
+Status ManifestParser::readKernels() {
+  const std::vector<JsonValue> *kernels = nullptr;
+  if (Status s = r.array(root, "", k::Kernels, true, kernels); !s.ok())
+    return s;
+  if (kernels->empty())
+    return r.error(k::Kernels, "the program has no kernels");
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    std::string path = at(k::Kernels, i);
+    const JsonValue &value = (*kernels)[i];
+    GpuKernelSpec kernel;
+    if (Status s = r.object(value, path, {k::Name, k::Block, k::SharedBytes});
+        !s.ok())
+      return s;
+    if (Status s = r.string(value, path, k::Name, kernel.name); !s.ok())
+      return s;
+    if (Status s =
+            r.dims3(value, path, k::Block, {1024, 1024, 64}, kernel.block);
+        !s.ok())
+      return s;
+    int64_t threads =
+        int64_t(kernel.block[0]) * kernel.block[1] * kernel.block[2];
+    if (threads > 1024)
+      return r.error(join(path, k::Block),
+                     str(threads) + " threads per block, more than 1024");
+    if (Status s = r.integer(value, path, k::SharedBytes, kernel.sharedBytes, 0,
+                             kInt32Max, 0);
+        !s.ok())
+      return s;
+    if (!kernelIndex.emplace(kernel.name, i).second)
+      return r.error(join(path, k::Name),
+                     "kernel " + quoted(kernel.name) + " is listed twice");
+    m.kernels.push_back(std::move(kernel));
+  }
+  return Status::success();
+}
+
+/// The launches of the step, in order.
+Status ManifestParser::readLaunches() {
+  const std::vector<JsonValue> *launches = nullptr;
+  if (Status s = r.array(root, "", k::Launches, true, launches); !s.ok())
+    return s;
+  if (launches->empty())
+    return r.error(k::Launches, "the step launches no kernel");
+  std::vector<bool> recorded(static_cast<size_t>(m.events), false);
+  for (size_t i = 0; i < launches->size(); ++i) {
+    std::string path = at(k::Launches, i);
+    const JsonValue &value = (*launches)[i];
+    GpuLaunchSpec launch;
+    if (Status s =
+            r.object(value, path,
+                     {k::Kernel, k::Grid, k::Stream, k::Wait, k::Record, k::Args});
+        !s.ok())
+      return s;
+    std::string kernel;
+    if (Status s = r.string(value, path, k::Kernel, kernel); !s.ok())
+      return s;
+    auto found = kernelIndex.find(kernel);
+    if (found == kernelIndex.end())
+      return r.error(join(path, k::Kernel),
+                     "kernel " + quoted(kernel) +
+                         " is not in the manifest's \"kernels\"");
+    launch.kernel = found->second;
+    if (Status s = r.dims3(value, path, k::Grid, {kInt32Max, 65535, 65535},
+                           launch.grid);
+        !s.ok())
+      return s;
+    int64_t stream = 0;
+    if (Status s = r.integer(value, path, k::Stream, stream, 0,
+                             std::numeric_limits<int64_t>::max(), 0);
+        !s.ok())
+      return s;
+    if (stream >= m.streams)
+      return r.error(join(path, k::Stream),
+                     str(stream) + " is out of range: the program has " +
+                         plural(m.streams, "stream"));
+    launch.stream = static_cast<int>(stream);
+    const std::vector<JsonValue> *wait = nullptr;
+    if (Status s = r.array(value, path, k::Wait, false, wait); !s.ok())
+      return s;
+    for (size_t w = 0; w < wait->size(); ++w) {
+      std::string waitPath = at(join(path, k::Wait), w);
+      int64_t event = 0;
+      if (Status s =
+              r.integerValue((*wait)[w], waitPath, event, kAnyMin, kAnyMax);
+          !s.ok())
+        return s;
+      if (event < 0 || event >= m.events)
+        return r.error(waitPath, "event " + str(event) +
+                                     " is out of range: the program has " +
+                                     plural(m.events, "event"));
+      // A step must be capturable on its own: it may only wait for events
+      // it recorded itself.
+      if (!recorded[static_cast<size_t>(event)])
+        return r.error(waitPath, "event " + str(event) +
+                                     " is not recorded by an earlier launch "
+                                     "of the step");
+      launch.wait.push_back(event);
+    }
+    if (Status s = r.integer(value, path, k::Record, launch.record, kAnyMin,
+                             kAnyMax, -1);
+        !s.ok())
+      return s;
+    if (launch.record < -1 || launch.record >= m.events)
+      return r.error(join(path, k::Record),
+                     "event " + str(launch.record) +
+                         " is out of range: the program has " +
+                         plural(m.events, "event") + " (-1: none)");
+    if (launch.record >= 0)
+      recorded[static_cast<size_t>(launch.record)] = true;
+    const std::vector<JsonValue> *args = nullptr;
+    if (Status s = r.array(value, path, k::Args, true, args); !s.ok())
+      return s;
+    for (size_t a = 0; a < args->size(); ++a) {
+      GpuLaunchArg arg;
+      if (Status s =
+              readLaunchArg(r, (*args)[a], at(join(path, k::Args), a), m, arg);
+          !s.ok())
+        return s;
+      launch.args.push_back(arg);
+    }
+    m.launches.push_back(std::move(launch));
+  }
+  return Status::success();
 }
 
 } // namespace
@@ -401,323 +769,121 @@ StatusOr<GpuManifest> GpuManifest::parse(const std::string &json,
 
   GpuManifest m;
   m.directory = directory;
-
-  // Identity.
-  std::string format;
-  if (Status s = r.string(root, "", "format", format); !s.ok())
-    return s;
-  if (format != "spin-gpu-artifact")
-    return r.error("format", "expected \"spin-gpu-artifact\", got " +
-                                 quoted(format) + " (not a spin GPU artifact)");
-  int64_t version = 0;
-  if (Status s = r.integer(root, "", "version", version, kAnyMin, kAnyMax);
-      !s.ok())
-    return s;
-  if (version != 1)
-    return r.error("version", "version " + str(version) +
-                                  " is not supported: this runtime reads "
-                                  "version 1");
-  if (Status s = r.string(root, "", "function", m.function); !s.ok())
-    return s;
-  if (Status s = r.string(root, "", "compiler_version", m.compilerVersion,
-                          std::string());
-      !s.ok())
-    return s;
-  if (const JsonValue *options = root.find("options")) {
-    if (!options->isObject())
-      return r.error("options", std::string("expected an object, got ") +
-                                    options->describe());
-    for (const auto &[key, value] : options->asObject()) {
-      std::string text;
-      if (value.isString())
-        text = value.asString();
-      else if (value.isInt())
-        text = str(value.asInt());
-      else if (value.isBool())
-        text = value.asBool() ? "true" : "false";
-      else if (value.isNumber()) {
-        std::ostringstream os;
-        os.imbue(std::locale::classic());
-        os << value.asDouble();
-        text = os.str();
-      } else
-        return r.error(join("options", key),
-                       std::string("expected a string, number or boolean, "
-                                   "got ") +
-                           value.describe());
-      m.options.emplace_back(key, text);
-    }
-  }
-
-  // PTX modules.
-  const JsonValue *ptx = nullptr;
-  if (Status s = r.member(root, "", "ptx", true, ptx); !s.ok())
-    return s;
-  if (!ptx->isObject() || ptx->asObject().empty())
-    return r.error("ptx", "expected an object mapping chips to PTX files, "
-                          "got " +
-                              std::string(ptx->isObject() ? "an empty object"
-                                                          : ptx->describe()));
-  for (const auto &[chip, value] : ptx->asObject()) {
-    std::string path = join("ptx", chip);
-    if (chip.rfind("sm_", 0) != 0 || chip.size() < 5)
-      return r.error(path, "chips are named sm_XY or sm_XYa (sm_90a, "
-                           "sm_100a), got " +
-                               quoted(chip));
-    if (!value.isString())
-      return r.error(path, std::string("expected a file name, got ") +
-                               value.describe());
-    const std::string &name = value.asString();
-    if (name.empty() || name == "." || name == ".." ||
-        name.find('/') != std::string::npos)
-      return r.error(path, "expected a file name in the artifact directory, "
-                           "got " +
-                               quoted(name));
-    if (!fileExists(directory + "/" + name))
-      return r.error(path,
-                     "PTX file " + quoted(name) + " is not in " + directory);
-    m.ptx.emplace_back(chip, name);
-  }
-  if (Status s = r.integer(root, "", "programmatic_launch",
-                           m.programmaticLaunch, 0, 1, 0);
-      !s.ok())
-    return s;
-  if (Status s = r.integer(root, "", "ptx_version", m.ptxVersion, 0, 1000, 0);
-      !s.ok())
-    return s;
-
-  // Shapes of the step.
-  if (Status s = r.integer(root, "", "batch", m.batch, 1, kInt32Max); !s.ok())
-    return s;
-  if (Status s = r.integer(root, "", "rows", m.rows, 1, kInt32Max); !s.ok())
-    return s;
-  if (const JsonValue *state = root.find("state")) {
-    if (Status s = r.object(*state, "state",
-                            {"layers", "capacity", "block_size", "max_rows"});
-        !s.ok())
+  ManifestParser parser(r, root, m);
+  for (Status (ManifestParser::*section)() :
+       {&ManifestParser::readIdentity, &ManifestParser::readPtx,
+        &ManifestParser::readShapes, &ManifestParser::readArguments,
+        &ManifestParser::readScratch, &ManifestParser::readKernels,
+        &ManifestParser::readLaunches})
+    if (Status s = (parser.*section)(); !s.ok())
       return s;
-    // A stateless (dense) program may write a section with no layers; its
-    // other sizes are then meaningless (non-negative integers).
-    GpuStateSpec spec;
-    if (Status s =
-            r.integer(*state, "state", "layers", spec.layers, 0, kInt32Max);
-        !s.ok())
-      return s;
-    const int64_t least = spec.layers == 0 ? 0 : 1;
-    if (Status s = r.integer(*state, "state", "capacity", spec.capacity, least,
-                             kInt32Max);
-        !s.ok())
-      return s;
-    if (Status s = r.integer(*state, "state", "block_size", spec.blockSize,
-                             least, kInt32Max);
-        !s.ok())
-      return s;
-    if (Status s = r.integer(*state, "state", "max_rows", spec.maxRows, least,
-                             kInt32Max);
-        !s.ok())
-      return s;
-    if (spec.layers > 0) {
-      if (spec.maxRows < m.rows)
-        return r.error("state.max_rows", str(spec.maxRows) +
-                                             " is less than the step's rows (" +
-                                             str(m.rows) + ")");
-      m.state = spec;
-    }
-  }
-
-  // Arguments.
-  const std::vector<JsonValue> *arguments = nullptr;
-  if (Status s = r.array(root, "", "arguments", true, arguments); !s.ok())
-    return s;
-  std::map<std::string, size_t> names;
-  std::set<std::pair<std::string, int64_t>> stateFields;
-  std::map<ArgSpec::Role, size_t> singletons;
-  for (size_t i = 0; i < arguments->size(); ++i) {
-    std::string path = at("arguments", i);
-    ArgSpec arg;
-    if (Status s = readArgument(r, (*arguments)[i], path, arg); !s.ok())
-      return s;
-    if (arg.role == ArgSpec::Role::State) {
-      if (!stateFields.emplace(arg.name, arg.layer).second)
-        return r.error(path, "state field " + quoted(arg.name) + " of layer " +
-                                 str(arg.layer) + " appears twice");
-      if (!m.state)
-        return r.error(path, "state arguments need the manifest's \"state\" "
-                             "section, with layers");
-      if (arg.layer >= m.state->layers)
-        return r.error(join(path, "layer"),
-                       str(arg.layer) + " is out of range: the state has " +
-                           plural(m.state->layers, "layer"));
-    } else {
-      auto [previous, inserted] = names.emplace(arg.name, i);
-      if (!inserted)
-        return r.error(join(path, "name"),
-                       quoted(arg.name) + " is also the name of arguments[" +
-                           str(previous->second) + "]");
-      if (arg.role != ArgSpec::Role::Input &&
-          arg.role != ArgSpec::Role::Output) {
-        auto [first, once] = singletons.emplace(arg.role, i);
-        if (!once)
-          return r.error(join(path, "role"),
-                         std::string("a second ") + argRoleName(arg.role) +
-                             " argument (the first is arguments[" +
-                             str(first->second) + "])");
-      }
-    }
-    m.arguments.push_back(std::move(arg));
-  }
-  if (m.stateful() && !singletons.count(ArgSpec::Role::Slots))
-    return r.error("arguments", "the step binds state but has no slots "
-                                "argument");
-  if (!m.stateful() && singletons.count(ArgSpec::Role::Slots))
-    return r.error("arguments", "a slots argument without state arguments");
-  if (m.commits() && !m.stateful())
-    return r.error("arguments", "an accepted argument needs state arguments "
-                                "to commit to");
-
-  // Scratch buffers, streams, events.
-  const std::vector<JsonValue> *scratch = nullptr;
-  if (Status s = r.array(root, "", "scratch", false, scratch); !s.ok())
-    return s;
-  for (size_t i = 0; i < scratch->size(); ++i) {
-    std::string path = at("scratch", i);
-    GpuScratchSpec buffer;
-    if (Status s = r.object((*scratch)[i], path, {"name", "bytes"}); !s.ok())
-      return s;
-    if (Status s = r.string((*scratch)[i], path, "name", buffer.name); !s.ok())
-      return s;
-    if (Status s = r.integer((*scratch)[i], path, "bytes", buffer.bytes, 1,
-                             std::numeric_limits<int64_t>::max());
-        !s.ok())
-      return s;
-    m.scratch.push_back(std::move(buffer));
-  }
-  if (Status s = r.integer(root, "", "streams", m.streams, 1, 2, 1); !s.ok())
-    return s;
-  if (Status s = r.integer(root, "", "events", m.events, 0, 1024, 0); !s.ok())
-    return s;
-
-  // Kernels.
-  const std::vector<JsonValue> *kernels = nullptr;
-  if (Status s = r.array(root, "", "kernels", true, kernels); !s.ok())
-    return s;
-  if (kernels->empty())
-    return r.error("kernels", "the program has no kernels");
-  std::map<std::string, size_t> kernelIndex;
-  for (size_t i = 0; i < kernels->size(); ++i) {
-    std::string path = at("kernels", i);
-    const JsonValue &value = (*kernels)[i];
-    GpuKernelSpec kernel;
-    if (Status s = r.object(value, path, {"name", "block", "shared_bytes"});
-        !s.ok())
-      return s;
-    if (Status s = r.string(value, path, "name", kernel.name); !s.ok())
-      return s;
-    if (Status s =
-            r.dims3(value, path, "block", {1024, 1024, 64}, kernel.block);
-        !s.ok())
-      return s;
-    int64_t threads =
-        int64_t(kernel.block[0]) * kernel.block[1] * kernel.block[2];
-    if (threads > 1024)
-      return r.error(join(path, "block"),
-                     str(threads) + " threads per block, more than 1024");
-    if (Status s = r.integer(value, path, "shared_bytes", kernel.sharedBytes, 0,
-                             kInt32Max, 0);
-        !s.ok())
-      return s;
-    if (!kernelIndex.emplace(kernel.name, i).second)
-      return r.error(join(path, "name"),
-                     "kernel " + quoted(kernel.name) + " is listed twice");
-    m.kernels.push_back(std::move(kernel));
-  }
-
-  // Launches.
-  const std::vector<JsonValue> *launches = nullptr;
-  if (Status s = r.array(root, "", "launches", true, launches); !s.ok())
-    return s;
-  if (launches->empty())
-    return r.error("launches", "the step launches no kernel");
-  std::vector<bool> recorded(static_cast<size_t>(m.events), false);
-  for (size_t i = 0; i < launches->size(); ++i) {
-    std::string path = at("launches", i);
-    const JsonValue &value = (*launches)[i];
-    GpuLaunchSpec launch;
-    if (Status s =
-            r.object(value, path,
-                     {"kernel", "grid", "stream", "wait", "record", "args"});
-        !s.ok())
-      return s;
-    std::string kernel;
-    if (Status s = r.string(value, path, "kernel", kernel); !s.ok())
-      return s;
-    auto found = kernelIndex.find(kernel);
-    if (found == kernelIndex.end())
-      return r.error(join(path, "kernel"),
-                     "kernel " + quoted(kernel) +
-                         " is not in the manifest's \"kernels\"");
-    launch.kernel = found->second;
-    if (Status s = r.dims3(value, path, "grid", {kInt32Max, 65535, 65535},
-                           launch.grid);
-        !s.ok())
-      return s;
-    int64_t stream = 0;
-    if (Status s = r.integer(value, path, "stream", stream, 0,
-                             std::numeric_limits<int64_t>::max(), 0);
-        !s.ok())
-      return s;
-    if (stream >= m.streams)
-      return r.error(join(path, "stream"),
-                     str(stream) + " is out of range: the program has " +
-                         plural(m.streams, "stream"));
-    launch.stream = static_cast<int>(stream);
-    const std::vector<JsonValue> *wait = nullptr;
-    if (Status s = r.array(value, path, "wait", false, wait); !s.ok())
-      return s;
-    for (size_t w = 0; w < wait->size(); ++w) {
-      std::string waitPath = at(join(path, "wait"), w);
-      int64_t event = 0;
-      if (Status s =
-              r.integerValue((*wait)[w], waitPath, event, kAnyMin, kAnyMax);
-          !s.ok())
-        return s;
-      if (event < 0 || event >= m.events)
-        return r.error(waitPath, "event " + str(event) +
-                                     " is out of range: the program has " +
-                                     plural(m.events, "event"));
-      // A step must be capturable on its own: it may only wait for events
-      // it recorded itself.
-      if (!recorded[static_cast<size_t>(event)])
-        return r.error(waitPath, "event " + str(event) +
-                                     " is not recorded by an earlier launch "
-                                     "of the step");
-      launch.wait.push_back(event);
-    }
-    if (Status s = r.integer(value, path, "record", launch.record, kAnyMin,
-                             kAnyMax, -1);
-        !s.ok())
-      return s;
-    if (launch.record < -1 || launch.record >= m.events)
-      return r.error(join(path, "record"),
-                     "event " + str(launch.record) +
-                         " is out of range: the program has " +
-                         plural(m.events, "event") + " (-1: none)");
-    if (launch.record >= 0)
-      recorded[static_cast<size_t>(launch.record)] = true;
-    const std::vector<JsonValue> *args = nullptr;
-    if (Status s = r.array(value, path, "args", true, args); !s.ok())
-      return s;
-    for (size_t a = 0; a < args->size(); ++a) {
-      GpuLaunchArg arg;
-      if (Status s =
-              readLaunchArg(r, (*args)[a], at(join(path, "args"), a), m, arg);
-          !s.ok())
-        return s;
-      launch.args.push_back(arg);
-    }
-    m.launches.push_back(std::move(launch));
-  }
   return m;
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+void writeArgument(JsonWriter &w, const ArgSpec &arg) {
+  w.beginObject()
+      .member(k::Role, argRoleName(arg.role))
+      .member(k::Name, arg.name)
+      .member(k::Layer, arg.layer)
+      .member(k::Dtype, dtypeName(arg.dtype));
+  w.key(k::Shape).beginArray();
+  for (int64_t size : arg.shape)
+    w.value(size);
+  w.end().member(k::BlockSize, arg.blockSize).end();
+}
+
+void writeLaunchArg(JsonWriter &w, const GpuLaunchArg &arg) {
+  w.beginObject().member(k::Kind, launchArgKindName(arg.kind));
+  switch (arg.kind) {
+  case LaunchArgKind::Argument:
+  case LaunchArgKind::Scratch:
+    w.member(k::Index, arg.index);
+    break;
+  case LaunchArgKind::Errors:
+    break;
+  case LaunchArgKind::Dim:
+    w.member(k::Argument, arg.index).member(k::Dim, arg.dim);
+    break;
+  case LaunchArgKind::I32:
+    w.member(k::Value, int64_t(arg.value));
+    break;
+  }
+  w.end();
+}
+
+void writeLaunch(JsonWriter &w, const GpuManifest &m,
+                 const GpuLaunchSpec &launch) {
+  w.beginObject().member(k::Kernel, m.kernels[launch.kernel].name);
+  w.key(k::Grid).beginArray();
+  for (uint32_t size : launch.grid)
+    w.value(int64_t(size));
+  w.end().member(k::Stream, int64_t(launch.stream));
+  w.key(k::Wait).beginArray();
+  for (int64_t event : launch.wait)
+    w.value(event);
+  w.end().member(k::Record, launch.record);
+  w.key(k::Args).beginArray();
+  for (const GpuLaunchArg &arg : launch.args)
+    writeLaunchArg(w, arg);
+  w.end().end();
+}
+
+} // namespace
+
+std::string GpuManifest::toJson() const {
+  JsonWriter w;
+  w.beginObject()
+      .member(k::Format, manifest::kFormat)
+      .member(k::Version, manifest::kVersion)
+      .member(k::Function, function)
+      .member(k::CompilerVersion, compilerVersion);
+  w.key(k::Options).beginObject();
+  for (const auto &[key, value] : options)
+    w.member(key, value);
+  w.end().key(k::Ptx).beginObject();
+  for (const auto &[chip, file] : ptx)
+    w.member(chip, file);
+  w.end()
+      .member(k::PtxVersion, ptxVersion)
+      .member(k::ProgrammaticLaunch, programmaticLaunch)
+      .member(k::Batch, batch)
+      .member(k::Rows, rows);
+  if (state)
+    w.key(k::State)
+        .beginObject()
+        .member(k::Layers, state->layers)
+        .member(k::Capacity, state->capacity)
+        .member(k::BlockSize, state->blockSize)
+        .member(k::MaxRows, state->maxRows)
+        .end();
+  w.key(k::Arguments).beginArray();
+  for (const ArgSpec &arg : arguments)
+    writeArgument(w, arg);
+  w.end().key(k::Scratch).beginArray();
+  for (const GpuScratchSpec &buffer : scratch)
+    w.beginObject()
+        .member(k::Name, buffer.name)
+        .member(k::Bytes, buffer.bytes)
+        .end();
+  w.end().member(k::Streams, streams).member(k::Events, events);
+  w.key(k::Kernels).beginArray();
+  for (const GpuKernelSpec &kernel : kernels) {
+    w.beginObject().member(k::Name, kernel.name).key(k::Block).beginArray();
+    for (uint32_t size : kernel.block)
+      w.value(int64_t(size));
+    w.end().member(k::SharedBytes, kernel.sharedBytes).end();
+  }
+  w.end().key(k::Launches).beginArray();
+  for (const GpuLaunchSpec &launch : launches)
+    writeLaunch(w, *this, launch);
+  w.end().end();
+  return w.text();
 }
 
 StatusOr<std::string> GpuManifest::ptxFor(int major, int minor) const {

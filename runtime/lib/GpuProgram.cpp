@@ -38,23 +38,6 @@ int64_t roundUp(int64_t value, int64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-/// The meaning of an error-record code (docs/GPU-ABI.md).
-std::string describeDeviceError(int32_t code, int32_t value) {
-  switch (code) {
-  case 1:
-    return "block-table entry " + str(value) +
-           " is outside [0, pages) of the key cache";
-  case 2:
-    return "visible length " + str(value) +
-           " is outside [0, min(capacity, block-table width x page size)]";
-  case 3:
-    return "position " + str(value) +
-           " is before the last visible slot or beyond the state capacity";
-  default:
-    return "unknown error code " + str(code) + " (value " + str(value) + ")";
-  }
-}
-
 std::string trimLog(const std::vector<char> &log) {
   std::string text(log.data(), strnlen(log.data(), log.size()));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
@@ -653,13 +636,6 @@ Status GpuProgram::bindState(Step &step) const {
   // The kernels were compiled for the manifest's state shape: the row
   // strides of the arrays they bind must be the pool's.
   const GpuStateSpec &want = *spec.state;
-  auto binds = [&](std::initializer_list<const char *> fields) {
-    return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
-      return a.role == ArgSpec::Role::State &&
-             std::any_of(fields.begin(), fields.end(),
-                         [&](const char *f) { return a.name == f; });
-    });
-  };
   auto mismatch = [&](const char *what, int64_t pooled, int64_t compiled) {
     return Status::error("the state pool has " + std::string(what) + " " +
                          str(pooled) + " but " + spec.directory +
@@ -667,16 +643,28 @@ Status GpuProgram::bindState(Step &step) const {
   };
   if (o.capacity != want.capacity)
     return mismatch("capacity", o.capacity, want.capacity);
-  if (binds({"obs_pos", "obs_len", "obs_z"}) && o.maxRows != want.maxRows)
-    return mismatch("maxRows", o.maxRows, want.maxRows);
+  // The row strides of fields with a row per query row or an entry per
+  // block are the pool's in the compiled kernels.
   const int64_t compiledBlocks =
       (want.capacity + want.blockSize - 1) / want.blockSize;
-  for (const char *perBlock : {"obs_mask", "pred_keys"})
-    if (binds({perBlock}) && pool->numBlocks() != compiledBlocks)
-      return Status::error(std::string("the state pool's ") + perBlock +
-                           " rows hold " + str(pool->numBlocks()) +
-                           " blocks but " + spec.directory +
-                           " was compiled for " + str(compiledBlocks));
+  auto binds = [&](StateDim dim) -> const StateFieldInfo * {
+    for (const StateFieldInfo &info : kStateFields)
+      if (std::find(info.dims.begin(), info.dims.end(), dim) !=
+              info.dims.end() &&
+          std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
+            return a.role == ArgSpec::Role::State && a.name == info.name;
+          }))
+        return &info;
+    return nullptr;
+  };
+  if (binds(StateDim::MaxRows) && o.maxRows != want.maxRows)
+    return mismatch("maxRows", o.maxRows, want.maxRows);
+  if (const StateFieldInfo *perBlock = binds(StateDim::Blocks);
+      perBlock && pool->numBlocks() != compiledBlocks)
+    return Status::error(std::string("the state pool's ") + perBlock->name +
+                         " rows hold " + str(pool->numBlocks()) +
+                         " blocks but " + spec.directory +
+                         " was compiled for " + str(compiledBlocks));
   for (size_t i = 0; i < n; ++i) {
     const ArgSpec &arg = args[i];
     if (arg.role != ArgSpec::Role::State)
@@ -692,7 +680,9 @@ Status GpuProgram::bindState(Step &step) const {
           str(arg.blockSize) +
           "): its per-block buffers cannot hold the program's blocks");
     GpuLayerBuffers buffers = pool->layer(arg.layer);
-    buffers.field(arg.name, step.address[i], step.shapes[i]);
+    StateField field = *stateFieldFromName(arg.name);
+    step.address[i] = buffers.field(field);
+    step.shapes[i] = stateFieldShape(field, buffers.sizes());
     for (size_t d = 0; d < arg.shape.size(); ++d)
       if (arg.shape[d] >= 0 && arg.shape[d] != step.shapes[i][d])
         return Status::error("state field '" + arg.name + "' of layer " +
@@ -703,7 +693,7 @@ Status GpuProgram::bindState(Step &step) const {
     if (std::find(step.layers.begin(), step.layers.end(), arg.layer) ==
         step.layers.end())
       step.layers.push_back(arg.layer);
-    if (arg.name == "obs_rows")
+    if (field == StateField::ObsRows)
       step.bufferingLayers.push_back(arg.layer);
   }
   return Status::success();

@@ -13,32 +13,32 @@ namespace spin::runtime {
 
 using namespace cuda;
 
-bool GpuLayerBuffers::field(const std::string &name, CUdeviceptr &address,
-                            std::vector<int64_t> &shape) const {
-  struct Entry {
-    const char *name;
-    CUdeviceptr GpuLayerBuffers::*member;
-    std::vector<int64_t> shape;
-  };
-  const Entry entries[] = {
-      {"v", &GpuLayerBuffers::v, {numSlots, capacity}},
-      {"d", &GpuLayerBuffers::d, {numSlots, capacity}},
-      {"it", &GpuLayerBuffers::it, {numSlots}},
-      {"obs_rows", &GpuLayerBuffers::obsRows, {numSlots}},
-      {"obs_pos", &GpuLayerBuffers::obsPos, {numSlots, maxRows}},
-      {"obs_len", &GpuLayerBuffers::obsLen, {numSlots, maxRows}},
-      {"obs_mask", &GpuLayerBuffers::obsMask, {numSlots, numBlocks}},
-      {"obs_z", &GpuLayerBuffers::obsZ, {numSlots, maxRows, capacity}},
-      {"pred_at", &GpuLayerBuffers::predAt, {numSlots, 4}},
-      {"pred_keys", &GpuLayerBuffers::predKeys, {numSlots, numBlocks}},
-  };
-  for (const Entry &entry : entries)
-    if (name == entry.name) {
-      address = this->*entry.member;
-      shape = entry.shape;
-      return true;
-    }
-  return false;
+CUdeviceptr GpuLayerBuffers::field(StateField field) const {
+  switch (field) {
+  case StateField::V:
+    return v;
+  case StateField::D:
+    return d;
+  case StateField::It:
+    return it;
+  case StateField::ObsRows:
+    return obsRows;
+  case StateField::ObsPos:
+    return obsPos;
+  case StateField::ObsLen:
+    return obsLen;
+  case StateField::ObsMask:
+    return obsMask;
+  case StateField::ObsZ:
+    return obsZ;
+  case StateField::PredAt:
+    return predAt;
+  case StateField::PredKeys:
+    return predKeys;
+  case StateField::LastObserved:
+    return 0;
+  }
+  return 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -103,16 +103,19 @@ GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
     return GpuLayerBuffers();
   CUdeviceptr start = memory.get() + layer * layout.layerStride;
   GpuLayerBuffers b;
-  b.v = start + layout.v;
-  b.d = start + layout.d;
-  b.it = start + layout.it;
-  b.obsRows = start + layout.obsRows;
-  b.obsPos = start + layout.obsPos;
-  b.obsLen = start + layout.obsLen;
-  b.obsMask = start + layout.obsMask;
-  b.obsZ = start + layout.obsZ;
-  b.predAt = start + layout.predAt;
-  b.predKeys = start + layout.predKeys;
+  auto at = [&](StateField field) -> CUdeviceptr {
+    return layout.holds(field) ? start + layout.offset(field) : 0;
+  };
+  b.v = at(StateField::V);
+  b.d = at(StateField::D);
+  b.it = at(StateField::It);
+  b.obsRows = at(StateField::ObsRows);
+  b.obsPos = at(StateField::ObsPos);
+  b.obsLen = at(StateField::ObsLen);
+  b.obsMask = at(StateField::ObsMask);
+  b.obsZ = at(StateField::ObsZ);
+  b.predAt = at(StateField::PredAt);
+  b.predKeys = at(StateField::PredKeys);
   b.numSlots = o.numSlots;
   b.capacity = o.capacity;
   b.maxRows = o.maxRows;
@@ -138,7 +141,8 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
         {b.d + slot * rowBytes, rowBytes},
         {b.it + slot * sizeof(int64_t), sizeof(int64_t)},
         {b.obsRows + slot * sizeof(int32_t), sizeof(int32_t)},
-        {b.predAt + slot * 4 * sizeof(int32_t), 4 * sizeof(int32_t)},
+        {b.predAt + slot * kPredictionRecordSize * sizeof(int32_t),
+         kPredictionRecordSize * sizeof(int32_t)},
     };
     for (const auto &[address, bytes] : ranges)
       if (Status s = drv.check(drv.memsetD8Async(address, 0, bytes, stream),

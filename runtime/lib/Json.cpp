@@ -415,4 +415,93 @@ StatusOr<JsonValue> parseJson(const std::string &text) {
   return JsonParser(text).document();
 }
 
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+void JsonWriter::newline(size_t depth) {
+  out += '\n';
+  out.append(2 * depth, ' ');
+}
+
+void JsonWriter::next(bool scalar) {
+  if (afterKey) {
+    afterKey = false;
+    return;
+  }
+  if (open.empty())
+    return;
+  Level &level = open.back();
+  if (!level.empty)
+    out += level.inline_ ? ", " : ",";
+  // An array stays on one line while it holds scalars only.
+  if (level.array && level.empty)
+    level.inline_ = scalar;
+  if (!level.inline_)
+    newline(open.size());
+  level.empty = false;
+}
+
+JsonWriter &JsonWriter::beginObject() {
+  next(false);
+  out += '{';
+  open.push_back({false});
+  return *this;
+}
+
+JsonWriter &JsonWriter::beginArray() {
+  next(false);
+  out += '[';
+  open.push_back({true});
+  return *this;
+}
+
+JsonWriter &JsonWriter::end() {
+  Level level = open.back();
+  open.pop_back();
+  if (!level.empty && !level.inline_)
+    newline(open.size());
+  out += level.array ? ']' : '}';
+  return *this;
+}
+
+JsonWriter &JsonWriter::key(const std::string &name) {
+  next(false);
+  quote(name);
+  out += ": ";
+  afterKey = true;
+  return *this;
+}
+
+JsonWriter &JsonWriter::value(int64_t v) {
+  next(true);
+  out += std::to_string(v);
+  return *this;
+}
+
+JsonWriter &JsonWriter::value(const std::string &v) {
+  next(true);
+  quote(v);
+  return *this;
+}
+
+void JsonWriter::quote(const std::string &v) {
+  out += '"';
+  for (char c : v) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
 } // namespace spin::runtime

@@ -16,10 +16,8 @@ int64_t blockBudget(int64_t numBlocks, int64_t blockSize, int64_t topk,
                     double sparsity) {
   if (numBlocks <= 0)
     return 0;
-  int64_t forTopK = blockCount(topk, blockSize);
-  auto forSparsity = static_cast<int64_t>(
-      std::ceil((1.0 - sparsity) * static_cast<double>(numBlocks) - 1e-9));
-  return std::min(numBlocks, std::max(forTopK, forSparsity));
+  HostOps o;
+  return blockBudgetOf(o, numBlocks, blockSize, topk, sparsity);
 }
 
 int64_t explorationBudget(int64_t budget, int64_t forced, double explore) {

@@ -117,37 +117,29 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
 
   const int64_t numBlocks = options.capacity / options.blockSize +
                             (options.capacity % options.blockSize != 0);
-  const int64_t slots = options.numSlots;
-  int64_t slotsTimesC = 0, slotsTimesRows = 0, slotsTimesBlocks = 0,
-          slotsTimesRowsTimesC = 0;
-  bool fits =
-      checkedMul(slots, options.capacity, slotsTimesC) &&
-      checkedMul(slots, options.maxRows, slotsTimesRows) &&
-      checkedMul(slots, numBlocks, slotsTimesBlocks) &&
-      checkedMul(slotsTimesRows, options.capacity, slotsTimesRowsTimesC);
+  const StateSizes sizes{options.numSlots, options.capacity, options.maxRows,
+                         numBlocks};
 
-  // One layer's arrays, then `numLayers` copies of that layout: the layer
-  // stride is a multiple of 64 bytes, so every array of every layer stays
-  // aligned.
+  // One layer's arrays in the contract's order, then `numLayers` copies of
+  // that layout: the layer stride is a multiple of 64 bytes, so every array
+  // of every layer stays aligned. `last_observed` comes last, so that pools
+  // without it keep the layout of the other arrays.
   ArenaLayout layout;
   StateLayout result;
   result.numBlocks = numBlocks;
-  if (fits) {
-    result.v = layout.add(slotsTimesC, sizeof(float));
-    result.d = layout.add(slotsTimesC, sizeof(float));
-    result.it = layout.add(slots, sizeof(int64_t));
-    result.obsRows = layout.add(slots, sizeof(int32_t));
-    result.obsPos = layout.add(slotsTimesRows, sizeof(int32_t));
-    result.obsLen = layout.add(slotsTimesRows, sizeof(int32_t));
-    result.obsMask = layout.add(slotsTimesBlocks, sizeof(uint8_t));
-    result.obsZ = layout.add(slotsTimesRowsTimesC, sizeof(float));
-    result.predAt = layout.add(slots * 4, sizeof(int32_t));
-    result.predKeys = layout.add(slotsTimesBlocks, sizeof(int32_t));
-    // Last, so that pools without it keep the layout of the other arrays.
-    if (options.lastObserved)
-      result.lastObserved = layout.add(slotsTimesBlocks, sizeof(int32_t));
-    layout.add(0, 1); // Round the layer up to the alignment.
+  bool fits = true;
+  for (const StateFieldInfo &info : kStateFields) {
+    if (info.group == StateGroup::Staleness && !options.lastObserved)
+      continue;
+    int64_t elements = 1;
+    for (int64_t size : stateFieldShape(info.field, sizes))
+      fits = fits && checkedMul(elements, size, elements);
+    if (!fits)
+      break;
+    result.offsets[static_cast<size_t>(info.field)] =
+        layout.add(elements, dtypeSize(info.dtype));
   }
+  layout.add(0, 1); // Round the layer up to the alignment.
   result.layerStride = layout.bytes();
   int64_t withSlack = 0;
   if (!fits || layout.overflowed() ||
@@ -171,7 +163,8 @@ StatePool::create(const StatePoolOptions &options) {
     ArenaLayout layout;
     hostLayout = StateLayout();
     hostLayout.numBlocks = full->numBlocks;
-    hostLayout.obsRows = layout.add(options.numSlots, sizeof(int32_t));
+    hostLayout.offsets[static_cast<size_t>(StateField::ObsRows)] =
+        layout.add(options.numSlots, sizeof(int32_t));
     layout.add(0, 1);
     hostLayout.layerStride = layout.bytes();
     hostLayout.bytes = hostLayout.layerStride * options.numLayers;
@@ -259,22 +252,52 @@ Status StatePool::checkHostState(int64_t requestId, const char *what) const {
                        "request table on the host");
 }
 
+void *LayerBuffers::field(StateField field) const {
+  switch (field) {
+  case StateField::V:
+    return v;
+  case StateField::D:
+    return d;
+  case StateField::It:
+    return it;
+  case StateField::ObsRows:
+    return obsRows;
+  case StateField::ObsPos:
+    return obsPos;
+  case StateField::ObsLen:
+    return obsLen;
+  case StateField::ObsMask:
+    return obsMask;
+  case StateField::ObsZ:
+    return obsZ;
+  case StateField::PredAt:
+    return predAt;
+  case StateField::PredKeys:
+    return predKeys;
+  case StateField::LastObserved:
+    return lastObserved;
+  }
+  return nullptr;
+}
+
 LayerBuffers StatePool::buffers(int64_t layer) const {
   char *start = base + layer * stride;
   LayerBuffers b;
-  b.obsRows = reinterpret_cast<int32_t *>(start + fields.obsRows);
+  auto at = [&](StateField field) -> void * {
+    return fields.holds(field) ? start + fields.offset(field) : nullptr;
+  };
+  b.obsRows = static_cast<int32_t *>(at(StateField::ObsRows));
   if (opts.hostState) {
-    b.v = reinterpret_cast<float *>(start + fields.v);
-    b.d = reinterpret_cast<float *>(start + fields.d);
-    b.it = reinterpret_cast<int64_t *>(start + fields.it);
-    b.obsPos = reinterpret_cast<int32_t *>(start + fields.obsPos);
-    b.obsLen = reinterpret_cast<int32_t *>(start + fields.obsLen);
-    b.obsMask = reinterpret_cast<uint8_t *>(start + fields.obsMask);
-    b.obsZ = reinterpret_cast<float *>(start + fields.obsZ);
-    b.predAt = reinterpret_cast<int32_t *>(start + fields.predAt);
-    b.predKeys = reinterpret_cast<int32_t *>(start + fields.predKeys);
-    if (fields.lastObserved >= 0)
-      b.lastObserved = reinterpret_cast<int32_t *>(start + fields.lastObserved);
+    b.v = static_cast<float *>(at(StateField::V));
+    b.d = static_cast<float *>(at(StateField::D));
+    b.it = static_cast<int64_t *>(at(StateField::It));
+    b.obsPos = static_cast<int32_t *>(at(StateField::ObsPos));
+    b.obsLen = static_cast<int32_t *>(at(StateField::ObsLen));
+    b.obsMask = static_cast<uint8_t *>(at(StateField::ObsMask));
+    b.obsZ = static_cast<float *>(at(StateField::ObsZ));
+    b.predAt = static_cast<int32_t *>(at(StateField::PredAt));
+    b.predKeys = static_cast<int32_t *>(at(StateField::PredKeys));
+    b.lastObserved = static_cast<int32_t *>(at(StateField::LastObserved));
   }
   b.numSlots = opts.numSlots;
   b.capacity = opts.capacity;
@@ -435,7 +458,7 @@ StatusOr<const int32_t *> StatePool::lastObserved(int64_t requestId,
                                                   int64_t layer) const {
   std::lock_guard<std::mutex> lock(mutex);
   StatusOr<const Request *> request =
-      readable(requestId, layer, "last_observed");
+      readable(requestId, layer, stateFieldName(StateField::LastObserved));
   if (!request.ok())
     return request.status();
   if (!opts.lastObserved)

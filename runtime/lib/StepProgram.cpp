@@ -20,69 +20,6 @@ namespace spin::runtime {
 static_assert(sizeof(void *) == sizeof(int64_t),
               "memref descriptors are built as 64-bit words");
 
-int64_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::f16:
-  case DType::bf16:
-    return 2;
-  case DType::fp8e4m3:
-  case DType::i1:
-  case DType::i8:
-    return 1;
-  case DType::i64:
-    return 8;
-  }
-  return 0;
-}
-
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::f32:
-    return "f32";
-  case DType::f16:
-    return "f16";
-  case DType::bf16:
-    return "bf16";
-  case DType::fp8e4m3:
-    return "fp8e4m3";
-  case DType::i1:
-    return "i1";
-  case DType::i8:
-    return "i8";
-  case DType::i32:
-    return "i32";
-  case DType::i64:
-    return "i64";
-  }
-  return "?";
-}
-
-static const char *const kRoleNames[] = {"input", "positions", "request_ids",
-                                         "accepted", "reset", "slots",
-                                         "state", "output"};
-
-const char *argRoleName(ArgSpec::Role role) {
-  return kRoleNames[static_cast<int>(role)];
-}
-
-std::optional<ArgSpec::Role> argRoleFromName(const std::string &name) {
-  for (size_t i = 0; i < std::size(kRoleNames); ++i)
-    if (name == kRoleNames[i])
-      return static_cast<ArgSpec::Role>(i);
-  return std::nullopt;
-}
-
-std::optional<DType> dtypeFromName(const std::string &name) {
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::fp8e4m3,
-                      DType::i1, DType::i8, DType::i32, DType::i64})
-    if (name == dtypeName(dtype))
-      return dtype;
-  return std::nullopt;
-}
-
 bool isPagedCacheInput(const std::string &name) {
   auto is = [&](const std::string &base) {
     return name == base || name.rfind(base + "_", 0) == 0;
@@ -279,10 +216,12 @@ Status StepProgram::checkInputs(
         return Status::error("the program uses state of layer " +
                              std::to_string(arg.layer) + " but the pool has " +
                              std::to_string(pool.options().numLayers) + " layers");
-      if (arg.name == "last_observed" && !pool.options().lastObserved)
+      const char *lastObserved = stateFieldName(StateField::LastObserved);
+      if (arg.name == lastObserved && !pool.options().lastObserved)
         return Status::error(
             "the program explores by block age (staleness-score or "
-            "block-age) and needs per-block last_observed state on layer " +
+            "block-age) and needs per-block " +
+            std::string(lastObserved) + " state on layer " +
             std::to_string(arg.layer) +
             ", but the state pool was created without it (set "
             "StatePoolOptions::lastObserved)");
@@ -429,29 +368,12 @@ Status StepProgram::run(StatePool &pool,
       break;
     case ArgSpec::Role::State: {
       LayerBuffers layer = pool.layer(arg.layer);
-      int64_t s = layer.numSlots, c = layer.capacity, m = layer.maxRows;
-      if (arg.name == "v")
-        bind(layer.v, {s, c});
-      else if (arg.name == "d")
-        bind(layer.d, {s, c});
-      else if (arg.name == "it")
-        bind(layer.it, {s});
-      else if (arg.name == "obs_rows")
-        bind(layer.obsRows, {s});
-      else if (arg.name == "obs_pos")
-        bind(layer.obsPos, {s, m});
-      else if (arg.name == "obs_len")
-        bind(layer.obsLen, {s, m});
-      else if (arg.name == "obs_mask")
-        bind(layer.obsMask, {s, layer.numBlocks});
-      else if (arg.name == "obs_z")
-        bind(layer.obsZ, {s, m, c});
-      else if (arg.name == "last_observed")
-        bind(layer.lastObserved, {s, layer.numBlocks});
-      else {
+      std::optional<StateField> field = stateFieldFromName(arg.name);
+      if (!field) {
         pool.endStep(Span<int64_t>(requests), Span<int64_t>(layers));
         return Status::error("unknown state field '" + arg.name + "'");
       }
+      bind(layer.field(*field), stateFieldShape(*field, layer.sizes()));
       break;
     }
     case ArgSpec::Role::Output: {

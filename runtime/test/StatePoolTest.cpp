@@ -515,14 +515,14 @@ TEST(StatePoolLayout, MatchesTheHostArena) {
     return static_cast<int64_t>(reinterpret_cast<const char *>(p) -
                                 reinterpret_cast<const char *>(l0.v));
   };
-  EXPECT_EQ(layout->v, 0);
-  EXPECT_EQ(at(l0.d), layout->d - layout->v);
-  EXPECT_EQ(at(l0.it), layout->it);
-  EXPECT_EQ(at(l0.obsRows), layout->obsRows);
-  EXPECT_EQ(at(l0.obsPos), layout->obsPos);
-  EXPECT_EQ(at(l0.obsLen), layout->obsLen);
-  EXPECT_EQ(at(l0.obsMask), layout->obsMask);
-  EXPECT_EQ(at(l0.obsZ), layout->obsZ);
+  EXPECT_EQ(layout->offset(StateField::V), 0);
+  EXPECT_EQ(at(l0.d), layout->offset(StateField::D) - layout->offset(StateField::V));
+  EXPECT_EQ(at(l0.it), layout->offset(StateField::It));
+  EXPECT_EQ(at(l0.obsRows), layout->offset(StateField::ObsRows));
+  EXPECT_EQ(at(l0.obsPos), layout->offset(StateField::ObsPos));
+  EXPECT_EQ(at(l0.obsLen), layout->offset(StateField::ObsLen));
+  EXPECT_EQ(at(l0.obsMask), layout->offset(StateField::ObsMask));
+  EXPECT_EQ(at(l0.obsZ), layout->offset(StateField::ObsZ));
   EXPECT_EQ(at(l1.v), layout->layerStride);
   EXPECT_EQ(layout->layerStride % 64, 0);
   EXPECT_EQ(layout->bytes, 2 * layout->layerStride);
@@ -545,17 +545,17 @@ TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
   // arrays keep their offsets and it comes last: 4 slots x 7 blocks of i32.
   // Before it: obs_z, then the prediction cache (pred_at: 4 slots x 4 i32,
   // pred_keys: 4 slots x 7 blocks of i32).
-  EXPECT_EQ(plain->lastObserved, -1);
-  EXPECT_EQ(aged->v, plain->v);
-  EXPECT_EQ(aged->obsMask, plain->obsMask);
-  EXPECT_EQ(aged->obsZ, plain->obsZ);
-  EXPECT_EQ(aged->predKeys, plain->predKeys);
-  int64_t obsZEnd = plain->obsZ + 4 * 4 * 100 * int64_t(sizeof(float));
-  EXPECT_EQ(plain->predAt, (obsZEnd + 63) / 64 * 64);
-  EXPECT_EQ(plain->predKeys, (plain->predAt + 4 * 4 * 4 + 63) / 64 * 64);
-  int64_t predEnd = plain->predKeys + 4 * 7 * 4;
-  EXPECT_EQ(aged->lastObserved, (predEnd + 63) / 64 * 64);
-  EXPECT_EQ(aged->layerStride, (aged->lastObserved + 4 * 7 * 4 + 63) / 64 * 64);
+  EXPECT_EQ(plain->offset(StateField::LastObserved), -1);
+  EXPECT_EQ(aged->offset(StateField::V), plain->offset(StateField::V));
+  EXPECT_EQ(aged->offset(StateField::ObsMask), plain->offset(StateField::ObsMask));
+  EXPECT_EQ(aged->offset(StateField::ObsZ), plain->offset(StateField::ObsZ));
+  EXPECT_EQ(aged->offset(StateField::PredKeys), plain->offset(StateField::PredKeys));
+  int64_t obsZEnd = plain->offset(StateField::ObsZ) + 4 * 4 * 100 * int64_t(sizeof(float));
+  EXPECT_EQ(plain->offset(StateField::PredAt), (obsZEnd + 63) / 64 * 64);
+  EXPECT_EQ(plain->offset(StateField::PredKeys), (plain->offset(StateField::PredAt) + 4 * 4 * 4 + 63) / 64 * 64);
+  int64_t predEnd = plain->offset(StateField::PredKeys) + 4 * 7 * 4;
+  EXPECT_EQ(aged->offset(StateField::LastObserved), (predEnd + 63) / 64 * 64);
+  EXPECT_EQ(aged->layerStride, (aged->offset(StateField::LastObserved) + 4 * 7 * 4 + 63) / 64 * 64);
   EXPECT_EQ(plain->layerStride, (predEnd + 63) / 64 * 64);
 
   auto pool = makePool(options);

@@ -22,17 +22,16 @@
 // PTX: .entry spin_commit_1_finish(
 // PTX: .entry spin_select_2
 // PTX: .entry spin_observe_5(
-// MANIFEST: "name": "accepted",
-// MANIFEST-NEXT: "role": "accepted",
+// MANIFEST: "rows": 4,
+// MANIFEST: "max_rows": 4
+// MANIFEST: "role": "accepted",
+// MANIFEST-NEXT: "name": "accepted",
 // MANIFEST: "name": "obs_z",
 // MANIFEST: "kernel": "spin_commit_1",
 // MANIFEST: "kernel": "spin_commit_1_finish",
 // MANIFEST: "kernel": "spin_observe_5",
 // MANIFEST: "stream": 1,
-// MANIFEST-NEXT: "wait": [
-// MANIFEST-NEXT: 0
-// MANIFEST: "rows": 4,
-// MANIFEST: "max_rows": 4
+// MANIFEST-NEXT: "wait": [0],
 
 func.func @verify(%q: tensor<2x4x16x64xbf16>, %w: tensor<2x4x16xf32>,
                   %keys: tensor<?x16x64xf8E4M3FN>, %scales: tensor<?x16xf32>,

@@ -140,8 +140,7 @@
 // MANIFEST: "format": "spin-gpu-artifact"
 // MANIFEST: "kernel": "spin_update_4"
 // MANIFEST: "stream": 1
-// MANIFEST: "wait": [
-// MANIFEST-NEXT: 0
+// MANIFEST-NEXT: "wait": [0]
 
 func.func @layer(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>,
                  %keys: tensor<?x16x64xf8E4M3FN>, %scales: tensor<?x16xf32>,

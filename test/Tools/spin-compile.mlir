@@ -16,8 +16,8 @@
 // OK: spin-compile: wrote {{.*}}manifest.json and 1 PTX module(s)
 // MANIFEST: "format": "spin-gpu-artifact"
 // MANIFEST: "function": "dense"
-// MANIFEST: "programmatic_launch": 1
 // MANIFEST: "ptx_version": 86
+// MANIFEST: "programmatic_launch": 1
 // CHIP: spin-compile: error: unknown chip 'sm_89' (known: sm_90a, sm_100a, sm_103a)
 // PTX: spin-compile: error: sm_103a needs PTX version 8.8 or later (got 8.6)
 // PTXTEXT: spin-compile: error: --ptx-version must look like 88 or 8.8 (got 'eight')

@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
   poolOptions.blockSize = blockSize;
   // Programs that explore by block age read and write last_observed.
   for (const rt::ArgSpec &arg : program.signature())
-    if (arg.role == rt::ArgSpec::Role::State && arg.name == "last_observed")
+    if (arg.role == rt::ArgSpec::Role::State &&
+        arg.name == rt::stateFieldName(rt::StateField::LastObserved))
       poolOptions.lastObserved = true;
   auto pool = rt::StatePool::create(poolOptions);
   if (!pool.ok())

@@ -14,6 +14,8 @@
 #include "Kernels.h"
 
 #include "spin/Conversion/Passes.h"
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
+#include "spin/Runtime/Semantics.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 #include "spin/Dialect/Spin/Transforms/GraphInputs.h"
 
@@ -41,24 +43,14 @@ using namespace mlir::spin::gpu_codegen;
 
 namespace {
 
+using abi::ArgRole;
+using abi::LaunchArgKind;
+using abi::StateField;
+
 /// The runtime's name of an element type (docs/Runtime-ABI.md).
 std::optional<StringRef> dtypeName(Type type) {
-  if (type.isF32())
-    return StringRef("f32");
-  if (type.isF16())
-    return StringRef("f16");
-  if (type.isBF16())
-    return StringRef("bf16");
-  if (isa<Float8E4M3FNType>(type))
-    return StringRef("fp8e4m3");
-  if (type.isInteger(1))
-    return StringRef("i1");
-  if (type.isInteger(8))
-    return StringRef("i8");
-  if (type.isInteger(32))
-    return StringRef("i32");
-  if (type.isInteger(64))
-    return StringRef("i64");
+  if (std::optional<abi::DType> dtype = runtimeDType(type))
+    return StringRef(abi::dtypeName(*dtype));
   return std::nullopt;
 }
 
@@ -164,22 +156,29 @@ private:
     args.push_back({type, std::move(attrs)});
     return args.size() - 1;
   }
-  Buffer addPointer(StringRef role, StringRef name, StringRef dtype,
+  Buffer addPointer(ArgRole role, StringRef name, StringRef dtype,
                     ArrayRef<int64_t> shape, int64_t layer = -1) {
     NamedAttrList attrs;
-    attrs.append("spin.role", b.getStringAttr(role));
-    attrs.append("spin.name", b.getStringAttr(name));
-    attrs.append("spin.dtype", b.getStringAttr(dtype));
-    attrs.append("spin.shape", b.getI64ArrayAttr(shape));
+    attrs.append(attr::kRole, b.getStringAttr(abi::argRoleName(role)));
+    attrs.append(attr::kName, b.getStringAttr(name));
+    attrs.append(attr::kDtype, b.getStringAttr(dtype));
+    attrs.append(attr::kShape, b.getI64ArrayAttr(shape));
     if (layer >= 0)
-      attrs.append("spin.layer", b.getI64IntegerAttr(layer));
+      attrs.append(kLayerAttrName, b.getI64IntegerAttr(layer));
     return addArg(pointer(), attrs);
+  }
+  /// The state field `field` of `layer`, as the contract lays it out.
+  Buffer addStateField(StateField field, int64_t layer) {
+    const abi::StateFieldInfo &info = abi::stateFieldInfo(field);
+    return addPointer(ArgRole::State, info.name, abi::dtypeName(info.dtype),
+                      stateFieldPlanShape(field), layer);
   }
   Buffer addScratch(StringRef name, int64_t bytes) {
     NamedAttrList attrs;
-    attrs.append("spin.role", b.getStringAttr("scratch"));
-    attrs.append("spin.name", b.getStringAttr(name));
-    attrs.append("spin.bytes", b.getI64IntegerAttr(bytes));
+    attrs.append(attr::kRole,
+                 b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Scratch)));
+    attrs.append(attr::kName, b.getStringAttr(name));
+    attrs.append(attr::kBytes, b.getI64IntegerAttr(bytes));
     return addArg(pointer(), attrs);
   }
   Type pointer() { return LLVM::LLVMPointerType::get(b.getContext(), Global); }
@@ -196,8 +195,8 @@ private:
     int64_t layer = cast<StateType>(state.getType()).getLayer();
     auto it = predictions.find(layer);
     if (it == predictions.end()) {
-      Buffer at = addPointer("state", "pred_at", "i32", {-1, 4}, layer);
-      Buffer keys = addPointer("state", "pred_keys", "i32", {-1, -1}, layer);
+      Buffer at = addStateField(StateField::PredAt, layer);
+      Buffer keys = addStateField(StateField::PredKeys, layer);
       it = predictions.try_emplace(layer, at, keys).first;
     }
     return it->second;
@@ -334,10 +333,11 @@ Buffer PlanBuilder::pagesOf(Value keys) {
     return it->second;
   auto type = cast<RankedTensorType>(keys.getType());
   NamedAttrList attrs;
-  attrs.append("spin.role", b.getStringAttr("dim"));
-  attrs.append("spin.argument",
+  attrs.append(attr::kRole,
+               b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Dim)));
+  attrs.append(attr::kArgument,
                b.getI64IntegerAttr(cast<BlockArgument>(keys).getArgNumber()));
-  attrs.append("spin.dim", b.getI64IntegerAttr(0));
+  attrs.append(attr::kDim, b.getI64IntegerAttr(0));
   (void)type;
   Buffer dim = addArg(b.getI32Type(), attrs);
   pageCounts[keys] = dim;
@@ -351,11 +351,12 @@ std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
     return it->second;
   (void)user;
   if (!slots)
-    slots = addPointer("slots", "slots", "i32", {-1});
-  std::array<Buffer, 3> fields = {
-      addPointer("state", "v", "f32", {-1, -1}, layer),
-      addPointer("state", "d", "f32", {-1, -1}, layer),
-      addPointer("state", "it", "i64", {-1}, layer)};
+    slots = addPointer(ArgRole::Slots, abi::argRoleName(ArgRole::Slots),
+                       abi::dtypeName(abi::roleLayout(ArgRole::Slots)->dtype),
+                       {-1});
+  std::array<Buffer, 3> fields = {addStateField(StateField::V, layer),
+                                  addStateField(StateField::D, layer),
+                                  addStateField(StateField::It, layer)};
   states[layer] = fields;
   return fields;
 }
@@ -369,12 +370,11 @@ PlanBuilder::ObservationFields PlanBuilder::observationsOf(Operation *user,
     return it->second;
   // Sizes beyond the slot count are the pool's (maxRows, blocks, capacity):
   // the runtime checks them against the manifest's state section.
-  ObservationFields fields = {
-      addPointer("state", "obs_rows", "i32", {-1}, layer),
-      addPointer("state", "obs_pos", "i32", {-1, -1}, layer),
-      addPointer("state", "obs_len", "i32", {-1, -1}, layer),
-      addPointer("state", "obs_mask", "i8", {-1, -1}, layer),
-      addPointer("state", "obs_z", "f32", {-1, -1, -1}, layer)};
+  ObservationFields fields = {addStateField(StateField::ObsRows, layer),
+                              addStateField(StateField::ObsPos, layer),
+                              addStateField(StateField::ObsLen, layer),
+                              addStateField(StateField::ObsMask, layer),
+                              addStateField(StateField::ObsZ, layer)};
   observations[layer] = fields;
   return fields;
 }
@@ -413,10 +413,8 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
   spec.queryFormat = *queryFormat;
   spec.scales = static_cast<bool>(op.getScales());
   spec.warps = o.warpsPerCta;
-  // Measured on the H200 (bench/profile_gpu.py, fp8 16 x 128K): one M tile
-  // and two CTAs per SM beat two M tiles sharing B fragments (130 vs
-  // 149 us), and 4096-slot CTAs beat 2048 (130 vs 137 us; bf16 209 vs
-  // 215 us).
+  // One M tile a warp, so that two CTAs share an SM: that beats two M tiles
+  // sharing B fragments (docs/benchmarks-kernels.md, "Tuning choices").
   spec.mTiles = o.mTiles > 0 ? o.mTiles : 1;
   if (spec.mTiles > 2)
     return op.emitOpError("GPU path: m-tiles must be 1 or 2 (got ")
@@ -467,13 +465,11 @@ indexerOperands(IndexerLike op,
 /// Warp tiles per warp when the options leave them open. Scoring CTAs run
 /// in waves of two per SM, and a CTA takes about as long as its tiles plus
 /// two (staging the queries and its page table), so a grid costs about
-/// ceil(CTAs / (2 x SMs)) x (tiles + 2), SMs = the `sm-count` option (132
-/// on an H200: 264 CTAs a wave): the tiles in [8, 64] that minimise this for
-/// rows of `entries` entries (the fewest on a tie).
-/// Fitted on the H200 (bench/profile_gpu.py, fp8, B = 16, N = 128K, 8, 16
-/// and 32 tiles): dense 104.1 / 92.8 / 87.4 us, sparse rho = 0.5 56.8 /
-/// 49.4 / 45.3 us, and rho = 0.2 (105K entries) 91.1 / 89.3 / 88.2 us:
-/// 1664, 832 or 416 CTAs are 7, 4 or 2 waves whose last is mostly empty.
+/// ceil(CTAs / (2 x SMs)) x (tiles + 2), SMs = the `sm-count` option: the
+/// tiles in [8, 64] that minimise this for rows of `entries` entries (the
+/// fewest on a tie). A grid whose last wave is mostly empty costs a whole
+/// wave; the model and the measurements it was fitted to are in
+/// docs/benchmarks-kernels.md, "Tuning choices".
 static void tilesForWork(ScoreKernelSpec &spec, int64_t entries,
                          int64_t smCount) {
   constexpr int64_t kOverheadTiles = 2;
@@ -587,11 +583,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   auto [v, d, it] = stateOf(op, op.getState());
   int64_t cells = spec.batch * spec.maxBlocks;
   // SPIN_SPEC §3.4's budget at the full width.
-  int64_t budget = std::min<int64_t>(
-      spec.maxBlocks,
-      std::max<int64_t>(llvm::divideCeil(spec.topk, spec.blockSize),
-                        static_cast<int64_t>(std::ceil(
-                            (1.0 - spec.sparsity) * spec.maxBlocks - 1e-9))));
+  int64_t budget = ::spin::runtime::blockBudget(spec.maxBlocks, spec.blockSize,
+                                                spec.topk, spec.sparsity);
   MaskBuffers mask{addScratch(spec.name + "_mask", cells),
                    addScratch(spec.name + "_blocks", cells * 4),
                    addScratch(spec.name + "_counts", spec.batch * 4),
@@ -676,11 +669,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->blockSize = mask.blockSize;
   spec->maxBlocks = mask.maxBlocks;
   // The scoring CTAs start while the select kernel runs: they prefetch
-  // their first tiles where the previous step's list put them (H200, side
-  // by side, fixed / decoding, with 2 tiles a warp: fp8 16 x 128K K = 512
-  // 83.0 / 81.1 -> 82.1 / 80.5 us, K = 2048 84.1 / 83.4 -> 83.9 / 82.6,
-  // bf16 110.1 / 107.9 -> 109.5 / 106.4; 1 tile a warp is faster again in
-  // decoding, Kernels.h).
+  // their first tiles where the previous step's list put them, which
+  // decoding steps mostly select again (docs/benchmarks-kernels.md).
   spec->prefetchPreviousTiles = mask.previous.has_value();
   tilesForWork(*spec, mask.expectedBlocks * mask.blockSize, options.smCount);
   auto operands = indexerOperands(
@@ -741,8 +731,7 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
                              Buffer out) {
   int64_t rows = spec.batch * spec.rows;
   // The leader's selection and sort is a chain of CTA barriers: the fewest
-  // threads that still sort K in registers (H200, fp8 16 x 128K, K = 512:
-  // 7.8 us with 1024 threads, 6.0 with 512).
+  // threads that still sort K in registers (docs/benchmarks-kernels.md).
   spec.threads = spec.k > 512 ? 1024 : 512;
   // One CTA per 16 entries a thread of each, up to a portable cluster.
   auto clusterFor = [&](int64_t threads) {
@@ -753,10 +742,9 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
   // Larger K by merge ranks where a cluster of 512-thread CTAs takes a
   // slice of at most 512 candidates each: the CTAs sort their slices side
   // by side instead of the leader sorting them all, and two CTAs share an
-  // SM, so that a 16-row batch's clusters run in one wave. H200, fp8 16 x
-  // 128K, K = 2048, side by side: dense 122.7 -> 114.4 us, SPIN rho = 0.5
-  // 97.4 -> 84.3 us. (K = 512, whose leader sorts one candidate a thread:
-  // dense 110.2 -> 111.0 us, so not there; docs/benchmarks-kernels.md.)
+  // SM, so that a 16-row batch's clusters run in one wave. Not for K <= 512,
+  // whose leader sorts one candidate a thread and gains nothing from it
+  // (docs/benchmarks-kernels.md, "The top-K by merge ranks").
   const int64_t mergeCluster = clusterFor(512);
   if (spec.k > 512 && mergeCluster >= 2 &&
       topKMergeSlice(spec.k, mergeCluster) <= 512) {
@@ -1010,15 +998,30 @@ namespace {
 /// own arguments, slots, state fields by layer, results, then what only the
 /// runtime binds (scratch, the error record, dimensions).
 int64_t groupOf(const NamedAttrList &attrs) {
-  StringRef role = cast<StringAttr>(attrs.get("spin.role")).getValue();
-  return llvm::StringSwitch<int64_t>(role)
-      .Case("slots", 1)
-      .Case("state", 2)
-      .Case("output", 3)
-      .Case("scratch", 4)
-      .Case("errors", 5)
-      .Case("dim", 6)
-      .Default(0);
+  std::string role =
+      cast<StringAttr>(attrs.get(attr::kRole)).getValue().str();
+  if (std::optional<ArgRole> arg = abi::argRoleFromName(role)) {
+    switch (*arg) {
+    case ArgRole::Slots:
+      return 1;
+    case ArgRole::State:
+      return 2;
+    case ArgRole::Output:
+      return 3;
+    default:
+      return 0;
+    }
+  }
+  switch (*abi::launchArgKindFromName(role)) {
+  case LaunchArgKind::Scratch:
+    return 4;
+  case LaunchArgKind::Errors:
+    return 5;
+  case LaunchArgKind::Dim:
+    return 6;
+  default:
+    return 0;
+  }
 }
 } // namespace
 
@@ -1029,7 +1032,7 @@ void PlanBuilder::emit() {
     order[i] = i;
   auto key = [&](unsigned i) {
     int64_t layer = 0;
-    if (auto l = args[i].attrs.get("spin.layer"))
+    if (auto l = args[i].attrs.get(kLayerAttrName))
       layer = cast<IntegerAttr>(l).getInt();
     return std::make_tuple(groupOf(args[i].attrs), layer, i);
   };
@@ -1045,8 +1048,8 @@ void PlanBuilder::emit() {
   // Dimension arguments name their tensor by its original index; remap.
   for (DictionaryAttr &dict : attrs) {
     NamedAttrList list(dict);
-    if (auto arg = list.get("spin.argument")) {
-      list.set("spin.argument",
+    if (auto arg = list.get(attr::kArgument)) {
+      list.set(attr::kArgument,
                b.getI64IntegerAttr(position[cast<IntegerAttr>(arg).getInt()]));
       dict = list.getDictionary(b.getContext());
     }
@@ -1056,18 +1059,18 @@ void PlanBuilder::emit() {
   auto plan = func::FuncOp::create(b, func.getLoc(), func.getSymName(),
                                    b.getFunctionType(types, {}));
   plan.setAllArgAttrs(attrs);
-  plan->setAttr("spin.launch_plan", b.getUnitAttr());
-  plan->setAttr("spin.events", b.getI64IntegerAttr(events));
+  plan->setAttr(attr::kLaunchPlan, b.getUnitAttr());
+  plan->setAttr(attr::kEvents, b.getI64IntegerAttr(events));
   // The state the runtime's pool must be created with.
   int64_t capacity = 0;
   for (auto [layer, c] : capacities)
     capacity = std::max(capacity, capacityOf(layer));
-  plan->setAttr("spin.capacity", b.getI64IntegerAttr(capacity));
-  plan->setAttr("spin.block_size", b.getI64IntegerAttr(stateBlockSize));
+  plan->setAttr(attr::kCapacity, b.getI64IntegerAttr(capacity));
+  plan->setAttr(attr::kBlockSize, b.getI64IntegerAttr(stateBlockSize));
   // Layers are indices into the runtime's per-layer state: a graph of layer
   // 2 alone needs a pool of 3 layers.
   int64_t layers = states.empty() ? 0 : states.rbegin()->first + 1;
-  plan->setAttr("spin.layers", b.getI64IntegerAttr(layers));
+  plan->setAttr(attr::kLayers, b.getI64IntegerAttr(layers));
   Block *body = plan.addEntryBlock();
   b.setInsertionPointToStart(body);
   Location loc = func.getLoc();
@@ -1092,9 +1095,9 @@ void PlanBuilder::emit() {
                   .getResult()
             : Value(),
         operands);
-    op->setAttr("spin.stream", b.getI64IntegerAttr(l.stream));
-    op->setAttr("spin.wait", b.getI64ArrayAttr(l.wait));
-    op->setAttr("spin.record", b.getI64IntegerAttr(l.record));
+    op->setAttr(attr::kStream, b.getI64IntegerAttr(l.stream));
+    op->setAttr(attr::kWait, b.getI64ArrayAttr(l.wait));
+    op->setAttr(attr::kRecord, b.getI64IntegerAttr(l.record));
   }
   func::ReturnOp::create(b, loc);
   func.erase();
@@ -1150,25 +1153,30 @@ LogicalResult PlanBuilder::run() {
     SmallVector<int64_t> shape;
     for (int64_t size : type.getShape())
       shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
-    StringRef role, name;
-    if (auto input = func.getArgAttrOfType<StringAttr>(i, "spin.input")) {
-      role = "input";
+    std::optional<ArgRole> role;
+    StringRef name;
+    if (auto input =
+            func.getArgAttrOfType<StringAttr>(i, roleAttrName(ArgRole::Input))) {
+      role = ArgRole::Input;
       name = input.getValue();
     } else {
-      for (StringRef marker :
-           {"positions", "request_ids", "accepted", "reset"})
-        if (func.getArgAttr(i, ("spin." + marker).str())) {
-          role = name = marker;
+      for (ArgRole marker : {ArgRole::Positions, ArgRole::RequestIds,
+                             ArgRole::Accepted, ArgRole::Reset})
+        if (func.getArgAttr(i, roleAttrName(marker))) {
+          role = marker;
+          name = abi::argRoleName(marker);
           break;
         }
     }
-    if (role.empty())
+    if (!role)
       return func.emitOpError("GPU path: argument ")
              << i << " has no spin role attribute (spin.input, ...)";
-    buffers[arg] = addPointer(role, name, *dtype, shape);
+    buffers[arg] = addPointer(*role, name, *dtype, shape);
   }
-  errors = addArg(pointer(), NamedAttrList(b.getNamedAttr(
-                                 "spin.role", b.getStringAttr("errors"))));
+  errors = addArg(pointer(),
+                  NamedAttrList(b.getNamedAttr(
+                      attr::kRole, b.getStringAttr(abi::launchArgKindName(
+                                       LaunchArgKind::Errors)))));
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   std::vector<std::string> names = graphResultNames(func);
   SmallVector<Buffer> outputs;
@@ -1177,8 +1185,9 @@ LogicalResult PlanBuilder::run() {
     if (buffers.count(value))
       return func.emitOpError("GPU path: result ")
              << i << " is an argument or repeated";
-    buffers[value] = addPointer(
-        "output", names[i], *dtypeName(type.getElementType()), type.getShape());
+    buffers[value] =
+        addPointer(ArgRole::Output, names[i], *dtypeName(type.getElementType()),
+                   type.getShape());
     outputs.push_back(buffers[value]);
   }
   // Intermediate top-K results (not returned) still need a buffer.

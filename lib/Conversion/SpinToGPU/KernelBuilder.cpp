@@ -16,19 +16,6 @@ using arith::CmpIPredicate;
 // Constants and special registers
 //===----------------------------------------------------------------------===//
 
-Value KernelBuilder::i1(bool v) {
-  return arith::ConstantIntOp::create(b, loc, i1T(), v);
-}
-Value KernelBuilder::i32(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, i32T(), v);
-}
-Value KernelBuilder::i64(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, i64T(), v);
-}
-Value KernelBuilder::f32(double v) {
-  return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                        APFloat(static_cast<float>(v)));
-}
 Value KernelBuilder::f32Bits(uint32_t bits) {
   return bitcast(i32(static_cast<int32_t>(bits)), f32T());
 }
@@ -51,72 +38,6 @@ Value KernelBuilder::blockIdY() {
 // Arithmetic
 //===----------------------------------------------------------------------===//
 
-Value KernelBuilder::add(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::AddFOp::create(b, loc, a, c);
-  return arith::AddIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::sub(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::SubFOp::create(b, loc, a, c);
-  return arith::SubIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::mul(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::MulFOp::create(b, loc, a, c);
-  return arith::MulIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::divU(Value a, Value c) {
-  return arith::DivUIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::remU(Value a, Value c) {
-  return arith::RemUIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::andI(Value a, Value c) {
-  return arith::AndIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::orI(Value a, Value c) {
-  return arith::OrIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::xorI(Value a, Value c) {
-  return arith::XOrIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::shl(Value a, Value c) {
-  return arith::ShLIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::shrU(Value a, Value c) {
-  return arith::ShRUIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::minS(Value a, Value c) {
-  return arith::MinSIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::maxS(Value a, Value c) {
-  return arith::MaxSIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::minU(Value a, Value c) {
-  return arith::MinUIOp::create(b, loc, a, c);
-}
-Value KernelBuilder::cmp(CmpIPredicate pred, Value a, Value c) {
-  return arith::CmpIOp::create(b, loc, pred, a, c);
-}
-Value KernelBuilder::cmpF(CmpFPredicate pred, Value a, Value c) {
-  return arith::CmpFOp::create(b, loc, pred, a, c);
-}
-Value KernelBuilder::select(Value cond, Value a, Value c) {
-  return arith::SelectOp::create(b, loc, cond, a, c);
-}
-Value KernelBuilder::maxF(Value a, Value c) {
-  return arith::MaximumFOp::create(b, loc, a, c);
-}
-Value KernelBuilder::extU64(Value v) {
-  return arith::ExtUIOp::create(b, loc, i64T(), v);
-}
-Value KernelBuilder::extS64(Value v) {
-  return arith::ExtSIOp::create(b, loc, i64T(), v);
-}
-Value KernelBuilder::trunc32(Value v) {
-  return arith::TruncIOp::create(b, loc, i32T(), v);
-}
 Value KernelBuilder::bitcast(Value v, Type type) {
   if (v.getType() == type)
     return v;
@@ -139,14 +60,6 @@ Value KernelBuilder::zext(Value v, Type type) {
 }
 Value KernelBuilder::sitofp(Value v) {
   return arith::SIToFPOp::create(b, loc, f32T(), v);
-}
-
-Value KernelBuilder::mix(Value x) {
-  auto c = [&](uint64_t v) { return i64(static_cast<int64_t>(v)); };
-  x = add(x, c(0x9e3779b97f4a7c15ULL));
-  x = mul(xorI(x, shrU(x, i64(30))), c(0xbf58476d1ce4e5b9ULL));
-  x = mul(xorI(x, shrU(x, i64(27))), c(0x94d049bb133111ebULL));
-  return xorI(x, shrU(x, i64(31)));
 }
 
 Value KernelBuilder::orderedKey(Value f) {
@@ -279,10 +192,6 @@ Value KernelBuilder::popc(Value v) {
 Value KernelBuilder::cttz(Value v) {
   return LLVM::CountTrailingZerosOp::create(b, loc, i32T(), v, b.getBoolAttr(false));
 }
-Value KernelBuilder::constant(Type type, int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, type, v);
-}
-
 SmallVector<Value, 4> KernelBuilder::mma16816(bool bf16, ArrayRef<Value> a,
                                               ArrayRef<Value> bv,
                                               ArrayRef<Value> acc) {
@@ -313,62 +222,6 @@ SmallVector<Value, 4> KernelBuilder::mma16816(bool bf16, ArrayRef<Value> a,
 //===----------------------------------------------------------------------===//
 // Control flow
 //===----------------------------------------------------------------------===//
-
-void KernelBuilder::forLoop(Value lb, Value ub, Value step,
-                            function_ref<void(Value)> body) {
-  scf::ForOp::create(b, loc, lb, ub, step, ValueRange{},
-                     [&](OpBuilder &nested, Location, Value iv, ValueRange) {
-                       OpBuilder::InsertionGuard guard(b);
-                       b.setInsertionPoint(nested.getInsertionBlock(),
-                                           nested.getInsertionPoint());
-                       body(iv);
-                       scf::YieldOp::create(b, loc);
-                     });
-}
-
-SmallVector<Value> KernelBuilder::forLoopWith(
-    Value lb, Value ub, Value step, ValueRange init,
-    function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-  auto loop = scf::ForOp::create(
-      b, loc, lb, ub, step, init,
-      [&](OpBuilder &nested, Location, Value iv, ValueRange args) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        SmallVector<Value> next = body(iv, args);
-        scf::YieldOp::create(b, loc, next);
-      });
-  return SmallVector<Value>(loop.getResults());
-}
-
-void KernelBuilder::ifThen(Value cond, function_ref<void()> thenBody) {
-  auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/false);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(op.thenBlock()->getTerminator());
-  thenBody();
-}
-
-SmallVector<Value>
-KernelBuilder::ifThenElse(TypeRange types, Value cond,
-                          function_ref<SmallVector<Value>()> thenBody,
-                          function_ref<SmallVector<Value>()> elseBody) {
-  auto op = scf::IfOp::create(
-      b, loc, cond,
-      [&](OpBuilder &nested, Location) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        scf::YieldOp::create(b, loc, thenBody());
-      },
-      [&](OpBuilder &nested, Location) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        scf::YieldOp::create(b, loc, elseBody());
-      });
-  (void)types;
-  return SmallVector<Value>(op.getResults());
-}
 
 /// The programmatic-launch wait every kernel begins with (createKernel),
 /// and the trigger that follows it.

@@ -16,6 +16,8 @@
 #ifndef SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H
 #define SPIN_LIB_CONVERSION_SPINTOGPU_KERNELBUILDER_H
 
+#include "spin/Conversion/Utils/CodeBuilder.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -37,31 +39,20 @@ enum AddressSpace : unsigned {
 
 /// Builds the body of one `gpu.func` kernel at an insertion point; nested
 /// regions (loops, ifs) move the insertion point in and restore it on exit.
-class KernelBuilder {
+/// The arithmetic, control flow and SPIN rules are CodeBuilder's, shared
+/// with the CPU lowering; this adds what only kernels use.
+class KernelBuilder : public CodeBuilder {
 public:
   KernelBuilder(OpBuilder &b, Location loc, gpu::GPUModuleOp module)
-      : b(b), loc(loc), module(module) {}
-
-  OpBuilder &builder() { return b; }
-  Location location() const { return loc; }
+      : CodeBuilder(b, loc), module(module) {}
 
   //===--- types ---------------------------------------------------------===//
-  Type i1T() { return b.getI1Type(); }
-  Type i8T() { return b.getI8Type(); }
-  Type i16T() { return b.getI16Type(); }
-  Type i32T() { return b.getI32Type(); }
-  Type i64T() { return b.getI64Type(); }
-  Type f32T() { return b.getF32Type(); }
   Type vecT(Type element, int64_t n) { return VectorType::get({n}, element); }
   Type ptrT(unsigned space) {
     return LLVM::LLVMPointerType::get(b.getContext(), space);
   }
 
   //===--- constants -----------------------------------------------------===//
-  Value i1(bool v);
-  Value i32(int64_t v);
-  Value i64(int64_t v);
-  Value f32(double v);
   Value f32Bits(uint32_t bits); ///< an f32 with exactly these bits
   /// A vector constant of `vectorType` with every element `element` (an
   /// integer or float attribute of the element type).
@@ -74,28 +65,7 @@ public:
   Value laneId() { return andI(threadIdX(), i32(31)); }
   Value warpId() { return shrU(threadIdX(), i32(5)); }
 
-  //===--- integer and float arithmetic -----------------------------------===//
-  Value add(Value a, Value c);
-  Value sub(Value a, Value c);
-  Value mul(Value a, Value c);
-  Value divU(Value a, Value c);
-  Value remU(Value a, Value c);
-  Value andI(Value a, Value c);
-  Value orI(Value a, Value c);
-  Value xorI(Value a, Value c);
-  Value shl(Value a, Value c);
-  Value shrU(Value a, Value c);
-  Value minS(Value a, Value c);
-  Value maxS(Value a, Value c);
-  Value minU(Value a, Value c);
-  Value cmp(arith::CmpIPredicate pred, Value a, Value c);
-  Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
-  Value select(Value cond, Value a, Value c);
-  Value not1(Value v) { return xorI(v, i1(true)); }
-  Value maxF(Value a, Value c); ///< NaN-propagating maximum (arith.maximumf)
-  Value extU64(Value v);
-  Value extS64(Value v);
-  Value trunc32(Value v);
+  //===--- bits and conversions -------------------------------------------===//
   Value bitcast(Value v, Type type);
   /// Element `i` (a constant) of an LLVM-compatible vector value.
   Value extract(Value vec, int64_t i);
@@ -103,8 +73,6 @@ public:
   Value truncF16(Value v);
   Value zext(Value v, Type type);
   Value sitofp(Value v);
-  /// splitmix64's finalizer (SPIN_SPEC §3.7) on an i64.
-  Value mix(Value x);
   /// A u32 key whose unsigned order is the f32 order (-0 < +0; NaN after
   /// +inf). Callers exclude NaN themselves.
   Value orderedKey(Value f);
@@ -155,8 +123,6 @@ public:
   Value cttz(Value v);
   /// Number of set bits of an i32.
   Value popc(Value v);
-  /// An integer constant of `type` (i32 or i64).
-  Value constant(Type type, int64_t v);
 
   //===--- tensor cores ----------------------------------------------------===//
   /// One `mma.sync.m16n8k16.row.col.f32.{bf16,f16}` step: `a` four i32
@@ -164,21 +130,7 @@ public:
   SmallVector<Value, 4> mma16816(bool bf16, ArrayRef<Value> a, ArrayRef<Value> bv,
                                  ArrayRef<Value> acc);
 
-  //===--- control flow ----------------------------------------------------===//
-  void forLoop(Value lb, Value ub, Value step,
-               function_ref<void(Value)> body);
-  SmallVector<Value> forLoopWith(Value lb, Value ub, Value step,
-                                 ValueRange init,
-                                 function_ref<SmallVector<Value>(Value, ValueRange)>
-                                     body);
-  void ifThen(Value cond, function_ref<void()> thenBody);
-  SmallVector<Value> ifThenElse(TypeRange types, Value cond,
-                                function_ref<SmallVector<Value>()> thenBody,
-                                function_ref<SmallVector<Value>()> elseBody);
-
 private:
-  OpBuilder &b;
-  Location loc;
   gpu::GPUModuleOp module;
 };
 

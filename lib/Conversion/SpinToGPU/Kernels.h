@@ -83,9 +83,8 @@ struct ScoreKernelSpec {
   /// to L2 the key lines (and scales) of its first `prefetchTiles` tiles at
   /// the places that list gives them. Only a hint: every address is
   /// clamped to the request's own visible pages, and nothing reads the
-  /// prefetched lines unless this step selects the same blocks. (H200, fp8
-  /// 16 x 128K, rho = 0.5, fixed / decoding us: 2 tiles 82.7 / 81.5, 1 tile
-  /// 82.5 / 80.3, 3 tiles 82.6 / 81.6.)
+  /// prefetched lines unless this step selects the same blocks. One tile a
+  /// warp measured best (docs/benchmarks-kernels.md).
   bool prefetchPreviousTiles = false;
   int64_t prefetchTiles = 1;
 
@@ -190,9 +189,8 @@ struct SelectKernelSpec {
   /// whether the batch row's previous step missed the cache) and a row
   /// that missed prefetches its V and D lines to L2 before its record is
   /// read. Set when the predict grid is at most one CTA per SM, where the
-  /// miss is a latency chain (H200, 2026-11-30: fp8 1 x 256K, 64 CTAs,
-  /// 42.0 -> 41.2 us a step; 16 x 128K, 512 CTAs, 82.4 -> 83.5 us, the
-  /// prefetches delaying the other CTAs' record loads). Without it (a
+  /// miss is a latency chain; in larger grids the prefetches delay the
+  /// other CTAs' record loads (docs/benchmarks-kernels.md). Without it (a
   /// larger grid) the select kernel triggers its dependents before its
   /// wait (buildSelectKernel).
   bool prefetchOnMiss = false;

@@ -519,10 +519,9 @@ void SelectKernel::hashRequest() {
     iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
   stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-  base = kb.i64(static_cast<int64_t>(::spin::runtime::mix(spec.seed)));
-  base = kb.mix(kb.xorI(base, requestId));
-  base = kb.mix(kb.xorI(base, kb.i64(spec.layer)));
-  base = kb.mix(kb.xorI(base, iteration));
+  base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
+      kb, kb.u64(::spin::runtime::mix(spec.seed)), requestId,
+      static_cast<uint64_t>(spec.layer), iteration);
 }
 
 /// The row's block scores (as order-preserving keys), the request's mask,
@@ -708,24 +707,8 @@ Value SelectKernel::poolInSlotOrder(Value buffer, Value count) {
 /// libdevice), so that both pick the same counts.
 std::pair<Value, Value> SelectKernel::budget(Value rowBlocks) {
   Value rowBlocks64 = kb.extS64(rowBlocks);
-  Value byK = kb.i64((spec.topk + bs - 1) / bs);
-  Value keepBlocks = arith::SubFOp::create(
-      b, loc,
-      arith::MulFOp::create(
-          b, loc,
-          arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                         APFloat(1.0 - spec.sparsity)),
-          arith::SIToFPOp::create(b, loc, b.getF64Type(), rowBlocks64)),
-      arith::ConstantFloatOp::create(b, loc, b.getF64Type(), APFloat(1e-9)));
-  // ceil without libdevice: truncate, then step up if below.
-  Value truncated = arith::FPToSIOp::create(b, loc, i64, keepBlocks);
-  Value below = arith::CmpFOp::create(
-      b, loc, CmpFPredicate::OLT,
-      arith::SIToFPOp::create(b, loc, b.getF64Type(), truncated), keepBlocks);
-  Value bySparsity = kb.select(below, kb.add(truncated, kb.i64(1)), truncated);
-  Value budget64 = kb.minS(
-      rowBlocks64,
-      arith::MaxSIOp::create(b, loc, byK, kb.maxS(bySparsity, kb.i64(0))));
+  Value budget64 = ::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
+      kb, rowBlocks64, bs, spec.topk, spec.sparsity);
   Value budget = kb.trunc32(budget64);
   Value forced = kb.select(kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)),
                            kb.i32(1), kb.i32(2));
@@ -775,7 +758,8 @@ void SelectKernel::explore(Value rowBlocks, Value count) {
     auto keyOf = [&](Value j) -> std::pair<Value, Value> {
       Value taken = kb.cmp(CmpIPredicate::ne, kb.loadAt(i8, rowMask, j),
                            kb.constant(i8, 0));
-      Value rank = kb.mix(kb.xorI(base, kb.extS64(j)));
+      Value rank = ::spin::runtime::explorationRankOf<CodeBuilder, Value>(
+          kb, base, kb.extS64(j));
       return {kb.not1(taken), kb.xorI(rank, kb.i64(-1))};
     };
     RadixSelection chosen = selectLargest(kb, spec.name + "_explore", i64,

@@ -10,6 +10,7 @@
 
 #include "spin/Conversion/Passes.h"
 #include "spin/Conversion/SpinToSCF/SpinToSCF.h"
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 
 #include "mlir/Dialect/Async/IR/Async.h"
@@ -73,7 +74,7 @@ struct LayerUse {
 };
 
 struct ConvertSpinToSCFPass
-    : public spin::impl::ConvertSpinToSCFBase<ConvertSpinToSCFPass> {
+    : public mlir::spin::impl::ConvertSpinToSCFBase<ConvertSpinToSCFPass> {
   using Base::Base;
 
   void runOnOperation() override;
@@ -142,16 +143,14 @@ LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
   };
   // globals: a zero-initialised module buffer per field, viewed with the
   // dynamic type the patterns expect.
-  auto global = [&](int64_t layer, StringRef name, MemRefType type) -> Value {
-    SmallVector<int64_t> shape;
-    for (int64_t size : type.getShape())
-      shape.push_back(size);
-    shape[0] = numSlots;
-    if (shape.size() > 1)
-      shape.back() = name == "obs_pos" || name == "obs_len" ? maxRows.getValue()
-                                                             : capacity.getValue();
-    if (shape.size() == 3)
-      shape[1] = maxRows;
+  // Blocks are sized by the capacity: block sizes are not known here, and
+  // NBcap <= C.
+  const abi::StateSizes globalSizes{numSlots, capacity, maxRows, capacity};
+  auto global = [&](int64_t layer, abi::StateField field,
+                    MemRefType type) -> Value {
+    StringRef name = abi::stateFieldName(field);
+    std::vector<int64_t> sizes = abi::stateFieldShape(field, globalSizes);
+    SmallVector<int64_t> shape(sizes.begin(), sizes.end());
     auto staticType = MemRefType::get(shape, type.getElementType());
     std::string symbol =
         ("__spin_state_" + Twine(layer) + "_" + name).str();
@@ -199,34 +198,36 @@ LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
   Value slots;
   if (!globals)
     slots = append(MemRefType::get({dyn}, b.getI32Type()),
-                   {b.getNamedAttr("spin.slots", b.getUnitAttr())});
+                   {b.getNamedAttr(roleAttrName(abi::ArgRole::Slots),
+                                   b.getUnitAttr())});
   for (auto &[layer, use] : layers) {
-    auto field = [&](StringRef name, MemRefType type) -> Value {
+    auto field = [&](abi::StateField field) -> Value {
+      MemRefType type = stateFieldMemRefType(ctx, field);
       if (globals)
-        return global(layer, name, type);
-      return append(type, {b.getNamedAttr("spin.state", b.getStringAttr(name)),
-                           b.getNamedAttr("spin.layer",
-                                          b.getI64IntegerAttr(layer))});
+        return global(layer, field, type);
+      return append(
+          type,
+          {b.getNamedAttr(roleAttrName(abi::ArgRole::State),
+                          b.getStringAttr(abi::stateFieldName(field))),
+           b.getNamedAttr(kLayerAttrName, b.getI64IntegerAttr(layer))});
     };
     StateBuffers state;
     state.slots = globals ? slotsFromIds(use.requestIds) : slots;
     state.requestIds = use.requestIds;
     state.layer = layer;
     state.level = use.level;
-    state.v = field("v", MemRefType::get({dyn, dyn}, b.getF32Type()));
-    state.d = field("d", MemRefType::get({dyn, dyn}, b.getF32Type()));
-    state.it = field("it", MemRefType::get({dyn}, b.getI64Type()));
+    state.v = field(abi::StateField::V);
+    state.d = field(abi::StateField::D);
+    state.it = field(abi::StateField::It);
     if (use.buffersRows) {
-      state.obsRows = field("obs_rows", MemRefType::get({dyn}, b.getI32Type()));
-      state.obsPos = field("obs_pos", MemRefType::get({dyn, dyn}, b.getI32Type()));
-      state.obsLen = field("obs_len", MemRefType::get({dyn, dyn}, b.getI32Type()));
-      state.obsMask = field("obs_mask", MemRefType::get({dyn, dyn}, b.getI8Type()));
-      state.obsZ =
-          field("obs_z", MemRefType::get({dyn, dyn, dyn}, b.getF32Type()));
+      state.obsRows = field(abi::StateField::ObsRows);
+      state.obsPos = field(abi::StateField::ObsPos);
+      state.obsLen = field(abi::StateField::ObsLen);
+      state.obsMask = field(abi::StateField::ObsMask);
+      state.obsZ = field(abi::StateField::ObsZ);
     }
     if (use.lastObserved)
-      state.lastObserved =
-          field("last_observed", MemRefType::get({dyn, dyn}, b.getI32Type()));
+      state.lastObserved = field(abi::StateField::LastObserved);
     buffers[{func.getOperation(), layer}] = state;
   }
   return success();

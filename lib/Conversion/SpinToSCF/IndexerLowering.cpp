@@ -60,12 +60,12 @@ struct IndexerLowering : public OpConversionPattern<IndexerOp> {
         lb.forEach(lb.index(0), slots, [&](Value i) {
           Value scored = lb.cmp(CmpIPredicate::ult, i, visible);
           if (mask)
-            scored = lb.andI(scored, lb.load(mask, {b, lb.divUI(i, blockSize)}));
+            scored = lb.andI(scored, lb.load(mask, {b, lb.divU(i, blockSize)}));
           Value z = lb.ifThenElse(
               rewriter.getF32Type(), scored,
               [&]() -> SmallVector<Value> {
-                Value page = lb.loadIndex(table, {b, lb.divUI(i, pageSize)});
-                Value slot = lb.remUI(i, pageSize);
+                Value page = lb.loadIndex(table, {b, lb.divU(i, pageSize)});
+                Value slot = lb.remU(i, pageSize);
                 lb.forEach(lb.index(0), headDim, [&](Value d) {
                   lb.store(lb.toF32(lb.load(keys, {page, slot, d})), key, {d});
                 });
@@ -129,7 +129,7 @@ struct TopKLowering : public OpConversionPattern<TopKOp> {
     lb.forEach(lb.index(0), batch, [&](Value b) {
       lb.forEach(lb.index(0), rows, [&](Value r) {
         Value visible = lb.loadIndex(lengths, {b, r});
-        Value end = lb.minUI(visible, slots);
+        Value end = lb.minU(visible, slots);
         Value count = lb.forEachWith(
             lb.index(0), end, {lb.index(0)},
             [&](Value i, ValueRange it) -> SmallVector<Value> {
@@ -137,7 +137,7 @@ struct TopKLowering : public OpConversionPattern<TopKOp> {
               Value eligible = lb.cmpF(CmpFPredicate::ORD, z, z);
               if (mask)
                 eligible =
-                    lb.andI(eligible, lb.load(mask, {b, lb.divUI(i, blockSize)}));
+                    lb.andI(eligible, lb.load(mask, {b, lb.divU(i, blockSize)}));
               return lb.ifThenElse(
                   rewriter.getIndexType(), eligible,
                   [&]() -> SmallVector<Value> {
@@ -182,8 +182,8 @@ struct BlockSparsityLowering : public OpConversionPattern<BlockSparsityOp> {
         {batch, rows});
     lb.forEach(lb.index(0), batch, [&](Value b) {
       lb.forEach(lb.index(0), rows, [&](Value r) {
-        Value blocks = lb.minUI(
-            lb.ceilDiv(lb.loadIndex(lengths, {b, r}), blockSize), maskBlocks);
+        Value blocks = lb.minU(
+            lb.ceilDivU(lb.loadIndex(lengths, {b, r}), blockSize), maskBlocks);
         Value selected = lb.forEachWith(
             lb.index(0), blocks, {lb.index(0)},
             [&](Value j, ValueRange it) -> SmallVector<Value> {

@@ -21,27 +21,6 @@ using arith::CmpIPredicate;
 // Constants and casts
 //===----------------------------------------------------------------------===//
 
-Value LoopBuilder::index(int64_t v) {
-  return arith::ConstantIndexOp::create(b, loc, v);
-}
-Value LoopBuilder::i1(bool v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI1Type(), v);
-}
-Value LoopBuilder::i8(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI8Type(), v);
-}
-Value LoopBuilder::i32(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-}
-Value LoopBuilder::i64(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI64Type(), v);
-}
-Value LoopBuilder::f32(double v) {
-  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-}
-Value LoopBuilder::f64(double v) {
-  return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
-}
 Value LoopBuilder::negInf() {
   return f32(-std::numeric_limits<double>::infinity());
 }
@@ -107,55 +86,6 @@ Value LoopBuilder::toTensor(Value memref, Type tensorType) {
 // Arithmetic
 //===----------------------------------------------------------------------===//
 
-Value LoopBuilder::add(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::AddFOp::create(b, loc, a, c);
-  return arith::AddIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::sub(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::SubFOp::create(b, loc, a, c);
-  return arith::SubIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::mul(Value a, Value c) {
-  if (isa<FloatType>(a.getType()))
-    return arith::MulFOp::create(b, loc, a, c);
-  return arith::MulIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::divUI(Value a, Value c) {
-  return arith::DivUIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::remUI(Value a, Value c) {
-  return arith::RemUIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::ceilDiv(Value a, Value c) {
-  return arith::CeilDivUIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::minUI(Value a, Value c) {
-  return arith::MinUIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::maxSI(Value a, Value c) {
-  return arith::MaxSIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::minSI(Value a, Value c) {
-  return arith::MinSIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::cmp(CmpIPredicate pred, Value a, Value c) {
-  return arith::CmpIOp::create(b, loc, pred, a, c);
-}
-Value LoopBuilder::cmpF(CmpFPredicate pred, Value a, Value c) {
-  return arith::CmpFOp::create(b, loc, pred, a, c);
-}
-Value LoopBuilder::andI(Value a, Value c) {
-  return arith::AndIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::orI(Value a, Value c) {
-  return arith::OrIOp::create(b, loc, a, c);
-}
-Value LoopBuilder::notI(Value a) { return arith::XOrIOp::create(b, loc, a, i1(true)); }
-Value LoopBuilder::select(Value cond, Value a, Value c) {
-  return arith::SelectOp::create(b, loc, cond, a, c);
-}
 Value LoopBuilder::isFinite(Value f) {
   Value magnitude = math::AbsFOp::create(b, loc, f);
   Value inf = f32(std::numeric_limits<double>::infinity());
@@ -191,30 +121,6 @@ SmallVector<Value> LoopBuilder::forEachWith(
         at(nested, [&] { scf::YieldOp::create(b, loc, body(iv, iters)); });
       });
   return SmallVector<Value>(loop.getResults());
-}
-
-void LoopBuilder::ifThen(Value cond, function_ref<void()> then) {
-  scf::IfOp::create(b, loc, cond, [&](OpBuilder &nested, Location) {
-    at(nested, [&] {
-      then();
-      scf::YieldOp::create(b, loc);
-    });
-  });
-}
-
-SmallVector<Value>
-LoopBuilder::ifThenElse(TypeRange types, Value cond,
-                        function_ref<SmallVector<Value>()> then,
-                        function_ref<SmallVector<Value>()> otherwise) {
-  auto op = scf::IfOp::create(b, loc, types, cond, /*addThenBlock=*/true,
-                              /*addElseBlock=*/true);
-  for (auto [block, body] :
-       {std::pair{op.thenBlock(), then}, std::pair{op.elseBlock(), otherwise}}) {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToEnd(block);
-    scf::YieldOp::create(b, loc, body());
-  }
-  return SmallVector<Value>(op.getResults());
 }
 
 void LoopBuilder::fill(Value memref, Value value) {
@@ -274,20 +180,6 @@ Value LoopBuilder::toF32(Value scalar) {
   return select(isNaN, nan(), finite);
 }
 
-Value LoopBuilder::mix(Value x) {
-  auto constant = [&](uint64_t v) { return i64(static_cast<int64_t>(v)); };
-  auto shr = [&](Value v, int64_t s) {
-    return arith::ShRUIOp::create(b, loc, v, i64(s)).getResult();
-  };
-  auto xorI = [&](Value v, Value w) {
-    return arith::XOrIOp::create(b, loc, v, w).getResult();
-  };
-  x = add(x, constant(0x9e3779b97f4a7c15ULL));
-  x = mul(xorI(x, shr(x, 30)), constant(0xbf58476d1ce4e5b9ULL));
-  x = mul(xorI(x, shr(x, 27)), constant(0x94d049bb133111ebULL));
-  return xorI(x, shr(x, 31));
-}
-
 Value LoopBuilder::ema(Value old, Value z, Value a, Value c) {
   return add(mul(a, old), mul(c, z));
 }
@@ -339,7 +231,7 @@ Value LoopBuilder::offerTopN(Value keys, Value ids, Value n, Value count,
     store(key, keys, {slot});
     store(id, ids, {slot});
   });
-  Value grows = andI(admit, notI(full));
+  Value grows = andI(admit, not1(full));
   return select(grows, add(count, index(1)), count);
 }
 
@@ -388,7 +280,7 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
   }
   case PoolingKind::top4: {
     // Sum of the up-to-four largest, largest first, over their count.
-    Value used = minUI(count, index(4));
+    Value used = minU(count, index(4));
     Value sum = result[2];
     for (int k = 1; k < 4; ++k)
       sum = select(cmp(CmpIPredicate::ugt, used, index(k)), add(sum, result[2 + k]),

@@ -14,6 +14,7 @@
 #define SPIN_LIB_CONVERSION_SPINTOSCF_LOOPBUILDER_H
 
 #include "spin/Conversion/SpinToSCF/SpinToSCF.h"
+#include "spin/Conversion/Utils/CodeBuilder.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -26,23 +27,14 @@
 
 namespace mlir::spin {
 
-/// Builds scalar code at one insertion point; nested regions (loops, ifs)
-/// move the insertion point in and restore it on exit.
-class LoopBuilder {
+/// The arithmetic, control flow and SPIN rules are CodeBuilder's, shared
+/// with the GPU lowering; this adds memrefs, index loops and the CPU
+/// path's SPIN pieces.
+class LoopBuilder : public CodeBuilder {
 public:
-  LoopBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {}
-
-  OpBuilder &builder() { return b; }
-  Location location() const { return loc; }
+  LoopBuilder(OpBuilder &b, Location loc) : CodeBuilder(b, loc) {}
 
   //===--- constants and casts ------------------------------------------===//
-  Value index(int64_t v);
-  Value i1(bool v);
-  Value i8(int64_t v);
-  Value i32(int64_t v);
-  Value i64(int64_t v);
-  Value f32(double v);
-  Value f64(double v);
   Value negInf();
   Value nan();
   Value toIndex(Value integer);
@@ -65,31 +57,13 @@ public:
   Value toTensor(Value memref, Type tensorType);
 
   //===--- arithmetic ----------------------------------------------------===//
-  Value add(Value a, Value b);
-  Value sub(Value a, Value b);
-  Value mul(Value a, Value c);
-  Value divUI(Value a, Value c);
-  Value remUI(Value a, Value c);
-  Value ceilDiv(Value a, Value c); ///< for non-negative index values
-  Value minUI(Value a, Value c);
-  Value maxSI(Value a, Value c);
-  Value minSI(Value a, Value c);
-  Value cmp(arith::CmpIPredicate pred, Value a, Value c);
-  Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
-  Value andI(Value a, Value c);
-  Value orI(Value a, Value c);
-  Value notI(Value a);
-  Value select(Value cond, Value a, Value c);
   Value isFinite(Value f);
 
   //===--- control flow --------------------------------------------------===//
+  /// Loops over index values with step 1.
   void forEach(Value lb, Value ub, function_ref<void(Value)> body);
   SmallVector<Value> forEachWith(Value lb, Value ub, ValueRange inits,
                                  function_ref<SmallVector<Value>(Value, ValueRange)> body);
-  void ifThen(Value cond, function_ref<void()> then);
-  SmallVector<Value> ifThenElse(TypeRange types, Value cond,
-                                function_ref<SmallVector<Value>()> then,
-                                function_ref<SmallVector<Value>()> otherwise);
   /// Fills `memref` (any rank, dims given) with `value`.
   void fill(Value memref, Value value);
 
@@ -97,8 +71,6 @@ public:
   /// Widens a bf16/f16/f32 or fp8 e4m3 scalar to f32 (fp8 decoded from its
   /// bits: bias 7, subnormals m * 2^-9, 0x7f/0xff NaN, no infinities).
   Value toF32(Value scalar);
-  /// The splitmix64 finalizer on i64 (SPIN_SPEC §3.7).
-  Value mix(Value x);
   /// `a * old + c * z` rounded to f32 at each step (the EMA update).
   Value ema(Value old, Value z, Value a, Value c);
 
@@ -119,9 +91,6 @@ public:
 private:
   /// Runs `body` with the insertion point moved to `nested`.
   void at(OpBuilder &nested, function_ref<void()> body);
-
-  OpBuilder &b;
-  Location loc;
 };
 
 /// The state buffers of the layer `state` belongs to in `op`'s function.

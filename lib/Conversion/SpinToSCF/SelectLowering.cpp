@@ -7,6 +7,8 @@
 
 #include "LoopBuilder.h"
 
+#include "spin/Runtime/Semantics.h"
+
 using namespace mlir;
 using namespace mlir::spin;
 
@@ -48,8 +50,8 @@ struct PredictLowering : public StatefulLowering<PredictOp> {
         Value p = lb.loadIndex(positions, {b, r});
         Value visible = lb.loadIndex(lengths, {b, r});
         if (blockLevel) {
-          visible = lb.ceilDiv(visible, blockSize);
-          p = lb.divUI(p, blockSize);
+          visible = lb.ceilDivU(visible, blockSize);
+          p = lb.divU(p, blockSize);
         }
         lb.forEach(lb.index(0), width, [&](Value i) {
           Value inside = lb.cmp(CmpIPredicate::ult, i, visible);
@@ -84,17 +86,17 @@ struct PoolLowering : public OpConversionPattern<PoolOp> {
     Value blockSize = lb.index(op.getBlockSize());
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     Value slots = lb.dim(prediction, 2);
-    Value blocks = lb.divUI(slots, blockSize);
+    Value blocks = lb.divU(slots, blockSize);
     auto resultType = cast<RankedTensorType>(op.getBlockScores().getType());
     Value out = lb.alloc(
         MemRefType::get(resultType.getShape(), resultType.getElementType()),
         {batch, rows, blocks});
     lb.forEach(lb.index(0), batch, [&](Value b) {
       lb.forEach(lb.index(0), rows, [&](Value r) {
-        Value visible = lb.minUI(lb.loadIndex(lengths, {b, r}), slots);
+        Value visible = lb.minU(lb.loadIndex(lengths, {b, r}), slots);
         lb.forEach(lb.index(0), blocks, [&](Value j) {
           Value begin = lb.mul(j, blockSize);
-          Value end = lb.minUI(lb.add(begin, blockSize), visible);
+          Value end = lb.minU(lb.add(begin, blockSize), visible);
           end = arith::MaxUIOp::create(rewriter, op.getLoc(), end, begin);
           Value pooled = lb.pool(
                                op.getPooling(), begin, end,
@@ -136,7 +138,7 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     auto resultType = cast<RankedTensorType>(op.getMask().getType());
     Value blocks = ShapedType::isDynamic(resultType.getDimSize(1))
-                       ? lb.divUI(lb.dim(scores, 2),
+                       ? lb.divU(lb.dim(scores, 2),
                                   lb.index(op.getReduction() == Reduction::a0
                                                ? op.getBlockSize()
                                                : 1))
@@ -170,11 +172,7 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
         ValueRange{blocks});
 
     bool rowZeroOnly = op.getMtpMask() == MtpMask::row0;
-    Value seed = lb.i64(op.getSeed());
-    Value layer = lb.i64(state.layer);
-    Value topkBlocks =
-        lb.index((op.getTopk() + op.getBlockSize() - 1) / op.getBlockSize());
-    Value keep = lb.f64(1.0 - op.getSparsity().convertToDouble());
+    double sparsity = op.getSparsity().convertToDouble();
     Value explore = lb.f64(op.getExplore().convertToDouble());
     auto better = [&](Value x, Value y) {
       return lb.cmpF(CmpFPredicate::OGT, x, y);
@@ -190,13 +188,12 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
       Value slot = lb.loadIndex(state.slots, {b});
       Value iteration = lb.load(state.it, {slot});
       Value warmup = lb.cmp(CmpIPredicate::eq, iteration, lb.i64(0));
-      // mix(mix(mix(mix(seed) ^ request) ^ layer) ^ it); the block comes last.
-      Value base = lb.mix(seed);
-      base = lb.mix(
-          arith::XOrIOp::create(rewriter, loc, base, lb.load(requestIds, {b})));
-      base = lb.mix(arith::XOrIOp::create(rewriter, loc, base, layer));
-      base = arith::XOrIOp::create(rewriter, loc, base, iteration);
-      base = lb.mix(base);
+      // The exploration hash of the request's step; each block's rank
+      // follows from it (explorationRankOf).
+      Value base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
+          lb, lb.u64(::spin::runtime::mix(op.getSeed())),
+          lb.load(requestIds, {b}), static_cast<uint64_t>(state.layer),
+          iteration);
 
       lb.forEach(lb.index(0), rows, [&](Value r) {
         // Row-0 sharing uses row 0's selection, except in a warm-up, which
@@ -207,7 +204,7 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                 : lb.i1(true);
         lb.ifThen(used, [&] {
           Value visible = lb.loadIndex(lengths, {b, r});
-          Value rowBlocks = lb.minUI(lb.ceilDiv(visible, blockSize), blocks);
+          Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), blocks);
           lb.forEach(lb.index(0), rowBlocks,
                      [&](Value j) { lb.store(lb.i1(false), rowMask, {j}); });
           auto mark = [&](Value j) { lb.store(lb.i1(true), rowMask, {j}); };
@@ -226,7 +223,7 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                     Value kValue = lb.index(op.getTopk());
                     Value count = lb.forEachWith(
                         lb.index(0),
-                        lb.minUI(visible, lb.mul(blocks, blockSize)),
+                        lb.minU(visible, lb.mul(blocks, blockSize)),
                         {lb.index(0)},
                         [&](Value i, ValueRange it) -> SmallVector<Value> {
                           return {lb.offerTopN(keysF, ids, kValue, it[0],
@@ -234,25 +231,17 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                                                lb.toI32(i), better)};
                         })[0];
                     lb.forEach(lb.index(0), count, [&](Value t) {
-                      mark(lb.divUI(lb.loadIndex(ids, {t}), blockSize));
+                      mark(lb.divU(lb.loadIndex(ids, {t}), blockSize));
                     });
                     mark(lb.index(0));
                     mark(last);
                     return {};
                   }
                   // Budget (§3.4), forced blocks (§3.5).
-                  Value byK = topkBlocks;
-                  Value bySparsity = arith::FPToSIOp::create(
-                      rewriter, loc, i64,
-                      math::CeilOp::create(
-                          rewriter, loc,
-                          lb.sub(lb.mul(keep, lb.indexToF64(rowBlocks)),
-                                 lb.f64(1e-9))));
-                  Value budget = lb.minUI(
-                      rowBlocks,
-                      arith::MaxUIOp::create(
-                          rewriter, loc, byK,
-                          lb.toIndex(lb.maxSI(bySparsity, lb.i64(0)))));
+                  Value budget = lb.toIndex(
+                      ::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
+                          lb, lb.toI64(rowBlocks), op.getBlockSize(),
+                          op.getTopk(), sparsity));
                   Value forced = lb.select(
                       lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
                       lb.index(1), lb.index(2));
@@ -267,7 +256,7 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                   Value room =
                       lb.select(lb.cmp(CmpIPredicate::ugt, budget, forced),
                                 lb.sub(budget, forced), lb.index(0));
-                  Value explored = lb.minUI(wanted, room);
+                  Value explored = lb.minU(wanted, room);
                   Value exploit = lb.sub(room, explored);
                   // Exploit: the best scores among non-forced blocks.
                   Value kept = lb.forEachWith(
@@ -299,8 +288,9 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
                               Value id = lb.toI32(j);
                               switch (policy) {
                               case ExplorePolicy::random: {
-                                Value hash = lb.mix(arith::XOrIOp::create(
-                                    rewriter, loc, base, lb.toI64(j)));
+                                Value hash = ::spin::runtime::
+                                    explorationRankOf<CodeBuilder, Value>(
+                                        lb, base, lb.toI64(j));
                                 return {lb.offerTopN(keysH, ids2, explored,
                                                      it[0], hash, id,
                                                      smallerHash)};

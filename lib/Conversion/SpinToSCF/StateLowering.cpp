@@ -45,14 +45,14 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
                    function_ref<Value(Value)> scoreAt,
                    std::optional<PoolingKind> pooling, bool pooled,
                    Value maxBlocks = Value()) {
-  Value rowBlocks = lb.ceilDiv(visible, blockSize);
+  Value rowBlocks = lb.ceilDivU(visible, blockSize);
   if (maxBlocks)
-    rowBlocks = lb.minUI(rowBlocks, maxBlocks);
+    rowBlocks = lb.minU(rowBlocks, maxBlocks);
   Value observedAt;
   if (state.lastObserved) {
     // it + 1, saturated to the i32 field.
     Value next = lb.add(lb.load(state.it, {slot}), lb.i64(1));
-    next = lb.minSI(next, lb.i64(std::numeric_limits<int32_t>::max()));
+    next = lb.minS(next, lb.i64(std::numeric_limits<int32_t>::max()));
     observedAt = arith::TruncIOp::create(lb.builder(), lb.location(),
                                          lb.builder().getI32Type(), next);
   }
@@ -74,14 +74,14 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
           z = scoreAt(j);
         } else {
           Value begin = lb.mul(j, blockSize);
-          Value end = lb.minUI(lb.add(begin, blockSize), visible);
+          Value end = lb.minU(lb.add(begin, blockSize), visible);
           z = lb.pool(*pooling, begin, end, scoreAt, /*finiteOnly=*/true).first;
         }
-        fold(j, lb.sub(lb.divUI(p, blockSize), j), z);
+        fold(j, lb.sub(lb.divU(p, blockSize), j), z);
         return;
       }
       Value begin = lb.mul(j, blockSize);
-      Value end = lb.minUI(lb.add(begin, blockSize), visible);
+      Value end = lb.minU(lb.add(begin, blockSize), visible);
       lb.forEach(begin, end,
                  [&](Value i) { fold(i, lb.sub(p, i), scoreAt(i)); });
     });
@@ -141,7 +141,7 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
-    Value maskBlocks = lb.minUI(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
+    Value maskBlocks = lb.minU(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
     bool blockLevel = state.level == StateLevel::block;
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
@@ -156,11 +156,11 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
         Value visible = lb.loadIndex(lengths, {b, r});
         lb.store(lb.load(positions, {b, r}), state.obsPos, {slot, r});
         lb.store(lb.load(lengths, {b, r}), state.obsLen, {slot, r});
-        Value rowBlocks = lb.minUI(lb.ceilDiv(visible, blockSize), maskBlocks);
+        Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), maskBlocks);
         lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
           lb.ifThen(lb.load(mask, {b, j}), [&] {
             Value begin = lb.mul(j, blockSize);
-            Value end = lb.minUI(lb.add(begin, blockSize), visible);
+            Value end = lb.minU(lb.add(begin, blockSize), visible);
             auto scoreAt = [&](Value i) { return lb.load(scores, {b, r, i}); };
             if (blockLevel) {
               Value pooled = lb.pool(*op.getPooling(), begin, end, scoreAt,
@@ -204,8 +204,8 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
         // that a bad value can never index outside the buffer.
         Value last = lb.index(0);
         if (prefix) {
-          Value wanted = lb.maxSI(lb.load(accepted, {b}), lb.i32(0));
-          last = lb.minUI(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
+          Value wanted = lb.maxS(lb.load(accepted, {b}), lb.i32(0));
+          last = lb.minU(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
         }
         lb.forEach(lb.index(0), lb.add(last, lb.index(1)), [&](Value r) {
           updateFromRow(

@@ -8,8 +8,11 @@
 #include "spin/Dialect/Spin/IR/SpinDialect.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 
+#include "spin/Runtime/Abi.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -35,4 +38,170 @@ void SpinDialect::registerAttributes() {
 #define GET_ATTRDEF_LIST
 #include "spin/Dialect/Spin/IR/SpinAttrs.cpp.inc"
       >();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Checks that `attr`'s value is of kind `T` (and, with `check`, acceptable).
+template <typename T>
+LogicalResult expectKind(function_ref<InFlightDiagnostic()> emitError,
+                         NamedAttribute attr, StringRef what,
+                         function_ref<bool(T)> check = nullptr) {
+  auto value = dyn_cast<T>(attr.getValue());
+  if (!value || (check && !check(value)))
+    return emitError() << "'" << attr.getName().getValue() << "' must be "
+                       << what << ", got " << attr.getValue();
+  return success();
+}
+
+bool nonNegative(IntegerAttr value) { return !value.getValue().isNegative(); }
+
+bool isNonNegativeIntArray(ArrayAttr values, int64_t least) {
+  return llvm::all_of(values, [&](Attribute a) {
+    auto i = dyn_cast<IntegerAttr>(a);
+    return i && i.getInt() >= least;
+  });
+}
+
+/// Verifies one argument attribute of a function (`func`'s argument `arg`).
+LogicalResult verifyArgAttr(function_ref<InFlightDiagnostic()> emitError,
+                            Operation *func, unsigned arg,
+                            NamedAttribute attr) {
+  namespace abi = ::spin::runtime;
+  StringRef name = attr.getName().getValue();
+  auto argAttr = [&](StringRef other) -> Attribute {
+    if (auto f = dyn_cast<FunctionOpInterface>(func))
+      return f.getArgAttr(arg, other);
+    return nullptr;
+  };
+  if (name == SpinDialect::InputAttrHelper::getNameStr() ||
+      name == SpinDialect::NameAttrHelper::getNameStr())
+    return expectKind<StringAttr>(emitError, attr, "a non-empty string",
+                                  [](StringAttr s) { return !s.empty(); });
+  if (name == SpinDialect::PositionsAttrHelper::getNameStr() ||
+      name == SpinDialect::RequestIdsAttrHelper::getNameStr() ||
+      name == SpinDialect::AcceptedAttrHelper::getNameStr() ||
+      name == SpinDialect::ResetAttrHelper::getNameStr() ||
+      name == SpinDialect::SlotsAttrHelper::getNameStr() ||
+      // A result's mark moves to its out-parameter when bufferization
+      // turns results into arguments.
+      name == SpinDialect::SparsityAttrHelper::getNameStr())
+    return expectKind<UnitAttr>(emitError, attr, "a unit attribute");
+  if (name == SpinDialect::StateAttrHelper::getNameStr()) {
+    if (failed(expectKind<StringAttr>(
+            emitError, attr,
+            "the name of a state field (" + abi::stateFieldList() + ")",
+            [](StringAttr s) {
+              return abi::stateFieldFromName(s.getValue().str()).has_value();
+            })))
+      return failure();
+    if (!argAttr(SpinDialect::LayerAttrHelper::getNameStr()))
+      return emitError() << "'" << name << "' needs a '"
+                         << SpinDialect::LayerAttrHelper::getNameStr()
+                         << "' on the same argument";
+    return success();
+  }
+  if (name == SpinDialect::LayerAttrHelper::getNameStr() ||
+      name == SpinDialect::ArgumentAttrHelper::getNameStr() ||
+      name == SpinDialect::DimAttrHelper::getNameStr())
+    return expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
+                                   nonNegative);
+  if (name == SpinDialect::BytesAttrHelper::getNameStr())
+    return expectKind<IntegerAttr>(
+        emitError, attr, "a positive integer",
+        [](IntegerAttr i) { return i.getValue().isStrictlyPositive(); });
+  if (name == SpinDialect::RoleAttrHelper::getNameStr())
+    return expectKind<StringAttr>(
+        emitError, attr, "an argument role or a launch-parameter kind",
+        [](StringAttr s) {
+          std::string role = s.getValue().str();
+          return abi::argRoleFromName(role) ||
+                 abi::launchArgKindFromName(role);
+        });
+  if (name == SpinDialect::DtypeAttrHelper::getNameStr())
+    return expectKind<StringAttr>(
+        emitError, attr, "an element type of the runtime", [](StringAttr s) {
+          return abi::dtypeFromName(s.getValue().str()).has_value();
+        });
+  if (name == SpinDialect::ShapeAttrHelper::getNameStr())
+    return expectKind<ArrayAttr>(
+        emitError, attr, "an array of sizes (-1 for a run-time size)",
+        [](ArrayAttr a) { return isNonNegativeIntArray(a, -1); });
+  return emitError() << "'" << name
+                     << "' is not an argument attribute of the spin dialect";
+}
+
+} // namespace
+
+LogicalResult SpinDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned region,
+                                                    unsigned arg,
+                                                    NamedAttribute attr) {
+  auto emitError = [&]() {
+    return op->emitOpError() << "argument " << arg << ": ";
+  };
+  if (failed(verifyArgAttr(emitError, op, arg, attr)))
+    return failure();
+  // One role marker per argument.
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func || region != 0)
+    return success();
+  StringRef markers[] = {
+      InputAttrHelper::getNameStr(),     PositionsAttrHelper::getNameStr(),
+      RequestIdsAttrHelper::getNameStr(), AcceptedAttrHelper::getNameStr(),
+      ResetAttrHelper::getNameStr(),     SlotsAttrHelper::getNameStr(),
+      StateAttrHelper::getNameStr()};
+  if (!llvm::is_contained(markers, attr.getName().getValue()))
+    return success();
+  for (StringRef other : markers)
+    if (other != attr.getName().getValue() && func.getArgAttr(arg, other))
+      return emitError() << "'" << attr.getName().getValue() << "' and '"
+                         << other << "' mark the same argument";
+  return success();
+}
+
+LogicalResult SpinDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned region,
+                                                       unsigned result,
+                                                       NamedAttribute attr) {
+  if (attr.getName().getValue() == SparsityAttrHelper::getNameStr())
+    return expectKind<UnitAttr>(
+        [&]() { return op->emitOpError() << "result " << result << ": "; },
+        attr, "a unit attribute");
+  return op->emitOpError() << "result " << result << ": '"
+                           << attr.getName().getValue()
+                           << "' is not a result attribute of the spin dialect";
+}
+
+LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  auto emitError = [&]() { return op->emitOpError(); };
+  StringRef name = attr.getName().getValue();
+  if (name == LaunchPlanAttrHelper::getNameStr()) {
+    if (!isa<FunctionOpInterface>(op))
+      return emitError() << "'" << name << "' marks functions only";
+    return expectKind<UnitAttr>(emitError, attr, "a unit attribute");
+  }
+  if (name == EventsAttrHelper::getNameStr() ||
+      name == LayersAttrHelper::getNameStr() ||
+      name == CapacityAttrHelper::getNameStr() ||
+      name == BlockSizeAttrHelper::getNameStr() ||
+      name == LayerAttrHelper::getNameStr() ||
+      name == StreamAttrHelper::getNameStr())
+    return expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
+                                   nonNegative);
+  if (name == RecordAttrHelper::getNameStr())
+    return expectKind<IntegerAttr>(
+        emitError, attr, "an event index, or -1 for none",
+        [](IntegerAttr i) { return i.getInt() >= -1; });
+  if (name == WaitAttrHelper::getNameStr())
+    return expectKind<ArrayAttr>(
+        emitError, attr, "an array of event indices",
+        [](ArrayAttr a) { return isNonNegativeIntArray(a, 0); });
+  return emitError() << "'" << name
+                     << "' is not an operation attribute of the spin dialect";
 }

@@ -300,7 +300,7 @@ struct FuseScore : OpRewritePattern<SparseIndexerOp> {
 // Pass
 //===----------------------------------------------------------------------===//
 
-struct SpinFusePass : spin::impl::SpinFuseBase<SpinFusePass> {
+struct SpinFusePass : mlir::spin::impl::SpinFuseBase<SpinFusePass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -7,6 +7,7 @@
 
 #include "spin/Dialect/Spin/Transforms/GraphInputs.h"
 
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -33,7 +34,7 @@ static void markIndexerInputs(func::FuncOp func, IndexerOp op, unsigned k) {
     unsigned i = arg.getArgNumber();
     std::string unique = k ? std::string(name) + "_" + std::to_string(k) : name;
     if (!func.getArgAttrDict(i) || func.getArgAttrDict(i).empty())
-      func.setArgAttr(i, "spin.input",
+      func.setArgAttr(i, SpinDialect::InputAttrHelper::getNameStr(),
                       StringAttr::get(func.getContext(), unique));
   }
 }
@@ -57,7 +58,7 @@ std::vector<std::string> mlir::spin::graphResultNames(func::FuncOp func) {
   std::map<std::string, unsigned> seen;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     std::string base = "topk";
-    if (func.getResultAttr(i, "spin.sparsity"))
+    if (func.getResultAttr(i, attr::kSparsity))
       base = "sparsity";
     else if (auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
              type && type.getElementType().isF32())

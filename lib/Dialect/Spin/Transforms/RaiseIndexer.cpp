@@ -463,7 +463,7 @@ struct FailureRemarks : public RewriterBase::Listener {
 };
 
 struct SpinRaiseIndexerPass
-    : public spin::impl::SpinRaiseIndexerBase<SpinRaiseIndexerPass> {
+    : public mlir::spin::impl::SpinRaiseIndexerBase<SpinRaiseIndexerPass> {
   using Base::Base;
 
   void runOnOperation() override {

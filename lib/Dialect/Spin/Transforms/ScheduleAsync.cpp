@@ -307,7 +307,7 @@ struct ScheduleSelect : OpRewritePattern<FusedSelectOp> {
 //===----------------------------------------------------------------------===//
 
 struct SpinScheduleAsyncPass
-    : spin::impl::SpinScheduleAsyncBase<SpinScheduleAsyncPass> {
+    : mlir::spin::impl::SpinScheduleAsyncBase<SpinScheduleAsyncPass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "spin/Dialect/Spin/IR/SpinAbi.h"
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 #include "spin/Dialect/Spin/Transforms/Passes.h"
 
@@ -39,12 +40,16 @@ using namespace mlir;
 using namespace mlir::spin;
 
 /// Argument attributes that mark the SPIN inputs of a function.
-static constexpr StringLiteral kPositionsAttr = "spin.positions";
-static constexpr StringLiteral kRequestIdsAttr = "spin.request_ids";
-static constexpr StringLiteral kAcceptedAttr = "spin.accepted";
-static constexpr StringLiteral kResetAttr = "spin.reset";
+static constexpr StringLiteral kPositionsAttr =
+    SpinDialect::PositionsAttrHelper::getNameStr();
+static constexpr StringLiteral kRequestIdsAttr =
+    SpinDialect::RequestIdsAttrHelper::getNameStr();
+static constexpr StringLiteral kAcceptedAttr =
+    SpinDialect::AcceptedAttrHelper::getNameStr();
+static constexpr StringLiteral kResetAttr =
+    SpinDialect::ResetAttrHelper::getNameStr();
 /// Discardable attribute that pins an indexer's layer id.
-static constexpr StringLiteral kLayerAttr = "spin.layer";
+static constexpr StringLiteral kLayerAttr = attr::kLayer;
 
 /// Formats an option value the way the user wrote it (1.5, not 1.5e+00).
 static std::string formatOption(double value) {
@@ -91,7 +96,7 @@ static FailureOr<Value> getOrAddInput(func::FuncOp func, Operation *user,
 }
 
 struct SpinSparsifyIndexerPass
-    : public spin::impl::SpinSparsifyIndexerBase<SpinSparsifyIndexerPass> {
+    : public mlir::spin::impl::SpinSparsifyIndexerBase<SpinSparsifyIndexerPass> {
   using Base::Base;
 
   void runOnOperation() override;
@@ -359,7 +364,7 @@ LogicalResult SpinSparsifyIndexerPass::addSparsityResults() {
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     MLIRContext *ctx = func.getContext();
     auto marker = DictionaryAttr::get(
-        ctx, {NamedAttribute(StringAttr::get(ctx, "spin.sparsity"),
+        ctx, {NamedAttribute(StringAttr::get(ctx, attr::kSparsity),
                              UnitAttr::get(ctx))});
     for (Value value : values) {
       unsigned index = func.getNumResults();

@@ -62,13 +62,11 @@ struct GpuKernelSpec {
 
 /// One kernel parameter of a launch (docs/GPU-ABI.md, "Kernel parameters").
 struct GpuLaunchArg {
-  enum class Kind {
-    Argument, ///< pointer: device address of step argument `index`
-    Scratch,  ///< pointer: scratch buffer `index`
-    Errors,   ///< pointer: the error record
-    Dim,      ///< i32: run-time size `dim` of step argument `index`
-    I32       ///< i32: the constant `value`
-  };
+  /// Argument: pointer, the device address of step argument `index`;
+  /// Scratch: pointer, scratch buffer `index`; Errors: pointer, the error
+  /// record; Dim: i32, run-time size `dim` of step argument `index`; I32:
+  /// i32, the constant `value`.
+  using Kind = LaunchArgKind;
   Kind kind = Kind::Argument;
   int64_t index = 0;
   int64_t dim = 0;
@@ -144,6 +142,11 @@ struct GpuManifest {
   /// Validates manifest text as if read from `directory`/manifest.json.
   static StatusOr<GpuManifest> parse(const std::string &json,
                                      const std::string &directory);
+
+  /// The manifest as manifest.json text, in the form `parse` reads: the
+  /// compiler writes artifacts with it, so that one piece of code defines
+  /// both directions.
+  std::string toJson() const;
 
   /// The PTX key to load on a device of compute capability `major.minor`:
   /// the arch-specific chip (9.0 -> "sm_90a", 10.0 -> "sm_100a", 10.3 ->

@@ -51,11 +51,10 @@ struct GpuLayerBuffers {
 
   explicit operator bool() const { return v != 0; }
 
-  /// The array of the state field `name` ("v", "d", "it", "obs_rows",
-  /// "obs_pos", "obs_len", "obs_mask", "obs_z", "pred_at", "pred_keys")
-  /// and its shape; false for an unknown name.
-  bool field(const std::string &name, cuda::CUdeviceptr &address,
-             std::vector<int64_t> &shape) const;
+  /// The array of `field` (0 for `last_observed`, which GPU pools do not
+  /// hold) and the sizes its shape is made of (stateFieldShape).
+  cuda::CUdeviceptr field(StateField field) const;
+  StateSizes sizes() const { return {numSlots, capacity, maxRows, numBlocks}; }
 };
 
 /// Per-request, per-layer SPIN state in device memory plus the request

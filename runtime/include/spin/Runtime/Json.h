@@ -82,6 +82,44 @@ private:
 /// expected ',' or '}' in an object"). Nesting is limited to 256 levels.
 StatusOr<JsonValue> parseJson(const std::string &text);
 
+/// Writes one JSON document, indented by two spaces per level; arrays of
+/// scalars stay on one line. Calls must nest properly: `key` before every
+/// member of an object, `end` for every `beginObject`/`beginArray`.
+class JsonWriter {
+public:
+  JsonWriter &beginObject();
+  JsonWriter &beginArray();
+  /// Ends the innermost open object or array.
+  JsonWriter &end();
+  /// The name of the next member of the innermost object.
+  JsonWriter &key(const std::string &name);
+  JsonWriter &value(int64_t v);
+  JsonWriter &value(const std::string &v);
+  JsonWriter &value(const char *v) { return value(std::string(v)); }
+  /// A member `name` with a scalar value.
+  template <typename T> JsonWriter &member(const std::string &name, T v) {
+    return key(name).value(v);
+  }
+
+  /// The document (with a final newline).
+  std::string text() const { return out + "\n"; }
+
+private:
+  struct Level {
+    bool array;
+    bool empty = true;
+    bool inline_ = false;
+  };
+  /// Separator and indentation before an element or member.
+  void next(bool scalar);
+  void newline(size_t depth);
+  void quote(const std::string &v);
+
+  std::string out;
+  std::vector<Level> open;
+  bool afterKey = false;
+};
+
 } // namespace spin::runtime
 
 #endif // SPIN_RUNTIME_JSON_H

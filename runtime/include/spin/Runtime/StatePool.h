@@ -17,6 +17,7 @@
 #ifndef SPIN_RUNTIME_STATEPOOL_H
 #define SPIN_RUNTIME_STATEPOOL_H
 
+#include "spin/Runtime/Abi.h"
 #include "spin/Runtime/MemRef.h"
 #include "spin/Runtime/Span.h"
 #include "spin/Runtime/Status.h"
@@ -62,22 +63,27 @@ struct StatePoolOptions {
   bool hostState = true;
 };
 
-/// Where each array of the state lives: byte offsets of one layer's ten
-/// arrays (eleven with `last_observed`, which follows the others) from the
-/// start of that layer's part of an allocation, and the layers' stride
-/// (layer `l` starts at `l * layerStride`). Every offset and the stride are
-/// multiples of 64 bytes. The same layout serves the host arena of a
-/// StatePool and the device allocation of a GpuStatePool.
+/// Where each array of the state lives: byte offsets of one layer's arrays
+/// (the state fields of the contract, in its order; `last_observed` only in
+/// pools that keep it) from the start of that layer's part of an allocation,
+/// and the layers' stride (layer `l` starts at `l * layerStride`). Every
+/// offset and the stride are multiples of 64 bytes. The same layout serves
+/// the host arena of a StatePool and the device allocation of a
+/// GpuStatePool.
 struct StateLayout {
-  int64_t v = 0, d = 0, it = 0, obsRows = 0, obsPos = 0, obsLen = 0,
-          obsMask = 0, obsZ = 0, predAt = 0, predKeys = 0;
-  /// -1 when the pool keeps no `last_observed`.
-  int64_t lastObserved = -1;
+  /// By StateField; -1 for a field the allocation does not hold.
+  std::array<int64_t, kNumStateFields> offsets;
   int64_t layerStride = 0;
   /// `layerStride * numLayers`.
   int64_t bytes = 0;
   /// `NBcap = ceil(capacity / blockSize)`.
   int64_t numBlocks = 0;
+
+  StateLayout() { offsets.fill(-1); }
+  int64_t offset(StateField field) const {
+    return offsets[static_cast<size_t>(field)];
+  }
+  bool holds(StateField field) const { return offset(field) >= 0; }
 };
 
 /// Raw pointers to the ten arrays of one layer (docs/Runtime-ABI.md), for
@@ -107,6 +113,11 @@ struct LayerBuffers {
 
   /// False for the value returned for an out-of-range layer.
   explicit operator bool() const { return v != nullptr; }
+
+  /// The array of `field` (null where the pool does not hold it) and the
+  /// sizes its shape is made of.
+  void *field(StateField field) const;
+  StateSizes sizes() const { return {numSlots, capacity, maxRows, numBlocks}; }
 
   /// Descriptors in the argument form the step ABI expects (identity
   /// strides, offset 0).

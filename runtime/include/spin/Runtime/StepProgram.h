@@ -14,6 +14,7 @@
 #ifndef SPIN_RUNTIME_STEPPROGRAM_H
 #define SPIN_RUNTIME_STEPPROGRAM_H
 
+#include "spin/Runtime/Abi.h"
 #include "spin/Runtime/StatePool.h"
 #include "spin/Runtime/Status.h"
 
@@ -24,16 +25,6 @@
 #include <vector>
 
 namespace spin::runtime {
-
-/// Element types crossing the step ABI.
-enum class DType { f32, f16, bf16, fp8e4m3, i1, i8, i32, i64 };
-
-/// Bytes per element (i1 is stored as one byte).
-int64_t dtypeSize(DType dtype);
-const char *dtypeName(DType dtype);
-/// The element type `dtypeName` prints as `name` ("f32", "bf16",
-/// "fp8e4m3", "i1", ...), if any.
-std::optional<DType> dtypeFromName(const std::string &name);
 
 /// True for the inputs that are not batched: the paged caches `keys` and
 /// `scales` (and `keys_k`, `scales_k` of the k-th indexer of a multi-layer
@@ -62,16 +53,11 @@ struct TensorRef {
 
 /// One argument of a compiled step function, in call order.
 struct ArgSpec {
-  enum class Role {
-    Input,      ///< a graph input, by `name` (q, w, keys, scales, ...)
-    Positions,  ///< {spin.positions}
-    RequestIds, ///< {spin.request_ids}
-    Accepted,   ///< {spin.accepted}: filled from StatePool::commit
-    Reset,      ///< {spin.reset}: the optional "reset" input, else zeros
-    Slots,      ///< {spin.slots}: each request's slot in the pool
-    State,      ///< a state-pool field (`name`) of layer `layer`
-    Output      ///< a result, by `name` (topk, sparsity)
-  };
+  /// Input: a graph input, by `name` (q, w, keys, scales, ...); Accepted:
+  /// filled from StatePool::commit; Reset: the optional reset input, else
+  /// zeros; Slots: each request's slot in the pool; State: a state-pool
+  /// field (`name`) of layer `layer`; Output: a result, by `name`.
+  using Role = ArgRole;
   Role role = Role::Input;
   std::string name;
   int64_t layer = -1;
@@ -81,11 +67,6 @@ struct ArgSpec {
   /// the pool's per-block buffers must have room for its blocks.
   int64_t blockSize = 0;
 };
-
-/// The name of an argument role ("input", "positions", ..., "output"), as
-/// tools and bindings print it; `argRoleFromName` is its inverse.
-const char *argRoleName(ArgSpec::Role role);
-std::optional<ArgSpec::Role> argRoleFromName(const std::string &name);
 
 /// The compiled code's packed entry point: `args[i]` points to a pointer to
 /// the i-th memref descriptor.

@@ -8,7 +8,9 @@
 #ifndef SPIN_DIALECT_SPIN_IR_SPINDIALECT_H
 #define SPIN_DIALECT_SPIN_IR_SPINDIALECT_H
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
+#include "mlir/IR/Operation.h"
 
 #include "spin/Dialect/Spin/IR/SpinOpsDialect.h.inc"
 

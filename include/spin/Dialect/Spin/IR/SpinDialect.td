@@ -40,6 +40,45 @@ def Spin_Dialect : Dialect {
     The semantics are fixed by the project's SPIN_SPEC (sections cited in op
     descriptions as "§n").
   }];
+  // Every `spin.*` attribute the project attaches to functions, their
+  // arguments and results, and launch ops; the dialect verifies each
+  // (SpinDialect.cpp) and rejects any other `spin.*` attribute.
+  let discardableAttrs = (ins
+    // Step-function arguments (docs/Runtime-ABI.md): the role of each, as
+    // the compiler-runtime contract names it (spin/Runtime/Abi.def).
+    "::mlir::StringAttr":$input,
+    "::mlir::UnitAttr":$positions,
+    "::mlir::UnitAttr":$request_ids,
+    "::mlir::UnitAttr":$accepted,
+    "::mlir::UnitAttr":$reset,
+    "::mlir::UnitAttr":$slots,
+    "::mlir::StringAttr":$state,
+    // The state layer of a `spin.state` argument, or the layer a dense
+    // indexer op is pinned to.
+    "::mlir::IntegerAttr":$layer,
+    // A graph result that reports the realized block sparsity.
+    "::mlir::UnitAttr":$sparsity,
+    // The GPU launch plan (docs/GPU-ABI.md): the plan function, its
+    // arguments and its launches.
+    "::mlir::UnitAttr":$launch_plan,
+    "::mlir::IntegerAttr":$events,
+    "::mlir::IntegerAttr":$layers,
+    "::mlir::IntegerAttr":$capacity,
+    "::mlir::IntegerAttr":$block_size,
+    "::mlir::StringAttr":$role,
+    "::mlir::StringAttr":$name,
+    "::mlir::StringAttr":$dtype,
+    "::mlir::ArrayAttr":$shape,
+    "::mlir::IntegerAttr":$bytes,
+    "::mlir::IntegerAttr":$argument,
+    "::mlir::IntegerAttr":$dim,
+    "::mlir::IntegerAttr":$stream,
+    "::mlir::ArrayAttr":$wait,
+    "::mlir::IntegerAttr":$record
+  );
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
   let extraClassDeclaration = [{

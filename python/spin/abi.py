@@ -1,0 +1,38 @@
+"""The compiler-runtime contract, as the native module exposes it.
+
+Every name that crosses between the compiler and the runtime is defined once,
+in ``runtime/include/spin/Runtime/Abi.def``; this module gives Python code the
+same names instead of spelling them again:
+
+* ``STATE_FIELDS``: the per-layer state arrays, in pool layout order, each a
+  dict with ``name``, ``dtype``, ``dims`` (``slots``, ``capacity``,
+  ``max_rows``, ``blocks``, ``prediction``) and ``group`` (``core``,
+  ``observation``, ``prediction``, ``staleness``);
+* ``state_fields(group)``: the names of one group's fields;
+* ``ROLES`` / ``OUTPUTS``: argument roles and result kinds by their C++
+  enumerator (``ROLES["RequestIds"] == "request_ids"``);
+* ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``).
+"""
+
+from typing import Dict, Tuple
+
+from . import _spin
+
+_abi = _spin.abi
+
+STATE_FIELDS: Tuple[dict, ...] = tuple(dict(f) for f in _abi.state_fields)
+PREDICTION_RECORD_SIZE: int = int(_abi.prediction_record_size)
+ROLES: Dict[str, str] = dict(_abi.roles)
+OUTPUTS: Dict[str, str] = dict(_abi.outputs)
+KEY: Dict[str, str] = dict(_abi.manifest_keys)
+MANIFEST_FORMAT: str = str(_abi.manifest_format)
+MANIFEST_VERSION: int = int(_abi.manifest_version)
+
+
+def state_fields(group: str) -> Tuple[str, ...]:
+    """The names of the state fields of ``group``, in pool layout order."""
+    names = tuple(f["name"] for f in STATE_FIELDS if f["group"] == group)
+    if not names:
+        known = sorted({f["group"] for f in STATE_FIELDS})
+        raise ValueError(f"unknown state-field group {group!r} (known: {', '.join(known)})")
+    return names
