@@ -159,3 +159,47 @@ TEST(Json, LimitsNesting) {
 }
 
 } // namespace
+
+TEST(JsonWriter, IndentsContainersAndKeepsScalarArraysOnOneLine) {
+  JsonWriter w;
+  w.beginObject()
+      .member("name", "x")
+      .member("n", int64_t(-3))
+      .key("sizes")
+      .beginArray()
+      .value(int64_t(1))
+      .value(int64_t(2))
+      .end()
+      .key("empty")
+      .beginArray()
+      .end()
+      .key("nested")
+      .beginArray()
+      .beginObject()
+      .member("k", int64_t(0))
+      .end()
+      .end()
+      .end();
+  EXPECT_EQ(w.text(), "{\n"
+                      "  \"name\": \"x\",\n"
+                      "  \"n\": -3,\n"
+                      "  \"sizes\": [1, 2],\n"
+                      "  \"empty\": [],\n"
+                      "  \"nested\": [\n"
+                      "    {\n"
+                      "      \"k\": 0\n"
+                      "    }\n"
+                      "  ]\n"
+                      "}\n");
+}
+
+TEST(JsonWriter, WritesWhatTheParserReadsBack) {
+  const std::string awkward = std::string("q\"b\\s\t\n") + char(1) + "\xc3\xa9";
+  JsonWriter w;
+  w.beginObject().member(awkward, awkward).end();
+  StatusOr<JsonValue> back = parseJson(w.text());
+  ASSERT_TRUE(back.ok()) << back.message() << "\n" << w.text();
+  ASSERT_EQ(back->asObject().size(), 1u);
+  EXPECT_EQ(back->asObject()[0].first, awkward);
+  EXPECT_EQ(back->asObject()[0].second.asString(), awkward);
+}

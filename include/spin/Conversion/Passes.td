@@ -30,8 +30,10 @@ def ConvertSpinToSCF : Pass<"convert-spin-to-scf", "ModuleOp"> {
     The runtime-owned state becomes function arguments (docs/Runtime-ABI.md):
     `{spin.slots}` (`[B]` i32, each request's slot in the state pool) and, per
     layer in increasing order, the state fields the function uses, marked
-    `{spin.state = "v" | "d" | "it" | "obs_rows" | "obs_pos" | "obs_len" |
-    "obs_mask" | "obs_z", spin.layer = L}`. Functions with callers are
+    `{spin.state = "<field>", spin.layer = L}` with the field names of the
+    compiler-runtime contract (runtime/include/spin/Runtime/Abi.def: `v`,
+    `d`, `it`, the MTP observation buffers, `last_observed` for the
+    age-based exploration policies). Functions with callers are
     rejected. With `state-storage=globals` the state lives instead in
     zero-initialised module globals sized by `num-slots`, `capacity` and
     `max-rows`, and a request's slot is its id (ids must be in
@@ -89,11 +91,16 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
       CTA per request), writing the mask and the ascending block list;
     * `spin.fused_score` -> tensor-core scoring of the selected blocks and
       top-K over them;
-    * `spin.topk` -> radix-select top-K, one CTA per row;
+    * `spin.topk` -> radix-select top-K over a cluster of CTAs per row (its
+      leader's selection and sort, or merge ranks for K > 512 where each
+      CTA's slice holds at most 512 candidates);
     * `spin.ema_update` -> the EMA update of the scored slots and `it += 1`,
       on the side stream (`spin.stream = 1`) when spin-schedule-async put
       it in an `async.execute` region, ordered after the scores by an event;
-    * `spin.reset` -> zeroing of the flagged requests' state.
+    * `spin.reset` -> zeroing of the flagged requests' state;
+    * `spin.commit` / `spin.observe` (MTP) -> the replay of the accepted
+      rows of the previous step into V and D, and the buffering of this
+      step's rows, scored blocks and scores until the next commit.
 
     The function's arguments become device pointers (`!llvm.ptr<1>`) that
     keep their role in attributes (`spin.role`, `spin.name`, `spin.dtype`,
@@ -101,8 +108,9 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
     state fields per layer), one pointer per result (`spin.role = "output"`),
     the scratch buffers (`spin.role = "scratch"`, `spin.bytes`), the error
     record and one i32 per dynamic size of an input (`spin.role = "dim"`).
-    Graphs this path cannot run yet (MTP observation buffering, A0/A2
-    reductions, f32 keys) are rejected with a diagnostic naming the op.
+    Graphs this path cannot run yet (A0/A2 reductions, the staleness-score
+    and block-age exploration policies, f32 keys) are rejected with a
+    diagnostic naming the op.
   }];
   let options = [
     Option<"capacity", "capacity", "int64_t", "0",

@@ -13,6 +13,8 @@
 #ifndef SPIN_LIB_CONVERSION_SPINTOGPU_KERNELS_H
 #define SPIN_LIB_CONVERSION_SPINTOGPU_KERNELS_H
 
+#include "spin/Runtime/Abi.h"
+
 #include "spin/Dialect/Spin/IR/SpinOps.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -32,11 +34,14 @@ struct LaunchShape {
   int64_t sharedBytes = 0; ///< dynamic shared memory (0: static only)
 };
 
-/// Error codes written to the error record (docs/GPU-ABI.md).
+/// Error codes written to the error record: the contract's
+/// (spin/Runtime/Abi.def), which the runtime reports.
 enum ErrorCode : int32_t {
-  ErrorBadPage = 1,
-  ErrorBadLength = 2,
-  ErrorBadPosition = 3,
+  ErrorBadPage = static_cast<int32_t>(::spin::runtime::DeviceError::BadPage),
+  ErrorBadLength =
+      static_cast<int32_t>(::spin::runtime::DeviceError::BadLength),
+  ErrorBadPosition =
+      static_cast<int32_t>(::spin::runtime::DeviceError::BadPosition),
 };
 
 //===----------------------------------------------------------------------===//
