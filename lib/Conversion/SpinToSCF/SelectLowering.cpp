@@ -114,6 +114,283 @@ struct PoolLowering : public OpConversionPattern<PoolOp> {
   }
 };
 
+/// spin.select_blocks while it is lowered to loops: the op's buffers, one
+/// row's scratch (its selection and the best-n key and id lists) and the
+/// request's and row's values the phases share. `build` emits the request
+/// and row loops; each row phase marks the row's blocks in `rowMask`.
+class SelectBlocksBuilder {
+public:
+  SelectBlocksBuilder(SelectBlocksOp op, const StateBuffers &state,
+                      ConversionPatternRewriter &rewriter)
+      : op(op), state(state), rewriter(rewriter), loc(op.getLoc()),
+        lb(rewriter, loc), policy(op.getExplorePolicy()),
+        a0(op.getReduction() == Reduction::a0),
+        rowZeroOnly(op.getMtpMask() == MtpMask::row0),
+        sparsity(op.getSparsity().convertToDouble()) {}
+
+  /// Emits the selection of every request and returns its mask as a tensor.
+  Value build(SelectBlocksOp::Adaptor adaptor);
+
+private:
+  void allocateBuffers(SelectBlocksOp::Adaptor adaptor);
+  void selectRequest(Value request);
+  void selectRow(Value row);
+  void warmupRow();
+  void a0Row();
+  void budgetRow();
+  void exploit(Value count);
+  void explore(Value count);
+  Value offerExploration(Value j, Value count, Value n);
+  Value ageOf(Value j);
+  void unionIntoRequestMask();
+  /// Selects block `j` of the current row.
+  void mark(Value j) { lb.store(lb.i1(true), rowMask, {j}); }
+
+  SelectBlocksOp op;
+  const StateBuffers &state;
+  ConversionPatternRewriter &rewriter;
+  Location loc;
+  LoopBuilder lb;
+  ExplorePolicy policy;
+  bool a0, rowZeroOnly;
+  double sparsity;
+  RankedTensorType resultType;
+  // The op's buffers and sizes.
+  Value scores, lengths, requestIds, batch, rows, blocks, mask, blockSize;
+  // Scratch: one row's selection, and best-n lists of keys and ids.
+  Value rowMask, keysF, keysH, ids, ids2;
+  Value exploreShare;
+  // The current request's values.
+  Value b, slot, iteration, warmup, base;
+  // The current row's values.
+  Value r, visible, rowBlocks, last;
+};
+
+/// Whether score x ranks before y in a best-n list: the larger one.
+Value betterScore(LoopBuilder &lb, Value x, Value y) {
+  return lb.cmpF(CmpFPredicate::OGT, x, y);
+}
+/// Whether hash rank x ranks before y: exploration draws the smallest.
+Value smallerHash(LoopBuilder &lb, Value x, Value y) {
+  return lb.cmp(CmpIPredicate::ult, x, y);
+}
+/// Whether age x ranks before y: age-based exploration draws the oldest.
+Value olderAge(LoopBuilder &lb, Value x, Value y) {
+  return lb.cmp(CmpIPredicate::sgt, x, y);
+}
+
+Value SelectBlocksBuilder::build(SelectBlocksOp::Adaptor adaptor) {
+  allocateBuffers(adaptor);
+  lb.forEach(lb.index(0), batch,
+             [&](Value request) { selectRequest(request); });
+  return lb.toTensor(mask, resultType);
+}
+
+/// The operand views, the zeroed request mask and the scratch lists: the
+/// a0 top-K list has K entries, the others one per block.
+void SelectBlocksBuilder::allocateBuffers(SelectBlocksOp::Adaptor adaptor) {
+  scores = lb.toBuffer(adaptor.getScores());
+  lengths = lb.toBuffer(adaptor.getLengths());
+  requestIds = lb.toBuffer(state.requestIds);
+  batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
+  resultType = cast<RankedTensorType>(op.getMask().getType());
+  blocks =
+      ShapedType::isDynamic(resultType.getDimSize(1))
+          ? lb.divU(lb.dim(scores, 2), lb.index(a0 ? op.getBlockSize() : 1))
+          : lb.index(resultType.getDimSize(1));
+  mask = lb.alloc(
+      MemRefType::get(resultType.getShape(), resultType.getElementType()),
+      {batch, blocks});
+  lb.fill(mask, lb.i1(false));
+
+  Type f32 = rewriter.getF32Type(), i64 = rewriter.getI64Type(),
+       i32 = rewriter.getI32Type();
+  blockSize = lb.index(op.getBlockSize());
+  auto vector = [&](Type element, Value size) -> Value {
+    return memref::AllocOp::create(
+        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, element),
+        ValueRange{size});
+  };
+  rowMask = vector(rewriter.getI1Type(), blocks);
+  Value scratchSize = a0 ? lb.index(op.getTopk()) : blocks;
+  keysF = vector(f32, scratchSize);
+  keysH = vector(i64, blocks);
+  ids = vector(i32, scratchSize);
+  ids2 = vector(i32, blocks);
+  exploreShare = lb.f64(op.getExplore().convertToDouble());
+}
+
+/// One request: its state slot, iteration (0 is a warm-up) and the
+/// exploration hash of its step, from which each block's rank follows
+/// (explorationRankOf); then each of its rows.
+void SelectBlocksBuilder::selectRequest(Value request) {
+  b = request;
+  slot = lb.loadIndex(state.slots, {b});
+  iteration = lb.load(state.it, {slot});
+  warmup = lb.cmp(CmpIPredicate::eq, iteration, lb.i64(0));
+  base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
+      lb, lb.u64(::spin::runtime::mix(op.getSeed())), lb.load(requestIds, {b}),
+      static_cast<uint64_t>(state.layer), iteration);
+  lb.forEach(lb.index(0), rows, [&](Value row) { selectRow(row); });
+}
+
+/// One row's selection over its visible blocks, OR-ed into the request's
+/// mask. Row-0 sharing uses row 0's selection, except in a warm-up, which
+/// selects every block of every row (SPIN_SPEC §4).
+void SelectBlocksBuilder::selectRow(Value row) {
+  r = row;
+  Value used = rowZeroOnly
+                   ? lb.orI(warmup, lb.cmp(CmpIPredicate::eq, r, lb.index(0)))
+                   : lb.i1(true);
+  lb.ifThen(used, [&] {
+    visible = lb.loadIndex(lengths, {b, r});
+    rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), blocks);
+    lb.forEach(lb.index(0), rowBlocks,
+               [&](Value j) { lb.store(lb.i1(false), rowMask, {j}); });
+    Value any = lb.cmp(CmpIPredicate::ugt, rowBlocks, lb.index(0));
+    lb.ifThen(any, [&] {
+      lb.ifThenElse(
+          TypeRange{}, warmup,
+          [&]() -> SmallVector<Value> {
+            warmupRow();
+            return {};
+          },
+          [&]() -> SmallVector<Value> {
+            last = lb.sub(rowBlocks, lb.index(1));
+            if (a0)
+              a0Row();
+            else
+              budgetRow();
+            return {};
+          });
+    });
+    unionIntoRequestMask();
+  });
+}
+
+/// A warm-up selects every visible block.
+void SelectBlocksBuilder::warmupRow() {
+  lb.forEach(lb.index(0), rowBlocks, [&](Value j) { mark(j); });
+}
+
+/// The a0 reduction: the blocks holding the top-K predicted slots, plus the
+/// forced first and last blocks.
+void SelectBlocksBuilder::a0Row() {
+  Value kValue = lb.index(op.getTopk());
+  Value count = lb.forEachWith(
+      lb.index(0), lb.minU(visible, lb.mul(blocks, blockSize)), {lb.index(0)},
+      [&](Value i, ValueRange it) -> SmallVector<Value> {
+        return {lb.offerTopN(
+            keysF, ids, kValue, it[0], lb.load(scores, {b, r, i}), lb.toI32(i),
+            [&](Value x, Value y) { return betterScore(lb, x, y); })};
+      })[0];
+  lb.forEach(lb.index(0), count, [&](Value t) {
+    mark(lb.divU(lb.loadIndex(ids, {t}), blockSize));
+  });
+  mark(lb.index(0));
+  mark(last);
+}
+
+/// The block reductions: the row's budget (§3.4), the forced first and last
+/// blocks (§3.5), and the rest of the budget split into exploration (§3.6,
+/// never negative) and exploitation.
+void SelectBlocksBuilder::budgetRow() {
+  Value budget =
+      lb.toIndex(::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
+          lb, lb.toI64(rowBlocks), op.getBlockSize(), op.getTopk(), sparsity));
+  Value forced = lb.select(lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
+                           lb.index(1), lb.index(2));
+  mark(lb.index(0));
+  mark(last);
+  Value wanted = lb.toIndex(arith::FPToSIOp::create(
+      rewriter, loc, rewriter.getI64Type(),
+      math::FloorOp::create(rewriter, loc,
+                            lb.mul(exploreShare, lb.indexToF64(budget)))));
+  Value room = lb.select(lb.cmp(CmpIPredicate::ugt, budget, forced),
+                         lb.sub(budget, forced), lb.index(0));
+  Value explored = lb.minU(wanted, room);
+  exploit(lb.sub(room, explored));
+  explore(explored);
+}
+
+/// Marks the `count` best scores among the non-forced blocks.
+void SelectBlocksBuilder::exploit(Value count) {
+  Value kept = lb.forEachWith(
+      lb.index(1), last, {lb.index(0)},
+      [&](Value j, ValueRange it) -> SmallVector<Value> {
+        return {lb.offerTopN(
+            keysF, ids, count, it[0], lb.load(scores, {b, r, j}), lb.toI32(j),
+            [&](Value x, Value y) { return betterScore(lb, x, y); })};
+      })[0];
+  lb.forEach(lb.index(0), kept, [&](Value t) { mark(lb.loadIndex(ids, {t})); });
+}
+
+/// Marks `count` blocks among those not yet selected (§3.7, §7.1), by the
+/// op's exploration policy.
+void SelectBlocksBuilder::explore(Value count) {
+  Value drawn =
+      lb.forEachWith(lb.index(0), rowBlocks, {lb.index(0)},
+                     [&](Value j, ValueRange it) -> SmallVector<Value> {
+                       Value taken = lb.load(rowMask, {j});
+                       return lb.ifThenElse(
+                           rewriter.getIndexType(), taken,
+                           [&]() -> SmallVector<Value> { return {it[0]}; },
+                           [&]() -> SmallVector<Value> {
+                             return {offerExploration(j, count, it[0])};
+                           });
+                     })[0];
+  lb.forEach(lb.index(0), drawn,
+             [&](Value t) { mark(lb.loadIndex(ids2, {t})); });
+}
+
+/// Offers unselected block `j` to the exploration list (`n` entries so far,
+/// `count` wanted) and returns the new length: the smallest hash ranks, the
+/// largest ages, or the largest age-weighted scores (the exploit list in
+/// keysF is consumed by now, so it holds these keys).
+Value SelectBlocksBuilder::offerExploration(Value j, Value count, Value n) {
+  Value id = lb.toI32(j);
+  switch (policy) {
+  case ExplorePolicy::random: {
+    Value hash = ::spin::runtime::explorationRankOf<CodeBuilder, Value>(
+        lb, base, lb.toI64(j));
+    return lb.offerTopN(keysH, ids2, count, n, hash, id, [&](Value x, Value y) {
+      return smallerHash(lb, x, y);
+    });
+  }
+  case ExplorePolicy::block_age:
+    return lb.offerTopN(keysH, ids2, count, n, ageOf(j), id,
+                        [&](Value x, Value y) { return olderAge(lb, x, y); });
+  case ExplorePolicy::staleness_score: {
+    // maxnumf: a NaN score counts as 0.
+    Value positive = arith::MaxNumFOp::create(
+        rewriter, loc, lb.load(scores, {b, r, j}), lb.f32(0.0));
+    Value weight =
+        arith::SIToFPOp::create(rewriter, loc, rewriter.getF32Type(), ageOf(j));
+    return lb.offerTopN(
+        keysF, ids2, count, n, lb.mul(weight, positive), id,
+        [&](Value x, Value y) { return betterScore(lb, x, y); });
+  }
+  }
+  llvm_unreachable("unknown exploration policy");
+}
+
+/// Steps since block `j` of the request was last observed, counting this
+/// one.
+Value SelectBlocksBuilder::ageOf(Value j) {
+  Value lastSeen =
+      arith::ExtSIOp::create(rewriter, loc, rewriter.getI64Type(),
+                             lb.load(state.lastObserved, {slot, j}));
+  return lb.sub(lb.add(iteration, lb.i64(1)), lastSeen);
+}
+
+/// ORs the row's selection into the request's mask.
+void SelectBlocksBuilder::unionIntoRequestMask() {
+  lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
+    Value bit = lb.orI(lb.load(mask, {b, j}), lb.load(rowMask, {j}));
+    lb.store(bit, mask, {b, j});
+  });
+}
+
 /// spin.select_blocks (SPIN_SPEC §3.4-3.7, §4, §7.1): per request and row,
 /// warm-up or budget, forced blocks, exploitation and exploration (by hash
 /// rank or by block age), into a row mask that is OR-ed into the request's
@@ -125,210 +402,12 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
   matchAndRewrite(SelectBlocksOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     const StateBuffers &state = stateOf(op);
-    ExplorePolicy policy = op.getExplorePolicy();
-    if (policy != ExplorePolicy::random && !state.lastObserved)
+    if (op.getExplorePolicy() != ExplorePolicy::random && !state.lastObserved)
       return rewriter.notifyMatchFailure(
           op, "an age-based exploration policy needs the state's "
               "last_observed buffer");
-    Location loc = op.getLoc();
-    LoopBuilder lb(rewriter, loc);
-    Value scores = lb.toBuffer(adaptor.getScores());
-    Value lengths = lb.toBuffer(adaptor.getLengths());
-    Value requestIds = lb.toBuffer(state.requestIds);
-    Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
-    auto resultType = cast<RankedTensorType>(op.getMask().getType());
-    Value blocks = ShapedType::isDynamic(resultType.getDimSize(1))
-                       ? lb.divU(lb.dim(scores, 2),
-                                  lb.index(op.getReduction() == Reduction::a0
-                                               ? op.getBlockSize()
-                                               : 1))
-                       : lb.index(resultType.getDimSize(1));
-    Value mask = lb.alloc(
-        MemRefType::get(resultType.getShape(), resultType.getElementType()),
-        {batch, blocks});
-    lb.fill(mask, lb.i1(false));
-
-    Type f32 = rewriter.getF32Type(), i64 = rewriter.getI64Type(),
-         i32 = rewriter.getI32Type(), indexType = rewriter.getIndexType();
-    Value blockSize = lb.index(op.getBlockSize());
-    bool a0 = op.getReduction() == Reduction::a0;
-    // Scratch: one row's selection, and a best-n list of keys and ids.
-    Value rowMask = memref::AllocOp::create(
-        rewriter, loc,
-        MemRefType::get({ShapedType::kDynamic}, rewriter.getI1Type()),
-        ValueRange{blocks});
-    Value scratchSize = a0 ? lb.index(op.getTopk()) : blocks;
-    Value keysF = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, f32),
-        ValueRange{scratchSize});
-    Value keysH = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, i64),
-        ValueRange{blocks});
-    Value ids = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, i32),
-        ValueRange{scratchSize});
-    Value ids2 = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, i32),
-        ValueRange{blocks});
-
-    bool rowZeroOnly = op.getMtpMask() == MtpMask::row0;
-    double sparsity = op.getSparsity().convertToDouble();
-    Value explore = lb.f64(op.getExplore().convertToDouble());
-    auto better = [&](Value x, Value y) {
-      return lb.cmpF(CmpFPredicate::OGT, x, y);
-    };
-    auto smallerHash = [&](Value x, Value y) {
-      return lb.cmp(CmpIPredicate::ult, x, y);
-    };
-    auto olderAge = [&](Value x, Value y) {
-      return lb.cmp(CmpIPredicate::sgt, x, y);
-    };
-
-    lb.forEach(lb.index(0), batch, [&](Value b) {
-      Value slot = lb.loadIndex(state.slots, {b});
-      Value iteration = lb.load(state.it, {slot});
-      Value warmup = lb.cmp(CmpIPredicate::eq, iteration, lb.i64(0));
-      // The exploration hash of the request's step; each block's rank
-      // follows from it (explorationRankOf).
-      Value base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
-          lb, lb.u64(::spin::runtime::mix(op.getSeed())),
-          lb.load(requestIds, {b}), static_cast<uint64_t>(state.layer),
-          iteration);
-
-      lb.forEach(lb.index(0), rows, [&](Value r) {
-        // Row-0 sharing uses row 0's selection, except in a warm-up, which
-        // selects every block of every row (SPIN_SPEC §4).
-        Value used =
-            rowZeroOnly
-                ? lb.orI(warmup, lb.cmp(CmpIPredicate::eq, r, lb.index(0)))
-                : lb.i1(true);
-        lb.ifThen(used, [&] {
-          Value visible = lb.loadIndex(lengths, {b, r});
-          Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), blocks);
-          lb.forEach(lb.index(0), rowBlocks,
-                     [&](Value j) { lb.store(lb.i1(false), rowMask, {j}); });
-          auto mark = [&](Value j) { lb.store(lb.i1(true), rowMask, {j}); };
-          Value any = lb.cmp(CmpIPredicate::ugt, rowBlocks, lb.index(0));
-          lb.ifThen(any, [&] {
-            lb.ifThenElse(
-                TypeRange{}, warmup,
-                [&]() -> SmallVector<Value> {
-                  lb.forEach(lb.index(0), rowBlocks, mark);
-                  return {};
-                },
-                [&]() -> SmallVector<Value> {
-                  Value last = lb.sub(rowBlocks, lb.index(1));
-                  if (a0) {
-                    // Blocks holding the top-K predicted slots, plus forced.
-                    Value kValue = lb.index(op.getTopk());
-                    Value count = lb.forEachWith(
-                        lb.index(0),
-                        lb.minU(visible, lb.mul(blocks, blockSize)),
-                        {lb.index(0)},
-                        [&](Value i, ValueRange it) -> SmallVector<Value> {
-                          return {lb.offerTopN(keysF, ids, kValue, it[0],
-                                               lb.load(scores, {b, r, i}),
-                                               lb.toI32(i), better)};
-                        })[0];
-                    lb.forEach(lb.index(0), count, [&](Value t) {
-                      mark(lb.divU(lb.loadIndex(ids, {t}), blockSize));
-                    });
-                    mark(lb.index(0));
-                    mark(last);
-                    return {};
-                  }
-                  // Budget (§3.4), forced blocks (§3.5).
-                  Value budget = lb.toIndex(
-                      ::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
-                          lb, lb.toI64(rowBlocks), op.getBlockSize(),
-                          op.getTopk(), sparsity));
-                  Value forced = lb.select(
-                      lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
-                      lb.index(1), lb.index(2));
-                  mark(lb.index(0));
-                  mark(last);
-                  // Exploration budget (§3.6), never negative.
-                  Value wanted = lb.toIndex(arith::FPToSIOp::create(
-                      rewriter, loc, i64,
-                      math::FloorOp::create(
-                          rewriter, loc,
-                          lb.mul(explore, lb.indexToF64(budget)))));
-                  Value room =
-                      lb.select(lb.cmp(CmpIPredicate::ugt, budget, forced),
-                                lb.sub(budget, forced), lb.index(0));
-                  Value explored = lb.minU(wanted, room);
-                  Value exploit = lb.sub(room, explored);
-                  // Exploit: the best scores among non-forced blocks.
-                  Value kept = lb.forEachWith(
-                      lb.index(1), last, {lb.index(0)},
-                      [&](Value j, ValueRange it) -> SmallVector<Value> {
-                        return {lb.offerTopN(keysF, ids, exploit, it[0],
-                                             lb.load(scores, {b, r, j}),
-                                             lb.toI32(j), better)};
-                      })[0];
-                  lb.forEach(lb.index(0), kept,
-                             [&](Value t) { mark(lb.loadIndex(ids, {t})); });
-                  // Explore among the rest (§3.7, §7.1): the smallest hashes,
-                  // the largest ages, or the largest age-weighted scores
-                  // (the exploit list in keysF is consumed by now).
-                  auto age = [&](Value j) {
-                    Value last = arith::ExtSIOp::create(
-                        rewriter, loc, i64,
-                        lb.load(state.lastObserved, {slot, j}));
-                    return lb.sub(lb.add(iteration, lb.i64(1)), last);
-                  };
-                  Value drawn = lb.forEachWith(
-                      lb.index(0), rowBlocks, {lb.index(0)},
-                      [&](Value j, ValueRange it) -> SmallVector<Value> {
-                        Value taken = lb.load(rowMask, {j});
-                        return lb.ifThenElse(
-                            indexType, taken,
-                            [&]() -> SmallVector<Value> { return {it[0]}; },
-                            [&]() -> SmallVector<Value> {
-                              Value id = lb.toI32(j);
-                              switch (policy) {
-                              case ExplorePolicy::random: {
-                                Value hash = ::spin::runtime::
-                                    explorationRankOf<CodeBuilder, Value>(
-                                        lb, base, lb.toI64(j));
-                                return {lb.offerTopN(keysH, ids2, explored,
-                                                     it[0], hash, id,
-                                                     smallerHash)};
-                              }
-                              case ExplorePolicy::block_age:
-                                return {lb.offerTopN(keysH, ids2, explored,
-                                                     it[0], age(j), id,
-                                                     olderAge)};
-                              case ExplorePolicy::staleness_score: {
-                                // maxnumf: a NaN score counts as 0.
-                                Value positive = arith::MaxNumFOp::create(
-                                    rewriter, loc, lb.load(scores, {b, r, j}),
-                                    lb.f32(0.0));
-                                Value weight = arith::SIToFPOp::create(
-                                    rewriter, loc, f32, age(j));
-                                return {lb.offerTopN(keysF, ids2, explored,
-                                                     it[0],
-                                                     lb.mul(weight, positive),
-                                                     id, better)};
-                              }
-                              }
-                              llvm_unreachable("unknown exploration policy");
-                            });
-                      })[0];
-                  lb.forEach(lb.index(0), drawn,
-                             [&](Value t) { mark(lb.loadIndex(ids2, {t})); });
-                  return {};
-                });
-          });
-          // Union into the request's mask.
-          lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
-            Value bit = lb.orI(lb.load(mask, {b, j}), lb.load(rowMask, {j}));
-            lb.store(bit, mask, {b, j});
-          });
-        });
-      });
-    });
-    rewriter.replaceOp(op, lb.toTensor(mask, resultType));
+    SelectBlocksBuilder builder(op, state, rewriter);
+    rewriter.replaceOp(op, builder.build(adaptor));
     return success();
   }
 };
