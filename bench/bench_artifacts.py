@@ -171,7 +171,7 @@ def check_manifest(c, d):
     width = c["slots"] if c["mode"] == "scores" else c["k"]
     if names[out]["shape"] != [c["batch"], c["rows"], width]:
         raise RuntimeError(f"{d}/manifest.json: {out} shape {names[out]['shape']}")
-    stateful = any(a["role"] == "state" for a in m["arguments"])
+    stateful = any(a["role"] == gpu_artifacts.abi.STATE for a in m["arguments"])
     if stateful != (c["mode"] == "spin"):
         raise RuntimeError(f"{d}/manifest.json: state section does not match {c['mode']}")
     if c["mode"] == "spin" and m["state"]["capacity"] != c["slots"]:

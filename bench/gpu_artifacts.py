@@ -310,24 +310,24 @@ def expected_arguments(c):
     R = c["rows"]
     kd = MANIFEST_DTYPES[c["key_format"]]
     qd = MANIFEST_DTYPES[c["q_format"]]
-    args = [("input", "q", qd, [B, R, H, Dh]), ("input", "w", "f32", [B, R, H]),
-            ("input", "keys", kd, [-1, S, Dh])]
+    args = [(abi.INPUT, "q", qd, [B, R, H, Dh]), (abi.INPUT, "w", "f32", [B, R, H]),
+            (abi.INPUT, "keys", kd, [-1, S, Dh])]
     if c["key_format"] == "fp8":
-        args.append(("input", "scales", "f32", [-1, S]))
-    args += [("input", "block_table", "i32", [B, MB]),
-             ("input", "lengths", "i32", [B, R])]
+        args.append((abi.INPUT, "scales", "f32", [-1, S]))
+    args += [(abi.INPUT, "block_table", "i32", [B, MB]),
+             (abi.INPUT, "lengths", "i32", [B, R])]
     if c["mode"] == "spin":
-        args += [("positions", "positions", "i32", [B, R]),
-                 ("request_ids", "request_ids", "i64", [B])]
+        args += [(abi.POSITIONS, abi.POSITIONS, "i32", [B, R]),
+                 (abi.REQUEST_IDS, abi.REQUEST_IDS, "i64", [B])]
         if R > 1:
-            args.append(("accepted", "accepted", "i32", [B]))
+            args.append((abi.ACCEPTED, abi.ACCEPTED, "i32", [B]))
         if c["reset_input"]:
-            args.append(("reset", "reset", "i1", [B]))
+            args.append((abi.RESET, abi.RESET, "i1", [B]))
     if c.get("return_scores"):
-        args.append(("output", "scores", "f32", [B, R, MB * S]))
-    args.append(("output", "topk", "i32", [B, R, K]))
+        args.append((abi.OUTPUT, abi.SCORES, "f32", [B, R, MB * S]))
+    args.append((abi.OUTPUT, abi.TOPK, "i32", [B, R, K]))
     if c["mode"] == "spin":
-        args.append(("output", "sparsity", "f32", [B, R]))
+        args.append((abi.OUTPUT, abi.SPARSITY, "f32", [B, R]))
     return args
 
 
@@ -337,8 +337,8 @@ def check_manifest(c, d):
     m = json.load(open(os.path.join(d, "manifest.json")))
     problems = []
     got = {a["name"]: a for a in m["arguments"]
-           if a["role"] in ("input", "positions", "request_ids", "accepted", "reset",
-                            "output")}
+           if a["role"] in (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.ACCEPTED,
+                            abi.RESET, abi.OUTPUT)}
     want = expected_arguments(c)
     for role, name, dtype, shape in want:
         a = got.get(name)
@@ -355,7 +355,7 @@ def check_manifest(c, d):
                         f"{c['batch']}/{c['rows']}")
     if "sm_90a" not in m["ptx"]:
         problems.append(f"no sm_90a PTX ({sorted(m['ptx'])})")
-    stateful = any(a["role"] == "state" for a in m["arguments"])
+    stateful = any(a["role"] == abi.STATE for a in m["arguments"])
     if stateful != (c["mode"] == "spin"):
         problems.append(f"state arguments {'present' if stateful else 'absent'} "
                         f"for a {c['mode']} graph")
@@ -365,7 +365,7 @@ def check_manifest(c, d):
                 or st.get("layers") != 1 or st.get(abi.KEY["MaxRows"]) != c["rows"]:
             problems.append(f"state section {st}, expected capacity {c['capacity']}, "
                             f"block_size {c['block_size']}, 1 layer, max_rows {c['rows']}")
-        fields = [a["name"] for a in m["arguments"] if a["role"] == "state"]
+        fields = [a["name"] for a in m["arguments"] if a["role"] == abi.STATE]
         # Single-row steps whose max pooling runs in many CTAs keep their
         # block scores in the state's prediction cache (Kernels.h).
         bs = c["block_size"]

@@ -10,7 +10,8 @@ same names instead of spelling them again:
   ``observation``, ``prediction``, ``staleness``);
 * ``state_fields(group)``: the names of one group's fields;
 * ``ROLES`` / ``OUTPUTS``: argument roles and result kinds by their C++
-  enumerator (``ROLES["RequestIds"] == "request_ids"``);
+  enumerator (``ROLES["RequestIds"] == "request_ids"``), and each as a
+  constant (``REQUEST_IDS``, ``STATE``, ``TOPK``, ...);
 * ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``).
 """
 
@@ -27,6 +28,20 @@ OUTPUTS: Dict[str, str] = dict(_abi.outputs)
 KEY: Dict[str, str] = dict(_abi.manifest_keys)
 MANIFEST_FORMAT: str = str(_abi.manifest_format)
 MANIFEST_VERSION: int = int(_abi.manifest_version)
+
+#: Argument roles, as manifests and signatures name them.
+INPUT: str = ROLES["Input"]
+POSITIONS: str = ROLES["Positions"]
+REQUEST_IDS: str = ROLES["RequestIds"]
+ACCEPTED: str = ROLES["Accepted"]
+RESET: str = ROLES["Reset"]
+SLOTS: str = ROLES["Slots"]
+STATE: str = ROLES["State"]
+OUTPUT: str = ROLES["Output"]
+#: Result kinds (the k-th result of a kind is named with the suffix ``_k``).
+TOPK: str = OUTPUTS["TopK"]
+SPARSITY: str = OUTPUTS["Sparsity"]
+SCORES: str = OUTPUTS["Scores"]
 
 
 def state_fields(group: str) -> Tuple[str, ...]:

@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 __all__ = ["load", "read_manifest", "CudaProgram", "CudaState"]
 
 #: Roles whose tensors the caller passes in ``inputs``.
-_INPUT_ROLES = ("input", "positions", "request_ids", "reset")
+_INPUT_ROLES = (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.RESET)
 
 
 def read_manifest(artifact_dir: str) -> Dict[str, Any]:
@@ -198,7 +198,7 @@ class CudaProgram:
                   block_size: Optional[int] = None) -> CudaState:
         """Device state for up to ``slots`` requests. The other sizes default
         to the manifest's ``state`` section."""
-        section = self.manifest.get("state") or {}
+        section = self.manifest.get(abi.KEY["State"]) or {}
         values = {"capacity": capacity, "layers": layers, "rows": rows,
                   "block_size": block_size}
         keys = {"capacity": abi.KEY["Capacity"], "layers": abi.KEY["Layers"],
@@ -265,7 +265,7 @@ class CudaProgram:
             raise TypeError(f"inputs must be a dict of tensors, got {type(inputs).__name__}")
         inputs = dict(inputs)
         outputs = dict(outputs or {})
-        stateful = any(a["role"] == "state" for a in self.signature)
+        stateful = any(a["role"] == abi.STATE for a in self.signature)
         if stateful and not isinstance(state, CudaState):
             raise TypeError("state must be a spin.CudaState (from new_state), got "
                             f"{type(state).__name__}")
@@ -282,9 +282,9 @@ class CudaProgram:
             if role not in _INPUT_ROLES:
                 continue
             if name not in inputs:
-                if role == "reset":
+                if role == abi.RESET:
                     continue
-                if role == "request_ids" and ids is not None:
+                if role == abi.REQUEST_IDS and ids is not None:
                     if torch.cuda.is_current_stream_capturing():
                         raise ValueError("pass the 'request_ids' input tensor when "
                                          "capturing a CUDA graph")
@@ -304,7 +304,7 @@ class CudaProgram:
 
         native_out = {}
         for arg in self.signature:
-            if arg["role"] != "output":
+            if arg["role"] != abi.OUTPUT:
                 continue
             name = arg["name"]
             if name not in outputs:
@@ -316,7 +316,7 @@ class CudaProgram:
                                             device=self.device)
             native_out[name] = self._tensor("output", name, outputs[name], arg)
         unknown = sorted(set(outputs) - {a["name"] for a in self.signature
-                                         if a["role"] == "output"})
+                                         if a["role"] == abi.OUTPUT})
         if unknown:
             raise ValueError(f"unknown outputs {unknown}")
 

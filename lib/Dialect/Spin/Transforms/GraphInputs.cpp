@@ -57,12 +57,15 @@ std::vector<std::string> mlir::spin::graphResultNames(func::FuncOp func) {
   std::vector<std::string> names;
   std::map<std::string, unsigned> seen;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
-    std::string base = "topk";
+    // Top-K indices are i32; a marked f32 result is the realized sparsity,
+    // any other f32 result a dense indexer's scores.
+    abi::OutputKind kind = abi::OutputKind::TopK;
     if (func.getResultAttr(i, attr::kSparsity))
-      base = "sparsity";
+      kind = abi::OutputKind::Sparsity;
     else if (auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
              type && type.getElementType().isF32())
-      base = "scores";
+      kind = abi::OutputKind::Scores;
+    std::string base = abi::outputName(kind);
     unsigned k = seen[base]++;
     names.push_back(k ? base + "_" + std::to_string(k) : base);
   }
