@@ -14,31 +14,7 @@ namespace spin::runtime {
 using namespace cuda;
 
 CUdeviceptr GpuLayerBuffers::field(StateField field) const {
-  switch (field) {
-  case StateField::V:
-    return v;
-  case StateField::D:
-    return d;
-  case StateField::It:
-    return it;
-  case StateField::ObsRows:
-    return obsRows;
-  case StateField::ObsPos:
-    return obsPos;
-  case StateField::ObsLen:
-    return obsLen;
-  case StateField::ObsMask:
-    return obsMask;
-  case StateField::ObsZ:
-    return obsZ;
-  case StateField::PredAt:
-    return predAt;
-  case StateField::PredKeys:
-    return predKeys;
-  case StateField::LastObserved:
-    return 0;
-  }
-  return 0;
+  return stateFieldOf(*this, field, [](CUdeviceptr array) { return array; });
 }
 
 //===----------------------------------------------------------------------===//

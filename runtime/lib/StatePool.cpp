@@ -253,31 +253,8 @@ Status StatePool::checkHostState(int64_t requestId, const char *what) const {
 }
 
 void *LayerBuffers::field(StateField field) const {
-  switch (field) {
-  case StateField::V:
-    return v;
-  case StateField::D:
-    return d;
-  case StateField::It:
-    return it;
-  case StateField::ObsRows:
-    return obsRows;
-  case StateField::ObsPos:
-    return obsPos;
-  case StateField::ObsLen:
-    return obsLen;
-  case StateField::ObsMask:
-    return obsMask;
-  case StateField::ObsZ:
-    return obsZ;
-  case StateField::PredAt:
-    return predAt;
-  case StateField::PredKeys:
-    return predKeys;
-  case StateField::LastObserved:
-    return lastObserved;
-  }
-  return nullptr;
+  return stateFieldOf(*this, field,
+                      [](auto *array) { return static_cast<void *>(array); });
 }
 
 LayerBuffers StatePool::buffers(int64_t layer) const {

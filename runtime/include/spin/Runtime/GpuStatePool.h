@@ -44,6 +44,8 @@ struct GpuLayerBuffers {
   cuda::CUdeviceptr obsZ = 0;    ///< f32 [numSlots, maxRows, capacity]
   cuda::CUdeviceptr predAt = 0;  ///< i32 [numSlots, 4]
   cuda::CUdeviceptr predKeys = 0; ///< i32 [numSlots, numBlocks]
+  /// Always 0: GPU pools keep no `last_observed` (GpuStatePool::create).
+  cuda::CUdeviceptr lastObserved = 0;
   int64_t numSlots = 0;
   int64_t capacity = 0;
   int64_t maxRows = 0;

@@ -150,6 +150,39 @@ struct LayerBuffers {
   }
 };
 
+/// The member of a layer view (LayerBuffers, GpuLayerBuffers: the same
+/// member names for the same fields) that holds `field`, through
+/// `convert` (to one address type).
+template <typename Buffers, typename Convert>
+auto stateFieldOf(const Buffers &b, StateField field, Convert convert)
+    -> decltype(convert(b.v)) {
+  switch (field) {
+  case StateField::V:
+    return convert(b.v);
+  case StateField::D:
+    return convert(b.d);
+  case StateField::It:
+    return convert(b.it);
+  case StateField::ObsRows:
+    return convert(b.obsRows);
+  case StateField::ObsPos:
+    return convert(b.obsPos);
+  case StateField::ObsLen:
+    return convert(b.obsLen);
+  case StateField::ObsMask:
+    return convert(b.obsMask);
+  case StateField::ObsZ:
+    return convert(b.obsZ);
+  case StateField::PredAt:
+    return convert(b.predAt);
+  case StateField::PredKeys:
+    return convert(b.predKeys);
+  case StateField::LastObserved:
+    return convert(b.lastObserved);
+  }
+  return convert(b.v);
+}
+
 /// Per-request, per-layer SPIN state plus the request table.
 ///
 /// Thread safety: every member function may be called from any thread. The
