@@ -1,6 +1,5 @@
 """Fixtures of the Python API tests: the built package and the reference."""
 
-import importlib.util
 import os
 import sys
 
@@ -20,24 +19,6 @@ def rng(request):
     seed = int(os.environ.get("SPIN_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
     print(f"{request.node.name}: SPIN_TEST_SEED={seed}")
     return np.random.default_rng(seed)
-
-
-@pytest.fixture(scope="session")
-def bench_script():
-    """Loads bench/NAME.py (the GPU machine's scripts, whose CPU-side logic
-    the tests check) once per session: `bench_script("bench_gpu")`."""
-    loaded = {}
-
-    def load(name):
-        if name not in loaded:
-            spec = importlib.util.spec_from_file_location(
-                name, os.path.join(ROOT, "bench", name + ".py"))
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            loaded[name] = module
-        return loaded[name]
-
-    return load
 
 
 def pytest_configure(config):

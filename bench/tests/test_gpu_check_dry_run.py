@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/tests -> root
 _BUILD = os.environ.get("SPIN_BUILD_DIR", os.path.join(_ROOT, "build"))
 _COMPILER = os.path.join(_BUILD, "bin", "spin-compile")
 _EXEC = os.path.join(_BUILD, "bin", "spin-exec")
