@@ -22,6 +22,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
@@ -64,7 +65,15 @@ CpuExecutable::CpuExecutable() : impl_(std::make_unique<Impl>()) {
 }
 CpuExecutable::~CpuExecutable() = default;
 
-StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
+//===----------------------------------------------------------------------===//
+// The generated indexer graph
+//===----------------------------------------------------------------------===//
+
+/// Checks the sizes and layer of `c`, and returns the element types of its
+/// queries and keys: fp8 keys come with bf16 queries (and per-slot scales),
+/// other key formats with queries of their own type.
+static StatusOr<std::pair<Type, Type>> indexerElementTypes(Builder &b,
+                                                           const IndexerConfig &c) {
   auto positive = [](int64_t v) { return v > 0; };
   if (!positive(c.heads) || !positive(c.headDim) || !positive(c.rows) ||
       !positive(c.topk) || !positive(c.pageSize) || !positive(c.maxPages))
@@ -73,46 +82,99 @@ StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
   if (c.layer < 0)
     return Status::error("indexer config: layer must be non-negative, got " +
                          std::to_string(c.layer));
-  std::string key, query = "bf16";
-  if (c.keyFormat == "bf16" || c.keyFormat == "f16" || c.keyFormat == "f32")
-    key = query = c.keyFormat;
-  else if (c.keyFormat == "fp8")
-    key = "f8E4M3FN";
-  else
-    return Status::error("indexer config: key format '" + c.keyFormat +
-                         "' is not one of bf16, f16, f32, fp8");
+  if (c.batch < 0)
+    return Status::error("indexer config: batch must be non-negative (0 for "
+                         "a dynamic batch), got " + std::to_string(c.batch));
+  if (c.keyFormat == "bf16")
+    return std::make_pair(Type(b.getBF16Type()), Type(b.getBF16Type()));
+  if (c.keyFormat == "f16")
+    return std::make_pair(Type(b.getF16Type()), Type(b.getF16Type()));
+  if (c.keyFormat == "f32")
+    return std::make_pair(Type(b.getF32Type()), Type(b.getF32Type()));
+  if (c.keyFormat == "fp8")
+    return std::make_pair(Type(b.getBF16Type()), Type(b.getType<Float8E4M3FNType>()));
+  return Status::error("indexer config: key format '" + c.keyFormat +
+                       "' is not one of bf16, f16, f32, fp8");
+}
+
+StatusOr<OwningOpRef<ModuleOp>>
+mlir::spin::buildIndexerModule(MLIRContext &context, const IndexerConfig &c) {
+  context.loadDialect<func::FuncDialect, SpinDialect>();
+  OpBuilder b(&context);
+  StatusOr<std::pair<Type, Type>> elementTypes = indexerElementTypes(b, c);
+  if (!elementTypes.ok())
+    return elementTypes.status();
+  auto [query, key] = *elementTypes;
   bool scales = c.keyFormat == "fp8";
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  int64_t slots = c.maxPages * c.pageSize;
-  std::string rows = std::to_string(c.rows);
-  std::string qT = "tensor<?x" + rows + "x" + std::to_string(c.heads) + "x" +
-                   std::to_string(c.headDim) + "x" + query + ">";
-  std::string wT = "tensor<?x" + rows + "x" + std::to_string(c.heads) + "xf32>";
-  std::string kT = "tensor<?x" + std::to_string(c.pageSize) + "x" +
-                   std::to_string(c.headDim) + "x" + key + ">";
-  std::string sT = "tensor<?x" + std::to_string(c.pageSize) + "xf32>";
-  std::string bT = "tensor<?x" + std::to_string(c.maxPages) + "xi32>";
-  std::string nT = "tensor<?x" + rows + "xi32>";
-  std::string zT = "tensor<?x" + rows + "x" + std::to_string(slots) + "xf32>";
-  std::string tT = "tensor<?x" + rows + "x" + std::to_string(c.topk) + "xi32>";
-  os << "func.func @indexer_layer(%q: " << qT << " {spin.input = \"q\"}, %w: "
-     << wT << " {spin.input = \"w\"}, %keys: " << kT
-     << " {spin.input = \"keys\"}";
+
+  // Per-request tensors lead with the batch, the key cache and its scales
+  // with the page count (always dynamic).
+  int64_t batch = c.batch ? c.batch : ShapedType::kDynamic;
+  int64_t pages = ShapedType::kDynamic;
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  auto tensor = [](ArrayRef<int64_t> shape, Type element) {
+    return RankedTensorType::get(shape, element);
+  };
+  RankedTensorType qT = tensor({batch, c.rows, c.heads, c.headDim}, query);
+  RankedTensorType wT = tensor({batch, c.rows, c.heads}, f32);
+  RankedTensorType kT = tensor({pages, c.pageSize, c.headDim}, key);
+  RankedTensorType sT = tensor({pages, c.pageSize}, f32);
+  RankedTensorType bT = tensor({batch, c.maxPages}, i32);
+  RankedTensorType nT = tensor({batch, c.rows}, i32);
+  RankedTensorType zT = tensor({batch, c.rows, c.maxPages * c.pageSize}, f32);
+  RankedTensorType tT = tensor({batch, c.rows, c.topk}, i32);
+
+  // The inputs in signature order, each marked with its name.
+  SmallVector<std::pair<StringRef, Type>> inputs = {
+      {"q", qT}, {"w", wT}, {"keys", kT}};
   if (scales)
-    os << ", %scales: " << sT << " {spin.input = \"scales\"}";
-  os << ", %block_table: " << bT << " {spin.input = \"block_table\"}, %lengths: "
-     << nT << " {spin.input = \"lengths\"}) -> " << tT << " {\n";
-  os << "  %z = spin.dense_indexer q(%q : " << qT << ") w(%w : " << wT
-     << ") keys(%keys : " << kT << ")";
-  if (scales)
-    os << " scales(%scales : " << sT << ")";
-  os << " block_table(%block_table : " << bT << ") lengths(%lengths : " << nT
-     << ") {spin.layer = " << c.layer << " : i64} -> " << zT << "\n";
-  os << "  %t = spin.topk %z lengths(%lengths : " << nT << ") {k = " << c.topk
-     << " : i64} : " << zT << " -> " << tT << "\n";
-  os << "  return %t : " << tT << "\n}\n";
-  return s;
+    inputs.push_back({"scales", sT});
+  inputs.append({{"block_table", bT}, {"lengths", nT}});
+  SmallVector<Type> inputTypes;
+  for (auto &[name, type] : inputs)
+    inputTypes.push_back(type);
+
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, loc, "indexer_layer",
+                                   b.getFunctionType(inputTypes, {tT}));
+  StringRef inputAttr = roleAttrName(ArgSpec::Role::Input);
+  for (auto [i, input] : llvm::enumerate(inputs))
+    func.setArgAttr(i, inputAttr, b.getStringAttr(input.first));
+
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  auto arg = [&](StringRef name) -> Value {
+    for (auto [i, input] : llvm::enumerate(inputs))
+      if (input.first == name)
+        return body->getArgument(i);
+    return nullptr;
+  };
+  auto scores = DenseIndexerOp::create(
+      b, loc, zT, arg("q"), arg("w"), arg("keys"), arg("scales"),
+      arg("block_table"), arg("lengths"));
+  scores->setAttr(attr::kLayer, b.getI64IntegerAttr(c.layer));
+  auto indices = TopKOp::create(b, loc, tT, scores, arg("lengths"),
+                                /*mask=*/Value(), c.topk,
+                                /*block_size=*/IntegerAttr());
+  func::ReturnOp::create(b, loc, indices.getResult());
+
+  DiagnosticCollector diagnostics(context);
+  if (failed(verify(*module)))
+    return diagnostics.fail("the generated indexer graph does not verify");
+  return module;
+}
+
+StatusOr<std::string> mlir::spin::buildIndexerGraph(const IndexerConfig &c) {
+  MLIRContext context(MLIRContext::Threading::DISABLED);
+  StatusOr<OwningOpRef<ModuleOp>> module = buildIndexerModule(context, c);
+  if (!module.ok())
+    return module.status();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*module)->print(os);
+  return text;
 }
 
 /// The runtime's name for an element type of the step ABI.

@@ -16,13 +16,12 @@
 #include "spin/Pipelines/Pipelines.h"
 #include "spin/Runtime/StepProgram.h"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
 #include <map>
 #include <memory>
 #include <string>
-
-namespace mlir {
-class ModuleOp;
-} // namespace mlir
 
 namespace mlir::spin {
 
@@ -36,11 +35,21 @@ struct IndexerConfig {
   int64_t maxPages = 64; ///< block-table width: capacity = maxPages * pageSize
   std::string keyFormat = "bf16"; ///< bf16 | f16 | f32 | fp8
   int64_t layer = 0; ///< the state layer id (pinned with spin.layer)
+  /// Requests per step, or 0 for a dynamic batch (CPU programs take any
+  /// batch; GPU programs are compiled for one). The key cache and scales are
+  /// indexed by page and keep a dynamic leading size either way.
+  int64_t batch = 0;
 };
 
-/// The dense graph of one indexer layer, function `@indexer_layer` with a
-/// dynamic batch: inputs marked {spin.input = "q" | "w" | "keys" | "scales"
-/// | "block_table" | "lengths"}, one result (the top-K indices).
+/// The dense graph of one indexer layer, function `@indexer_layer` in a new
+/// module of `context` (which must have the func and spin dialects loaded or
+/// loadable): inputs marked {spin.input = "q" | "w" | "keys" | "scales" |
+/// "block_table" | "lengths"}, one result (the top-K indices).
+::spin::runtime::StatusOr<OwningOpRef<ModuleOp>>
+buildIndexerModule(MLIRContext &context, const IndexerConfig &config);
+
+/// buildIndexerModule() in a context of its own, printed: the source that
+/// compile() and the GPU compiler take.
 ::spin::runtime::StatusOr<std::string> buildIndexerGraph(const IndexerConfig &config);
 
 /// A JIT-compiled step function.
