@@ -414,6 +414,20 @@ static void bindGpuProgram(py::module_ &m) {
 // The compiler
 //===----------------------------------------------------------------------===//
 
+/// The spin-sparsify-pipeline options of a compile call, parsed into
+/// `parsed`: null for None (the graph compiles as written), else `&parsed`.
+/// Raises ValueError for options the pipeline does not accept.
+static const mlir::spin::SparsifyPipelineOptions *
+sparsifyOptions(const py::object &options,
+                mlir::spin::SparsifyPipelineOptions &parsed) {
+  if (options.is_none())
+    return nullptr;
+  std::string text = options.cast<std::string>();
+  if (mlir::failed(parsed.parseFromString(text)))
+    raise("invalid spin-sparsify-pipeline options: '" + text + "'");
+  return &parsed;
+}
+
 /// The compile entry points, built only with the compiler: JIT compilation
 /// of CPU step programs (cached in memory and on disk), graph building, and
 /// GPU artifacts. Compilation releases the GIL, so that other Python threads
@@ -454,13 +468,8 @@ static void bindCompiler(py::module_ &m) {
                        py::object options) {
         std::shared_ptr<mlir::spin::CpuExecutable> exe;
         mlir::spin::SparsifyPipelineOptions parsed;
-        const mlir::spin::SparsifyPipelineOptions *sparsify = nullptr;
-        if (!options.is_none()) {
-          std::string text = options.cast<std::string>();
-          if (mlir::failed(parsed.parseFromString(text)))
-            raise("invalid spin-sparsify-pipeline options: '" + text + "'");
-          sparsify = &parsed;
-        }
+        const mlir::spin::SparsifyPipelineOptions *sparsify =
+            sparsifyOptions(options, parsed);
         rt::StatusOr<std::shared_ptr<mlir::spin::CpuExecutable>> compiled =
             rt::Status::error("not compiled");
         {
@@ -485,13 +494,8 @@ static void bindCompiler(py::module_ &m) {
           throw py::value_error("sm_count must be positive (got " +
                                 std::to_string(smCount) + ")");
         mlir::spin::SparsifyPipelineOptions parsed;
-        const mlir::spin::SparsifyPipelineOptions *sparsify = nullptr;
-        if (!options.is_none()) {
-          std::string text = options.cast<std::string>();
-          if (mlir::failed(parsed.parseFromString(text)))
-            raise("invalid spin-sparsify-pipeline options: '" + text + "'");
-          sparsify = &parsed;
-        }
+        const mlir::spin::SparsifyPipelineOptions *sparsify =
+            sparsifyOptions(options, parsed);
         mlir::spin::GpuCompileOptions gpu;
         gpu.chips = chips;
         gpu.ptxVersion = ptxVersion;
