@@ -73,6 +73,9 @@ struct LayerUse {
   bool lastObserved = false;
 };
 
+/// The layers of one function, by layer number.
+using LayerUses = llvm::MapVector<int64_t, LayerUse>;
+
 struct ConvertSpinToSCFPass
     : public mlir::spin::impl::ConvertSpinToSCFBase<ConvertSpinToSCFPass> {
   using Base::Base;
@@ -81,21 +84,25 @@ struct ConvertSpinToSCFPass
 
 private:
   LogicalResult prepare(func::FuncOp func, StateBufferMap &buffers);
+  StateBuffers bindLayer(OpBuilder &b, func::FuncOp func, int64_t layer,
+                         const LayerUse &use, Value slots);
+  Value globalField(OpBuilder &b, func::FuncOp func, int64_t layer,
+                    abi::StateField field, MemRefType type);
+  Value slotsFromIds(OpBuilder &b, Location loc, Value requestIds);
 };
 
 } // namespace
 
-/// Appends the state-pool arguments of docs/Runtime-ABI.md to `func`.
-LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
-                                            StateBufferMap &buffers) {
-  llvm::MapVector<int64_t, LayerUse> layers;
+/// The layers whose state `func` uses, sorted by layer, and what it needs
+/// from each: the patterns bind one set of buffers per layer, so every
+/// handle of a layer must describe the same buffers and come from a
+/// spin.layer_state (which names the request ids).
+static LogicalResult collectLayerUses(func::FuncOp func, LayerUses &layers) {
   LayerStateOp mismatch;
   func.walk([&](Operation *op) {
     if (auto layerState = dyn_cast<LayerStateOp>(op)) {
       StateType type = layerState.getState().getType();
       LayerUse &use = layers[type.getLayer()];
-      // Every handle of a layer in one function must describe the same
-      // state buffers.
       if (use.requestIds && (use.level != type.getLevel() ||
                              use.lastObserved != type.getLastObserved()))
         mismatch = layerState;
@@ -116,121 +123,149 @@ LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
            << "layer " << mismatch.getState().getType().getLayer()
            << " is bound with two different state types in @"
            << func.getSymName();
-  if (layers.empty())
-    return success();
   for (auto &[layer, use] : layers)
     if (!use.requestIds)
-      return func.emitError() << "layer " << layer
-                              << " has state ops but no spin.layer_state";
+      return func.emitError()
+             << "layer " << layer << " has state ops but no spin.layer_state";
+  llvm::sort(layers, [](auto &x, auto &y) { return x.first < y.first; });
+  return success();
+}
+
+/// Appends an argument of `type` with `attrs` to `func` and returns it.
+static Value appendArgument(func::FuncOp func, Type type,
+                            ArrayRef<NamedAttribute> attrs) {
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(index, type,
+                            DictionaryAttr::get(func.getContext(), attrs),
+                            func.getLoc());
+  return func.getArgument(index);
+}
+
+/// Appends the state-pool arguments of docs/Runtime-ABI.md to `func` (or,
+/// with globals, binds module buffers) and records each layer's buffers.
+LogicalResult ConvertSpinToSCFPass::prepare(func::FuncOp func,
+                                            StateBufferMap &buffers) {
+  LayerUses layers;
+  if (failed(collectLayerUses(func, layers)))
+    return failure();
+  if (layers.empty())
+    return success();
   auto module = func->getParentOfType<ModuleOp>();
   if (stateStorage != "globals" &&
       !SymbolTable::symbolKnownUseEmpty(func, module))
-    return func.emitError() << "cannot add state-pool arguments to @"
-                            << func.getSymName() << ": the function has callers";
-  llvm::sort(layers, [](auto &x, auto &y) { return x.first < y.first; });
+    return func.emitError()
+           << "cannot add state-pool arguments to @" << func.getSymName()
+           << ": the function has callers";
 
-  MLIRContext *ctx = &getContext();
-  OpBuilder b(ctx);
-  int64_t dyn = ShapedType::kDynamic;
-  bool globals = stateStorage == "globals";
-  Location loc = func.getLoc();
+  OpBuilder b(&getContext());
   b.setInsertionPointToStart(&func.getBody().front());
-  auto append = [&](Type type, ArrayRef<NamedAttribute> attrs) -> Value {
-    unsigned index = func.getNumArguments();
-    (void)func.insertArgument(index, type, DictionaryAttr::get(ctx, attrs),
-                              func.getLoc());
-    return func.getArgument(index);
-  };
-  // globals: a zero-initialised module buffer per field, viewed with the
-  // dynamic type the patterns expect.
-  // Blocks are sized by the capacity: block sizes are not known here, and
-  // NBcap <= C.
-  const abi::StateSizes globalSizes{numSlots, capacity, maxRows, capacity};
-  auto global = [&](int64_t layer, abi::StateField field,
-                    MemRefType type) -> Value {
-    StringRef name = abi::stateFieldName(field);
-    std::vector<int64_t> sizes = abi::stateFieldShape(field, globalSizes);
-    SmallVector<int64_t> shape(sizes.begin(), sizes.end());
-    auto staticType = MemRefType::get(shape, type.getElementType());
-    std::string symbol =
-        ("__spin_state_" + Twine(layer) + "_" + name).str();
-    if (!module.lookupSymbol(symbol)) {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(module.getBody());
-      auto zero = b.getZeroAttr(type.getElementType());
-      auto init = DenseElementsAttr::get(
-          RankedTensorType::get(shape, type.getElementType()), zero);
-      memref::GlobalOp::create(b, loc, symbol, b.getStringAttr("private"),
-                               staticType, init, /*constant=*/false,
-                               /*alignment=*/b.getI64IntegerAttr(64));
-    }
-    Value view = memref::GetGlobalOp::create(b, loc, staticType, symbol);
-    return memref::CastOp::create(b, loc, type, view);
-  };
-  // globals: a request's slot is its id (modulo the slot count, so that a
-  // bad id cannot address outside the buffers), computed where the ids are.
-  auto slotsFromIds = [&](Value requestIds) -> Value {
-    OpBuilder::InsertionGuard guard(b);
-    if (Operation *def = requestIds.getDefiningOp())
-      b.setInsertionPointAfter(def);
-    auto idsType = cast<RankedTensorType>(requestIds.getType());
-    Value ids = bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(idsType.getShape(), b.getI64Type()),
-        requestIds, /*read_only=*/true);
-    Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
-    Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
-    Value count = memref::DimOp::create(b, loc, ids, 0);
-    Value slots = memref::AllocOp::create(
-        b, loc, MemRefType::get({dyn}, b.getI32Type()), ValueRange{count});
-    Value modulus =
-        arith::ConstantIntOp::create(b, loc, b.getI64Type(), numSlots);
-    scf::ForOp::create(
-        b, loc, c0, count, c1, ValueRange{},
-        [&](OpBuilder &nb, Location l, Value i, ValueRange) {
-          Value id = memref::LoadOp::create(nb, l, ids, i);
-          Value slot = arith::RemUIOp::create(nb, l, id, modulus);
-          Value narrow = arith::TruncIOp::create(nb, l, nb.getI32Type(), slot);
-          memref::StoreOp::create(nb, l, narrow, slots, i);
-          scf::YieldOp::create(nb, l);
-        });
-    return slots;
-  };
   Value slots;
-  if (!globals)
-    slots = append(MemRefType::get({dyn}, b.getI32Type()),
-                   {b.getNamedAttr(roleAttrName(abi::ArgRole::Slots),
-                                   b.getUnitAttr())});
-  for (auto &[layer, use] : layers) {
-    auto field = [&](abi::StateField field) -> Value {
-      MemRefType type = stateFieldMemRefType(ctx, field);
-      if (globals)
-        return global(layer, field, type);
-      return append(
-          type,
-          {b.getNamedAttr(roleAttrName(abi::ArgRole::State),
-                          b.getStringAttr(abi::stateFieldName(field))),
-           b.getNamedAttr(kLayerAttrName, b.getI64IntegerAttr(layer))});
-    };
-    StateBuffers state;
-    state.slots = globals ? slotsFromIds(use.requestIds) : slots;
-    state.requestIds = use.requestIds;
-    state.layer = layer;
-    state.level = use.level;
-    state.v = field(abi::StateField::V);
-    state.d = field(abi::StateField::D);
-    state.it = field(abi::StateField::It);
-    if (use.buffersRows) {
-      state.obsRows = field(abi::StateField::ObsRows);
-      state.obsPos = field(abi::StateField::ObsPos);
-      state.obsLen = field(abi::StateField::ObsLen);
-      state.obsMask = field(abi::StateField::ObsMask);
-      state.obsZ = field(abi::StateField::ObsZ);
-    }
-    if (use.lastObserved)
-      state.lastObserved = field(abi::StateField::LastObserved);
-    buffers[{func.getOperation(), layer}] = state;
-  }
+  if (stateStorage != "globals")
+    slots = appendArgument(
+        func, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+        {b.getNamedAttr(roleAttrName(abi::ArgRole::Slots), b.getUnitAttr())});
+  for (auto &[layer, use] : layers)
+    buffers[{func.getOperation(), layer}] =
+        bindLayer(b, func, layer, use, slots);
   return success();
+}
+
+/// The buffers of `layer` in `func`: state-pool arguments (indexed by the
+/// `slots` argument), or module globals indexed by slots computed from the
+/// request ids. Row buffers and last-observed ages only where used.
+StateBuffers ConvertSpinToSCFPass::bindLayer(OpBuilder &b, func::FuncOp func,
+                                             int64_t layer, const LayerUse &use,
+                                             Value slots) {
+  bool globals = stateStorage == "globals";
+  auto field = [&](abi::StateField field) -> Value {
+    MemRefType type = stateFieldMemRefType(&getContext(), field);
+    if (globals)
+      return globalField(b, func, layer, field, type);
+    return appendArgument(
+        func, type,
+        {b.getNamedAttr(roleAttrName(abi::ArgRole::State),
+                        b.getStringAttr(abi::stateFieldName(field))),
+         b.getNamedAttr(kLayerAttrName, b.getI64IntegerAttr(layer))});
+  };
+  StateBuffers state;
+  state.slots =
+      globals ? slotsFromIds(b, func.getLoc(), use.requestIds) : slots;
+  state.requestIds = use.requestIds;
+  state.layer = layer;
+  state.level = use.level;
+  state.v = field(abi::StateField::V);
+  state.d = field(abi::StateField::D);
+  state.it = field(abi::StateField::It);
+  if (use.buffersRows) {
+    state.obsRows = field(abi::StateField::ObsRows);
+    state.obsPos = field(abi::StateField::ObsPos);
+    state.obsLen = field(abi::StateField::ObsLen);
+    state.obsMask = field(abi::StateField::ObsMask);
+    state.obsZ = field(abi::StateField::ObsZ);
+  }
+  if (use.lastObserved)
+    state.lastObserved = field(abi::StateField::LastObserved);
+  return state;
+}
+
+/// globals: a zero-initialised module buffer for `field` of `layer` (made
+/// once per module), viewed with the dynamic `type` the patterns expect.
+/// Blocks are sized by the capacity: block sizes are not known here, and
+/// NBcap <= C.
+Value ConvertSpinToSCFPass::globalField(OpBuilder &b, func::FuncOp func,
+                                        int64_t layer, abi::StateField field,
+                                        MemRefType type) {
+  auto module = func->getParentOfType<ModuleOp>();
+  Location loc = func.getLoc();
+  const abi::StateSizes globalSizes{numSlots, capacity, maxRows, capacity};
+  StringRef name = abi::stateFieldName(field);
+  std::vector<int64_t> sizes = abi::stateFieldShape(field, globalSizes);
+  SmallVector<int64_t> shape(sizes.begin(), sizes.end());
+  auto staticType = MemRefType::get(shape, type.getElementType());
+  std::string symbol = ("__spin_state_" + Twine(layer) + "_" + name).str();
+  if (!module.lookupSymbol(symbol)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(module.getBody());
+    auto zero = b.getZeroAttr(type.getElementType());
+    auto init = DenseElementsAttr::get(
+        RankedTensorType::get(shape, type.getElementType()), zero);
+    memref::GlobalOp::create(b, loc, symbol, b.getStringAttr("private"),
+                             staticType, init, /*constant=*/false,
+                             /*alignment=*/b.getI64IntegerAttr(64));
+  }
+  Value view = memref::GetGlobalOp::create(b, loc, staticType, symbol);
+  return memref::CastOp::create(b, loc, type, view);
+}
+
+/// globals: a request's slot is its id (modulo the slot count, so that a
+/// bad id cannot address outside the buffers), computed where the ids are.
+Value ConvertSpinToSCFPass::slotsFromIds(OpBuilder &b, Location loc,
+                                         Value requestIds) {
+  OpBuilder::InsertionGuard guard(b);
+  if (Operation *def = requestIds.getDefiningOp())
+    b.setInsertionPointAfter(def);
+  auto idsType = cast<RankedTensorType>(requestIds.getType());
+  Value ids = bufferization::ToBufferOp::create(
+      b, loc, MemRefType::get(idsType.getShape(), b.getI64Type()), requestIds,
+      /*read_only=*/true);
+  Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+  Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+  Value count = memref::DimOp::create(b, loc, ids, 0);
+  Value slots = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+      ValueRange{count});
+  Value modulus =
+      arith::ConstantIntOp::create(b, loc, b.getI64Type(), numSlots);
+  scf::ForOp::create(b, loc, c0, count, c1, ValueRange{},
+                     [&](OpBuilder &nb, Location l, Value i, ValueRange) {
+                       Value id = memref::LoadOp::create(nb, l, ids, i);
+                       Value slot = arith::RemUIOp::create(nb, l, id, modulus);
+                       Value narrow = arith::TruncIOp::create(
+                           nb, l, nb.getI32Type(), slot);
+                       memref::StoreOp::create(nb, l, narrow, slots, i);
+                       scf::YieldOp::create(nb, l);
+                     });
+  return slots;
 }
 
 void ConvertSpinToSCFPass::runOnOperation() {
