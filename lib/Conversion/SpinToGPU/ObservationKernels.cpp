@@ -115,6 +115,212 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   return shape;
 }
 
+namespace {
+
+/// A row of the observation buffer as the replay reads it: its position,
+/// length, and whether it passes the row checks.
+struct ReplayRow {
+  Value p, n, valid;
+};
+
+/// The commit replay kernel (SPIN_SPEC §4) while it is built: the spec, the
+/// kernel's parameters and the request's values its phases share. `build`
+/// runs the phases in the order of the generated code.
+class CommitReplayKernel {
+public:
+  CommitReplayKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                     const CommitKernelSpec &spec)
+      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module) {}
+
+  /// Emits the kernel and returns its launch shape.
+  LaunchShape build();
+
+private:
+  void declareKernel();
+  void replayRequest(Value buffered);
+  ReplayRow rowOf(Value r);
+  Value reachOf();
+  Value scored(Value i, Value n, Value valid);
+  void replayEntry(Value x);
+  void foldEntry(Value x, bool diagonal);
+
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+  const CommitKernelSpec &spec;
+  KernelBuilder kb;
+  // Parameters.
+  Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
+  // The request's values.
+  Value request, slot64, count, rowBase, decay, keep, stateBase, maskBase, bsV;
+};
+
+} // namespace
+
+LaunchShape CommitReplayKernel::build() {
+  OpBuilder::InsertionGuard guard(b);
+  declareKernel();
+  request = kb.blockIdY();
+  Value slot = kb.loadAt(kb.i32T(), slots, request, true);
+  slot64 = kb.extS64(slot);
+  Value buffered =
+      kb.minS(kb.loadAt(kb.i32T(), obsRows, slot), kb.i32(spec.rows));
+  kb.ifThen(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)),
+            [&] { replayRequest(buffered); });
+  LaunchShape shape;
+  shape.grid = {spec.ctasPerRequest, spec.batch, 1};
+  shape.blockThreads = spec.threads;
+  return shape;
+}
+
+/// The kernel `spec.name` with its nine buffer parameters.
+void CommitReplayKernel::declareKernel() {
+  SmallVector<Type> params(9, kb.ptrT(Global));
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name, params, spec.threads);
+  unsigned a = 0;
+  accepted = func.getArgument(a++), slots = func.getArgument(a++);
+  vState = func.getArgument(a++), dState = func.getArgument(a++);
+  obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
+  obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
+  obsZ = func.getArgument(a++);
+}
+
+/// Replays rows 0..accepted of a request that has `buffered` rows: the
+/// entries below the rows' reach, spread over the request's CTAs.
+void CommitReplayKernel::replayRequest(Value buffered) {
+  // The runtime checked 0 <= accepted < buffered; clamp regardless so that
+  // a bad value never reads outside the buffer.
+  Value last = kb.i32(0);
+  if (!spec.rowZeroOnly)
+    last = kb.minS(
+        kb.maxS(kb.loadAt(kb.i32T(), accepted, request, true), kb.i32(0)),
+        kb.sub(buffered, kb.i32(1)));
+  count = kb.add(last, kb.i32(1));
+  rowBase = kb.mul(slot64, kb.i64(spec.rows));
+  Value reach = reachOf();
+  decay = kb.f32(static_cast<float>(spec.decay));
+  keep = kb.f32(static_cast<float>(1.0 - spec.decay));
+  stateBase = kb.mul(slot64, kb.i64(spec.capacity));
+  maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
+  bsV = kb.i32(spec.blockSize);
+  Value start =
+      kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+  kb.forLoop(start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
+             [&](Value x) { replayEntry(x); });
+}
+
+/// Replayed row `r`. Rows were checked when buffered, but a bad one could
+/// address outside V and D: it is marked invalid and skipped.
+ReplayRow CommitReplayKernel::rowOf(Value r) {
+  Value at = kb.add(rowBase, kb.extS64(r));
+  Value p = kb.loadAt(kb.i32T(), obsPos, at);
+  Value n = kb.loadAt(kb.i32T(), obsLen, at);
+  RowChecks checks = checkRow(kb, p, n, spec.capacity, spec.capacity);
+  return {p, n, kb.andI(checks.lengthOk, checks.positionOk)};
+}
+
+/// 1 + max(p_r) over the valid replayed rows: entries 0 .. max(p_r) of V
+/// and D are the only ones touched.
+Value CommitReplayKernel::reachOf() {
+  return kb.forLoopWith(
+      kb.i32(0), count, kb.i32(1), {kb.i32(0)},
+      [&](Value r, ValueRange in) -> SmallVector<Value> {
+        ReplayRow row = rowOf(r);
+        return {kb.maxS(
+            in[0], kb.select(row.valid, kb.add(row.p, kb.i32(1)), kb.i32(0)))};
+      })[0];
+}
+
+/// Whether a row of length `n` (and `valid`) scored slot `i`: inside the
+/// row and in a block of its buffered mask.
+Value CommitReplayKernel::scored(Value i, Value n, Value valid) {
+  Value inRow = kb.andI(valid, kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
+                                       kb.cmp(CmpIPredicate::slt, i, n)));
+  return kb.ifThenElse(
+      {kb.i1T()}, inRow,
+      [&]() -> SmallVector<Value> {
+        Value bit = kb.loadAt(kb.i8T(), obsMask,
+                              kb.add(maskBase, kb.extS64(kb.divU(i, bsV))));
+        return {kb.cmp(CmpIPredicate::ne, bit, kb.constant(kb.i8T(), 0))};
+      },
+      [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0];
+}
+
+/// Entry `x` of V and D: V[x] is touched by rows that scored slot x, D[x]
+/// by rows that scored slot p_r - x; the others keep their value unread.
+void CommitReplayKernel::replayEntry(Value x) {
+  SmallVector<Value> touched = kb.forLoopWith(
+      kb.i32(0), count, kb.i32(1), {kb.i1(false), kb.i1(false)},
+      [&](Value r, ValueRange in) -> SmallVector<Value> {
+        ReplayRow row = rowOf(r);
+        return {kb.orI(in[0], scored(x, row.n, row.valid)),
+                kb.orI(in[1], scored(kb.sub(row.p, x), row.n, row.valid))};
+      });
+  for (bool diagonal : {false, true})
+    kb.ifThen(touched[diagonal], [&] { foldEntry(x, diagonal); });
+}
+
+/// Folds the replayed rows' finite scores of entry `x` of D (`diagonal`) or
+/// V into it with the §3.10 rule, carried through the rows in a register.
+void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
+  Type f32 = kb.f32T();
+  Value at =
+      kb.gep(diagonal ? dState : vState, f32, kb.add(stateBase, kb.extS64(x)));
+  Value folded = kb.forLoopWith(
+      kb.i32(0), count, kb.i32(1), {kb.load(f32, at, 4)},
+      [&](Value r, ValueRange in) -> SmallVector<Value> {
+        ReplayRow row = rowOf(r);
+        Value i = diagonal ? kb.sub(row.p, x) : x;
+        Value zRow =
+            kb.mul(kb.add(rowBase, kb.extS64(r)), kb.i64(spec.capacity));
+        return kb.ifThenElse(
+            {f32}, scored(i, row.n, row.valid),
+            [&]() -> SmallVector<Value> {
+              Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
+              Value finite =
+                  kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
+              Value ema = kb.add(kb.mul(decay, in[0]), kb.mul(keep, z));
+              return {kb.select(finite, ema, in[0])};
+            },
+            [&]() -> SmallVector<Value> { return {in[0]}; });
+      })[0];
+  kb.store(folded, at, 4);
+}
+
+/// `<name>_finish`, launched after every replay CTA has read obs_rows: one
+/// more iteration for each request that had buffered rows, and its buffer
+/// is dropped.
+static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
+                                           gpu::GPUModuleOp module,
+                                           const CommitKernelSpec &spec) {
+  KernelBuilder kb(b, loc, module);
+  Type i32 = kb.i32T(), i64 = kb.i64T();
+  const int64_t threads = 128;
+  SmallVector<Type> params(3, kb.ptrT(Global));
+  OpBuilder::InsertionGuard guard(b);
+  gpu::GPUFuncOp func =
+      beginKernel(b, loc, module, spec.name + "_finish", params, threads);
+  Value slots = func.getArgument(0), itState = func.getArgument(1);
+  Value obsRows = func.getArgument(2);
+  Value request =
+      kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+  kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
+    Value slot = kb.loadAt(i32, slots, request, true);
+    kb.ifThen(
+        kb.cmp(CmpIPredicate::sgt, kb.loadAt(i32, obsRows, slot), kb.i32(0)),
+        [&] {
+          Value at = kb.gep(itState, i64, slot);
+          kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);
+          kb.storeAt(kb.i32(0), obsRows, slot);
+        });
+  });
+  LaunchShape shape;
+  shape.grid = {(spec.batch + threads - 1) / threads, 1, 1};
+  shape.blockThreads = threads;
+  return shape;
+}
+
 /// The replay (SPIN_SPEC §4): rows 0..last of the buffer, each with the
 /// §3.10 rule `x = a*x + c*z` (a = f32(decay), c = f32(1 - decay), two
 /// roundings, no FMA) for every scored slot with a finite score. Thread `x`
@@ -126,146 +332,8 @@ CommitLaunches
 mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
                                             const CommitKernelSpec &spec) {
-  KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T(), i64 = kb.i64T(),
-       f32 = kb.f32T();
-  const int64_t rows = spec.rows, bs = spec.blockSize;
   CommitLaunches shapes;
-  {
-    SmallVector<Type> params(9, ptr);
-    OpBuilder::InsertionGuard guard(b);
-    gpu::GPUFuncOp func =
-        beginKernel(b, loc, module, spec.name, params, spec.threads);
-    unsigned a = 0;
-    Value accepted = func.getArgument(a++), slots = func.getArgument(a++);
-    Value vState = func.getArgument(a++), dState = func.getArgument(a++);
-    Value obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
-    Value obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
-    Value obsZ = func.getArgument(a++);
-
-    Value request = kb.blockIdY();
-    Value slot = kb.loadAt(i32, slots, request, true);
-    Value slot64 = kb.extS64(slot);
-    Value buffered = kb.minS(kb.loadAt(i32, obsRows, slot), kb.i32(rows));
-    kb.ifThen(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)), [&] {
-      // The runtime checked 0 <= accepted < buffered; clamp regardless so
-      // that a bad value never reads outside the buffer.
-      Value last = kb.i32(0);
-      if (!spec.rowZeroOnly)
-        last =
-            kb.minS(kb.maxS(kb.loadAt(i32, accepted, request, true), kb.i32(0)),
-                    kb.sub(buffered, kb.i32(1)));
-      Value count = kb.add(last, kb.i32(1));
-      Value rowBase = kb.mul(slot64, kb.i64(rows));
-      // A replayed row (position, length, valid); rows were checked when
-      // buffered, but a bad one could address outside V and D: skip it.
-      auto rowOf = [&](Value r) {
-        Value at = kb.add(rowBase, kb.extS64(r));
-        Value p = kb.loadAt(i32, obsPos, at);
-        Value n = kb.loadAt(i32, obsLen, at);
-        RowChecks checks = checkRow(kb, p, n, spec.capacity, spec.capacity);
-        return std::make_tuple(p, n,
-                               kb.andI(checks.lengthOk, checks.positionOk));
-      };
-      // Entries 0 .. max(p_r) of V and D are the only ones touched.
-      Value reach = kb.forLoopWith(
-          kb.i32(0), count, kb.i32(1), {kb.i32(0)},
-          [&](Value r, ValueRange in) -> SmallVector<Value> {
-            auto [p, n, valid] = rowOf(r);
-            (void)n;
-            return {kb.maxS(in[0],
-                            kb.select(valid, kb.add(p, kb.i32(1)), kb.i32(0)))};
-          })[0];
-      Value decay = kb.f32(static_cast<float>(spec.decay));
-      Value keep = kb.f32(static_cast<float>(1.0 - spec.decay));
-      Value stateBase = kb.mul(slot64, kb.i64(spec.capacity));
-      Value maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
-      Value bsV = kb.i32(bs);
-      // Whether row r (position p, length n, valid) scored slot i.
-      auto scored = [&](Value i, Value n, Value valid) {
-        Value inRow =
-            kb.andI(valid, kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
-                                   kb.cmp(CmpIPredicate::slt, i, n)));
-        return kb.ifThenElse(
-            {kb.i1T()}, inRow,
-            [&]() -> SmallVector<Value> {
-              Value bit = kb.loadAt(
-                  i8, obsMask, kb.add(maskBase, kb.extS64(kb.divU(i, bsV))));
-              return {kb.cmp(CmpIPredicate::ne, bit, kb.constant(i8, 0))};
-            },
-            [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0];
-      };
-      Value start =
-          kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
-      kb.forLoop(
-          start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
-          [&](Value x) {
-            // V[x] is touched by rows that scored slot x, D[x] by rows that
-            // scored slot p_r - x; the others keep their value unread.
-            SmallVector<Value> touched = kb.forLoopWith(
-                kb.i32(0), count, kb.i32(1), {kb.i1(false), kb.i1(false)},
-                [&](Value r, ValueRange in) -> SmallVector<Value> {
-                  auto [p, n, valid] = rowOf(r);
-                  return {kb.orI(in[0], scored(x, n, valid)),
-                          kb.orI(in[1], scored(kb.sub(p, x), n, valid))};
-                });
-            for (bool diagonal : {false, true}) {
-              kb.ifThen(touched[diagonal], [&] {
-                Value at = kb.gep(diagonal ? dState : vState, f32,
-                                  kb.add(stateBase, kb.extS64(x)));
-                Value folded = kb.forLoopWith(
-                    kb.i32(0), count, kb.i32(1), {kb.load(f32, at, 4)},
-                    [&](Value r, ValueRange in) -> SmallVector<Value> {
-                      auto [p, n, valid] = rowOf(r);
-                      Value i = diagonal ? kb.sub(p, x) : x;
-                      Value zRow = kb.mul(kb.add(rowBase, kb.extS64(r)),
-                                          kb.i64(spec.capacity));
-                      return kb.ifThenElse(
-                          {f32}, scored(i, n, valid),
-                          [&]() -> SmallVector<Value> {
-                            Value z = kb.loadAt(f32, obsZ,
-                                                kb.add(zRow, kb.extS64(i)));
-                            Value finite =
-                                kb.cmpF(CmpFPredicate::OLT, kb.absF(z),
-                                        kb.f32(INFINITY));
-                            Value ema =
-                                kb.add(kb.mul(decay, in[0]), kb.mul(keep, z));
-                            return {kb.select(finite, ema, in[0])};
-                          },
-                          [&]() -> SmallVector<Value> { return {in[0]}; });
-                    })[0];
-                kb.store(folded, at, 4);
-              });
-            }
-          });
-    });
-    shapes.replay.grid = {spec.ctasPerRequest, spec.batch, 1};
-    shapes.replay.blockThreads = spec.threads;
-  }
-  {
-    // After every replay CTA has read obs_rows: one more iteration, and
-    // the buffer is dropped.
-    const int64_t threads = 128;
-    SmallVector<Type> params(3, ptr);
-    OpBuilder::InsertionGuard guard(b);
-    gpu::GPUFuncOp func =
-        beginKernel(b, loc, module, spec.name + "_finish", params, threads);
-    Value slots = func.getArgument(0), itState = func.getArgument(1);
-    Value obsRows = func.getArgument(2);
-    Value request =
-        kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
-    kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
-      Value slot = kb.loadAt(i32, slots, request, true);
-      kb.ifThen(
-          kb.cmp(CmpIPredicate::sgt, kb.loadAt(i32, obsRows, slot), kb.i32(0)),
-          [&] {
-            Value at = kb.gep(itState, i64, slot);
-            kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);
-            kb.storeAt(kb.i32(0), obsRows, slot);
-          });
-    });
-    shapes.finish.grid = {(spec.batch + threads - 1) / threads, 1, 1};
-    shapes.finish.blockThreads = threads;
-  }
+  shapes.replay = CommitReplayKernel(b, loc, module, spec).build();
+  shapes.finish = buildCommitFinishKernel(b, loc, module, spec);
   return shapes;
 }
