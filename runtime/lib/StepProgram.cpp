@@ -150,47 +150,82 @@ static Status checkPages(const TensorRef &keys, const TensorRef &table,
   return Status::success();
 }
 
-Status StepProgram::checkInputs(
-    const StatePool &pool, const std::map<std::string, TensorRef> &inputs,
-    const std::map<std::string, TensorRef> &outputs) const {
-  // Shapes and element types against the signature; `?` dims must agree
-  // with the batch size (dim 0) and with each other where the graph says so.
-  int64_t batch = -1;
-  auto check = [&](const ArgSpec &arg, const TensorRef &tensor,
-                   const char *what) -> Status {
-    if (!tensor.data && tensor.numElements() > 0)
-      return Status::error(std::string(what) + " '" + arg.name + "' has no data");
-    if (tensor.dtype != arg.dtype)
-      return Status::error(std::string(what) + " '" + arg.name + "' has element type " +
-                           dtypeName(tensor.dtype) + ", expected " +
-                           dtypeName(arg.dtype));
-    if (tensor.shape.size() != arg.shape.size())
+/// One input or output (`what`) against its signature entry: data, element
+/// type, rank and static sizes. Every batched tensor's dim 0 must agree
+/// with `batch` (set by the first one; -1 until then), since `?` dims are
+/// the batch size the graph was written for.
+static Status checkTensor(const ArgSpec &arg, const TensorRef &tensor,
+                          const char *what, int64_t &batch) {
+  if (!tensor.data && tensor.numElements() > 0)
+    return Status::error(std::string(what) + " '" + arg.name + "' has no data");
+  if (tensor.dtype != arg.dtype)
+    return Status::error(std::string(what) + " '" + arg.name + "' has element type " +
+                         dtypeName(tensor.dtype) + ", expected " +
+                         dtypeName(arg.dtype));
+  if (tensor.shape.size() != arg.shape.size())
+    return Status::error(std::string(what) + " '" + arg.name + "' has shape " +
+                         shapeString(tensor.shape) + ", expected rank " +
+                         std::to_string(arg.shape.size()) + " " +
+                         shapeString(arg.shape));
+  for (size_t d = 0; d < arg.shape.size(); ++d) {
+    if (tensor.shape[d] < 0)
+      return Status::error(std::string(what) + " '" + arg.name +
+                           "' has a negative size in " + shapeString(tensor.shape));
+    if (arg.shape[d] >= 0 && tensor.shape[d] != arg.shape[d])
       return Status::error(std::string(what) + " '" + arg.name + "' has shape " +
-                           shapeString(tensor.shape) + ", expected rank " +
-                           std::to_string(arg.shape.size()) + " " +
+                           shapeString(tensor.shape) + ", expected " +
                            shapeString(arg.shape));
-    for (size_t d = 0; d < arg.shape.size(); ++d) {
-      if (tensor.shape[d] < 0)
-        return Status::error(std::string(what) + " '" + arg.name +
-                             "' has a negative size in " + shapeString(tensor.shape));
-      if (arg.shape[d] >= 0 && tensor.shape[d] != arg.shape[d])
-        return Status::error(std::string(what) + " '" + arg.name + "' has shape " +
-                             shapeString(tensor.shape) + ", expected " +
-                             shapeString(arg.shape));
-    }
-    bool batched = !isPagedCacheInput(arg.name);
-    if (batched) {
-      if (batch < 0)
-        batch = tensor.shape[0];
-      else if (tensor.shape[0] != batch)
-        return Status::error(std::string(what) + " '" + arg.name + "' has batch size " +
-                             std::to_string(tensor.shape[0]) + " but other inputs have " +
-                             std::to_string(batch));
-    }
-    return Status::success();
-  };
+  }
+  bool batched = !isPagedCacheInput(arg.name);
+  if (batched) {
+    if (batch < 0)
+      batch = tensor.shape[0];
+    else if (tensor.shape[0] != batch)
+      return Status::error(std::string(what) + " '" + arg.name + "' has batch size " +
+                           std::to_string(tensor.shape[0]) + " but other inputs have " +
+                           std::to_string(batch));
+  }
+  return Status::success();
+}
 
-  for (const ArgSpec &arg : signature_) {
+/// A state argument against the pool: the layer exists, the pool keeps
+/// last-observed ages if the program reads them, and its per-block buffers
+/// hold the layer's SPIN blocks.
+static Status checkStateArg(const StatePool &pool, const ArgSpec &arg) {
+  if (arg.layer < 0 || arg.layer >= pool.options().numLayers)
+    return Status::error("the program uses state of layer " +
+                         std::to_string(arg.layer) + " but the pool has " +
+                         std::to_string(pool.options().numLayers) + " layers");
+  const char *lastObserved = stateFieldName(StateField::LastObserved);
+  if (arg.name == lastObserved && !pool.options().lastObserved)
+    return Status::error(
+        "the program explores by block age (staleness-score or "
+        "block-age) and needs per-block " +
+        std::string(lastObserved) + " state on layer " +
+        std::to_string(arg.layer) +
+        ", but the state pool was created without it (set "
+        "StatePoolOptions::lastObserved)");
+  int64_t capacity = pool.options().capacity;
+  if (arg.blockSize > 0 &&
+      pool.numBlocks() < (capacity + arg.blockSize - 1) / arg.blockSize)
+    return Status::error(
+        "the state pool's block size (" +
+        std::to_string(pool.options().blockSize) + ") is larger than layer " +
+        std::to_string(arg.layer) + "'s SPIN block size (" +
+        std::to_string(arg.blockSize) +
+        "): its per-block buffers cannot hold the program's blocks");
+  return Status::success();
+}
+
+/// Shapes and element types against the signature, in its order; a reset
+/// input may be left out, every other named input and output must be given,
+/// and no input may be unknown to the signature.
+static Status checkSignature(const std::vector<ArgSpec> &signature,
+                             const StatePool &pool,
+                             const std::map<std::string, TensorRef> &inputs,
+                             const std::map<std::string, TensorRef> &outputs) {
+  int64_t batch = -1;
+  for (const ArgSpec &arg : signature) {
     bool named = arg.role == ArgSpec::Role::Input ||
                  arg.role == ArgSpec::Role::Positions ||
                  arg.role == ArgSpec::Role::RequestIds ||
@@ -203,55 +238,33 @@ Status StepProgram::checkInputs(
         return Status::error("missing input '" + arg.name + "' " +
                              shapeString(arg.shape) + " " + dtypeName(arg.dtype));
       }
-      if (Status s = check(arg, it->second, "input"); !s.ok())
+      if (Status s = checkTensor(arg, it->second, "input", batch); !s.ok())
         return s;
     } else if (arg.role == ArgSpec::Role::Output) {
       auto it = outputs.find(arg.name);
       if (it == outputs.end())
         return Status::error("missing output '" + arg.name + "'");
-      if (Status s = check(arg, it->second, "output"); !s.ok())
+      if (Status s = checkTensor(arg, it->second, "output", batch); !s.ok())
         return s;
     } else if (arg.role == ArgSpec::Role::State) {
-      if (arg.layer < 0 || arg.layer >= pool.options().numLayers)
-        return Status::error("the program uses state of layer " +
-                             std::to_string(arg.layer) + " but the pool has " +
-                             std::to_string(pool.options().numLayers) + " layers");
-      const char *lastObserved = stateFieldName(StateField::LastObserved);
-      if (arg.name == lastObserved && !pool.options().lastObserved)
-        return Status::error(
-            "the program explores by block age (staleness-score or "
-            "block-age) and needs per-block " +
-            std::string(lastObserved) + " state on layer " +
-            std::to_string(arg.layer) +
-            ", but the state pool was created without it (set "
-            "StatePoolOptions::lastObserved)");
-      int64_t capacity = pool.options().capacity;
-      if (arg.blockSize > 0 &&
-          pool.numBlocks() < (capacity + arg.blockSize - 1) / arg.blockSize)
-        return Status::error(
-            "the state pool's block size (" +
-            std::to_string(pool.options().blockSize) + ") is larger than layer " +
-            std::to_string(arg.layer) + "'s SPIN block size (" +
-            std::to_string(arg.blockSize) +
-            "): its per-block buffers cannot hold the program's blocks");
+      if (Status s = checkStateArg(pool, arg); !s.ok())
+        return s;
     }
   }
   for (const auto &[name, tensor] : inputs) {
-    bool known = std::any_of(signature_.begin(), signature_.end(),
+    bool known = std::any_of(signature.begin(), signature.end(),
                              [&](const ArgSpec &a) { return a.name == name; });
     if (!known)
       return Status::error("unknown input '" + name + "'");
   }
+  return Status::success();
+}
 
-  // Values (docs/Runtime-ABI.md): first every lengths input against the
-  // block table and the pages, then against the positions and the state
-  // capacity. Dense programs take no positions.
-  auto positionsIt = inputs.find("positions");
-  const TensorRef *positions =
-      positionsIt == inputs.end() ? nullptr : &positionsIt->second;
-  // Pages, for every indexer's group of inputs (keys, scales, block_table,
-  // lengths, or keys_k, ... of the k-th indexer, falling back to the shared
-  // block_table and lengths).
+/// Pages, for every indexer's group of inputs (keys, scales, block_table,
+/// lengths, or keys_k, ... of the k-th indexer, falling back to the shared
+/// block_table and lengths): the scales match the keys, and every page a
+/// row can see is one of the key cache's.
+static Status checkPageInputs(const std::map<std::string, TensorRef> &inputs) {
   for (const auto &[name, keys] : inputs) {
     if (name.rfind("keys", 0) != 0 || !isPagedCacheInput(name))
       continue;
@@ -280,8 +293,17 @@ Status StepProgram::checkInputs(
         !s.ok())
       return s;
   }
-  // Rows: positions and capacity (and the width of the scores a
-  // hand-written graph takes directly).
+  return Status::success();
+}
+
+/// Rows, for every lengths input: positions and capacity (and the width of
+/// the scores a hand-written graph takes directly). Dense programs take no
+/// positions.
+static Status checkRowInputs(const StatePool &pool,
+                             const std::map<std::string, TensorRef> &inputs) {
+  auto positionsIt = inputs.find("positions");
+  const TensorRef *positions =
+      positionsIt == inputs.end() ? nullptr : &positionsIt->second;
   for (const auto &[name, lengths] : inputs) {
     if (name != "lengths" && name.rfind("lengths_", 0) != 0)
       continue;
@@ -293,6 +315,20 @@ Status StepProgram::checkInputs(
       return s;
   }
   return Status::success();
+}
+
+/// Everything the compiled step assumes of its arguments, checked before it
+/// runs: the signature first, then the values (docs/Runtime-ABI.md): every
+/// lengths input against the block table and the pages, then against the
+/// positions and the state capacity.
+Status StepProgram::checkInputs(
+    const StatePool &pool, const std::map<std::string, TensorRef> &inputs,
+    const std::map<std::string, TensorRef> &outputs) const {
+  if (Status s = checkSignature(signature_, pool, inputs, outputs); !s.ok())
+    return s;
+  if (Status s = checkPageInputs(inputs); !s.ok())
+    return s;
+  return checkRowInputs(pool, inputs);
 }
 
 Status StepProgram::run(StatePool &pool,
