@@ -171,16 +171,15 @@ static bool isRelu(linalg::GenericOp op) {
          (rhs == in && matchPattern(lhs, m_AnyZeroFloat()));
 }
 
-LogicalResult
-RaiseIndexerPattern::matchUpstream(linalg::GenericOp headSum,
-                                   IndexerChain &chain,
-                                   PatternRewriter &rewriter) const {
-  MLIRContext *ctx = headSum.getContext();
-  Type f32 = Float32Type::get(ctx);
+/// The weighted head sum `acc + relu * w` over `[B, R, H, NS]` into a zero
+/// `[B, R, NS]`, with f32 weights and scores; sets `chain.w`. Its shape is
+/// the entry gate: other generics are not candidates and are skipped
+/// without a reason.
+static LogicalResult matchHeadSum(linalg::GenericOp headSum,
+                                  IndexerChain &chain,
+                                  PatternRewriter &rewriter) {
+  Type f32 = Float32Type::get(headSum.getContext());
   Block *body = headSum.getBody();
-
-  // The head sum itself. Its shape is the entry gate: other generics are not
-  // candidates and are skipped without a reason.
   if (!hasStructure(headSum, 2, {kPar, kPar, kRed, kPar},
                     {{0, 1, 2, 3}, {0, 1, 2}, {0, 1, 3}})) {
     LLVM_DEBUG(llvm::dbgs() << "not a weighted head sum: " << headSum << "\n");
@@ -188,49 +187,67 @@ RaiseIndexerPattern::matchUpstream(linalg::GenericOp headSum,
   }
   if (!isMulAdd(yielded(headSum), body->getArgument(0), body->getArgument(1),
                 body->getArgument(2), /*allowExt=*/false))
-    return rewriter.notifyMatchFailure(
-        headSum, "head sum body is not acc + relu * w");
+    return rewriter.notifyMatchFailure(headSum,
+                                       "head sum body is not acc + relu * w");
   if (!isZeroInit(headSum.getDpsInits()[0]))
     return rewriter.notifyMatchFailure(headSum, "head sum init is not zero");
-  Value relu = headSum.getDpsInputs()[0];
   chain.w = headSum.getDpsInputs()[1];
   if (!isElementType(chain.w, {f32}) ||
       !isElementType(headSum.getResult(0), {f32}))
     return rewriter.notifyMatchFailure(headSum,
                                        "head weights and scores must be f32");
+  return success();
+}
 
-  // ReLU.
+/// The ReLU generic that feeds the head sum, which must be its only user
+/// (the whole chain is erased).
+static FailureOr<linalg::GenericOp> matchRelu(linalg::GenericOp headSum,
+                                              PatternRewriter &rewriter) {
+  Value relu = headSum.getDpsInputs()[0];
   auto reluOp = relu.getDefiningOp<linalg::GenericOp>();
   if (!reluOp || !isRelu(reluOp))
     return rewriter.notifyMatchFailure(
         headSum, "head sum input is not a ReLU (max(x, 0.0)) generic");
   if (!relu.hasOneUse())
     return rewriter.notifyMatchFailure(reluOp, "ReLU result has other users");
+  return reluOp;
+}
 
-  // Optional per-slot scale, then the contraction.
-  Value logits = reluOp.getDpsInputs()[0];
+/// The optional per-slot scale `logits * scale[b, slot]` between the
+/// contraction and the ReLU. When present, sets `chain.scales` and
+/// `scaleOp` and moves `logits` to the unscaled logits.
+static LogicalResult matchScale(Value &logits, linalg::GenericOp &scaleOp,
+                                IndexerChain &chain,
+                                PatternRewriter &rewriter) {
   auto logitsOp = logits.getDefiningOp<linalg::GenericOp>();
-  linalg::GenericOp scaleOp;
-  if (logitsOp && hasStructure(logitsOp, 2, {kPar, kPar, kPar, kPar},
-                               {{0, 1, 2, 3}, {0, 3}, {0, 1, 2, 3}})) {
-    Block *scaleBody = logitsOp.getBody();
-    auto mul = yielded(logitsOp).getDefiningOp<arith::MulFOp>();
-    if (!mul || !sameOperands(mul.getLhs(), mul.getRhs(),
-                              scaleBody->getArgument(0),
-                              scaleBody->getArgument(1)))
-      return rewriter.notifyMatchFailure(logitsOp,
-                                         "scale body is not logits * scale");
-    if (!logits.hasOneUse())
-      return rewriter.notifyMatchFailure(logitsOp,
-                                         "scaled logits have other users");
-    scaleOp = logitsOp;
-    chain.scales = logitsOp.getDpsInputs()[1];
-    logits = logitsOp.getDpsInputs()[0];
-    logitsOp = logits.getDefiningOp<linalg::GenericOp>();
-  }
-  if (!logitsOp ||
-      !hasStructure(logitsOp, 2, {kPar, kPar, kPar, kPar, kRed},
-                    {{0, 1, 2, 4}, {0, 3, 4}, {0, 1, 2, 3}}))
+  if (!logitsOp || !hasStructure(logitsOp, 2, {kPar, kPar, kPar, kPar},
+                                 {{0, 1, 2, 3}, {0, 3}, {0, 1, 2, 3}}))
+    return success();
+  Block *scaleBody = logitsOp.getBody();
+  auto mul = yielded(logitsOp).getDefiningOp<arith::MulFOp>();
+  if (!mul ||
+      !sameOperands(mul.getLhs(), mul.getRhs(), scaleBody->getArgument(0),
+                    scaleBody->getArgument(1)))
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "scale body is not logits * scale");
+  if (!logits.hasOneUse())
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "scaled logits have other users");
+  scaleOp = logitsOp;
+  chain.scales = logitsOp.getDpsInputs()[1];
+  logits = logitsOp.getDpsInputs()[0];
+  return success();
+}
+
+/// The `acc + q * k` contraction over the head dim that produces `logits`
+/// (the ReLU's input, or the scale's), used only there; sets `chain.q` and
+/// `chain.keys`.
+static LogicalResult matchContraction(linalg::GenericOp reluOp, Value logits,
+                                      IndexerChain &chain,
+                                      PatternRewriter &rewriter) {
+  auto logitsOp = logits.getDefiningOp<linalg::GenericOp>();
+  if (!logitsOp || !hasStructure(logitsOp, 2, {kPar, kPar, kPar, kPar, kRed},
+                                 {{0, 1, 2, 4}, {0, 3, 4}, {0, 1, 2, 3}}))
     return rewriter.notifyMatchFailure(
         reluOp, "ReLU input is not the q . k contraction over the head dim");
   Block *contractionBody = logitsOp.getBody();
@@ -240,13 +257,25 @@ RaiseIndexerPattern::matchUpstream(linalg::GenericOp headSum,
     return rewriter.notifyMatchFailure(logitsOp,
                                        "contraction body is not acc + q * k");
   if (!isZeroInit(logitsOp.getDpsInits()[0]))
-    return rewriter.notifyMatchFailure(logitsOp, "contraction init is not zero");
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "contraction init is not zero");
   if (!logits.hasOneUse())
     return rewriter.notifyMatchFailure(logitsOp, "logits have other users");
   chain.q = logitsOp.getDpsInputs()[0];
   chain.keys = logitsOp.getDpsInputs()[1];
-  Type bf16 = BFloat16Type::get(ctx), f16 = Float16Type::get(ctx),
-       fp8 = Float8E4M3FNType::get(ctx);
+  return success();
+}
+
+/// The element types spin.dense_indexer accepts: bf16/f16/f32 queries,
+/// bf16/f16/f32/fp8 keys, f32 logits, and per-slot f32 scales exactly when
+/// the keys are fp8.
+static LogicalResult matchElementTypes(Value logits, linalg::GenericOp scaleOp,
+                                       const IndexerChain &chain,
+                                       PatternRewriter &rewriter) {
+  auto logitsOp = logits.getDefiningOp<linalg::GenericOp>();
+  MLIRContext *ctx = logits.getContext();
+  Type f32 = Float32Type::get(ctx), bf16 = BFloat16Type::get(ctx),
+       f16 = Float16Type::get(ctx), fp8 = Float8E4M3FNType::get(ctx);
   if (!isElementType(chain.q, {bf16, f16, f32}))
     return rewriter.notifyMatchFailure(logitsOp,
                                        "queries must be bf16, f16 or f32");
@@ -254,64 +283,94 @@ RaiseIndexerPattern::matchUpstream(linalg::GenericOp headSum,
     return rewriter.notifyMatchFailure(
         logitsOp, "keys must be bf16, f16, f32 or f8E4M3FN");
   if (!isElementType(logits, {f32}))
-    return rewriter.notifyMatchFailure(logitsOp, "logits must accumulate in f32");
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "logits must accumulate in f32");
   bool fp8Keys = isElementType(chain.keys, {fp8});
   if (chain.scales && (!fp8Keys || !isElementType(chain.scales, {f32})))
     return rewriter.notifyMatchFailure(
         scaleOp, "per-slot scales need fp8 e4m3 keys and f32 scales");
   if (fp8Keys && !chain.scales)
-    return rewriter.notifyMatchFailure(
-        logitsOp, "fp8 keys without per-slot scales");
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "fp8 keys without per-slot scales");
+  return success();
+}
 
-  // Slots must form whole pages.
-  auto keysType = cast<RankedTensorType>(chain.keys.getType());
-  int64_t slots = keysType.getDimSize(1);
-  if (ShapedType::isDynamic(slots) || slots % pageSize != 0)
-    return rewriter.notifyMatchFailure(
-        logitsOp, [&](Diagnostic &diag) {
-          diag << "slot count " << slots
-               << " is not a static multiple of page-size " << pageSize;
-        });
-
-  chain.ops = {logitsOp};
-  if (scaleOp)
-    chain.ops.push_back(scaleOp);
-  chain.ops.append({reluOp, headSum});
-  chain.scores = headSum.getResult(0);
-
-  // Optional length mask: z where slot < lengths[b, r], -inf elsewhere.
-  Value scores = headSum.getResult(0);
+/// The optional length mask after the head sum: `z` where
+/// `slot < lengths[b, r]`, -inf elsewhere. When it matches, it joins the
+/// chain (its i32 lengths become the indexer's) and its result becomes the
+/// scores; anything else leaves the chain ending at the head sum.
+static void matchLengthMask(IndexerChain &chain) {
+  Value scores = chain.scores;
   if (!scores.hasOneUse())
-    return success();
+    return;
   auto maskOp = dyn_cast<linalg::GenericOp>(*scores.getUsers().begin());
-  if (!maskOp || !hasStructure(maskOp, 2, {kPar, kPar, kPar},
-                               {{0, 1, 2}, {0, 1}, {0, 1, 2}}) ||
+  if (!maskOp ||
+      !hasStructure(maskOp, 2, {kPar, kPar, kPar},
+                    {{0, 1, 2}, {0, 1}, {0, 1, 2}}) ||
       maskOp.getDpsInputs()[0] != scores)
-    return success();
+    return;
   Block *maskBody = maskOp.getBody();
   auto select = yielded(maskOp).getDefiningOp<arith::SelectOp>();
   if (!select || select.getTrueValue() != maskBody->getArgument(0) ||
       !matchPattern(select.getFalseValue(), m_NegInfFloat()))
-    return success();
+    return;
   auto cmp = select.getCondition().getDefiningOp<arith::CmpIOp>();
   if (!cmp)
-    return success();
+    return;
   Value slot = cmp.getLhs(), length = cmp.getRhs();
   if (cmp.getPredicate() == arith::CmpIPredicate::sgt ||
       cmp.getPredicate() == arith::CmpIPredicate::ugt)
     std::swap(slot, length);
   else if (cmp.getPredicate() != arith::CmpIPredicate::slt &&
            cmp.getPredicate() != arith::CmpIPredicate::ult)
-    return success();
+    return;
   if (auto cast = slot.getDefiningOp<arith::IndexCastOp>())
     slot = cast.getIn();
   auto index = slot.getDefiningOp<linalg::IndexOp>();
   if (!index || index.getDim() != 2 || length != maskBody->getArgument(1) ||
-      !isElementType(maskOp.getDpsInputs()[1], {IntegerType::get(ctx, 32)}))
-    return success();
+      !isElementType(maskOp.getDpsInputs()[1],
+                     {IntegerType::get(scores.getContext(), 32)}))
+    return;
   chain.lengths = maskOp.getDpsInputs()[1];
   chain.ops.push_back(maskOp);
   chain.scores = maskOp.getResult(0);
+}
+
+/// The chain above `headSum` (head sum, ReLU, optional scale, contraction,
+/// in that order of checks) and the optional length mask below it, into
+/// `chain`; every failure but the entry gate says why.
+LogicalResult
+RaiseIndexerPattern::matchUpstream(linalg::GenericOp headSum,
+                                   IndexerChain &chain,
+                                   PatternRewriter &rewriter) const {
+  if (failed(matchHeadSum(headSum, chain, rewriter)))
+    return failure();
+  FailureOr<linalg::GenericOp> reluOp = matchRelu(headSum, rewriter);
+  if (failed(reluOp))
+    return failure();
+  Value logits = reluOp->getDpsInputs()[0];
+  linalg::GenericOp scaleOp;
+  if (failed(matchScale(logits, scaleOp, chain, rewriter)) ||
+      failed(matchContraction(*reluOp, logits, chain, rewriter)) ||
+      failed(matchElementTypes(logits, scaleOp, chain, rewriter)))
+    return failure();
+  auto logitsOp = logits.getDefiningOp<linalg::GenericOp>();
+
+  // Slots must form whole pages.
+  auto keysType = cast<RankedTensorType>(chain.keys.getType());
+  int64_t slots = keysType.getDimSize(1);
+  if (ShapedType::isDynamic(slots) || slots % pageSize != 0)
+    return rewriter.notifyMatchFailure(logitsOp, [&](Diagnostic &diag) {
+      diag << "slot count " << slots
+           << " is not a static multiple of page-size " << pageSize;
+    });
+
+  chain.ops = {logitsOp};
+  if (scaleOp)
+    chain.ops.push_back(scaleOp);
+  chain.ops.append({*reluOp, headSum});
+  chain.scores = headSum.getResult(0);
+  matchLengthMask(chain);
   return success();
 }
 

@@ -67,6 +67,22 @@ struct Candidate {
   int64_t layer = -1;
 };
 
+/// One candidate while it is rewritten: its function, sizes and SPIN
+/// inputs, the attributes its new ops share, and its layer's state type.
+struct LayerRewrite {
+  DenseIndexerOp indexer;
+  TopKOp topk;
+  int64_t layer = -1;
+  func::FuncOp func;
+  int64_t batch = 0, rows = 0, slots = 0, blocks = 0;
+  bool mtp = false, blockLevel = false;
+  Value positions, requestIds, accepted, reset, lengths;
+  IntegerAttr blockSizeAttr, topkAttr;
+  FloatAttr decayAttr;
+  PoolingKindAttr poolingAttr;
+  StateType stateType;
+};
+
 /// Finds the function argument marked `attrName` with type `type`, or
 /// appends one. Fails (with a diagnostic on `user`) when the function has
 /// callers, whose call sites would no longer match.
@@ -107,6 +123,12 @@ private:
   FailureOr<TopKOp> matchIndexer(DenseIndexerOp indexer, std::string &why);
   LogicalResult assignLayers(MutableArrayRef<Candidate> candidates);
   LogicalResult rewrite(const Candidate &candidate);
+  LogicalResult checkPageSize(DenseIndexerOp indexer);
+  LogicalResult addSpinInputs(LayerRewrite &r);
+  Value buildLayerState(LayerRewrite &r);
+  Value buildMask(OpBuilder &b, LayerRewrite &r, Value state);
+  TopKOp buildSparseTopK(OpBuilder &b, LayerRewrite &r, Value state,
+                         Value mask);
 
   /// Appends the `report-sparsity` results to their functions.
   LogicalResult addSparsityResults();
@@ -220,12 +242,9 @@ SpinSparsifyIndexerPass::assignLayers(MutableArrayRef<Candidate> candidates) {
   return success();
 }
 
-LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
-  DenseIndexerOp indexer = candidate.indexer;
-  TopKOp topk = candidate.topk;
-  Location loc = indexer.getLoc();
-  MLIRContext *ctx = &getContext();
-
+/// Fails, with a diagnostic, unless the indexer's pages have a static size
+/// that `block-size` divides: SPIN blocks must tile known pages.
+LogicalResult SpinSparsifyIndexerPass::checkPageSize(DenseIndexerOp indexer) {
   auto keysType = indexer.getKeys().getType();
   int64_t pageSize = keysType.getDimSize(1);
   if (ShapedType::isDynamic(pageSize))
@@ -235,116 +254,170 @@ LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
     return indexer.emitError()
            << "block-size " << blockSize.getValue() << " does not divide the page size "
            << pageSize << " of this indexer's key cache";
+  return success();
+}
 
-  auto lengthsType = indexer.getLengths().getType();
-  auto scoresType = indexer.getScores().getType();
-  int64_t batch = lengthsType.getDimSize(0);
-  int64_t rows = lengthsType.getDimSize(1);
-  int64_t slots = scoresType.getDimSize(2);
-  int64_t blocks =
-      ShapedType::isDynamic(slots) ? ShapedType::kDynamic : slots / blockSize;
-  bool mtp = rows != 1;
-  bool blockLevel = reduction == Reduction::a2;
-
-  // The SPIN inputs of the enclosing function.
-  auto func = indexer->getParentOfType<func::FuncOp>();
+/// The SPIN inputs of the enclosing function (positions, request ids, and
+/// the accepted counts for MTP and the reset flags when asked for), found
+/// or appended.
+LogicalResult SpinSparsifyIndexerPass::addSpinInputs(LayerRewrite &r) {
+  MLIRContext *ctx = &getContext();
   Type i64 = IntegerType::get(ctx, 64), i32 = IntegerType::get(ctx, 32),
-       i1 = IntegerType::get(ctx, 1), f32 = Float32Type::get(ctx);
+       i1 = IntegerType::get(ctx, 1);
+  auto lengthsType = r.indexer.getLengths().getType();
   FailureOr<Value> positions =
-      getOrAddInput(func, indexer, kPositionsAttr, lengthsType);
+      getOrAddInput(r.func, r.indexer, kPositionsAttr, lengthsType);
   if (failed(positions))
     return failure();
   FailureOr<Value> requestIds = getOrAddInput(
-      func, indexer, kRequestIdsAttr, RankedTensorType::get({batch}, i64));
+      r.func, r.indexer, kRequestIdsAttr, RankedTensorType::get({r.batch}, i64));
   if (failed(requestIds))
     return failure();
   FailureOr<Value> accepted = Value();
-  if (mtp &&
-      failed(accepted = getOrAddInput(func, indexer, kAcceptedAttr,
-                                      RankedTensorType::get({batch}, i32))))
+  if (r.mtp &&
+      failed(accepted = getOrAddInput(r.func, r.indexer, kAcceptedAttr,
+                                      RankedTensorType::get({r.batch}, i32))))
     return failure();
   FailureOr<Value> reset = Value();
   if (resetInput &&
-      failed(reset = getOrAddInput(func, indexer, kResetAttr,
-                                   RankedTensorType::get({batch}, i1))))
+      failed(reset = getOrAddInput(r.func, r.indexer, kResetAttr,
+                                   RankedTensorType::get({r.batch}, i1))))
     return failure();
+  r.positions = *positions;
+  r.requestIds = *requestIds;
+  r.accepted = *accepted;
+  r.reset = *reset;
+  return success();
+}
 
-  OpBuilder b(topk);
-  // The layer's state handle (and its reset and commit) depend only on
-  // function arguments: at the top level they go to the start of the
-  // function, in layer order, so that spin-schedule-async can start every
-  // layer's prediction there. Nested indexers keep them next to the layer.
-  OpBuilder stateBuilder(topk);
-  if (indexer->getBlock() == &func.front()) {
-    Operation *&last = lastStateOp[func];
-    stateBuilder.setInsertionPointToStart(&func.front());
+/// The layer's state handle, then its reset and commit, so that prediction
+/// sees both. They depend only on function arguments: at the top level they
+/// go to the start of the function, in layer order, so that
+/// spin-schedule-async can start every layer's prediction there. Nested
+/// indexers keep them next to the layer.
+Value SpinSparsifyIndexerPass::buildLayerState(LayerRewrite &r) {
+  MLIRContext *ctx = &getContext();
+  Location loc = r.indexer.getLoc();
+  OpBuilder stateBuilder(r.topk);
+  bool topLevel = r.indexer->getBlock() == &r.func.front();
+  if (topLevel) {
+    Operation *&last = lastStateOp[r.func];
+    stateBuilder.setInsertionPointToStart(&r.func.front());
     if (last)
       stateBuilder.setInsertionPointAfter(last);
   }
-  Value lengths = indexer.getLengths();
-  IntegerAttr blockSizeAttr = b.getI64IntegerAttr(blockSize);
-  IntegerAttr topkAttr = b.getI64IntegerAttr(topk.getK());
-  FloatAttr decayAttr = b.getF64FloatAttr(emaDecay);
-  PoolingKindAttr poolingAttr = PoolingKindAttr::get(ctx, pooling);
-
-  // The layer's state: reset and commit first, so prediction sees both.
   // The age-based exploration policies read when each block was last scored.
   bool agePolicy = explorePolicy != ExplorePolicy::random;
-  auto stateType = StateType::get(
-      ctx, candidate.layer, blockLevel ? StateLevel::block : StateLevel::slot,
+  r.stateType = StateType::get(
+      ctx, r.layer, r.blockLevel ? StateLevel::block : StateLevel::slot,
       agePolicy);
-  Value state = LayerStateOp::create(stateBuilder, loc, stateType, *requestIds);
-  if (*reset)
-    state = ResetOp::create(stateBuilder, loc, stateType, state, *reset);
-  if (mtp)
-    state = CommitOp::create(stateBuilder, loc, stateType, state, *accepted,
-                             blockSizeAttr, decayAttr,
+  Value state =
+      LayerStateOp::create(stateBuilder, loc, r.stateType, r.requestIds);
+  if (r.reset)
+    state = ResetOp::create(stateBuilder, loc, r.stateType, state, r.reset);
+  if (r.mtp)
+    state = CommitOp::create(stateBuilder, loc, r.stateType, state, r.accepted,
+                             r.blockSizeAttr, r.decayAttr,
                              MtpUpdateAttr::get(ctx, mtpUpdate));
-  if (indexer->getBlock() == &func.front())
-    lastStateOp[func] = state.getDefiningOp();
+  if (topLevel)
+    lastStateOp[r.func] = state.getDefiningOp();
+  return state;
+}
 
-  // Predict (line 3 of Algorithm 1) and, for A1, pool.
-  int64_t predicted = blockLevel ? blocks : slots;
+/// The block mask of Algorithm 1: predict (line 3) and, for A1, pool; then
+/// select with exploration (lines 4-5).
+Value SpinSparsifyIndexerPass::buildMask(OpBuilder &b, LayerRewrite &r,
+                                         Value state) {
+  MLIRContext *ctx = &getContext();
+  Location loc = r.indexer.getLoc();
+  Type i1 = IntegerType::get(ctx, 1), f32 = Float32Type::get(ctx);
+  int64_t predicted = r.blockLevel ? r.blocks : r.slots;
   Value scores = PredictOp::create(
-      b, loc, RankedTensorType::get({batch, rows, predicted}, f32), state,
-      *positions, lengths, blockLevel ? blockSizeAttr : IntegerAttr());
+      b, loc, RankedTensorType::get({r.batch, r.rows, predicted}, f32), state,
+      r.positions, r.lengths, r.blockLevel ? r.blockSizeAttr : IntegerAttr());
   if (reduction == Reduction::a1)
     scores = PoolOp::create(b, loc,
-                            RankedTensorType::get({batch, rows, blocks}, f32),
-                            scores, lengths, poolingAttr, blockSizeAttr);
-
-  // Select (lines 4-5, exploration), score (6), top-K (7).
-  Value mask = SelectBlocksOp::create(
-      b, loc, RankedTensorType::get({batch, blocks}, i1), state, scores,
-      lengths, topkAttr, blockSizeAttr, b.getF64FloatAttr(sparsity),
+                            RankedTensorType::get({r.batch, r.rows, r.blocks}, f32),
+                            scores, r.lengths, r.poolingAttr, r.blockSizeAttr);
+  return SelectBlocksOp::create(
+      b, loc, RankedTensorType::get({r.batch, r.blocks}, i1), state, scores,
+      r.lengths, r.topkAttr, r.blockSizeAttr, b.getF64FloatAttr(sparsity),
       b.getF64FloatAttr(explore), b.getI64IntegerAttr(static_cast<int64_t>(seed)),
       ReductionAttr::get(ctx, reduction), MtpMaskAttr::get(ctx, mtpMask),
       ExplorePolicyAttr::get(ctx, explorePolicy));
-  Value sparseScores = SparseIndexerOp::create(
-      b, loc, scoresType, indexer.getQ(), indexer.getW(), indexer.getKeys(),
-      indexer.getScales(), indexer.getBlockTable(), lengths, mask,
-      blockSizeAttr);
-  auto newTopk =
-      TopKOp::create(b, loc, topk.getIndices().getType(), sparseScores,
-                     lengths, mask, topkAttr, blockSizeAttr);
+}
 
-  // Update (lines 8-10) now, or buffer the MTP rows for the next commit.
-  PoolingKindAttr updatePooling = blockLevel ? poolingAttr : PoolingKindAttr();
-  if (mtp)
-    ObserveOp::create(b, loc, stateType, state, sparseScores, *positions, lengths, mask,
-                      blockSizeAttr, updatePooling);
+/// Scoring of the selected blocks (line 6), their top-K (7), and the state
+/// update (lines 8-10) now, or the MTP rows buffered for the next commit;
+/// plus the realized sparsity when reported. Returns the new top-K.
+TopKOp SpinSparsifyIndexerPass::buildSparseTopK(OpBuilder &b, LayerRewrite &r,
+                                                Value state, Value mask) {
+  Location loc = r.indexer.getLoc();
+  DenseIndexerOp indexer = r.indexer;
+  Value sparseScores = SparseIndexerOp::create(
+      b, loc, indexer.getScores().getType(), indexer.getQ(), indexer.getW(),
+      indexer.getKeys(), indexer.getScales(), indexer.getBlockTable(),
+      r.lengths, mask, r.blockSizeAttr);
+  auto newTopk =
+      TopKOp::create(b, loc, r.topk.getIndices().getType(), sparseScores,
+                     r.lengths, mask, r.topkAttr, r.blockSizeAttr);
+
+  PoolingKindAttr updatePooling =
+      r.blockLevel ? r.poolingAttr : PoolingKindAttr();
+  if (r.mtp)
+    ObserveOp::create(b, loc, r.stateType, state, sparseScores, r.positions,
+                      r.lengths, mask, r.blockSizeAttr, updatePooling);
   else
-    EmaUpdateOp::create(b, loc, stateType, state, sparseScores, *positions, lengths, mask,
-                        blockSizeAttr, updatePooling, decayAttr);
+    EmaUpdateOp::create(b, loc, r.stateType, state, sparseScores, r.positions,
+                        r.lengths, mask, r.blockSizeAttr, updatePooling,
+                        r.decayAttr);
 
   if (reportSparsity) {
-    auto sparsityType = RankedTensorType::get({batch, rows}, f32);
-    sparsityResults[func].push_back(BlockSparsityOp::create(
-        b, loc, sparsityType, mask, lengths, blockSizeAttr));
+    auto sparsityType =
+        RankedTensorType::get({r.batch, r.rows}, Float32Type::get(&getContext()));
+    sparsityResults[r.func].push_back(BlockSparsityOp::create(
+        b, loc, sparsityType, mask, r.lengths, r.blockSizeAttr));
   }
+  return newTopk;
+}
+
+/// Replaces one dense indexer and its top-K with the SPIN layer: state,
+/// mask, sparse scoring, top-K and update.
+LogicalResult SpinSparsifyIndexerPass::rewrite(const Candidate &candidate) {
+  DenseIndexerOp indexer = candidate.indexer;
+  TopKOp topk = candidate.topk;
+  if (failed(checkPageSize(indexer)))
+    return failure();
+
+  LayerRewrite r;
+  r.indexer = indexer;
+  r.topk = topk;
+  r.layer = candidate.layer;
+  r.func = indexer->getParentOfType<func::FuncOp>();
+  auto lengthsType = indexer.getLengths().getType();
+  r.batch = lengthsType.getDimSize(0);
+  r.rows = lengthsType.getDimSize(1);
+  r.slots = indexer.getScores().getType().getDimSize(2);
+  r.blocks = ShapedType::isDynamic(r.slots) ? ShapedType::kDynamic
+                                            : r.slots / blockSize;
+  r.mtp = r.rows != 1;
+  r.blockLevel = reduction == Reduction::a2;
+  if (failed(addSpinInputs(r)))
+    return failure();
+
+  OpBuilder b(topk);
+  r.lengths = indexer.getLengths();
+  r.blockSizeAttr = b.getI64IntegerAttr(blockSize);
+  r.topkAttr = b.getI64IntegerAttr(topk.getK());
+  r.decayAttr = b.getF64FloatAttr(emaDecay);
+  r.poolingAttr = PoolingKindAttr::get(&getContext(), pooling);
+
+  Value state = buildLayerState(r);
+  Value mask = buildMask(b, r, state);
+  TopKOp newTopk = buildSparseTopK(b, r, state, mask);
 
   LLVM_DEBUG(llvm::dbgs() << "sparsified layer " << candidate.layer << " at "
-                          << loc << "\n");
+                          << indexer.getLoc() << "\n");
   topk.getIndices().replaceAllUsesWith(newTopk.getIndices());
   topk.erase();
   indexer.erase();
