@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _spin
+from . import _spin, abi
 from .cuda import CudaProgram, CudaState, _require_torch_cuda, load, read_manifest
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
@@ -109,9 +109,9 @@ class Program:
         arrays, outputs, batch = {}, {}, None
         for arg in self.signature:
             role, name = arg["role"], arg["name"]
-            if role in ("input", "positions", "request_ids", "reset"):
+            if role in (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.RESET):
                 if name not in inputs:
-                    if role == "reset":
+                    if role == abi.RESET:
                         continue
                     raise ValueError(f"missing input {name!r}")
                 arrays[name] = _tensor(name, inputs.pop(name), arg["dtype"], len(arg["shape"]))
@@ -120,7 +120,7 @@ class Program:
         if inputs:
             raise ValueError(f"unknown inputs {sorted(inputs)}")
         for arg in self.signature:
-            if arg["role"] == "output":
+            if arg["role"] == abi.OUTPUT:
                 shape = [batch if d < 0 else d for d in arg["shape"]]
                 outputs[arg["name"]] = (np.empty(shape, dtype=_NUMPY_TYPES[arg["dtype"]]),
                                         arg["dtype"])
@@ -380,17 +380,6 @@ _INDEXER_CACHE_FORMAT = "spin-indexer-gpu-cache"
 _INDEXER_CACHE_VERSION = 1
 _INDEXER_FUNCTION = "indexer_layer"
 _CACHE_RECORD = "spin-cache.json"
-
-
-def _static_batch(graph: str, batch: int) -> str:
-    """The generated indexer graph (dynamic batch) with the batch fixed, as
-    the GPU path needs: the leading ``?`` of every tensor type becomes
-    ``batch``, except in the key cache's and the scales' types, where it is
-    the page count."""
-    keep = set(re.findall(r"%(?:keys|scales): (tensor<[^>]*>)", graph))
-    return re.sub(r"tensor<\?x[^>]*>",
-                  lambda m: m.group(0) if m.group(0) in keep
-                  else f"tensor<{batch}x" + m.group(0)[len("tensor<?x"):], graph)
 
 
 def _sha256_file(path: str) -> str:
@@ -686,11 +675,12 @@ class Indexer:
         return path
 
     def _graph(self, layer: int, max_pages: int, batch: int) -> str:
-        graph = _spin.build_indexer_graph(
+        """The indexer graph of ``layer`` with the batch fixed, as the GPU
+        path needs (the key cache and scales keep a dynamic page count)."""
+        return _spin.build_indexer_graph(
             heads=self.heads, head_dim=self.head_dim, rows=self.rows,
             topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
-            key_format=self.key_format, layer=int(layer))
-        return _static_batch(graph, int(batch))
+            key_format=self.key_format, layer=int(layer), batch=int(batch))
 
     def _compile_entry(self, path: str, spec, graph: str, chips: List[str]) -> None:
         import shutil
