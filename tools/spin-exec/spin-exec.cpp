@@ -30,7 +30,9 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 using namespace mlir::spin;
 namespace rt = ::spin::runtime;
@@ -128,13 +130,12 @@ rt::StatusOr<rt::TensorRef> load(const std::string &dir, const std::string &name
   return ref;
 }
 
-} // namespace
+//===----------------------------------------------------------------------===//
+// Parse arguments
+//===----------------------------------------------------------------------===//
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  cl::ParseCommandLineOptions(
-      argc, argv, "spin-exec: run an indexer trace on the compiled CPU path\n");
-
+/// The indexer layer the command line describes.
+IndexerConfig indexerConfig() {
   IndexerConfig config;
   config.heads = heads;
   config.headDim = headDim;
@@ -143,31 +144,59 @@ int main(int argc, char **argv) {
   config.pageSize = pageSize;
   config.maxPages = maxPages;
   config.keyFormat = keyFormat;
-  rt::StatusOr<std::string> graph = buildIndexerGraph(config);
-  if (!graph.ok())
-    return fail(graph.message());
+  return config;
+}
 
-  SparsifyPipelineOptions options;
-  std::string pipeline =
-      "sparsity=" + std::to_string(sparsity) + " block-size=" +
-      std::to_string(blockSize) + " ema-decay=" + std::to_string(emaDecay) +
-      " explore=" + std::to_string(explore) + " seed=" + std::to_string(seed) +
-      " explore-policy=" + explorePolicy + " pooling=" + pooling + " reduction=" + reduction + " mtp-mask=" + mtpMask +
-      " mtp-update=" + mtpUpdate;
-  if (mlir::failed(options.parseFromString(pipeline)))
-    return fail("invalid pipeline options: " + pipeline);
+/// Fills `options` (spin-sparsify-pipeline's) from the command line, field
+/// by field; the enum-valued ones are parsed with the value names the
+/// pipeline declares (the option's parser prints why a name is unknown).
+rt::Status sparsifyOptions(SparsifyPipelineOptions &options) {
+  options.sparsity = sparsity.getValue();
+  options.blockSize = blockSize.getValue();
+  options.emaDecay = emaDecay.getValue();
+  options.explore = explore.getValue();
+  options.seed = seed.getValue();
+  std::string invalid;
+  auto setEnum = [&](auto &option, const std::string &value) {
+    std::decay_t<decltype(option.getValue())> parsed{};
+    if (!option.getParser().parse(option, option.ArgStr, value, parsed))
+      option = parsed;
+    else if (invalid.empty())
+      invalid = (option.ArgStr + "=" + value).str();
+  };
+  setEnum(options.explorePolicy, explorePolicy);
+  setEnum(options.pooling, pooling);
+  setEnum(options.reduction, reduction);
+  setEnum(options.mtpMask, mtpMask);
+  setEnum(options.mtpUpdate, mtpUpdate);
+  if (!invalid.empty())
+    return rt::Status::error("invalid pipeline options: " + invalid);
+  return rt::Status::success();
+}
 
+//===----------------------------------------------------------------------===//
+// Compile, and build the pool
+//===----------------------------------------------------------------------===//
+
+/// `graph`'s @indexer_layer compiled (sparsified with `options` unless
+/// --dense); prints its graph after the graph passes with --print-ir.
+rt::StatusOr<std::shared_ptr<CpuExecutable>>
+compileIndexer(const std::string &graph, const SparsifyPipelineOptions &options,
+               double &compileSeconds) {
   auto start = std::chrono::steady_clock::now();
-  auto exe = CpuExecutable::compile(*graph, "indexer_layer",
+  auto exe = CpuExecutable::compile(graph, "indexer_layer",
                                     dense ? nullptr : &options);
   if (!exe.ok())
-    return fail(exe.message());
-  double compileSeconds =
+    return exe.status();
+  compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (printIR)
     llvm::outs() << (*exe)->graphIR();
-  const rt::StepProgram &program = (*exe)->program();
+  return exe;
+}
 
+/// A one-layer state pool for `program`.
+rt::StatusOr<std::unique_ptr<rt::StatePool>> createPool(const rt::StepProgram &program) {
   rt::StatePoolOptions poolOptions;
   poolOptions.numLayers = 1;
   poolOptions.numSlots = numSlots;
@@ -179,122 +208,221 @@ int main(int argc, char **argv) {
     if (arg.role == rt::ArgSpec::Role::State &&
         arg.name == rt::stateFieldName(rt::StateField::LastObserved))
       poolOptions.lastObserved = true;
-  auto pool = rt::StatePool::create(poolOptions);
-  if (!pool.ok())
-    return fail(pool.message());
+  return rt::StatePool::create(poolOptions);
+}
 
-  // Inputs and their types, from the compiled signature.
+//===----------------------------------------------------------------------===//
+// Load the trace
+//===----------------------------------------------------------------------===//
+
+/// The trace: the inputs the program reads from files and their types (from
+/// the compiled signature), and the key cache and scales all steps share.
+struct Trace {
   std::map<std::string, rt::DType> inputTypes;
+  std::map<std::string, rt::NpyArray> storage;
+  std::map<std::string, rt::TensorRef> shared;
+};
+
+/// Reads the input types from `program`'s signature and loads the key cache
+/// (and scales) of DIR.
+rt::Status loadTrace(const rt::StepProgram &program, Trace &trace) {
   for (const rt::ArgSpec &arg : program.signature())
     if (arg.role != rt::ArgSpec::Role::Output && arg.role != rt::ArgSpec::Role::State &&
         arg.role != rt::ArgSpec::Role::Slots && arg.role != rt::ArgSpec::Role::Accepted)
-      inputTypes[arg.name] = arg.dtype;
-
-  std::map<std::string, rt::NpyArray> shared;
-  std::map<std::string, rt::TensorRef> cache;
+      trace.inputTypes[arg.name] = arg.dtype;
   for (const char *name : {"keys", "scales"}) {
-    if (!inputTypes.count(name))
+    if (!trace.inputTypes.count(name))
       continue;
-    auto tensor = load(traceDir, name, inputTypes[name], shared);
+    auto tensor = load(traceDir, name, trace.inputTypes[name], trace.storage);
     if (!tensor.ok())
-      return fail(tensor.message());
-    cache[name] = *tensor;
+      return tensor.status();
+    trace.shared[name] = *tensor;
   }
+  return rt::Status::success();
+}
 
-  double stepSeconds = 0;
-  int64_t steps = 0;
-  for (;; ++steps) {
+/// The inputs of the step in `dir`: the shared ones and the step's files.
+rt::Status loadStepInputs(const Trace &trace, const std::string &dir,
+                          std::map<std::string, rt::NpyArray> &storage,
+                          std::map<std::string, rt::TensorRef> &inputs) {
+  inputs = trace.shared;
+  for (auto &[input, dtype] : trace.inputTypes) {
+    if (input == "keys" || input == "scales" || input == "reset")
+      continue;
+    auto tensor = load(dir, input, dtype, storage);
+    if (!tensor.ok())
+      return tensor.status();
+    inputs[input] = *tensor;
+  }
+  return rt::Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Run the steps
+//===----------------------------------------------------------------------===//
+
+/// Checks that a per-request file of the step in `dir` has one entry per
+/// request of the batch.
+rt::Status checkPerRequest(const rt::TensorRef &t, const std::string &dir,
+                           const char *file, int64_t batch) {
+  return t.shape.size() == 1 && t.shape[0] == batch
+             ? rt::Status::success()
+             : rt::Status::error(dir + "/" + file + " has shape [" +
+                                 (t.shape.empty() ? std::string()
+                                                  : std::to_string(t.shape[0])) +
+                                 "], expected [" + std::to_string(batch) + "]");
+}
+
+/// What comes before a sparse step: new requests join the pool, then the
+/// step's resets (reset.npy) and commits (accepted.npy) apply. Dense
+/// programs keep no state: request ids, resets and commits do not apply and
+/// their files are not read.
+rt::Status updatePool(rt::StatePool &pool, const std::string &dir,
+                      std::map<std::string, rt::TensorRef> &inputs,
+                      std::map<std::string, rt::NpyArray> &storage, int64_t batch) {
+  if (dense)
+    return rt::Status::success();
+  const std::string requestIds = rt::argRoleName(rt::ArgSpec::Role::RequestIds);
+  const rt::TensorRef &ids = inputs[requestIds];
+  if (rt::Status s = checkPerRequest(ids, dir, (requestIds + ".npy").c_str(), batch);
+      !s.ok())
+    return s;
+  const int64_t *id = static_cast<const int64_t *>(ids.data);
+  for (int64_t b = 0; b < batch; ++b)
+    if (!pool.contains(id[b]))
+      if (auto slot = pool.acquire(id[b]); !slot.ok())
+        return rt::Status::error(dir + ": " + slot.message());
+  if (llvm::sys::fs::exists(dir + "/reset.npy")) {
+    auto reset = load(dir, "reset", rt::DType::i8, storage);
+    if (!reset.ok())
+      return reset.status();
+    if (rt::Status s = checkPerRequest(*reset, dir, "reset.npy", batch); !s.ok())
+      return s;
+    for (int64_t b = 0; b < batch; ++b)
+      if (static_cast<const uint8_t *>(reset->data)[b])
+        if (rt::Status s = pool.reset(id[b]); !s.ok())
+          return rt::Status::error(dir + ": " + s.message());
+  }
+  if (llvm::sys::fs::exists(dir + "/accepted.npy")) {
+    auto accepted = load(dir, "accepted", rt::DType::i32, storage);
+    if (!accepted.ok())
+      return accepted.status();
+    if (rt::Status s = checkPerRequest(*accepted, dir, "accepted.npy", batch); !s.ok())
+      return s;
+    for (int64_t b = 0; b < batch; ++b) {
+      int32_t count = static_cast<const int32_t *>(accepted->data)[b];
+      if (count == -1) // nothing to commit for this request
+        continue;
+      if (rt::Status s = pool.commit(id[b], count); !s.ok())
+        return rt::Status::error(dir + ": " + s.message());
+    }
+  }
+  return rt::Status::success();
+}
+
+/// Zeroed arrays for the program's outputs at this batch, and the tensors
+/// the program writes them through.
+void allocateOutputs(const rt::StepProgram &program, int64_t batch,
+                     std::map<std::string, rt::NpyArray> &results,
+                     std::map<std::string, rt::TensorRef> &outputs) {
+  for (const rt::ArgSpec &arg : program.signature()) {
+    if (arg.role != rt::ArgSpec::Role::Output)
+      continue;
+    rt::NpyArray &array = results[arg.name];
+    array.dtype = npyDtype(arg.dtype);
+    array.shape = arg.shape;
+    array.shape[0] = batch;
+    array.data.assign(array.numElements() * rt::dtypeSize(arg.dtype), 0);
+    outputs[arg.name] = {array.data.data(), array.shape, arg.dtype};
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Write outputs
+//===----------------------------------------------------------------------===//
+
+/// Writes out_<name>.npy for each output into `dir`, with an all-zero
+/// sparsity for programs that report none (dense ones).
+rt::Status writeOutputs(const std::string &dir, int64_t batch,
+                        std::map<std::string, rt::NpyArray> &results) {
+  if (!results.count("sparsity")) {
+    rt::NpyArray &zeros = results["sparsity"];
+    zeros.dtype = "<f4";
+    zeros.shape = {batch, rows};
+    zeros.data.assign(batch * rows * 4, 0);
+  }
+  for (auto &[output, array] : results)
+    if (rt::Status s = rt::writeNpy(dir + "/out_" + output + ".npy", array); !s.ok())
+      return s;
+  return rt::Status::success();
+}
+
+/// Runs the step in `dir` and writes its outputs; adds the time of the
+/// program's run to `stepSeconds`.
+rt::Status runStep(const rt::StepProgram &program, rt::StatePool &pool,
+                   const Trace &trace, const std::string &dir, double &stepSeconds) {
+  std::map<std::string, rt::NpyArray> storage;
+  std::map<std::string, rt::TensorRef> inputs;
+  if (rt::Status s = loadStepInputs(trace, dir, storage, inputs); !s.ok())
+    return s;
+  int64_t batch = inputs["lengths"].shape.empty() ? 0 : inputs["lengths"].shape[0];
+  if (rt::Status s = updatePool(pool, dir, inputs, storage, batch); !s.ok())
+    return s;
+  std::map<std::string, rt::NpyArray> results;
+  std::map<std::string, rt::TensorRef> outputs;
+  allocateOutputs(program, batch, results, outputs);
+  auto begin = std::chrono::steady_clock::now();
+  if (rt::Status s = program.run(pool, inputs, outputs); !s.ok())
+    return rt::Status::error(dir + ": " + s.message());
+  stepSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return writeOutputs(dir, batch, results);
+}
+
+/// Runs DIR/step_0000, DIR/step_0001, ... until one is missing; counts
+/// them in `steps`.
+rt::Status runSteps(const rt::StepProgram &program, rt::StatePool &pool,
+                    const Trace &trace, int64_t &steps, double &stepSeconds) {
+  for (steps = 0;; ++steps) {
     char name[32];
     std::snprintf(name, sizeof(name), "/step_%04lld", static_cast<long long>(steps));
     std::string dir = traceDir + name;
     if (!llvm::sys::fs::is_directory(dir))
-      break;
-    std::map<std::string, rt::NpyArray> storage;
-    std::map<std::string, rt::TensorRef> inputs = cache;
-    for (auto &[input, dtype] : inputTypes) {
-      if (input == "keys" || input == "scales" || input == "reset")
-        continue;
-      auto tensor = load(dir, input, dtype, storage);
-      if (!tensor.ok())
-        return fail(tensor.message());
-      inputs[input] = *tensor;
-    }
-    int64_t batch = inputs["lengths"].shape.empty() ? 0 : inputs["lengths"].shape[0];
-    // Per-request files must have one entry per request of the batch.
-    auto perRequest = [&](const rt::TensorRef &t, const char *file) {
-      return t.shape.size() == 1 && t.shape[0] == batch
-                 ? rt::Status::success()
-                 : rt::Status::error(dir + "/" + file + " has shape [" +
-                                     (t.shape.empty() ? std::string()
-                                                      : std::to_string(t.shape[0])) +
-                                     "], expected [" + std::to_string(batch) + "]");
-    };
-    // Dense programs have no state: request ids, resets and commits do not
-    // apply and their files are not read.
-    const int64_t *id = nullptr;
-    if (!dense) {
-      if (rt::Status s = perRequest(inputs["request_ids"], "request_ids.npy"); !s.ok())
-        return fail(s.message());
-      id = static_cast<const int64_t *>(inputs["request_ids"].data);
-    }
-    // New requests join the pool; resets and commits come before the step.
-    for (int64_t b = 0; b < batch && !dense; ++b)
-      if (!(*pool)->contains(id[b]))
-        if (auto slot = (*pool)->acquire(id[b]); !slot.ok())
-          return fail(dir + ": " + slot.message());
-    // Dense programs keep no state: resets and commits do not apply.
-    if (!dense && llvm::sys::fs::exists(dir + "/reset.npy")) {
-      auto reset = load(dir, "reset", rt::DType::i8, storage);
-      if (!reset.ok())
-        return fail(reset.message());
-      if (rt::Status s = perRequest(*reset, "reset.npy"); !s.ok())
-        return fail(s.message());
-      for (int64_t b = 0; b < batch; ++b)
-        if (static_cast<const uint8_t *>(reset->data)[b])
-          if (rt::Status s = (*pool)->reset(id[b]); !s.ok())
-            return fail(dir + ": " + s.message());
-    }
-    if (!dense && llvm::sys::fs::exists(dir + "/accepted.npy")) {
-      auto accepted = load(dir, "accepted", rt::DType::i32, storage);
-      if (!accepted.ok())
-        return fail(accepted.message());
-      if (rt::Status s = perRequest(*accepted, "accepted.npy"); !s.ok())
-        return fail(s.message());
-      for (int64_t b = 0; b < batch; ++b) {
-        int32_t count = static_cast<const int32_t *>(accepted->data)[b];
-        if (count == -1) // nothing to commit for this request
-          continue;
-        if (rt::Status s = (*pool)->commit(id[b], count); !s.ok())
-          return fail(dir + ": " + s.message());
-      }
-    }
-    std::map<std::string, rt::NpyArray> results;
-    std::map<std::string, rt::TensorRef> outputs;
-    for (const rt::ArgSpec &arg : program.signature()) {
-      if (arg.role != rt::ArgSpec::Role::Output)
-        continue;
-      rt::NpyArray &array = results[arg.name];
-      array.dtype = npyDtype(arg.dtype);
-      array.shape = arg.shape;
-      array.shape[0] = batch;
-      array.data.assign(array.numElements() * rt::dtypeSize(arg.dtype), 0);
-      outputs[arg.name] = {array.data.data(), array.shape, arg.dtype};
-    }
-    auto begin = std::chrono::steady_clock::now();
-    if (rt::Status s = program.run(**pool, inputs, outputs); !s.ok())
-      return fail(dir + ": " + s.message());
-    stepSeconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    if (!results.count("sparsity")) {
-      rt::NpyArray &zeros = results["sparsity"];
-      zeros.dtype = "<f4";
-      zeros.shape = {batch, rows};
-      zeros.data.assign(batch * rows * 4, 0);
-    }
-    for (auto &[output, array] : results)
-      if (rt::Status s = rt::writeNpy(dir + "/out_" + output + ".npy", array); !s.ok())
-        return fail(s.message());
+      return rt::Status::success();
+    if (rt::Status s = runStep(program, pool, trace, dir, stepSeconds); !s.ok())
+      return s;
   }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv, "spin-exec: run an indexer trace on the compiled CPU path\n");
+
+  rt::StatusOr<std::string> graph = buildIndexerGraph(indexerConfig());
+  if (!graph.ok())
+    return fail(graph.message());
+  SparsifyPipelineOptions options;
+  if (rt::Status s = sparsifyOptions(options); !s.ok())
+    return fail(s.message());
+  double compileSeconds = 0;
+  auto exe = compileIndexer(*graph, options, compileSeconds);
+  if (!exe.ok())
+    return fail(exe.message());
+  const rt::StepProgram &program = (*exe)->program();
+  auto pool = createPool(program);
+  if (!pool.ok())
+    return fail(pool.message());
+
+  Trace trace;
+  if (rt::Status s = loadTrace(program, trace); !s.ok())
+    return fail(s.message());
+  double stepSeconds = 0;
+  int64_t steps = 0;
+  if (rt::Status s = runSteps(program, **pool, trace, steps, stepSeconds); !s.ok())
+    return fail(s.message());
   llvm::errs() << "spin-exec: " << steps << " steps, compile "
                << llvm::format("%.2f", compileSeconds) << " s, "
                << llvm::format("%.3f", steps ? 1e3 * stepSeconds / steps : 0.0)
