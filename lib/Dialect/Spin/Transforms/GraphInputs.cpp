@@ -53,19 +53,33 @@ void mlir::spin::nameGraphInputs(func::FuncOp func) {
   });
 }
 
+/// The kind of result `i` of `func`: by the op that produces it where that
+/// op says (a top-K, a block sparsity, an indexer's scores), else by the
+/// `{spin.sparsity}` mark and the element type (i32 indices, f32 scores).
+static abi::OutputKind resultKind(func::FuncOp func, unsigned i) {
+  if (func.getResultAttr(i, attr::kSparsity))
+    return abi::OutputKind::Sparsity;
+  Operation *def = nullptr;
+  if (!func.getBody().empty())
+    if (auto ret = dyn_cast<func::ReturnOp>(
+            func.getBody().front().getTerminator()))
+      def = ret.getOperand(i).getDefiningOp();
+  if (isa_and_nonnull<TopKOp, FusedScoreOp>(def))
+    return abi::OutputKind::TopK;
+  if (isa_and_nonnull<BlockSparsityOp>(def))
+    return abi::OutputKind::Sparsity;
+  if (isa_and_nonnull<DenseIndexerOp, SparseIndexerOp>(def))
+    return abi::OutputKind::Scores;
+  auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
+  return type && type.getElementType().isF32() ? abi::OutputKind::Scores
+                                               : abi::OutputKind::TopK;
+}
+
 std::vector<std::string> mlir::spin::graphResultNames(func::FuncOp func) {
   std::vector<std::string> names;
   std::map<std::string, unsigned> seen;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
-    // Top-K indices are i32; a marked f32 result is the realized sparsity,
-    // any other f32 result a dense indexer's scores.
-    abi::OutputKind kind = abi::OutputKind::TopK;
-    if (func.getResultAttr(i, attr::kSparsity))
-      kind = abi::OutputKind::Sparsity;
-    else if (auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
-             type && type.getElementType().isF32())
-      kind = abi::OutputKind::Scores;
-    std::string base = abi::outputName(kind);
+    std::string base = abi::outputName(resultKind(func, i));
     unsigned k = seen[base]++;
     names.push_back(k ? base + "_" + std::to_string(k) : base);
   }
