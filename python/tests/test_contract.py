@@ -64,7 +64,8 @@ def _strip_comments(text, suffix):
 
 def _code_files():
     for d in CODE_DIRS:
-        for dirpath, _, files in os.walk(os.path.join(ROOT, d)):
+        for dirpath, dirs, files in os.walk(os.path.join(ROOT, d)):
+            dirs[:] = [x for x in dirs if x != "tests"]  # tests may spell names
             for f in files:
                 if f.endswith(CODE_SUFFIXES):
                     yield os.path.join(dirpath, f)
@@ -118,6 +119,30 @@ def test_no_manifest_only_key_is_spelled_outside_the_contract():
     assert not hits, "manifest members spelled outside Abi.def:\n" + "\n".join(hits)
 
 
+def _role_uses():
+    """Role names spelled where code matches arguments by role: lines that
+    mention a role together with a literal role name, and C++ lookups of an
+    input by a role's name (``inputs.find("positions")``)."""
+    names = "|".join(map(re.escape, ROLES.values()))
+    literal = re.compile(r"""(["'])(%s)\1""" % names)
+    lookup = re.compile(r"""(find|at|count)\(\s*"(%s)"\s*\)|\[\s*"(%s)"\s*\]""" % (names, names))
+    hits = []
+    for path in _code_files():
+        suffix = os.path.splitext(path)[1]
+        text = _strip_comments(open(path, encoding="utf-8", errors="replace").read(), suffix)
+        for n, line in enumerate(text.split("\n"), 1):
+            found = (re.search(r"\brole\b|Role::", line) and literal.search(line)) or \
+                (suffix != ".py" and lookup.search(line))
+            if found:
+                hits.append("%s:%d: %s" % (os.path.relpath(path, ROOT), n, line.strip()))
+    return hits
+
+
+def test_no_role_name_is_matched_outside_the_contract():
+    hits = _role_uses()
+    assert not hits, "argument roles spelled outside Abi.def:\n" + "\n".join(hits)
+
+
 def test_the_scan_finds_a_planted_spelling(tmp_path, monkeypatch):
     # The scan itself must be able to fail: a planted literal is reported,
     # the same name in a comment is not.
@@ -127,5 +152,9 @@ def test_the_scan_finds_a_planted_spelling(tmp_path, monkeypatch):
     (planted / "y.py").write_text("# 'max_rows' here\nk = 'max_rows'\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
     hits = _literal_uses(["obs_z", "max_rows"])
-    assert hits == ['lib/x.cpp:2: "obs_z"', "lib/y.py:2: 'max_rows'"] or \
-        sorted(hits) == sorted(['lib/x.cpp:2: "obs_z"', "lib/y.py:2: 'max_rows'"])
+    assert sorted(hits) == sorted(['lib/x.cpp:2: "obs_z"', "lib/y.py:2: 'max_rows'"])
+    (planted / "z.py").write_text("if arg['role'] == 'state':\n    pass\n")
+    (planted / "w.cpp").write_text('auto it = inputs.find("positions");\n')
+    assert sorted(_role_uses()) == sorted([
+        "lib/z.py:1: if arg['role'] == 'state':",
+        'lib/w.cpp:1: auto it = inputs.find("positions");'])

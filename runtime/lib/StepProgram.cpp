@@ -301,7 +301,7 @@ static Status checkPageInputs(const std::map<std::string, TensorRef> &inputs) {
 /// positions.
 static Status checkRowInputs(const StatePool &pool,
                              const std::map<std::string, TensorRef> &inputs) {
-  auto positionsIt = inputs.find("positions");
+  auto positionsIt = inputs.find(argRoleName(ArgRole::Positions));
   const TensorRef *positions =
       positionsIt == inputs.end() ? nullptr : &positionsIt->second;
   for (const auto &[name, lengths] : inputs) {
@@ -352,7 +352,7 @@ Status StepProgram::run(StatePool &pool,
       layers.push_back(arg.layer);
   // Stateless (dense) programs take no request ids and touch no state.
   std::vector<int64_t> requests;
-  auto ids = inputs.find("request_ids");
+  auto ids = inputs.find(argRoleName(ArgRole::RequestIds));
   if (ids != inputs.end()) {
     const auto *idData = static_cast<const int64_t *>(ids->second.data);
     requests.assign(idData, idData + batch);
