@@ -147,6 +147,14 @@ public:
   LogicalResult run();
 
 private:
+  void collectCapacities();
+  LogicalResult collectMtpLayers();
+  LogicalResult bindGraphArguments();
+  FailureOr<SmallVector<Buffer>> bindResults(ArrayRef<std::string> names);
+  void bindIntermediateTopK();
+  LogicalResult checkResultsWritten(ArrayRef<Buffer> outputs,
+                                    ArrayRef<std::string> names);
+
   // Host arguments of the plan, collected before the new function exists.
   struct HostArg {
     Type type;
@@ -235,6 +243,11 @@ private:
   LogicalResult lower(DenseIndexerOp op);
   LogicalResult lower(TopKOp op);
   LogicalResult lower(FusedSelectOp op);
+  SelectKernelSpec selectSpecOf(FusedSelectOp op);
+  FailureOr<std::optional<Buffer>> selectSparsityOf(FusedSelectOp op);
+  MaskBuffers selectMaskBuffers(const SelectKernelSpec &spec);
+  Buffer launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
+                       MaskBuffers &mask, SmallVector<Buffer> predictOperands);
   LogicalResult lower(FusedScoreOp op);
   LogicalResult lower(EmaUpdateOp op);
   LogicalResult lower(ResetOp op);
@@ -535,7 +548,9 @@ LogicalResult PlanBuilder::lower(TopKOp op) {
   return success();
 }
 
-LogicalResult PlanBuilder::lower(FusedSelectOp op) {
+/// Rejects the selections the GPU path does not implement: block
+/// reductions other than A1 and the age-based exploration policies.
+static LogicalResult checkSelectSupported(FusedSelectOp op) {
   if (op.getReduction() != Reduction::a1)
     return op.emitOpError("GPU path: only the A1 block reduction is "
                           "supported (got ")
@@ -545,12 +560,14 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                           "(got explore_policy ")
            << stringifyExplorePolicy(op.getExplorePolicy())
            << "; staleness_score and block_age run on the CPU path)";
+  return success();
+}
+
+/// The select kernel's spec, from the op's attributes and types (a fresh
+/// kernel name; the sparsity report and prediction fields are set later).
+SelectKernelSpec PlanBuilder::selectSpecOf(FusedSelectOp op) {
   auto maskType = cast<RankedTensorType>(op.getMask().getType());
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
-  auto layerState = layerStateOf(op.getState());
-  if (!layerState)
-    return op.emitOpError("GPU path: the state must come from "
-                          "spin.layer_state");
   SelectKernelSpec spec;
   spec.name = kernelName("select");
   spec.batch = maskType.getDimSize(0);
@@ -565,7 +582,13 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   spec.seed = static_cast<uint64_t>(op.getSeed());
   spec.pooling = op.getPooling() ? *op.getPooling() : PoolingKind::max;
   spec.rowZeroOnly = op.getMtpMask() == MtpMask::row0;
-  // A block_sparsity of this mask is computed by the select kernel itself.
+  return spec;
+}
+
+/// The output of a spin.block_sparsity of the op's mask, if any: the
+/// select kernel computes it itself.
+FailureOr<std::optional<Buffer>>
+PlanBuilder::selectSparsityOf(FusedSelectOp op) {
   std::optional<Buffer> sparsity;
   for (Operation *user : usersThroughAsync(op.getMask()))
     if (auto report = dyn_cast<BlockSparsityOp>(user)) {
@@ -574,58 +597,88 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
         return failure();
       sparsity = *out;
     }
-  spec.reportSparsity = sparsity.has_value();
+  return sparsity;
+}
+
+/// The selection's scratch buffers (mask bytes, block list, counts, skip
+/// flags) and SPIN_SPEC §3.4's budget at the full width.
+MaskBuffers PlanBuilder::selectMaskBuffers(const SelectKernelSpec &spec) {
+  int64_t cells = spec.batch * spec.maxBlocks;
+  int64_t budget = ::spin::runtime::blockBudget(spec.maxBlocks, spec.blockSize,
+                                                spec.topk, spec.sparsity);
+  return MaskBuffers{addScratch(spec.name + "_mask", cells),
+                     addScratch(spec.name + "_blocks", cells * 4),
+                     addScratch(spec.name + "_counts", spec.batch * 4),
+                     addScratch(spec.name + "_skip", spec.batch * 4),
+                     spec.maxBlocks,
+                     spec.blockSize,
+                     budget};
+}
+
+/// Launches the predict kernel (block scores by max pooling) before the
+/// select kernel, and returns where it leaves the block scores. Single-row
+/// steps keep them in the state, where the previous step's update already
+/// predicted them (Kernels.h); the mask then carries the next step's
+/// predict kernel for the update to launch.
+Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
+                                  MaskBuffers &mask,
+                                  SmallVector<Buffer> predictOperands) {
+  spec.precomputed = true;
+  Buffer predicted;
+  spec.predictionCache = spec.rows == 1;
+  if (spec.predictionCache) {
+    auto [at, keys] = predictionOf(op.getState());
+    predicted = keys;
+    predictOperands.push_back(at);
+  } else {
+    predicted = addScratch(spec.name + "_S",
+                           spec.batch * spec.rows * spec.maxBlocks * 4);
+  }
+  predictOperands.push_back(predicted);
+  spec.prefetchOnMiss =
+      spec.predictionCache &&
+      llvm::divideCeilSigned(spec.maxBlocks, spec.predictBlocksPerCta) *
+              spec.batch <=
+          static_cast<int64_t>(options.smCount);
+  LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
+  SmallVector<Buffer> operands = predictOperands;
+  if (spec.prefetchOnMiss)
+    operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
+  launch(spec.name + "_predict", predict, operands, op);
+  if (spec.predictionCache) {
+    LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
+                                          /*next=*/true);
+    mask.predictNext.emplace(spec.name + "_predict_next", next);
+    mask.predictOperands = predictOperands;
+  }
+  return predicted;
+}
+
+/// spin.fused_select: the predict kernel where max pooling allows it, then
+/// the select kernel, whose mask buffers later kernels read.
+LogicalResult PlanBuilder::lower(FusedSelectOp op) {
+  if (failed(checkSelectSupported(op)))
+    return failure();
+  auto layerState = layerStateOf(op.getState());
+  if (!layerState)
+    return op.emitOpError("GPU path: the state must come from "
+                          "spin.layer_state");
+  SelectKernelSpec spec = selectSpecOf(op);
+  FailureOr<std::optional<Buffer>> sparsity = selectSparsityOf(op);
+  if (failed(sparsity))
+    return failure();
+  spec.reportSparsity = sparsity->has_value();
   FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
   FailureOr<Buffer> lengths = bufferOf(op, op.getLengths());
   FailureOr<Buffer> ids = bufferOf(op, layerState.getRequestIds());
   if (failed(positions) || failed(lengths) || failed(ids))
     return failure();
   auto [v, d, it] = stateOf(op, op.getState());
-  int64_t cells = spec.batch * spec.maxBlocks;
-  // SPIN_SPEC §3.4's budget at the full width.
-  int64_t budget = ::spin::runtime::blockBudget(spec.maxBlocks, spec.blockSize,
-                                                spec.topk, spec.sparsity);
-  MaskBuffers mask{addScratch(spec.name + "_mask", cells),
-                   addScratch(spec.name + "_blocks", cells * 4),
-                   addScratch(spec.name + "_counts", spec.batch * 4),
-                   addScratch(spec.name + "_skip", spec.batch * 4),
-                   spec.maxBlocks,
-                   spec.blockSize,
-                   budget};
+  MaskBuffers mask = selectMaskBuffers(spec);
   std::optional<Buffer> predicted;
-  if (canPredictByMax(spec)) {
-    spec.precomputed = true;
-    SmallVector<Buffer> predictOperands = {*positions, *lengths, *slots,
-                                           v,          d,        it};
-    // Single-row steps keep their block scores in the state, where the
-    // previous step's update already predicted them (Kernels.h).
-    spec.predictionCache = spec.rows == 1;
-    if (spec.predictionCache) {
-      auto [at, keys] = predictionOf(op.getState());
-      predicted = keys;
-      predictOperands.push_back(at);
-    } else {
-      predicted = addScratch(spec.name + "_S",
-                             spec.batch * spec.rows * spec.maxBlocks * 4);
-    }
-    predictOperands.push_back(*predicted);
-    spec.prefetchOnMiss =
-        spec.predictionCache &&
-        llvm::divideCeilSigned(spec.maxBlocks, spec.predictBlocksPerCta) *
-                spec.batch <=
-            static_cast<int64_t>(options.smCount);
-    LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
-    SmallVector<Buffer> operands = predictOperands;
-    if (spec.prefetchOnMiss)
-      operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
-    launch(spec.name + "_predict", predict, operands, op);
-    if (spec.predictionCache) {
-      LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
-                                            /*next=*/true);
-      mask.predictNext.emplace(spec.name + "_predict_next", next);
-      mask.predictOperands = predictOperands;
-    }
-  }
+  if (canPredictByMax(spec))
+    predicted = launchPredict(op, spec, mask,
+                              {*positions, *lengths, *slots, v, d, it});
   if (spec.triggersEarly())
     mask.previous = addScratch(spec.name + "_previous",
                                spec.batch * (1 + spec.maxBlocks) * 4);
@@ -637,8 +690,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     operands.push_back(*predicted);
   if (spec.predictionCache)
     operands.push_back(predictionOf(op.getState()).first);
-  if (sparsity)
-    operands.push_back(*sparsity);
+  if (*sparsity)
+    operands.push_back(**sparsity);
   operands.push_back(*errors);
   launch(spec.name, shape, operands, op);
   masks[op.getMask()] = mask;
@@ -1103,17 +1156,22 @@ void PlanBuilder::emit() {
   func.erase();
 }
 
-LogicalResult PlanBuilder::run() {
-  if (!func.getBody().hasOneBlock())
-    return func.emitOpError("GPU path: needs a single-block function");
-  // Capacities first: a reset precedes the selection that fixes them.
+/// The state capacity each layer's selections reach (blocks x block size),
+/// for `capacityOf`. Taken first: a reset precedes the selection that fixes
+/// it.
+void PlanBuilder::collectCapacities() {
   func.walk([&](FusedSelectOp op) {
     int64_t layer = cast<StateType>(op.getState().getType()).getLayer();
     capacities[layer] = cast<RankedTensorType>(op.getMask().getType())
                             .getDimSize(1) *
                         static_cast<int64_t>(op.getBlockSize());
   });
-  // MTP layers: which buffer rows, and how many rows a step has.
+}
+
+/// MTP layers: which buffer rows (observe, an observing fused score, or a
+/// commit), and how many rows a step has (the pool's maxRows), which must
+/// be static.
+LogicalResult PlanBuilder::collectMtpLayers() {
   WalkResult mtp = func.walk([&](Operation *op) -> WalkResult {
     Value state;
     std::optional<int64_t> rows;
@@ -1138,9 +1196,13 @@ LogicalResult PlanBuilder::run() {
     }
     return WalkResult::advance();
   });
-  if (mtp.wasInterrupted())
-    return failure();
-  // The graph's arguments, with their roles (inputs named by use).
+  return failure(mtp.wasInterrupted());
+}
+
+/// The graph's arguments as plan pointers, with their roles (inputs named
+/// by use); each must be a tensor of a runtime element type with a spin
+/// role attribute.
+LogicalResult PlanBuilder::bindGraphArguments() {
   nameGraphInputs(func);
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
@@ -1173,12 +1235,14 @@ LogicalResult PlanBuilder::run() {
              << i << " has no spin role attribute (spin.input, ...)";
     buffers[arg] = addPointer(*role, name, *dtype, shape);
   }
-  errors = addArg(pointer(),
-                  NamedAttrList(b.getNamedAttr(
-                      attr::kRole, b.getStringAttr(abi::launchArgKindName(
-                                       LaunchArgKind::Errors)))));
+  return success();
+}
+
+/// An output pointer per graph result, named `names[i]`; a result that is
+/// an argument or another result cannot have its own buffer.
+FailureOr<SmallVector<Buffer>>
+PlanBuilder::bindResults(ArrayRef<std::string> names) {
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  std::vector<std::string> names = graphResultNames(func);
   SmallVector<Buffer> outputs;
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
     auto type = cast<RankedTensorType>(value.getType());
@@ -1190,25 +1254,28 @@ LogicalResult PlanBuilder::run() {
                    type.getShape());
     outputs.push_back(buffers[value]);
   }
-  // Intermediate top-K results (not returned) still need a buffer.
-  WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
-    if (isa<TopKOp, FusedScoreOp>(op)) {
-      Value indices = op->getResult(0);
-      if (!buffers.count(indices)) {
-        auto type = cast<RankedTensorType>(indices.getType());
-        buffers[indices] =
-            addScratch("unused_topk", type.getNumElements() * 4);
-      }
+  return outputs;
+}
+
+/// Scratch for intermediate top-K results (not returned): the kernels
+/// still write them.
+void PlanBuilder::bindIntermediateTopK() {
+  func.walk([&](Operation *op) {
+    if (!isa<TopKOp, FusedScoreOp>(op))
+      return;
+    Value indices = op->getResult(0);
+    if (!buffers.count(indices)) {
+      auto type = cast<RankedTensorType>(indices.getType());
+      buffers[indices] = addScratch("unused_topk", type.getNumElements() * 4);
     }
-    return WalkResult::advance();
   });
-  (void)walk;
-  for (Operation &op : llvm::make_early_inc_range(func.getBody().front()))
-    if (failed(lowerOne(&op)))
-      return failure();
-  // Every result must be written by a kernel: a result whose value lives
-  // elsewhere (a scratch buffer of an intermediate) would reach the caller
-  // unwritten.
+}
+
+/// Every result must be written by a kernel: a result whose value lives
+/// elsewhere (a scratch buffer of an intermediate) would reach the caller
+/// unwritten.
+LogicalResult PlanBuilder::checkResultsWritten(ArrayRef<Buffer> outputs,
+                                               ArrayRef<std::string> names) {
   for (auto [i, output] : llvm::enumerate(outputs))
     if (llvm::none_of(launches, [&](const Launch &l) {
           return llvm::is_contained(l.operands, output);
@@ -1217,6 +1284,32 @@ LogicalResult PlanBuilder::run() {
              << i << " (\"" << names[i]
              << "\") is not computed by any kernel; a GPU graph may return "
                 "top-K indices, block sparsity and a dense indexer's scores";
+  return success();
+}
+
+/// Replaces `func` by its launch plan: the host arguments (graph inputs,
+/// the error buffer, outputs, scratch), then each op's kernels in program
+/// order.
+LogicalResult PlanBuilder::run() {
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError("GPU path: needs a single-block function");
+  collectCapacities();
+  if (failed(collectMtpLayers()) || failed(bindGraphArguments()))
+    return failure();
+  errors = addArg(pointer(),
+                  NamedAttrList(b.getNamedAttr(
+                      attr::kRole, b.getStringAttr(abi::launchArgKindName(
+                                       LaunchArgKind::Errors)))));
+  std::vector<std::string> names = graphResultNames(func);
+  FailureOr<SmallVector<Buffer>> outputs = bindResults(names);
+  if (failed(outputs))
+    return failure();
+  bindIntermediateTopK();
+  for (Operation &op : llvm::make_early_inc_range(func.getBody().front()))
+    if (failed(lowerOne(&op)))
+      return failure();
+  if (failed(checkResultsWritten(*outputs, names)))
+    return failure();
   emit();
   return success();
 }
