@@ -59,17 +59,21 @@ void mlir::spin::nameGraphInputs(func::FuncOp func) {
 static abi::OutputKind resultKind(func::FuncOp func, unsigned i) {
   if (func.getResultAttr(i, attr::kSparsity))
     return abi::OutputKind::Sparsity;
-  Operation *def = nullptr;
+  OpResult def;
   if (!func.getBody().empty())
     if (auto ret = dyn_cast<func::ReturnOp>(
             func.getBody().front().getTerminator()))
-      def = ret.getOperand(i).getDefiningOp();
-  if (isa_and_nonnull<TopKOp, FusedScoreOp>(def))
-    return abi::OutputKind::TopK;
-  if (isa_and_nonnull<BlockSparsityOp>(def))
-    return abi::OutputKind::Sparsity;
-  if (isa_and_nonnull<DenseIndexerOp, SparseIndexerOp>(def))
-    return abi::OutputKind::Scores;
+      def = dyn_cast<OpResult>(ret.getOperand(i));
+  if (def) {
+    Operation *op = def.getOwner();
+    // A fused score step returns its top-K indices, then its scores.
+    if (isa<TopKOp>(op) || (isa<FusedScoreOp>(op) && def.getResultNumber() == 0))
+      return abi::OutputKind::TopK;
+    if (isa<BlockSparsityOp>(op))
+      return abi::OutputKind::Sparsity;
+    if (isa<DenseIndexerOp, SparseIndexerOp, FusedScoreOp>(op))
+      return abi::OutputKind::Scores;
+  }
   auto type = dyn_cast<ShapedType>(func.getResultTypes()[i]);
   return type && type.getElementType().isF32() ? abi::OutputKind::Scores
                                                : abi::OutputKind::TopK;
