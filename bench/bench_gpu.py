@@ -39,7 +39,6 @@ import faulthandler
 import gc
 import hashlib
 import json
-import math
 import os
 import platform
 import statistics
@@ -195,9 +194,9 @@ def floor_bytes(c, realized_sparsity=None):
 def expected_sparsity(slots, k, rho):
     """SPIN_SPEC.md §3 step 4: the block budget at N = slots, as realized
     block sparsity (1 - m/B)."""
+    from spin import abi  # the runtime's rule, not a copy (imported by now)
     blocks = -(-slots // PAGE)
-    m = min(blocks, max(-(-k // PAGE), math.ceil((1.0 - rho) * blocks - 1e-9)))
-    return 1.0 - m / blocks
+    return 1.0 - abi.block_budget(blocks, PAGE, k, rho) / blocks
 
 
 def print_plan(groups):

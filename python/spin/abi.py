@@ -12,7 +12,8 @@ same names instead of spelling them again:
 * ``ROLES`` / ``OUTPUTS``: argument roles and result kinds by their C++
   enumerator (``ROLES["RequestIds"] == "request_ids"``), and each as a
   constant (``REQUEST_IDS``, ``STATE``, ``TOPK``, ...);
-* ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``).
+* ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``);
+* ``block_budget``: SPIN's block budget, computed by the runtime's rule.
 """
 
 from typing import Dict, Tuple
@@ -42,6 +43,12 @@ OUTPUT: str = ROLES["Output"]
 TOPK: str = OUTPUTS["TopK"]
 SPARSITY: str = OUTPUTS["Sparsity"]
 SCORES: str = OUTPUTS["Scores"]
+
+
+def block_budget(blocks: int, block_size: int, topk: int, sparsity: float) -> int:
+    """SPIN_SPEC §3.4's block budget m for ``blocks`` blocks: the rule the
+    compiled code applies (spin/Runtime/Semantics.h), not a copy of it."""
+    return int(_abi.block_budget(int(blocks), int(block_size), int(topk), float(sparsity)))
 
 
 def state_fields(group: str) -> Tuple[str, ...]:

@@ -12,6 +12,7 @@
 #include "AbiModule.h"
 
 #include "spin/Runtime/Abi.h"
+#include "spin/Runtime/Semantics.h"
 
 #include <pybind11/stl.h>
 
@@ -86,4 +87,9 @@ void spin::python::bindAbi(py::module_ &m) {
   abi.attr("manifest_keys") = keys;
   abi.attr("manifest_format") = rt::manifest::kFormat;
   abi.attr("manifest_version") = rt::manifest::kVersion;
+  // SPIN's integer rules (spin/Runtime/Semantics.h), for scripts that must
+  // agree with the compiled code.
+  abi.def("block_budget", &rt::blockBudget, py::arg("blocks"),
+          py::arg("block_size"), py::arg("topk"), py::arg("sparsity"),
+          "SPIN_SPEC §3.4's block budget m of `blocks` blocks.");
 }
