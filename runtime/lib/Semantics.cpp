@@ -7,8 +7,6 @@
 
 #include "spin/Runtime/Semantics.h"
 
-#include <algorithm>
-#include <cmath>
 
 namespace spin::runtime {
 
@@ -21,9 +19,8 @@ int64_t blockBudget(int64_t numBlocks, int64_t blockSize, int64_t topk,
 }
 
 int64_t explorationBudget(int64_t budget, int64_t forced, double explore) {
-  auto wanted = static_cast<int64_t>(
-      std::floor(explore * static_cast<double>(budget)));
-  return std::max<int64_t>(0, std::min(wanted, budget - forced));
+  HostOps o;
+  return budgetSplitOf(o, budget, budget, forced, explore).first;
 }
 
 } // namespace spin::runtime

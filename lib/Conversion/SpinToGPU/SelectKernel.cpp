@@ -710,21 +710,10 @@ std::pair<Value, Value> SelectKernel::budget(Value rowBlocks) {
   Value budget64 = ::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
       kb, rowBlocks64, bs, spec.topk, spec.sparsity);
   Value budget = kb.trunc32(budget64);
-  Value forced = kb.select(kb.cmp(CmpIPredicate::eq, rowBlocks, kb.i32(1)),
-                           kb.i32(1), kb.i32(2));
-  // floor of a non-negative product: truncation.
-  Value wanted = kb.trunc32(arith::FPToSIOp::create(
-      b, loc, i64,
-      arith::MulFOp::create(
-          b, loc,
-          arith::ConstantFloatOp::create(b, loc, b.getF64Type(),
-                                         APFloat(spec.explore)),
-          arith::SIToFPOp::create(b, loc, b.getF64Type(), budget64))));
-  Value room = kb.select(kb.cmp(CmpIPredicate::sgt, budget, forced),
-                         kb.sub(budget, forced), kb.i32(0));
-  Value explored = kb.minS(wanted, room);
-  Value exploitCount = kb.sub(room, explored);
-  return {explored, exploitCount};
+  Value forced =
+      ::spin::runtime::forcedBlocksOf<CodeBuilder, Value>(kb, rowBlocks);
+  return ::spin::runtime::budgetSplitOf<CodeBuilder, Value, Value>(
+      kb, budget, budget64, forced, spec.explore);
 }
 
 /// Exploit: the `count` largest scores among the non-forced blocks (radix

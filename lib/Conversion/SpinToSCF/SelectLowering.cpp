@@ -159,7 +159,7 @@ private:
   Value scores, lengths, requestIds, batch, rows, blocks, mask, blockSize;
   // Scratch: one row's selection, and best-n lists of keys and ids.
   Value rowMask, keysF, keysH, ids, ids2;
-  Value exploreShare;
+  double exploreShare = 0.0;
   // The current request's values.
   Value b, slot, iteration, warmup, base;
   // The current row's values.
@@ -217,7 +217,7 @@ void SelectBlocksBuilder::allocateBuffers(SelectBlocksOp::Adaptor adaptor) {
   keysH = vector(i64, blocks);
   ids = vector(i32, scratchSize);
   ids2 = vector(i32, blocks);
-  exploreShare = lb.f64(op.getExplore().convertToDouble());
+  exploreShare = op.getExplore().convertToDouble();
 }
 
 /// One request: its state slot, iteration (0 is a warm-up) and the
@@ -298,18 +298,14 @@ void SelectBlocksBuilder::budgetRow() {
   Value budget =
       lb.toIndex(::spin::runtime::blockBudgetOf<CodeBuilder, Value, Value>(
           lb, lb.toI64(rowBlocks), op.getBlockSize(), op.getTopk(), sparsity));
-  Value forced = lb.select(lb.cmp(CmpIPredicate::eq, rowBlocks, lb.index(1)),
-                           lb.index(1), lb.index(2));
+  Value forced =
+      ::spin::runtime::forcedBlocksOf<CodeBuilder, Value>(lb, rowBlocks);
   mark(lb.index(0));
   mark(last);
-  Value wanted = lb.toIndex(arith::FPToSIOp::create(
-      rewriter, loc, rewriter.getI64Type(),
-      math::FloorOp::create(rewriter, loc,
-                            lb.mul(exploreShare, lb.indexToF64(budget)))));
-  Value room = lb.select(lb.cmp(CmpIPredicate::ugt, budget, forced),
-                         lb.sub(budget, forced), lb.index(0));
-  Value explored = lb.minU(wanted, room);
-  exploit(lb.sub(room, explored));
+  auto [explored, exploited] =
+      ::spin::runtime::budgetSplitOf<CodeBuilder, Value, Value>(
+          lb, budget, budget, forced, exploreShare);
+  exploit(exploited);
   explore(explored);
 }
 

@@ -49,6 +49,12 @@ Value CodeBuilder::constant(Type type, int64_t v) {
   return arith::ConstantIntOp::create(b, loc, type, v);
 }
 
+Value CodeBuilder::constantLike(Value like, int64_t v) {
+  if (like.getType().isIndex())
+    return index(v);
+  return constant(like.getType(), v);
+}
+
 //===----------------------------------------------------------------------===//
 // Arithmetic
 //===----------------------------------------------------------------------===//
@@ -151,6 +157,19 @@ Value CodeBuilder::toF64(Value v) {
   if (v.getType().isIndex())
     v = arith::IndexCastOp::create(b, loc, i64T(), v);
   return arith::SIToFPOp::create(b, loc, f64T(), v);
+}
+
+Value CodeBuilder::truncToI64(Value x) {
+  return arith::FPToSIOp::create(b, loc, i64T(), x);
+}
+
+Value CodeBuilder::narrowLike(Value v, Value like) {
+  Type type = like.getType();
+  if (type == v.getType())
+    return v;
+  if (type.isIndex())
+    return arith::IndexCastOp::create(b, loc, type, v);
+  return arith::TruncIOp::create(b, loc, type, v);
 }
 
 Value CodeBuilder::ceilToI64(Value x) {

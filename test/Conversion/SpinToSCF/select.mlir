@@ -145,7 +145,8 @@ func.func @pool_mean(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x
 // folded at compile time. Per row: a warm-up marks every visible block;
 // otherwise the budget max(ceil(K / 16), ceil(0.75 * B - 1e-9)) clamped to
 // [0, B], the forced first and last blocks, the best scores, and
-// floor(0.5 * budget) blocks of smallest hash rank mix(base ^ j).
+// floor(0.5 * budget) (a truncation: the product is non-negative) blocks
+// of smallest hash rank mix(base ^ j).
 // CHECK-LABEL: func.func @select_random(
 // CHECK-SAME:    %[[SLOTS:[^:]*]]: memref<?xi32> {spin.slots},
 // CHECK-SAME:    %{{[^:]*}}: memref<?x?xf32> {spin.layer = 3 : i64, spin.state = "v"},
@@ -159,7 +160,6 @@ func.func @pool_mean(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x
 // CHECK:         %[[ROWMASK:.*]] = memref.alloc(%{{.*}}) : memref<?xi1>
 // CHECK:         %[[KEYSF:.*]] = memref.alloc(%{{.*}}) : memref<?xf32>
 // CHECK:         %[[KEYSH:.*]] = memref.alloc(%{{.*}}) : memref<?xi64>
-// CHECK:         %[[SHARE:.*]] = arith.constant 5.000000e-01 : f64
 // CHECK:         scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:           %[[SLOT32:.*]] = memref.load %[[SLOTS]][%[[B]]] : memref<?xi32>
 // CHECK:           %[[SLOT:.*]] = arith.index_cast %[[SLOT32]] : i32 to index
@@ -191,8 +191,9 @@ func.func @pool_mean(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x
 // CHECK:               arith.maxsi
 // CHECK:               arith.minsi
 // CHECK:               %[[BUDGET:.*]] = arith.index_cast %{{.*}} : i64 to index
-// CHECK:               arith.mulf %[[SHARE]], %{{.*}} : f64
-// CHECK:               math.floor
+// CHECK:               %[[SHARE:.*]] = arith.constant 5.000000e-01 : f64
+// CHECK:               %[[WANT:.*]] = arith.mulf %[[SHARE]], %{{.*}} : f64
+// CHECK:               arith.fptosi %[[WANT]] : f64 to i64
 // Exploitation keeps the best scores (ogt) among blocks 1 .. B - 2.
 // CHECK:               scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
 // CHECK:                 %[[S:.*]] = memref.load %[[SC]][%[[B]], %[[R]], %[[J]]] : memref<2x1x4xf32>

@@ -76,6 +76,10 @@ public:
   Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
   Value select(Value cond, Value a, Value c);
   Value not1(Value v) { return xorI(v, i1(true)); }
+  Value eq(Value a, Value c) { return cmp(arith::CmpIPredicate::eq, a, c); }
+  Value gtS(Value a, Value c) { return cmp(arith::CmpIPredicate::sgt, a, c); }
+  /// An integer constant of `like`'s type (index, i32, i64, ...).
+  Value constantLike(Value like, int64_t v);
   /// NaN-propagating maximum (arith.maximumf).
   Value maxF(Value a, Value c);
   Value extU64(Value v);
@@ -83,6 +87,10 @@ public:
   Value trunc32(Value v);
   /// An i64 or index value as f64 (signed).
   Value toF64(Value v);
+  /// An f64 truncated toward zero to i64.
+  Value truncToI64(Value x);
+  /// An i64 as `like`'s integer type (truncated, or cast to index).
+  Value narrowLike(Value v, Value like);
   /// `ceil(x)` of an f64 as i64, without a math library call: truncate,
   /// then step up where the truncation is below `x`.
   Value ceilToI64(Value x);

@@ -4,7 +4,8 @@
 // indexer-based sparse attention.
 //
 // The rules of SPIN_SPEC §3 whose results must be bit-identical on the CPU,
-// on the GPU and in host-side checks: the block budget and the
+// on the GPU and in host-side checks: the block budget, the forced blocks,
+// the split of the budget into explored and exploited blocks, and the
 // deterministic exploration hash. Each is written once, as a template over
 // an operation set `Ops`: `HostOps` below evaluates it on the host, and the
 // compiler's CodeBuilder (spin/Conversion/Utils/CodeBuilder.h) emits it as
@@ -74,6 +75,30 @@ constexpr I64 blockBudgetOf(Ops &o, I64 numBlocks, int64_t blockSize, int64_t to
   return o.minS(numBlocks, o.maxS(byK, o.maxS(bySparsity, o.i64(0))));
 }
 
+/// The forced blocks |F| of a row of `numBlocks` blocks (SPIN_SPEC §3.5):
+/// its first and last block, one block when they coincide.
+template <typename Ops, typename I>
+constexpr I forcedBlocksOf(Ops &o, I numBlocks) {
+  return o.select(o.eq(numBlocks, o.constantLike(numBlocks, 1)),
+                  o.constantLike(numBlocks, 1), o.constantLike(numBlocks, 2));
+}
+
+/// How the budget `m` left after the forced blocks splits (SPIN_SPEC §3.6):
+/// `{e, m - |F| - e}`, explored and exploited blocks, with the exploration
+/// budget `e = min(floor(gamma * m), m - |F|)` never negative. `budget` is
+/// `m`; `budgetWide` the same value as an i64 for the product.
+template <typename Ops, typename I, typename IW>
+constexpr std::pair<I, I> budgetSplitOf(Ops &o, I budget, IW budgetWide,
+                                        I forced, double explore) {
+  // floor of a non-negative product: truncation.
+  I wanted = o.narrowLike(
+      o.truncToI64(o.mul(o.f64(explore), o.toF64(budgetWide))), budget);
+  I room = o.select(o.gtS(budget, forced), o.sub(budget, forced),
+                    o.constantLike(budget, 0));
+  I explored = o.minS(wanted, room);
+  return {explored, o.sub(room, explored)};
+}
+
 /// The rules' operations on host integers and doubles.
 struct HostOps {
   constexpr uint64_t u64(uint64_t v) const { return v; }
@@ -88,6 +113,17 @@ struct HostOps {
   constexpr int64_t minS(int64_t a, int64_t b) const { return a < b ? a : b; }
   constexpr int64_t maxS(int64_t a, int64_t b) const { return a > b ? a : b; }
   constexpr double toF64(int64_t v) const { return static_cast<double>(v); }
+  constexpr int64_t sub(int64_t a, int64_t b) const { return a - b; }
+  constexpr bool eq(int64_t a, int64_t b) const { return a == b; }
+  constexpr bool gtS(int64_t a, int64_t b) const { return a > b; }
+  constexpr int64_t select(bool c, int64_t a, int64_t b) const {
+    return c ? a : b;
+  }
+  constexpr int64_t constantLike(int64_t, int64_t v) const { return v; }
+  constexpr int64_t narrowLike(int64_t v, int64_t) const { return v; }
+  constexpr int64_t truncToI64(double x) const {
+    return static_cast<int64_t>(x);
+  }
   constexpr int64_t ceilToI64(double x) const {
     auto truncated = static_cast<int64_t>(x);
     return static_cast<double>(truncated) < x ? truncated + 1 : truncated;
