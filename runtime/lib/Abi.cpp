@@ -51,6 +51,15 @@ std::optional<size_t> indexOf(const char *const (&names)[N],
   return std::nullopt;
 }
 
+/// "a, b, c or d", for messages.
+std::string orList(const std::vector<const char *> &names) {
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i)
+    list += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") +
+            names[i];
+  return list;
+}
+
 } // namespace
 
 int64_t dtypeSize(DType dtype) {
@@ -78,13 +87,12 @@ std::optional<StateField> stateFieldFromName(std::string_view name) {
   return std::nullopt;
 }
 
-std::string stateFieldList() {
-  std::string list;
-  const size_t n = std::size(kStateFields);
-  for (size_t i = 0; i < n; ++i)
-    list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") +
-            kStateFields[i].name;
-  return list;
+std::string stateFieldList(std::optional<StateGroup> excluded) {
+  std::vector<const char *> names;
+  for (const StateFieldInfo &info : kStateFields)
+    if (info.group != excluded)
+      names.push_back(info.name);
+  return orList(names);
 }
 
 int64_t StateSizes::of(StateDim dim) const {
@@ -124,6 +132,10 @@ std::optional<ArgRole> argRoleFromName(std::string_view name) {
   return std::nullopt;
 }
 
+std::string argRoleList() {
+  return orList({std::begin(kRoleNames), std::end(kRoleNames)});
+}
+
 std::optional<RoleLayout> roleLayout(ArgRole role) {
   switch (role) {
   case ArgRole::Positions:
@@ -155,6 +167,10 @@ std::optional<LaunchArgKind> launchArgKindFromName(std::string_view name) {
   if (std::optional<size_t> i = indexOf(kLaunchArgNames, name))
     return static_cast<LaunchArgKind>(*i);
   return std::nullopt;
+}
+
+std::string launchArgKindList() {
+  return orList({std::begin(kLaunchArgNames), std::end(kLaunchArgNames)});
 }
 
 std::string describeDeviceError(int32_t code, int32_t value) {

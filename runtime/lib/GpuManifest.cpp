@@ -51,32 +51,6 @@ std::string at(const std::string &path, size_t index) {
   return path + "[" + std::to_string(index) + "]";
 }
 
-/// "a, b, c or d" of the names `nameOf(0 .. n-1)`, for messages.
-template <typename NameOf> std::string orList(size_t n, NameOf nameOf) {
-  std::string list;
-  for (size_t i = 0; i < n; ++i)
-    list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + nameOf(i);
-  return list;
-}
-
-constexpr ArgRole kRoles[] = {
-#define SPIN_ARG_ROLE(E, NAME) ArgRole::E,
-#include "spin/Runtime/Abi.def"
-};
-constexpr LaunchArgKind kLaunchArgKinds[] = {
-#define SPIN_LAUNCH_ARG(E, NAME) LaunchArgKind::E,
-#include "spin/Runtime/Abi.def"
-};
-
-/// The state fields a GPU program may bind, for messages.
-std::string gpuStateFieldList() {
-  std::vector<const char *> names;
-  for (const StateFieldInfo &info : kStateFields)
-    if (info.group != StateGroup::Staleness)
-      names.push_back(info.name);
-  return orList(names.size(), [&](size_t i) { return names[i]; });
-}
-
 /// Typed access to the members of the manifest with errors that name the
 /// file and the field.
 class Reader {
@@ -223,9 +197,7 @@ Status readArgument(const Reader &r, const JsonValue &value,
   if (!parsedRole)
     return r.error(join(path, k::Role),
                    "unknown role " + quoted(role) + " (expected " +
-                       orList(std::size(kRoles), [](size_t i) {
-                         return argRoleName(kRoles[i]);
-                       }) +
+                       argRoleList() +
                        ")");
   arg.role = *parsedRole;
   if (Status s = r.string(value, path, k::Name, arg.name); !s.ok())
@@ -295,7 +267,7 @@ Status readArgument(const Reader &r, const JsonValue &value,
                     "state field " + quoted(arg.name));
     return r.error(join(path, k::Name),
                    "unknown state field " + quoted(arg.name) +
-                       " (expected " + gpuStateFieldList() + ")");
+                       " (expected " + stateFieldList(StateGroup::Staleness) + ")");
   }
   default:
     return Status::success();
@@ -317,9 +289,7 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
   if (!known)
     return r.error(join(path, k::Kind),
                    "unknown kind " + quoted(kind) + " (expected " +
-                       orList(std::size(kLaunchArgKinds), [](size_t i) {
-                         return launchArgKindName(kLaunchArgKinds[i]);
-                       }) +
+                       launchArgKindList() +
                        ")");
   arg.kind = *known;
   switch (*known) {

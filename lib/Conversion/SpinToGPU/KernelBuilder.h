@@ -134,6 +134,22 @@ private:
   gpu::GPUModuleOp module;
 };
 
+/// What every kernel class shares while it builds one kernel from `Spec`:
+/// the builder and location, the kernel module, the spec and the
+/// thread-level builder its phases write with.
+template <typename Spec> class KernelPhases {
+protected:
+  KernelPhases(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+               const Spec &spec)
+      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module) {}
+
+  OpBuilder &b;
+  Location loc;
+  gpu::GPUModuleOp module;
+  const Spec &spec;
+  KernelBuilder kb;
+};
+
 /// Creates an empty kernel `name` in `module` with the given parameter types
 /// and a fixed block size; callers build its body before the terminator.
 gpu::GPUFuncOp createKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,

@@ -126,11 +126,11 @@ struct ReplayRow {
 /// The commit replay kernel (SPIN_SPEC §4) while it is built: the spec, the
 /// kernel's parameters and the request's values its phases share. `build`
 /// runs the phases in the order of the generated code.
-class CommitReplayKernel {
+class CommitReplayKernel : KernelPhases<CommitKernelSpec> {
 public:
   CommitReplayKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                      const CommitKernelSpec &spec)
-      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module) {}
+      : KernelPhases(b, loc, module, spec) {}
 
   /// Emits the kernel and returns its launch shape.
   LaunchShape build();
@@ -144,11 +144,6 @@ private:
   void replayEntry(Value x);
   void foldEntry(Value x, bool diagonal);
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const CommitKernelSpec &spec;
-  KernelBuilder kb;
   // Parameters.
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
   // The request's values.

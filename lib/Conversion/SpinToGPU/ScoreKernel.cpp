@@ -131,7 +131,7 @@ struct StagedQueries {
 /// One scoring kernel while it is built: the spec's derived sizes, the
 /// kernel's parameters and the values its phases share. `build` runs the
 /// phases in the order of the generated code.
-class ScoreKernel {
+class ScoreKernel : KernelPhases<ScoreKernelSpec> {
 public:
   ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
               const ScoreKernelSpec &spec);
@@ -171,11 +171,6 @@ private:
   void epilogue(ValueRange raw, const Accumulators &acc);
   LaunchShape launchShape() const;
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const ScoreKernelSpec &spec;
-  KernelBuilder kb;
   Type i32, f32, i16, words;
   bool fp8, bf16Mma, prescale;
   int64_t H, Dh, R, keyBytes, chunkElems, chunks, ksteps, nTiles, qStride;
@@ -201,7 +196,7 @@ private:
 
 ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                          const ScoreKernelSpec &spec)
-    : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module) {
+    : KernelPhases(b, loc, module, spec) {
   i32 = kb.i32T();
   f32 = kb.f32T();
   i16 = kb.i16T();

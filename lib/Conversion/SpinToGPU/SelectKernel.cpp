@@ -131,11 +131,11 @@ namespace {
 /// is built: the spec's sizes, the parameters and the row's values its
 /// phases share. `build` runs the phases in the order of the generated
 /// code.
-class PredictKernel {
+class PredictKernel : KernelPhases<SelectKernelSpec> {
 public:
   PredictKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                 const SelectKernelSpec &spec, bool next)
-      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+      : KernelPhases(b, loc, module, spec),
         next(next), MB(spec.maxBlocks), bs(spec.blockSize),
         range(spec.predictBlocksPerCta), cache(spec.predictionCache),
         hinted(cache && !next && spec.prefetchOnMiss) {
@@ -159,11 +159,6 @@ private:
   void recordNext(Value record, Value atBase);
   void poolCtaBlocks(Value firstBlock, Value rowBlocks);
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const SelectKernelSpec &spec;
-  KernelBuilder kb;
   const bool next;
   const int64_t threads = 256, warps = threads / 32;
   const int64_t MB, bs, range;
@@ -369,11 +364,11 @@ namespace {
 /// One select kernel while it is built: the spec's sizes, the kernel's
 /// parameters and the request-wide values and shared arrays its phases
 /// share. `build` runs the phases in the order of the generated code.
-class SelectKernel {
+class SelectKernel : KernelPhases<SelectKernelSpec> {
 public:
   SelectKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                const SelectKernelSpec &spec)
-      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+      : KernelPhases(b, loc, module, spec),
         i32(kb.i32T()), i64(kb.i64T()), f32(kb.f32T()), i8(kb.i8T()),
         threads(spec.threads), warps(spec.threads / 32), MB(spec.maxBlocks),
         bs(spec.blockSize) {}
@@ -396,11 +391,6 @@ private:
   void writeList(Value requestOk);
   void reportSparsity();
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const SelectKernelSpec &spec;
-  KernelBuilder kb;
   Type i32, i64, f32, i8;
   const int64_t threads, warps, MB, bs;
 

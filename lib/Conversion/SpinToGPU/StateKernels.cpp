@@ -20,11 +20,11 @@ namespace {
 /// built: the spec, the kernel's parameters and the request's values its
 /// phases share. `build` runs the phases in the order of the generated
 /// code.
-class UpdateKernel {
+class UpdateKernel : KernelPhases<UpdateKernelSpec> {
 public:
   UpdateKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                const UpdateKernelSpec &spec)
-      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module) {}
+      : KernelPhases(b, loc, module, spec) {}
 
   /// Emits the kernel and returns its launch shape.
   LaunchShape build();
@@ -38,11 +38,6 @@ private:
   void updateState();
   void foldRound(Value first);
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const UpdateKernelSpec &spec;
-  KernelBuilder kb;
   // Parameters.
   Value scores, positions, lengths, slots, blocks, counts, skip, vState, dState,
       itState, previous;

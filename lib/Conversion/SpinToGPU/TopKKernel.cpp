@@ -394,11 +394,11 @@ namespace {
 /// parameters, the row and the cluster-wide values and shared arrays its
 /// phases share. `build` runs the phases in the order of the generated
 /// code, numbered as in the file's and Kernels.h's description.
-class TopKKernel {
+class TopKKernel : KernelPhases<TopKKernelSpec> {
 public:
   TopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
              const TopKKernelSpec &spec)
-      : b(b), loc(loc), module(module), spec(spec), kb(b, loc, module),
+      : KernelPhases(b, loc, module, spec),
         i32(kb.i32T()), i64(kb.i64T()), threads(spec.threads) {}
   LaunchShape build();
 
@@ -422,11 +422,6 @@ private:
   Value entryOf(Value i);
   void gatherWinners(const RadixSelection &selection, Value n);
 
-  OpBuilder &b;
-  Location loc;
-  gpu::GPUModuleOp module;
-  const TopKKernelSpec &spec;
-  KernelBuilder kb;
   Type i32, i64;
   const int64_t threads;
   /// Leader-staged candidates, the words of the arena (the histogram, then

@@ -192,7 +192,7 @@ struct BlockSparsityLowering : public OpConversionPattern<BlockSparsityOp> {
             })[0];
         Value any = lb.cmp(CmpIPredicate::ugt, blocks, lb.index(0));
         Value fraction = arith::DivFOp::create(
-            rewriter, op.getLoc(), lb.indexToF64(selected), lb.indexToF64(blocks));
+            rewriter, op.getLoc(), lb.toF64(selected), lb.toF64(blocks));
         Value sparsity = arith::TruncFOp::create(
             rewriter, op.getLoc(), rewriter.getF32Type(),
             lb.select(any, lb.sub(lb.f64(1.0), fraction), lb.f64(0.0)));

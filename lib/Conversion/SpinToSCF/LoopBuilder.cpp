@@ -39,11 +39,6 @@ Value LoopBuilder::toI64(Value integer) {
     return arith::ExtSIOp::create(b, loc, b.getI64Type(), integer);
   return integer;
 }
-Value LoopBuilder::indexToF64(Value index) {
-  Value asI64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), index);
-  return arith::SIToFPOp::create(b, loc, b.getF64Type(), asI64);
-}
-
 //===----------------------------------------------------------------------===//
 // Memory
 //===----------------------------------------------------------------------===//

@@ -40,7 +40,6 @@ public:
   Value toIndex(Value integer);
   Value toI32(Value index);
   Value toI64(Value integer);
-  Value indexToF64(Value index);
 
   //===--- memory --------------------------------------------------------===//
   Value dim(Value memref, int64_t d);

@@ -20,21 +20,13 @@ Value CodeBuilder::index(int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
-Value CodeBuilder::i1(bool v) {
-  return arith::ConstantIntOp::create(b, loc, i1T(), v);
-}
+Value CodeBuilder::i1(bool v) { return constant(i1T(), v); }
 
-Value CodeBuilder::i8(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, i8T(), v);
-}
+Value CodeBuilder::i8(int64_t v) { return constant(i8T(), v); }
 
-Value CodeBuilder::i32(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, i32T(), v);
-}
+Value CodeBuilder::i32(int64_t v) { return constant(i32T(), v); }
 
-Value CodeBuilder::i64(int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, i64T(), v);
-}
+Value CodeBuilder::i64(int64_t v) { return constant(i64T(), v); }
 
 Value CodeBuilder::f32(double v) {
   return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
@@ -121,10 +113,6 @@ Value CodeBuilder::minU(Value a, Value c) {
   return arith::MinUIOp::create(b, loc, a, c);
 }
 
-Value CodeBuilder::maxU(Value a, Value c) {
-  return arith::MaxUIOp::create(b, loc, a, c);
-}
-
 Value CodeBuilder::cmp(arith::CmpIPredicate pred, Value a, Value c) {
   return arith::CmpIOp::create(b, loc, pred, a, c);
 }
@@ -173,10 +161,8 @@ Value CodeBuilder::narrowLike(Value v, Value like) {
 }
 
 Value CodeBuilder::ceilToI64(Value x) {
-  Value truncated = arith::FPToSIOp::create(b, loc, i64T(), x);
-  Value below = arith::CmpFOp::create(
-      b, loc, arith::CmpFPredicate::OLT,
-      arith::SIToFPOp::create(b, loc, f64T(), truncated), x);
+  Value truncated = truncToI64(x);
+  Value below = cmpF(arith::CmpFPredicate::OLT, toF64(truncated), x);
   return select(below, add(truncated, i64(1)), truncated);
 }
 

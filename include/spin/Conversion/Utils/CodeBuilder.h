@@ -71,7 +71,6 @@ public:
   Value minS(Value a, Value c);
   Value maxS(Value a, Value c);
   Value minU(Value a, Value c);
-  Value maxU(Value a, Value c);
   Value cmp(arith::CmpIPredicate pred, Value a, Value c);
   Value cmpF(arith::CmpFPredicate pred, Value a, Value c);
   Value select(Value cond, Value a, Value c);

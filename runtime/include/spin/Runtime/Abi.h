@@ -94,8 +94,9 @@ inline const char *stateFieldName(StateField field) {
   return stateFieldInfo(field).name;
 }
 std::optional<StateField> stateFieldFromName(std::string_view name);
-/// "v, d, it, ... or last_observed", for messages.
-std::string stateFieldList();
+/// "v, d, it, ... or last_observed", for messages; without the fields of
+/// `excluded` (the state a GPU program may not bind) when given.
+std::string stateFieldList(std::optional<StateGroup> excluded = std::nullopt);
 
 /// The run-time sizes of a pool's state dimensions.
 struct StateSizes {
@@ -126,6 +127,8 @@ enum class ArgRole {
 /// it too.
 const char *argRoleName(ArgRole role);
 std::optional<ArgRole> argRoleFromName(std::string_view name);
+/// "input, positions, ... or output", for messages.
+std::string argRoleList();
 
 /// The contract's element type and rank of an argument of `role`, for the
 /// roles the runtime fills or checks itself (positions, request ids,
@@ -156,6 +159,8 @@ enum class LaunchArgKind {
 };
 const char *launchArgKindName(LaunchArgKind kind);
 std::optional<LaunchArgKind> launchArgKindFromName(std::string_view name);
+/// "argument, scratch, errors, dim or i32", for messages.
+std::string launchArgKindList();
 
 /// The codes generated kernels write into the error record.
 enum class DeviceError : int32_t {
