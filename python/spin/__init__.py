@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -222,18 +221,9 @@ def _device_chip(torch, device) -> str:
 
 
 def _cache_root(cache_dir: Optional[str] = None) -> Optional[str]:
-    """The disk cache directory: ``cache_dir``, else ``$SPIN_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin`` (as the CPU cache); ``None``
-    when it is turned off (``SPIN_CACHE_DIR=off``)."""
-    if cache_dir is not None:
-        return os.path.abspath(os.fspath(cache_dir))
-    root = os.environ.get("SPIN_CACHE_DIR", "")
-    if root == "off":
-        return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                            os.path.expanduser("~/.cache"), "spin")
-    return os.path.abspath(root)
+    """The disk cache directory (see :func:`spin.cache.cache_root`)."""
+    from . import cache
+    return cache.cache_root(cache_dir)
 
 
 def _cuda_torch(what: str):
@@ -249,33 +239,9 @@ def _cuda_torch(what: str):
 
 def _cached_artifact(mlir_text, function, pipeline_options, chips, sm_count) -> str:
     """The artifact directory for these inputs in the disk cache, compiled on
-    first use (a hash of the IR, options, chips, SM count and compiler
-    version)."""
-    import hashlib
-    import tempfile
-    key = hashlib.sha256("\0".join([
-        _spin.compiler_version(), mlir_text, function,
-        _sparsify_text(pipeline_options) or "", ",".join(chips),
-        str(sm_count)]).encode()).hexdigest()
-    root = _cache_root()
-    if root is None:
-        root = tempfile.mkdtemp(prefix="spin-gpu-")
-    path = os.path.join(root, "gpu-" + key[:32])
-    try:
-        read_manifest(path)
-        return path
-    except (ValueError, OSError):
-        pass  # missing or corrupt: (re)build it
-    tmp = tempfile.mkdtemp(prefix="gpu-", dir=root) if os.path.isdir(root) else None
-    if tmp is None:
-        os.makedirs(root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix="gpu-", dir=root)
-    compile_artifact(mlir_text, function, tmp, pipeline_options, chips,
-                     sm_count=sm_count)
-    import shutil
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
-    return path
+    first use (see :func:`spin.cache.graph_artifact`)."""
+    from . import cache
+    return cache.graph_artifact(mlir_text, function, pipeline_options, chips, sm_count)
 
 
 def _option_text(value: Any) -> str:
@@ -379,48 +345,6 @@ def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
 _INDEXER_CACHE_FORMAT = "spin-indexer-gpu-cache"
 _INDEXER_CACHE_VERSION = 1
 _INDEXER_FUNCTION = "indexer_layer"
-_CACHE_RECORD = "spin-cache.json"
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _read_cache_entry(path: str, spec: Dict[str, Any]):
-    """(record, None) for an intact entry made for ``spec`` (the record of
-    spin-cache.json plus the validated manifest), else (None, what is wrong)."""
-    if not os.path.isdir(path):
-        return None, "missing"
-    try:
-        with open(os.path.join(path, _CACHE_RECORD)) as f:
-            record = json.load(f)
-    except (OSError, ValueError) as e:
-        return None, f"unusable: {_CACHE_RECORD} cannot be read ({e})"
-    if (not isinstance(record, dict) or record.get("format") != _INDEXER_CACHE_FORMAT
-            or record.get("version") != _INDEXER_CACHE_VERSION):
-        return None, "unusable: written by another version of the cache"
-    if record.get("spec") != spec:
-        return None, "unusable: made for another indexer"
-    files = record.get("files")
-    if not isinstance(files, dict) or "manifest.json" not in files:
-        return None, f"unusable: {_CACHE_RECORD} lists no files"
-    for name, digest in files.items():
-        if os.path.basename(name) != name:
-            return None, f"unusable: {_CACHE_RECORD} names {name!r}"
-        try:
-            if _sha256_file(os.path.join(path, name)) != digest:
-                return None, f"corrupt: {name} does not match its checksum"
-        except OSError:
-            return None, f"corrupt: {name} is missing"
-    try:
-        record["manifest"] = read_manifest(path)
-    except ValueError as e:
-        return None, f"corrupt: {e}"
-    return record, None
 
 
 class Indexer:
@@ -633,46 +557,39 @@ class Indexer:
                     value < (0 if name == "layer" else 1):
                 raise ValueError(f"{name} must be a {'non-negative' if name == 'layer' else 'positive'} "
                                  f"integer, got {value!r}")
+        from . import cache
         chips = sorted(set(self.chips if chips is None else chips))
         spec = self._spec(layer, max_pages, batch)
-        key = hashlib.sha256(json.dumps(
-            [_INDEXER_CACHE_FORMAT, _INDEXER_CACHE_VERSION, spec],
-            sort_keys=True).encode()).hexdigest()
-        path = os.path.join(self.cache_dir, "indexer-gpu-" + key[:32])
-        record, problem = _read_cache_entry(path, spec)
-        graph = None
-        if record is not None:
-            have = sorted(record["manifest"]["ptx"])
-            missing = [c for c in chips if c not in have]
-            current = True
-            if has_compiler:
-                graph = self._graph(layer, max_pages, batch)
-                current = (record.get("compiler_version") == _spin.compiler_version()
-                           and record.get("graph_sha256") ==
-                           hashlib.sha256(graph.encode()).hexdigest())
-            if current and not missing:
-                return path
-            if not current:
-                problem = "stale: made by another compiler version"
-            else:
-                problem = f"incomplete: it has PTX for {', '.join(have)}, not {', '.join(missing)}"
-                chips = sorted(set(chips) | (set(have) & set(_CHIPS.values())))
-        if not has_compiler:
+        name = cache.entry_name("indexer-gpu-", _INDEXER_CACHE_FORMAT,
+                                _INDEXER_CACHE_VERSION, spec)
+        fresh = build = None
+        if has_compiler:
+            graph = self._graph(layer, max_pages, batch)
+            fresh = {"compiler_version": _spin.compiler_version(),
+                     "graph_sha256": hashlib.sha256(graph.encode()).hexdigest()}
+
+            def build(out_dir: str, want: List[str]) -> Dict[str, Any]:
+                compile_artifact(graph, _INDEXER_FUNCTION, out_dir,
+                                 None if self.dense else self._options, want,
+                                 sm_count=self.sm_count)
+                return fresh
+        try:
+            return cache.ensure(self.cache_dir, name, _INDEXER_CACHE_FORMAT,
+                                _INDEXER_CACHE_VERSION, spec, chips, fresh, build)
+        except cache.MissingEntry as e:
+            chips = sorted(set(chips) | set(e.have))
+            command = cache.prebuild_command(self, int(layer) + 1, int(max_pages),
+                                             [int(batch)], chips, self.cache_dir)
             raise RuntimeError(
                 f"no usable GPU program for this Indexer (layer {layer}, batch "
                 f"{batch}, block tables {max_pages} pages wide, chips "
                 f"{', '.join(chips)}) in the cache directory {self.cache_dir}: "
-                f"{path} is {problem}; spin was built without the compiler and "
-                "cannot compile it here. On a machine with the compiler, make the "
-                f"same Indexer with chips={chips!r}, sm_count={self.sm_count}, "
-                f"max_pages={max_pages}, "
-                f"batch_sizes=[{batch}] and cache_dir=DIR (or run "
-                "python/tests/prebuild_cuda_cache.py), then copy DIR here and "
-                "pass it as cache_dir= or $SPIN_CACHE_DIR")
-        if graph is None:
-            graph = self._graph(layer, max_pages, batch)
-        self._compile_entry(path, spec, graph, chips)
-        return path
+                f"{e}; spin was built without the compiler and cannot compile it "
+                f"here. On a machine with the compiler (no GPU needed), run\n"
+                f"    {command}\n"
+                f"then copy {self.cache_dir} here (or set $SPIN_CACHE_DIR or "
+                "cache_dir= to the copy). python/tests/prebuild_cuda_cache.py "
+                "builds the programs of spin's GPU tests.") from None
 
     def _graph(self, layer: int, max_pages: int, batch: int) -> str:
         """The indexer graph of ``layer`` with the batch fixed, as the GPU
@@ -681,35 +598,6 @@ class Indexer:
             heads=self.heads, head_dim=self.head_dim, rows=self.rows,
             topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
             key_format=self.key_format, layer=int(layer), batch=int(batch))
-
-    def _compile_entry(self, path: str, spec, graph: str, chips: List[str]) -> None:
-        import shutil
-        import tempfile
-        os.makedirs(self.cache_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".indexer-gpu-", dir=self.cache_dir)
-        try:
-            compile_artifact(graph, _INDEXER_FUNCTION, tmp,
-                             None if self.dense else self._options, chips,
-                             sm_count=self.sm_count)
-            files = {name: _sha256_file(os.path.join(tmp, name))
-                     for name in sorted(os.listdir(tmp))}
-            record = {"format": _INDEXER_CACHE_FORMAT, "version": _INDEXER_CACHE_VERSION,
-                      "spec": spec, "chips": chips,
-                      "compiler_version": _spin.compiler_version(),
-                      "graph_sha256": hashlib.sha256(graph.encode()).hexdigest(),
-                      "files": files}
-            with open(os.path.join(tmp, _CACHE_RECORD), "w") as f:
-                json.dump(record, f, indent=1, sort_keys=True)
-                f.write("\n")
-            shutil.rmtree(path, ignore_errors=True)
-            try:
-                os.replace(tmp, path)
-            except OSError:
-                # Another process stored the entry meanwhile: keep its copy.
-                if _read_cache_entry(path, spec)[0] is None:
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # -- both devices -------------------------------------------------------
 
@@ -737,7 +625,10 @@ class Indexer:
             if chip not in self.chips:
                 raise ValueError(f"this Indexer compiles for {', '.join(self.chips)}, "
                                  f"but {device} is {chip}: add {chip!r} to chips")
-            self._programs[key] = load(self.artifact(layer, max_pages, batch), device)
+            from . import cache
+            path = self.artifact(layer, max_pages, batch)
+            with cache.reading(path):  # not replaced while the runtime reads it
+                self._programs[key] = load(path, device)
         return self._programs[key]
 
     def check(self) -> None:

@@ -14,7 +14,12 @@ SPIN_CACHE_DIR at it there (bench/run_gpu_check.sh does):
 An existing directory is updated: current programs are kept, missing,
 corrupt or stale ones (another compiler version) are compiled again. The
 programs are sized for 132 SMs (spin.Indexer's default without a GPU), which
-is what an Indexer on an H200 looks up.
+is what an Indexer on an H200 looks up. At the end every entry's checksums
+are verified (``python3 -m spin.cache verify``).
+
+For a deployment's own programs use ``python3 -m spin.cache prebuild``
+(README.md, "The program cache"); this script builds the fixed set that
+spin's GPU tests and examples use.
 """
 
 import argparse
@@ -75,10 +80,14 @@ def main(argv=None):
                                  seed=rc.SEED)
             rc.write_cpu_report(replay, trace_dir, out, case)
     print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
-    count = len([d for d in os.listdir(out) if d.startswith("indexer-gpu-")])
-    print(f"{count} programs in {out} for {', '.join(chips)} "
+    from spin import cache
+    entries = [e for e in cache.entries(out, verify=True) if e["kind"] != "cpu"]
+    bad = [e for e in entries if e["problem"]]
+    for e in bad:
+        print(f"error: {e['name']}: {e['problem']}", file=sys.stderr)
+    print(f"{len(entries)} programs in {out} for {', '.join(chips)} "
           f"({time.time() - t0:.0f} s); on the GPU machine: SPIN_CACHE_DIR={out}")
-    return 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
