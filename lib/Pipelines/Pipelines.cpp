@@ -26,33 +26,23 @@
 using namespace mlir;
 using namespace mlir::spin;
 
+namespace mlir::spin {
+#define GEN_PIPELINE_OPTIONS_DEF
+#include "spin/Pipelines/Pipelines.h.inc"
+} // namespace mlir::spin
+
 void mlir::spin::buildSparsifyPipeline(OpPassManager &pm,
                                        const SparsifyPipelineOptions &options) {
   // Post-condition: dense indexers written in linalg are spin.dense_indexer
   // (+ spin.topk); everything else is unchanged.
-  SpinRaiseIndexerOptions raise;
-  raise.topkCallee = options.topkCallee;
-  raise.pageSize = options.pageSize;
-  pm.addPass(createSpinRaiseIndexer(raise));
+  pm.addPass(createSpinRaiseIndexer(options.toSpinRaiseIndexerOptions()));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
   // Post-condition: no spin.dense_indexer feeding a maskless spin.topk is
   // left; every indexer layer has a state with a stable layer id.
-  SpinSparsifyIndexerOptions sparsify;
-  sparsify.sparsity = options.sparsity;
-  sparsify.blockSize = options.blockSize;
-  sparsify.emaDecay = options.emaDecay;
-  sparsify.explore = options.explore;
-  sparsify.seed = options.seed;
-  sparsify.explorePolicy = options.explorePolicy;
-  sparsify.pooling = options.pooling;
-  sparsify.reduction = options.reduction;
-  sparsify.mtpMask = options.mtpMask;
-  sparsify.mtpUpdate = options.mtpUpdate;
-  sparsify.resetInput = options.resetInput;
-  sparsify.reportSparsity = options.reportSparsity;
-  pm.addPass(createSpinSparsifyIndexer(sparsify));
+  pm.addPass(
+      createSpinSparsifyIndexer(options.toSpinSparsifyIndexerOptions()));
 
   // Post-condition: one spin.fused_select and one spin.fused_score per layer.
   if (options.fuse)
@@ -76,12 +66,7 @@ void mlir::spin::buildLowerSpinToBuffersPipeline(
     OpPassManager &pm, const LowerToCPUOptions &options) {
   // Post-condition: no spin op is left; spin values are tensors produced by
   // loops over memrefs; state lives in arguments or globals.
-  ConvertSpinToSCFOptions convert;
-  convert.stateStorage = options.stateStorage;
-  convert.numSlots = options.numSlots;
-  convert.capacity = options.capacity;
-  convert.maxRows = options.maxRows;
-  pm.addPass(createConvertSpinToSCF(convert));
+  pm.addPass(createConvertSpinToSCF(options.toConvertSpinToSCFOptions()));
   // Elementwise arith on tensors (e.g. widening top-K indices) -> linalg.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addPass(createCanonicalizerPass());
@@ -243,12 +228,9 @@ void mlir::spin::registerSpinPipelines() {
         printer(LowerToNVVMOptions());
       });
   PassPipelineRegistration<LowerToCPUOptions>(
-      "spin-lower-to-cpu",
-      "Lower spin programs to the LLVM dialect for CPU execution",
-      buildLowerToCPUPipeline);
+      LowerToCPUOptions::getPipelineArgument(),
+      LowerToCPUOptions::getPipelineSummary(), buildLowerToCPUPipeline);
   PassPipelineRegistration<SparsifyPipelineOptions>(
-      "spin-sparsify-pipeline",
-      "Raise dense indexers, rewrite them into SPIN pipelines, fuse, and "
-      "schedule state work asynchronously",
-      buildSparsifyPipeline);
+      SparsifyPipelineOptions::getPipelineArgument(),
+      SparsifyPipelineOptions::getPipelineSummary(), buildSparsifyPipeline);
 }

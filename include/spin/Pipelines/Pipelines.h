@@ -23,118 +23,20 @@ class OpPassManager;
 
 namespace spin {
 
-/// Options of `spin-sparsify-pipeline`: those of spin-raise-indexer and
-/// spin-sparsify-indexer under the same names, plus switches for the last
-/// two stages.
-struct SparsifyPipelineOptions
-    : public PassPipelineOptions<SparsifyPipelineOptions> {
-  // spin-raise-indexer
-  PassOptions::Option<std::string> topkCallee{
-      *this, "topk-callee",
-      llvm::cl::desc("Name of the external top-K function the frontend calls"),
-      llvm::cl::init("topk")};
-  PassOptions::Option<int64_t> pageSize{
-      *this, "page-size",
-      llvm::cl::desc("Slots per page when viewing contiguous keys as pages"),
-      llvm::cl::init(64)};
-  // spin-sparsify-indexer
-  PassOptions::Option<double> sparsity{
-      *this, "sparsity", llvm::cl::desc("Target block sparsity rho in [0, 1]"),
-      llvm::cl::init(0.4)};
-  PassOptions::Option<int64_t> blockSize{
-      *this, "block-size",
-      llvm::cl::desc("SPIN block size in slots; must divide the page size"),
-      llvm::cl::init(64)};
-  PassOptions::Option<double> emaDecay{
-      *this, "ema-decay", llvm::cl::desc("EMA decay alpha in [0, 1]"),
-      llvm::cl::init(0.5)};
-  PassOptions::Option<double> explore{
-      *this, "explore",
-      llvm::cl::desc("Fraction of the block budget explored, in [0, 1]"),
-      llvm::cl::init(0.0)};
-  PassOptions::Option<uint64_t> seed{
-      *this, "seed", llvm::cl::desc("Exploration seed"), llvm::cl::init(0)};
-  PassOptions::Option<ExplorePolicy> explorePolicy{
-      *this, "explore-policy",
-      llvm::cl::desc("Which blocks exploration picks (SPIN_SPEC §3.7, §7.1)"),
-      llvm::cl::init(ExplorePolicy::random),
-      llvm::cl::values(
-          clEnumValN(ExplorePolicy::random, "random",
-                     "deterministic splitmix64 ranks (default)"),
-          clEnumValN(ExplorePolicy::staleness_score, "staleness-score",
-                     "largest block age times positive predicted score"),
-          clEnumValN(ExplorePolicy::block_age, "block-age",
-                     "least recently observed blocks"))};
-  PassOptions::Option<PoolingKind> pooling{
-      *this, "pooling", llvm::cl::desc("Block pooling of predictions"),
-      llvm::cl::init(PoolingKind::max),
-      llvm::cl::values(clEnumValN(PoolingKind::max, "max", "maximum"),
-                       clEnumValN(PoolingKind::mean, "mean", "mean"),
-                       clEnumValN(PoolingKind::top4, "top4",
-                                  "mean of the 4 largest"))};
-  PassOptions::Option<Reduction> reduction{
-      *this, "reduction", llvm::cl::desc("Block reduction variant"),
-      llvm::cl::init(Reduction::a1),
-      llvm::cl::values(
-          clEnumValN(Reduction::a0, "A0",
-                     "blocks holding the predicted top-K slots"),
-          clEnumValN(Reduction::a1, "A1", "pooled slot predictions (default)"),
-          clEnumValN(Reduction::a2, "A2", "block-level EMA state"))};
-  PassOptions::Option<MtpMask> mtpMask{
-      *this, "mtp-mask", llvm::cl::desc("Blocks an MTP step scores"),
-      llvm::cl::init(MtpMask::union_),
-      llvm::cl::values(
-          clEnumValN(MtpMask::union_, "union", "union of the rows' selections"),
-          clEnumValN(MtpMask::row0, "row0", "row 0's selection for every row"))};
-  PassOptions::Option<MtpUpdate> mtpUpdate{
-      *this, "mtp-update", llvm::cl::desc("Rows an MTP commit replays"),
-      llvm::cl::init(MtpUpdate::prefix),
-      llvm::cl::values(
-          clEnumValN(MtpUpdate::prefix, "prefix", "rows 0..accepted in order"),
-          clEnumValN(MtpUpdate::row0, "row0", "row 0 only"))};
-  PassOptions::Option<bool> resetInput{
-      *this, "reset-input",
-      llvm::cl::desc("Add a {spin.reset} [B] i1 argument that resets requests"),
-      llvm::cl::init(false)};
-  PassOptions::Option<bool> reportSparsity{
-      *this, "report-sparsity",
-      llvm::cl::desc("Return each layer's realized block sparsity per row"),
-      llvm::cl::init(false)};
-  // Stages.
-  PassOptions::Option<bool> fuse{
-      *this, "fuse", llvm::cl::desc("Run spin-fuse"), llvm::cl::init(true)};
-  PassOptions::Option<bool> scheduleAsync{
-      *this, "schedule-async", llvm::cl::desc("Run spin-schedule-async"),
-      llvm::cl::init(true)};
-};
+// SparsifyPipelineOptions (spin-sparsify-pipeline) and LowerToCPUOptions
+// (spin-lower-to-cpu), generated from Pipelines.td: the options of the passes
+// each pipeline forwards to, declared once in their Passes.td, plus the
+// pipeline's own. Each struct converts to the passes' options structs
+// (toSpinSparsifyIndexerOptions(), ...) and visits its options by flag with
+// their real types (forEachOption).
+#define GEN_PIPELINE_OPTIONS_DECL
+#include "spin/Pipelines/Pipelines.h.inc"
 
 /// spin-sparsify-pipeline: raise (linalg -> spin.dense_indexer), sparsify
 /// (dense -> SPIN), fuse (one op per kernel), schedule (async updates and
 /// predictions), each followed by canonicalize + cse.
 void buildSparsifyPipeline(OpPassManager &pm,
                            const SparsifyPipelineOptions &options);
-
-/// Options of `spin-lower-to-cpu`.
-struct LowerToCPUOptions : public PassPipelineOptions<LowerToCPUOptions> {
-  PassOptions::Option<std::string> stateStorage{
-      *this, "state-storage",
-      llvm::cl::desc("Where SPIN state lives: 'arguments' (the runtime's "
-                     "state pool, the default) or 'globals' (module-level "
-                     "buffers, for self-contained programs and tests)"),
-      llvm::cl::init("arguments")};
-  PassOptions::Option<int64_t> numSlots{
-      *this, "num-slots",
-      llvm::cl::desc("globals: requests the state buffers hold"),
-      llvm::cl::init(8)};
-  PassOptions::Option<int64_t> capacity{
-      *this, "capacity",
-      llvm::cl::desc("globals: slots of state per request"),
-      llvm::cl::init(4096)};
-  PassOptions::Option<int64_t> maxRows{
-      *this, "max-rows",
-      llvm::cl::desc("globals: query rows per step (MTP buffers)"),
-      llvm::cl::init(4)};
-};
 
 /// spin-lower-to-cpu: spin ops to loops (convert-spin-to-scf), one-shot
 /// bufferization with results turned into out-parameters, deallocation of
@@ -149,7 +51,6 @@ void buildLowerSpinToBuffersPipeline(OpPassManager &pm,
                                      const LowerToCPUOptions &options);
 void buildLowerBuffersToLLVMPipeline(OpPassManager &pm);
 
-/// Registers the spin pipelines for textual pass pipelines (spin-opt).
 /// Options of `spin-lower-to-nvvm`: the kernels of convert-spin-to-gpu to
 /// PTX for each chip.
 struct LowerToNVVMOptions : public PassPipelineOptions<LowerToNVVMOptions> {
@@ -204,6 +105,7 @@ void buildLowerToNVVMPipeline(OpPassManager &pm,
 void buildLowerToNVVMPipelineAfterPlan(OpPassManager &pm,
                                        const LowerToNVVMOptions &options);
 
+/// Registers the spin pipelines for textual pass pipelines (spin-opt).
 void registerSpinPipelines();
 
 } // namespace spin
