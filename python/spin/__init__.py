@@ -128,6 +128,9 @@ class Program:
 
 
 def _sparsify_text(pipeline_options: Optional[Dict[str, Any]]) -> Optional[str]:
+    """``pipeline_options`` as option text, for cache keys only (the compiler
+    takes the dict itself and checks each option's type). Plain Python, so
+    that a build without the compiler computes the same keys."""
     if pipeline_options is None:
         return None
     return " ".join(f"{k.replace('_', '-')}={_option_text(v)}"
@@ -145,13 +148,16 @@ def compile(mlir_text: str, function: str,
     """Compiles ``function`` of an MLIR module with spin ops.
 
     ``pipeline_options`` are spin-sparsify-pipeline options (for example
-    ``{"sparsity": 0.4, "explore": 0.05}``); ``None`` compiles the graph as
-    written. ``target="cpu"`` JIT-compiles for this machine and returns a
-    :class:`Program`; ``target="cuda"`` compiles PTX for torch's current CUDA
-    device (sm_90a, sm_100a or sm_103a; the scoring grids sized for its SM
-    count) into the cache directory and returns the loaded
-    :class:`CudaProgram` (see :func:`compile_artifact` for ahead-of-time
-    artifacts).
+    ``{"sparsity": 0.4, "explore": 0.05, "explore_policy": "block-age"}``;
+    keys with ``_`` or ``-``, values of the option's type: bool, int, float,
+    or str for strings and for enums' value names; an unknown key or value
+    raises ValueError, a value of the wrong type TypeError); ``None``
+    compiles the graph as written. ``target="cpu"`` JIT-compiles for this
+    machine and returns a :class:`Program`; ``target="cuda"`` compiles PTX
+    for torch's current CUDA device (sm_90a, sm_100a or sm_103a; the scoring
+    grids sized for its SM count) into the cache directory and returns the
+    loaded :class:`CudaProgram` (see :func:`compile_artifact` for
+    ahead-of-time artifacts).
 
     Compiled code is cached in this process and on disk (``$SPIN_CACHE_DIR``,
     else ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``; ``SPIN_CACHE_DIR=off``
@@ -171,8 +177,7 @@ def compile(mlir_text: str, function: str,
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r} "
                          "(compile_artifact() writes PTX for named chips)")
-    return Program(_spin.compile(mlir_text, function,
-                                 _sparsify_text(pipeline_options)))
+    return Program(_spin.compile(mlir_text, function, pipeline_options))
 
 
 def compile_artifact(mlir_text: str, function: str, out_dir: str,
@@ -191,9 +196,8 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
                            "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
     if isinstance(chips, str):
         chips = [chips]
-    _spin.compile_gpu(mlir_text, function, _sparsify_text(pipeline_options),
-                      list(chips), int(ptx_version), os.fspath(out_dir),
-                      int(sm_count))
+    _spin.compile_gpu(mlir_text, function, pipeline_options, list(chips),
+                      int(ptx_version), os.fspath(out_dir), int(sm_count))
     return os.fspath(out_dir)
 
 

@@ -29,11 +29,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 
 namespace py = pybind11;
 namespace rt = ::spin::runtime;
@@ -414,17 +416,115 @@ static void bindGpuProgram(py::module_ &m) {
 // The compiler
 //===----------------------------------------------------------------------===//
 
-/// The spin-sparsify-pipeline options of a compile call, parsed into
-/// `parsed`: null for None (the graph compiles as written), else `&parsed`.
-/// Raises ValueError for options the pipeline does not accept.
+/// The flags `options` accepts, comma separated, for messages.
+static std::string sparsifyFlags(mlir::spin::SparsifyPipelineOptions &options) {
+  std::string flags;
+  options.forEachOption([&](llvm::StringRef flag, auto &) {
+    flags += (flags.empty() ? "" : ", ") + flag.str();
+  });
+  return flags;
+}
+
+/// The value names an enum option accepts, comma separated, for messages.
+template <typename OptionT>
+static std::string valueNames(OptionT &option) {
+  std::string names;
+  for (unsigned i = 0, e = option.getParser().getNumOptions(); i < e; ++i)
+    names += (i ? ", " : "") + option.getParser().getOption(i).str();
+  return names;
+}
+
+/// Sets `option` to the Python `value`, which must have the option's type:
+/// a bool for bool options, an int (not a bool) in range for integer ones, an
+/// int or float for doubles, a str for strings and, for enum options, one of
+/// the value names the option declares (parsed by the option's own parser).
+template <typename OptionT>
+static void setOption(OptionT &option, llvm::StringRef flag,
+                      py::handle value) {
+  using T = std::decay_t<decltype(option.getValue())>;
+  PyObject *object = value.ptr();
+  std::string what = "spin-sparsify-pipeline option '" + flag.str() + "'";
+  std::string got = py::repr(value).cast<std::string>();
+  auto reject = [&](const char *type) {
+    throw py::type_error(what + " takes " + type + ", got " + got);
+  };
+  bool isInt = PyIndex_Check(object) && !PyBool_Check(object);
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!PyBool_Check(object))
+      reject("a bool");
+    option = object == Py_True;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!isInt)
+      reject(std::is_signed_v<T> ? "an int" : "a non-negative int");
+    py::int_ number = py::reinterpret_steal<py::int_>(PyNumber_Index(object));
+    T parsed = std::is_signed_v<T> ? T(PyLong_AsLongLong(number.ptr()))
+                                   : T(PyLong_AsUnsignedLongLong(number.ptr()));
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      raise(what + " is out of range for " +
+            (std::is_signed_v<T> ? "int64" : "uint64") + ": " + got);
+    }
+    option = parsed;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!isInt && !PyFloat_Check(object))
+      reject("a float");
+    option = value.cast<double>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!PyUnicode_Check(object))
+      reject("a str");
+    option = value.cast<std::string>();
+  } else {
+    static_assert(std::is_enum_v<T>, "an option type Python cannot set");
+    if (!PyUnicode_Check(object))
+      reject(("a str (one of " + valueNames(option) + ")").c_str());
+    std::string name = value.cast<std::string>();
+    T parsed{};
+    if (option.getParser().findOption(name) == option.getParser().getNumOptions() ||
+        option.getParser().parse(option, flag, name, parsed))
+      raise(what + " has no value " + got + " (accepted: " +
+            valueNames(option) + ")");
+    option = parsed;
+  }
+}
+
+/// The spin-sparsify-pipeline options of a compile call, set in `parsed`:
+/// null for None (the graph compiles as written), else `&parsed`. A dict
+/// sets each option (keys are flags, with '_' or '-') with its own type; a
+/// str is parsed as pipeline option text ("sparsity=0.5 pooling=mean").
+/// Raises ValueError for unknown keys and values, TypeError for values of
+/// the wrong type.
 static const mlir::spin::SparsifyPipelineOptions *
 sparsifyOptions(const py::object &options,
                 mlir::spin::SparsifyPipelineOptions &parsed) {
   if (options.is_none())
     return nullptr;
-  std::string text = options.cast<std::string>();
-  if (mlir::failed(parsed.parseFromString(text)))
-    raise("invalid spin-sparsify-pipeline options: '" + text + "'");
+  if (py::isinstance<py::str>(options)) {
+    std::string text = options.cast<std::string>();
+    if (mlir::failed(parsed.parseFromString(text)))
+      raise("invalid spin-sparsify-pipeline options: '" + text + "'");
+    return &parsed;
+  }
+  if (!py::isinstance<py::dict>(options))
+    throw py::type_error("spin-sparsify-pipeline options must be a dict, got " +
+                         py::repr(options).cast<std::string>());
+  for (auto [key, value] : options.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(key))
+      throw py::type_error("spin-sparsify-pipeline option names are str, got " +
+                           py::repr(key).cast<std::string>());
+    std::string flag = key.cast<std::string>();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    bool known = false;
+    parsed.forEachOption([&](llvm::StringRef name, auto &option) {
+      if (name == flag) {
+        known = true;
+        setOption(option, name, value);
+      }
+    });
+    if (!known)
+      raise("unknown spin-sparsify-pipeline option " +
+            py::repr(key).cast<std::string>() + " (accepted: " +
+            sparsifyFlags(parsed) + ")");
+  }
   return &parsed;
 }
 
@@ -484,8 +584,22 @@ static void bindCompiler(py::module_ &m) {
       },
       py::arg("source"), py::arg("function"), py::arg("options") = py::none(),
       "JIT-compiles `function` of `source`; `options` are "
-      "spin-sparsify-pipeline options ('sparsity=0.4 explore=0.05 ...') or "
-      "None to compile the graph as written");
+      "spin-sparsify-pipeline options ({'sparsity': 0.4, 'explore_policy': "
+      "'block-age'}, or the text 'sparsity=0.4 ...') or None to compile the "
+      "graph as written");
+  m.def(
+      "sparsify_options_text",
+      [](py::object options) {
+        mlir::spin::SparsifyPipelineOptions parsed;
+        sparsifyOptions(options, parsed);
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        parsed.print(os);
+        return text;
+      },
+      py::arg("options"),
+      "The spin-sparsify-pipeline options `options` (a dict or option text) "
+      "give, every option printed ('{block-size=64 ...}')");
   m.def("compiler_version", &mlir::spin::compilerVersion,
         "A hash of the compiler sources (keys the program caches)");
   m.def(

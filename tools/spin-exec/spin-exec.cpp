@@ -16,6 +16,10 @@
 //   -1 for none) and reset.npy [B] |u1. Writes out_topk.npy [B, R, K] <i4
 //   and out_sparsity.npy [B, R] <f4 into each step directory.
 //
+// spin-sparsify-pipeline's options are flags of the same names, types and
+// defaults (--sparsity=0.5 --explore-policy=block-age ...), declared from
+// the pipeline's options struct.
+//
 //===----------------------------------------------------------------------===//
 
 #include "spin/ExecutionEngine/CpuExecutable.h"
@@ -33,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 using namespace mlir::spin;
 namespace rt = ::spin::runtime;
@@ -60,27 +65,6 @@ static cl::opt<std::string> keyFormat("key-format",
 static cl::opt<int64_t> numSlots("num-slots",
                                  cl::desc("Concurrent requests in the state pool"),
                                  cl::init(64));
-// spin-sparsify-indexer options, passed through as the pipeline's options.
-static cl::opt<int64_t> blockSize("block-size", cl::init(64),
-                                  cl::desc("SPIN block size"));
-static cl::opt<double> sparsity("sparsity", cl::init(0.4),
-                                cl::desc("Target block sparsity"));
-static cl::opt<double> emaDecay("ema-decay", cl::init(0.5), cl::desc("EMA decay"));
-static cl::opt<double> explore("explore", cl::init(0.0),
-                               cl::desc("Explored fraction of the budget"));
-static cl::opt<uint64_t> seed("seed", cl::init(0), cl::desc("Exploration seed"));
-static cl::opt<std::string>
-    explorePolicy("explore-policy", cl::init("random"),
-                  cl::desc("random | staleness-score | block-age"));
-static cl::opt<std::string> pooling("pooling", cl::init("max"),
-                                    cl::desc("max | mean | top4"));
-static cl::opt<std::string> reduction("reduction", cl::init("A1"),
-                                      cl::desc("A0 | A1 | A2"));
-static cl::opt<std::string> mtpMask("mtp-mask", cl::init("union"),
-                                    cl::desc("union | row0"));
-static cl::opt<std::string> mtpUpdate("mtp-update", cl::init("prefix"),
-                                      cl::desc("prefix | row0"));
-
 namespace {
 
 int fail(const std::string &message) {
@@ -147,31 +131,68 @@ IndexerConfig indexerConfig() {
   return config;
 }
 
-/// Fills `options` (spin-sparsify-pipeline's) from the command line, field
-/// by field; the enum-valued ones are parsed with the value names the
-/// pipeline declares (the option's parser prints why a name is unknown).
-rt::Status sparsifyOptions(SparsifyPipelineOptions &options) {
-  options.sparsity = sparsity.getValue();
-  options.blockSize = blockSize.getValue();
-  options.emaDecay = emaDecay.getValue();
-  options.explore = explore.getValue();
-  options.seed = seed.getValue();
-  std::string invalid;
-  auto setEnum = [&](auto &option, const std::string &value) {
-    std::decay_t<decltype(option.getValue())> parsed{};
-    if (!option.getParser().parse(option, option.ArgStr, value, parsed))
-      option = parsed;
-    else if (invalid.empty())
-      invalid = (option.ArgStr + "=" + value).str();
-  };
-  setEnum(options.explorePolicy, explorePolicy);
-  setEnum(options.pooling, pooling);
-  setEnum(options.reduction, reduction);
-  setEnum(options.mtpMask, mtpMask);
-  setEnum(options.mtpUpdate, mtpUpdate);
-  if (!invalid.empty())
-    return rt::Status::error("invalid pipeline options: " + invalid);
-  return rt::Status::success();
+//===----------------------------------------------------------------------===//
+// spin-sparsify-pipeline's options as flags
+//===----------------------------------------------------------------------===//
+
+/// The top-level flag type mirroring the pipeline option type `OptionT`:
+/// same value type, same parser.
+template <typename OptionT>
+using FlagFor =
+    cl::opt<std::decay_t<decltype(std::declval<OptionT &>().getValue())>,
+            /*ExternalStorage=*/false,
+            std::decay_t<decltype(std::declval<OptionT &>().getParser())>>;
+
+/// Where --help lists the pipeline's flags.
+cl::OptionCategory &pipelineCategory() {
+  static cl::OptionCategory category("spin-sparsify-pipeline options");
+  return category;
+}
+
+/// A flag declared like the pipeline's `option`: its description, default
+/// and, for enums, its value names.
+template <typename OptionT>
+std::unique_ptr<cl::Option> flagLike(llvm::StringRef name, OptionT &option) {
+  auto flag = std::make_unique<FlagFor<OptionT>>(
+      name, cl::desc(option.HelpStr), cl::init(option.getValue()),
+      cl::cat(pipelineCategory()));
+  using T = std::decay_t<decltype(option.getValue())>;
+  if constexpr (std::is_enum_v<T>) {
+    auto &values = option.getParser();
+    for (unsigned i = 0, e = values.getNumOptions(); i < e; ++i)
+      flag->getParser().addLiteralOption(
+          values.getOption(i),
+          static_cast<const cl::OptionValue<T> &>(values.getOptionValue(i))
+              .getValue(),
+          values.getDescription(i));
+  }
+  return flag;
+}
+
+/// Declares a flag for each option of spin-sparsify-pipeline, except
+/// page-size, which spin-exec declares itself for the graph (whose keys are
+/// already paged, so the raising pass has nothing to do).
+std::map<std::string, std::unique_ptr<cl::Option>>
+declarePipelineFlags(SparsifyPipelineOptions &defaults) {
+  std::map<std::string, std::unique_ptr<cl::Option>> flags;
+  defaults.forEachOption([&](llvm::StringRef name, auto &option) {
+    if (name != pageSize.ArgStr)
+      flags[name.str()] = flagLike(name, option);
+  });
+  return flags;
+}
+
+/// Sets `options` from the parsed flags of declarePipelineFlags.
+void setPipelineOptions(
+    SparsifyPipelineOptions &options,
+    const std::map<std::string, std::unique_ptr<cl::Option>> &flags) {
+  options.forEachOption([&](llvm::StringRef name, auto &option) {
+    auto it = flags.find(name.str());
+    if (it != flags.end())
+      option = static_cast<FlagFor<std::decay_t<decltype(option)>> &>(
+                   *it->second)
+                   .getValue();
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -195,8 +216,10 @@ compileIndexer(const std::string &graph, const SparsifyPipelineOptions &options,
   return exe;
 }
 
-/// A one-layer state pool for `program`.
-rt::StatusOr<std::unique_ptr<rt::StatePool>> createPool(const rt::StepProgram &program) {
+/// A one-layer state pool for `program`, whose SPIN blocks are `blockSize`
+/// slots.
+rt::StatusOr<std::unique_ptr<rt::StatePool>>
+createPool(const rt::StepProgram &program, int64_t blockSize) {
   rt::StatePoolOptions poolOptions;
   poolOptions.numLayers = 1;
   poolOptions.numSlots = numSlots;
@@ -398,21 +421,21 @@ rt::Status runSteps(const rt::StepProgram &program, rt::StatePool &pool,
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  SparsifyPipelineOptions options;
+  auto pipelineFlags = declarePipelineFlags(options);
   cl::ParseCommandLineOptions(
       argc, argv, "spin-exec: run an indexer trace on the compiled CPU path\n");
+  setPipelineOptions(options, pipelineFlags);
 
   rt::StatusOr<std::string> graph = buildIndexerGraph(indexerConfig());
   if (!graph.ok())
     return fail(graph.message());
-  SparsifyPipelineOptions options;
-  if (rt::Status s = sparsifyOptions(options); !s.ok())
-    return fail(s.message());
   double compileSeconds = 0;
   auto exe = compileIndexer(*graph, options, compileSeconds);
   if (!exe.ok())
     return fail(exe.message());
   const rt::StepProgram &program = (*exe)->program();
-  auto pool = createPool(program);
+  auto pool = createPool(program, options.blockSize);
   if (!pool.ok())
     return fail(pool.message());
 
