@@ -232,12 +232,14 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   for (const auto &[wgmma, chips] : groups) {
     OwningOpRef<ModuleOp> plan(module->clone());
     PassManager toGpu(&context);
+    SpinConfigureGpuKernelsOptions tuning;
+    tuning.tilesPerWarp = options.tilesPerWarp;
+    tuning.smCount = options.smCount;
+    tuning.mTiles = options.mTiles;
+    tuning.wgmma = wgmma;
+    toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;
-    gpu.tilesPerWarp = options.tilesPerWarp;
-    gpu.smCount = options.smCount;
-    gpu.mTiles = options.mTiles;
-    gpu.wgmma = wgmma;
     toGpu.addPass(createConvertSpinToGPU(gpu));
     if (failed(toGpu.run(*plan)))
       return fail("convert-spin-to-gpu failed");

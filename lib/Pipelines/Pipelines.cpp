@@ -167,15 +167,17 @@ mlir::spin::verifyLowerToNVVMOptions(const LowerToNVVMOptions &options,
 
 void mlir::spin::buildLowerToNVVMPipeline(OpPassManager &pm,
                                           const LowerToNVVMOptions &options) {
-  ConvertSpinToGPUOptions gpu;
-  gpu.capacity = options.capacity;
-  gpu.smCount = options.smCount;
+  SpinConfigureGpuKernelsOptions tuning;
+  tuning.smCount = options.smCount;
   // One gpu.module serves every chip here: wgmma only when every chip has
   // it (spin-compile converts per group of chips).
-  gpu.wgmma = !options.chips.empty() &&
-              llvm::all_of(options.chips, [](const std::string &chip) {
-                return chipHasWgmma(chip);
-              });
+  tuning.wgmma = !options.chips.empty() &&
+                 llvm::all_of(options.chips, [](const std::string &chip) {
+                   return chipHasWgmma(chip);
+                 });
+  pm.addPass(createSpinConfigureGpuKernels(tuning));
+  ConvertSpinToGPUOptions gpu;
+  gpu.capacity = options.capacity;
   pm.addPass(createConvertSpinToGPU(gpu));
   buildLowerToNVVMPipelineAfterPlan(pm, options);
 }

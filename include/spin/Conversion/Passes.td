@@ -111,10 +111,50 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
     Graphs this path cannot run yet (A0/A2 reductions, the staleness-score
     and block-age exploration policies, f32 keys) are rejected with a
     diagnostic naming the op.
+
+    Each kernel's tuning comes from the op's `spin.score_config`,
+    `spin.topk_config` and `spin.select_config` attributes; ops without them
+    are first configured as spin-configure-gpu-kernels does with its
+    default options.
   }];
   let options = [
     Option<"capacity", "capacity", "int64_t", "0",
            "slots of state per request (0: the block table's reach)">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect", "::mlir::math::MathDialect"
+  ];
+}
+
+def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
+  let summary = "Choose the tuning of each op's GPU kernels";
+  let description = [{
+    The config step of the GPU path: records on every op that
+    convert-spin-to-gpu turns into kernels how those kernels split their
+    work, as attributes that the conversion reads (and that a test or a
+    user may set by hand instead):
+
+    * `spin.score_config` on `spin.dense_indexer` and `spin.fused_score`:
+      warps per CTA, warp tiles per warp (by default the T in [8, 64] that
+      minimises the wave cost ceil(CTAs / (2 x SMs)) x (T + 2) for the
+      entries a row scores: every visible slot, or the selection's block
+      budget), M tiles and wgmma;
+    * `spin.topk_config` on `spin.topk` and `spin.fused_score`: a cluster of
+      one CTA per 16 x threads entries of the row (at most 8), 1024 threads
+      for K > 512 and 512 otherwise, and merge ranks for K > 512 where a
+      cluster of 512-thread CTAs takes a slice of at most 512 candidates
+      each;
+    * `spin.select_config` on `spin.fused_select`: whether a single-row
+      step's prediction prefetches on a cache miss (when its grid has at
+      most `sm-count` CTAs).
+
+    Ops that already carry an attribute keep it. The model and the
+    measurements behind each choice are in docs/benchmarks-kernels.md,
+    "Tuning choices of the GPU lowering".
+  }];
+  let options = [
     Option<"warpsPerCta", "warps-per-cta", "int64_t", "8",
            "warps per CTA of the scoring kernels">,
     Option<"tilesPerWarp", "tiles-per-warp", "int64_t", "0",
@@ -127,14 +167,8 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "multiple of 4)">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each, "
-           "the most CTAs of a prediction that prefetches on a cache miss, "
-           "and after a larger one the selection lets the scoring start "
-           "before its wait (132: H100 SXM / H200; 148: B200 / B300)">,
-  ];
-  let dependentDialects = [
-    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
-    "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect",
-    "::mlir::scf::SCFDialect", "::mlir::math::MathDialect"
+           "and the most CTAs of a prediction that prefetches on a cache "
+           "miss (132: H100 SXM / H200; 148: B200 / B300)">,
   ];
 }
 

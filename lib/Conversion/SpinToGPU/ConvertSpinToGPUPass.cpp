@@ -10,8 +10,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "KernelBuilder.h"
-#include "Kernels.h"
+#include "NVVM/KernelBuilder.h"
+#include "NVVM/KernelConfig.h"
+#include "NVVM/Kernels.h"
 
 #include "spin/Conversion/Passes.h"
 #include "spin/Dialect/Spin/IR/SpinAbi.h"
@@ -121,9 +122,6 @@ struct MaskBuffers {
   /// leaves the request's state untouched.
   Buffer skip;
   int64_t maxBlocks, blockSize;
-  /// Blocks a row selects after warm-up (SPIN_SPEC §3.4 at the full
-  /// width), for sizing the scoring grid.
-  int64_t expectedBlocks;
   /// With the prediction cache: the next-step prediction to launch after
   /// the EMA update (its kernel, grid and operands).
   std::optional<std::pair<std::string, LaunchShape>> predictNext;
@@ -284,7 +282,7 @@ private:
                             int64_t stream, int64_t wait);
   LogicalResult lowerOne(Operation *op);
   /// The one-launch top-K (Kernels.h) and its candidate buffer.
-  void launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
+  LogicalResult launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
                   Buffer lengths, std::optional<MaskBuffers> mask, Buffer out);
   /// `to` stands for the same device data as `from` (async values).
   void alias(Value to, Value from) {
@@ -395,8 +393,7 @@ PlanBuilder::ObservationFields PlanBuilder::observationsOf(Operation *user,
 /// The scoring kernel's spec for an indexer-like op, or a diagnostic for
 /// what the GPU path cannot score.
 template <typename IndexerLike>
-static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
-                                            const ConvertSpinToGPUOptions &o) {
+static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   auto q = cast<RankedTensorType>(op.getQ().getType());
   auto keys = cast<RankedTensorType>(op.getKeys().getType());
   auto table = cast<RankedTensorType>(op.getBlockTable().getType());
@@ -425,23 +422,19 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op,
   spec.keyFormat = *keyFormat;
   spec.queryFormat = *queryFormat;
   spec.scales = static_cast<bool>(op.getScales());
-  spec.warps = o.warpsPerCta;
-  // One M tile a warp, so that two CTAs share an SM: that beats two M tiles
-  // sharing B fragments (docs/benchmarks-kernels.md, "Tuning choices").
-  spec.mTiles = o.mTiles > 0 ? o.mTiles : 1;
-  if (spec.mTiles > 2)
-    return op.emitOpError("GPU path: m-tiles must be 1 or 2 (got ")
-               << spec.mTiles << ")",
+  auto config = SpinDialect::ScoreConfigAttrHelper(op.getContext()).getAttr(op);
+  if (!config)
+    return op.emitOpError("GPU path: no #spin.score_config (configured by "
+                          "spin-configure-gpu-kernels)"),
            failure();
-  // 0 here: chosen by tilesForWork once the entries per row are known.
-  spec.tilesPerWarp = std::max<int64_t>(o.tilesPerWarp, 0);
-  if (o.wgmma) {
-    if (spec.mTiles != 1 || spec.warps % 4 != 0 || spec.heads > 256)
-      return op.emitOpError("GPU path: wgmma scoring needs m-tiles = 1, "
-                            "warps-per-cta a multiple of 4 and at most 256 "
-                            "heads (got m-tiles = ")
-                 << spec.mTiles << ", warps-per-cta = " << spec.warps
-                 << ", H = " << spec.heads << ")",
+  spec.warps = config.getWarps();
+  spec.mTiles = config.getMTiles();
+  spec.tilesPerWarp = config.getTilesPerWarp();
+  if (config.getWgmma()) {
+    if (spec.heads > 256)
+      return op.emitOpError("GPU path: wgmma scoring needs at most 256 heads "
+                            "(got H = ")
+                 << spec.heads << ")",
              failure();
     spec.wgmma = true;
   }
@@ -475,39 +468,11 @@ indexerOperands(IndexerLike op,
   return operands;
 }
 
-/// Warp tiles per warp when the options leave them open. Scoring CTAs run
-/// in waves of two per SM, and a CTA takes about as long as its tiles plus
-/// two (staging the queries and its page table), so a grid costs about
-/// ceil(CTAs / (2 x SMs)) x (tiles + 2), SMs = the `sm-count` option: the
-/// tiles in [8, 64] that minimise this for rows of `entries` entries (the
-/// fewest on a tie). A grid whose last wave is mostly empty costs a whole
-/// wave; the model and the measurements it was fitted to are in
-/// docs/benchmarks-kernels.md, "Tuning choices".
-static void tilesForWork(ScoreKernelSpec &spec, int64_t entries,
-                         int64_t smCount) {
-  constexpr int64_t kOverheadTiles = 2;
-  const int64_t kCtaSlots = 2 * smCount;
-  if (spec.tilesPerWarp > 0)
-    return;
-  int64_t best = 0, bestCost = 0;
-  for (int64_t tiles = 8; tiles <= 64; ++tiles) {
-    int64_t perCta = spec.warps * tiles * 16 * spec.mTiles;
-    int64_t ctas = spec.batch * spec.rows * llvm::divideCeil(entries, perCta);
-    int64_t cost = llvm::divideCeil(ctas, kCtaSlots) * (tiles + kOverheadTiles);
-    if (best == 0 || cost < bestCost) {
-      best = tiles;
-      bestCost = cost;
-    }
-  }
-  spec.tilesPerWarp = best;
-}
-
 LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
-  FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
+  FailureOr<ScoreKernelSpec> spec = scoreSpec(op);
   if (failed(spec))
     return failure();
   spec->name = kernelName("score_dense");
-  tilesForWork(*spec, spec->outWidth(), options.smCount);
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -544,8 +509,7 @@ LogicalResult PlanBuilder::lower(TopKOp op) {
   FailureOr<Buffer> out = bufferOf(op, op.getIndices());
   if (failed(in) || failed(lengths) || failed(out))
     return failure();
-  launchTopK(op, spec, *in, *lengths, std::nullopt, *out);
-  return success();
+  return launchTopK(op, spec, *in, *lengths, std::nullopt, *out);
 }
 
 /// Rejects the selections the GPU path does not implement: block
@@ -601,18 +565,15 @@ PlanBuilder::selectSparsityOf(FusedSelectOp op) {
 }
 
 /// The selection's scratch buffers (mask bytes, block list, counts, skip
-/// flags) and SPIN_SPEC §3.4's budget at the full width.
+/// flags).
 MaskBuffers PlanBuilder::selectMaskBuffers(const SelectKernelSpec &spec) {
   int64_t cells = spec.batch * spec.maxBlocks;
-  int64_t budget = ::spin::runtime::blockBudget(spec.maxBlocks, spec.blockSize,
-                                                spec.topk, spec.sparsity);
   return MaskBuffers{addScratch(spec.name + "_mask", cells),
                      addScratch(spec.name + "_blocks", cells * 4),
                      addScratch(spec.name + "_counts", spec.batch * 4),
                      addScratch(spec.name + "_skip", spec.batch * 4),
                      spec.maxBlocks,
-                     spec.blockSize,
-                     budget};
+                     spec.blockSize};
 }
 
 /// Launches the predict kernel (block scores by max pooling) before the
@@ -635,11 +596,9 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
                            spec.batch * spec.rows * spec.maxBlocks * 4);
   }
   predictOperands.push_back(predicted);
+  auto config = SpinDialect::SelectConfigAttrHelper(op.getContext()).getAttr(op);
   spec.prefetchOnMiss =
-      spec.predictionCache &&
-      llvm::divideCeilSigned(spec.maxBlocks, spec.predictBlocksPerCta) *
-              spec.batch <=
-          static_cast<int64_t>(options.smCount);
+      spec.predictionCache && config && config.getPrefetchOnMiss();
   LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
   SmallVector<Buffer> operands = predictOperands;
   if (spec.prefetchOnMiss)
@@ -714,7 +673,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   const MaskBuffers &mask = maskIt->second;
   if (mask.blockSize != static_cast<int64_t>(op.getBlockSize()))
     return op.emitOpError("GPU path: block size differs from the selection's");
-  FailureOr<ScoreKernelSpec> spec = scoreSpec(op, options);
+  FailureOr<ScoreKernelSpec> spec = scoreSpec(op);
   if (failed(spec))
     return failure();
   spec->name = kernelName("score_sparse");
@@ -725,7 +684,6 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   // their first tiles where the previous step's list put them, which
   // decoding steps mostly select again (docs/benchmarks-kernels.md).
   spec->prefetchPreviousTiles = mask.previous.has_value();
-  tilesForWork(*spec, mask.expectedBlocks * mask.blockSize, options.smCount);
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -761,7 +719,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   FailureOr<Buffer> out = bufferOf(op, op.getIndices());
   if (failed(lengths) || failed(out))
     return failure();
-  launchTopK(op, topk, scores, *lengths, mask, *out);
+  if (failed(launchTopK(op, topk, scores, *lengths, mask, *out)))
+    return failure();
 
   if (op.getState()) {
     FailureOr<Buffer> positions = bufferOf(op, op.getPositions());
@@ -779,32 +738,21 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   return success();
 }
 
-void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
-                             Buffer lengths, std::optional<MaskBuffers> mask,
+LogicalResult PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec,
+                                      Buffer scores, Buffer lengths, std::optional<MaskBuffers> mask,
                              Buffer out) {
   int64_t rows = spec.batch * spec.rows;
-  // The leader's selection and sort is a chain of CTA barriers: the fewest
-  // threads that still sort K in registers (docs/benchmarks-kernels.md).
-  spec.threads = spec.k > 512 ? 1024 : 512;
-  // One CTA per 16 entries a thread of each, up to a portable cluster.
-  auto clusterFor = [&](int64_t threads) {
-    return std::clamp<int64_t>(llvm::divideCeil(spec.width, 16 * threads), 1,
-                               8);
-  };
-  spec.cluster = clusterFor(spec.threads);
-  // Larger K by merge ranks where a cluster of 512-thread CTAs takes a
-  // slice of at most 512 candidates each: the CTAs sort their slices side
-  // by side instead of the leader sorting them all, and two CTAs share an
-  // SM, so that a 16-row batch's clusters run in one wave. Not for K <= 512,
-  // whose leader sorts one candidate a thread and gains nothing from it
-  // (docs/benchmarks-kernels.md, "The top-K by merge ranks").
-  const int64_t mergeCluster = clusterFor(512);
-  if (spec.k > 512 && mergeCluster >= 2 &&
-      topKMergeSlice(spec.k, mergeCluster) <= 512) {
-    spec.threads = 512;
-    spec.cluster = mergeCluster;
-    spec.mergeRanks = true;
-  }
+  auto config = SpinDialect::TopkConfigAttrHelper(op->getContext()).getAttr(op);
+  if (!config)
+    return op->emitOpError("GPU path: no #spin.topk_config (configured by "
+                           "spin-configure-gpu-kernels)");
+  spec.threads = config.getThreads();
+  spec.cluster = config.getCluster();
+  spec.mergeRanks = config.getMergeRanks();
+  if (spec.mergeRanks && topKMergeSlice(spec.k, spec.cluster) > spec.threads)
+    return op->emitOpError("GPU path: merge ranks need a slice of at most ")
+           << spec.threads << " candidates a CTA (K = " << spec.k
+           << ", cluster = " << spec.cluster << ")";
   Buffer candidates =
       addScratch(spec.name + "_candidates", rows * spec.candidates * 8);
   LaunchShape shape = buildTopKKernel(b, op->getLoc(), kernels, spec);
@@ -813,6 +761,7 @@ void PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec, Buffer scores,
     args.append({mask->blocks, mask->counts});
   args.append({candidates, out});
   launch(spec.name, shape, args, op);
+  return success();
 }
 
 LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
@@ -1338,13 +1287,12 @@ struct ConvertSpinToGPUPass
     auto kernels = gpu::GPUModuleOp::create(b, module.getLoc(), "spin_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-    if (smCount <= 0) {
-      module.emitError("convert-spin-to-gpu: sm-count must be positive (got ")
-          << static_cast<int64_t>(smCount) << ")";
+    // Ops that spin-configure-gpu-kernels did not configure get its
+    // default configuration.
+    if (failed(gpu_codegen::configureKernels(
+            module, SpinConfigureGpuKernelsOptions())))
       return signalPassFailure();
-    }
-    ConvertSpinToGPUOptions opts{capacity, warpsPerCta, tilesPerWarp,
-                                 mTiles,   wgmma,       smCount};
+    ConvertSpinToGPUOptions opts{capacity};
     unsigned counter = 0;
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&

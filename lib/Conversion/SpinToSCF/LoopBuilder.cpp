@@ -175,10 +175,6 @@ Value LoopBuilder::toF32(Value scalar) {
   return select(isNaN, nan(), finite);
 }
 
-Value LoopBuilder::ema(Value old, Value z, Value a, Value c) {
-  return add(mul(a, old), mul(c, z));
-}
-
 Value LoopBuilder::offerTopN(Value keys, Value ids, Value n, Value count,
                              Value key, Value id,
                              function_ref<Value(Value, Value)> better) {
@@ -234,27 +230,17 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
                                           Value end,
                                           function_ref<Value(Value)> loadFn,
                                           bool finiteOnly) {
-  Type f32Type = b.getF32Type();
   Value ninf = negInf();
-  // Running state: max / sum / the four largest, and the count pooled.
-  SmallVector<Value> inits = {ninf, f32(0.0), ninf, ninf, ninf, ninf, index(0)};
+  // Running state: the maximum, CodeBuilder's pooling sums, the count.
+  SmallVector<Value> inits = {ninf};
+  inits.append(poolSumsStart());
+  inits.push_back(index(0));
   SmallVector<Value> result = forEachWith(
       begin, end, inits, [&](Value i, ValueRange it) -> SmallVector<Value> {
         Value x = loadFn(i);
         Value take = finiteOnly ? isFinite(x) : i1(true);
-        Value maxV = arith::MaximumFOp::create(b, loc, it[0], x);
-        Value sum = add(it[1], x);
-        // Insert x into the sorted four (t0 >= t1 >= t2 >= t3).
-        SmallVector<Value> top(it.begin() + 2, it.begin() + 6);
-        Value carry = x;
-        for (Value &t : top) {
-          Value bigger = cmpF(CmpFPredicate::OGT, carry, t);
-          Value kept = select(bigger, carry, t);
-          carry = select(bigger, t, carry);
-          t = kept;
-        }
-        SmallVector<Value> next = {maxV, sum};
-        next.append(top.begin(), top.end());
+        SmallVector<Value> next = {maxF(it[0], x)};
+        next.append(poolSumsTake(it.slice(1, 5), x));
         next.push_back(add(it[6], index(1)));
         for (auto [n, old] : llvm::zip_equal(next, it))
           n = select(take, n, old);
@@ -262,30 +248,9 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
       });
   Value count = result[6];
   Value any = cmp(CmpIPredicate::ugt, count, index(0));
-  Value pooled;
-  switch (kind) {
-  case PoolingKind::max:
-    pooled = result[0];
-    break;
-  case PoolingKind::mean: {
-    Value n = arith::UIToFPOp::create(
-        b, loc, f32Type, arith::IndexCastOp::create(b, loc, b.getI64Type(), count));
-    pooled = arith::DivFOp::create(b, loc, result[1], n);
-    break;
-  }
-  case PoolingKind::top4: {
-    // Sum of the up-to-four largest, largest first, over their count.
-    Value used = minU(count, index(4));
-    Value sum = result[2];
-    for (int k = 1; k < 4; ++k)
-      sum = select(cmp(CmpIPredicate::ugt, used, index(k)), add(sum, result[2 + k]),
-                   sum);
-    Value n = arith::UIToFPOp::create(
-        b, loc, f32Type, arith::IndexCastOp::create(b, loc, b.getI64Type(), used));
-    pooled = arith::DivFOp::create(b, loc, sum, n);
-    break;
-  }
-  }
+  Value pooled = kind == PoolingKind::max
+                     ? result[0]
+                     : poolSumsFinish(kind, ValueRange(result).slice(1, 5), count);
   return {select(any, pooled, ninf), count};
 }
 

@@ -4,9 +4,11 @@
 // indexer-based sparse attention.
 //
 // The CPU lowering writes every spin op as plain scf loops over memrefs.
-// This builder keeps those loop nests short to write and read; the shared
-// pieces of SPIN's semantics (fp8 decode, the splitmix64 hash, the running
-// top-n with ties to the lower id, pooling) live here once.
+// This builder keeps those loop nests short to write and read, and holds
+// what only the loops need (fp8 decoded from its bits, the running top-n
+// with ties to the lower id, pooling loops); the SPIN rules both lowerings
+// emit (the splitmix64 hash, the pooling sums, the EMA step) are
+// CodeBuilder's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,8 +72,6 @@ public:
   /// Widens a bf16/f16/f32 or fp8 e4m3 scalar to f32 (fp8 decoded from its
   /// bits: bias 7, subnormals m * 2^-9, 0x7f/0xff NaN, no infinities).
   Value toF32(Value scalar);
-  /// `a * old + c * z` rounded to f32 at each step (the EMA update).
-  Value ema(Value old, Value z, Value a, Value c);
 
   /// Offers candidate (`key`, `id`) to the running best-`n` list kept in
   /// `keys`/`ids` (best first; `count` entries valid). Ids must arrive in
@@ -81,8 +81,9 @@ public:
   Value offerTopN(Value keys, Value ids, Value n, Value count, Value key,
                   Value id, function_ref<Value(Value, Value)> better);
 
-  /// Pools the values `load(i)` for `i` in [begin, end) with `kind`,
-  /// skipping non-finite ones when `finiteOnly`. Returns (pooled, count):
+  /// Pools the values `load(i)` for `i` in [begin, end) with `kind`
+  /// (CodeBuilder's maxF or pooling sums), skipping non-finite ones when
+  /// `finiteOnly`. Returns (pooled, count):
   /// -inf and 0 when nothing was pooled.
   std::pair<Value, Value> pool(PoolingKind kind, Value begin, Value end,
                                function_ref<Value(Value)> load, bool finiteOnly);

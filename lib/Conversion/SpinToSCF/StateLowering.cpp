@@ -21,13 +21,6 @@ using arith::CmpIPredicate;
 
 namespace {
 
-/// The EMA coefficients as f32: `a = f32(decay)`, `c = f32(1 - decay)` with
-/// the subtraction done in double.
-std::pair<Value, Value> emaCoefficients(LoopBuilder &lb, double decay) {
-  return {lb.f32(static_cast<float>(decay)),
-          lb.f32(static_cast<float>(1.0 - decay))};
-}
-
 /// `it += 1` for the request in `slot`: one more step since the last reset.
 void advanceIteration(LoopBuilder &lb, const StateBuffers &state, Value slot) {
   lb.store(lb.add(lb.load(state.it, {slot}), lb.i64(1)), state.it, {slot});
@@ -109,7 +102,7 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
-    auto [a, c] = emaCoefficients(lb, op.getDecay().convertToDouble());
+    auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
@@ -194,7 +187,7 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
     LoopBuilder lb(rewriter, op.getLoc());
     Value accepted = lb.toBuffer(adaptor.getAccepted());
     Value blockSize = lb.index(op.getBlockSize());
-    auto [a, c] = emaCoefficients(lb, op.getDecay().convertToDouble());
+    auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
     bool prefix = op.getMtpUpdate() == MtpUpdate::prefix;
     lb.forEach(lb.index(0), lb.dim(accepted, 0), [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});

@@ -9,6 +9,9 @@
 
 #include "spin/Runtime/Semantics.h"
 
+#include <cassert>
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::spin;
 
@@ -231,3 +234,42 @@ CodeBuilder::ifThenElse(TypeRange types, Value cond,
 //===----------------------------------------------------------------------===//
 
 Value CodeBuilder::mix(Value x) { return ::spin::runtime::splitmix64(*this, x); }
+
+std::pair<Value, Value> CodeBuilder::emaWeights(double decay) {
+  return {f32(static_cast<float>(decay)), f32(static_cast<float>(1.0 - decay))};
+}
+
+SmallVector<Value> CodeBuilder::poolSumsStart() {
+  Value ninf = f32(-INFINITY);
+  return {f32(0.0), ninf, ninf, ninf, ninf};
+}
+
+SmallVector<Value> CodeBuilder::poolSumsTake(ValueRange sums, Value x) {
+  SmallVector<Value> next = {add(sums[0], x)};
+  // Insert x into the sorted four: it passes the kept values it exceeds.
+  Value carry = x;
+  for (Value kept : sums.drop_front()) {
+    Value bigger = cmpF(arith::CmpFPredicate::OGT, carry, kept);
+    next.push_back(select(bigger, carry, kept));
+    carry = select(bigger, kept, carry);
+  }
+  return next;
+}
+
+Value CodeBuilder::poolSumsFinish(PoolingKind kind, ValueRange sums,
+                                  Value count) {
+  // Counts are at most a block's size: converting them signed is exact.
+  auto toF32 = [&](Value n) -> Value {
+    if (n.getType().isIndex())
+      n = arith::IndexCastOp::create(b, loc, i64T(), n);
+    return arith::SIToFPOp::create(b, loc, f32T(), n);
+  };
+  assert(kind != PoolingKind::max && "max pooling is maxF over the slots");
+  if (kind == PoolingKind::mean)
+    return arith::DivFOp::create(b, loc, sums[0], toF32(count));
+  Value used = minS(count, constantLike(count, 4));
+  Value sum = sums[1];
+  for (int64_t s = 1; s < 4; ++s)
+    sum = select(gtS(used, constantLike(count, s)), add(sum, sums[1 + s]), sum);
+  return arith::DivFOp::create(b, loc, sum, toF32(used));
+}

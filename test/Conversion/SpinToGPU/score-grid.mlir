@@ -1,14 +1,14 @@
 // RUN: spin-opt %s --split-input-file --convert-spin-to-gpu | FileCheck %s
-// RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="tiles-per-warp=16" | FileCheck %s --check-prefix=FIXED
-// RUN: spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=148" | FileCheck %s --check-prefix=SM148
-// RUN: not spin-opt %s --split-input-file --convert-spin-to-gpu="sm-count=0" 2>&1 | FileCheck %s --check-prefix=BADSM
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="tiles-per-warp=16" --convert-spin-to-gpu | FileCheck %s --check-prefix=FIXED
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="sm-count=148" --convert-spin-to-gpu | FileCheck %s --check-prefix=SM148
+// RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="sm-count=0" --convert-spin-to-gpu 2>&1 | FileCheck %s --check-prefix=BADSM
 // RUN: spin-opt %s --split-input-file --spin-lower-to-nvvm="chips=sm_90a sm-count=148" | FileCheck %s --check-prefix=NVVM148
 
 // The scoring grid follows the work: 8 warps x 16 slots x T tiles per CTA,
 // T in [8, 64] minimising ceil(CTAs / 264) x (T + 2), waves of two CTAs per
 // SM of a 132-SM H200 (docs/GPU-ABI.md); --sm-count sizes the waves for
 // another GPU, --tiles-per-warp fixes T.
-// BADSM: error: convert-spin-to-gpu: sm-count must be positive (got 0)
+// BADSM: error: spin-configure-gpu-kernels: sm-count must be positive (got 0)
 
 // 16 rows of 64K slots: 32 tiles (4096 slots per CTA), 16 x 16 CTAs: one
 // wave.

@@ -1,6 +1,6 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s --check-prefix=HINT
-// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu="sm-count=1" | FileCheck %s --check-prefix=NOHINT
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --spin-configure-gpu-kernels="sm-count=1" --convert-spin-to-gpu | FileCheck %s --check-prefix=NOHINT
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
 // scheduled asynchronously) becomes: reset, prediction and max pooling

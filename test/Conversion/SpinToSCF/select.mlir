@@ -112,7 +112,8 @@ func.func @pool_max(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x4
 
 // -----
 
-// Mean pooling over blocks of 8: the running sum divided by the count.
+// Mean pooling over blocks of 8: the running sum divided by the count
+// (CodeBuilder::poolSumsFinish, shared with the GPU select kernel).
 // CHECK-LABEL: func.func @pool_mean(
 // CHECK-DAG:     %[[BS:.*]] = arith.constant 8 : index
 // CHECK:         %[[OUT:.*]] = memref.alloc() : memref<2x1x8xf32>
@@ -124,7 +125,7 @@ func.func @pool_max(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x4
 // CHECK:                 arith.addf
 // CHECK:               %[[ANY:.*]] = arith.cmpi ugt, %[[ACC]]#6, %{{.*}} : index
 // CHECK:               %[[CNT:.*]] = arith.index_cast %[[ACC]]#6 : index to i64
-// CHECK:               %[[CNTF:.*]] = arith.uitofp %[[CNT]] : i64 to f32
+// CHECK:               %[[CNTF:.*]] = arith.sitofp %[[CNT]] : i64 to f32
 // CHECK:               %[[MEAN:.*]] = arith.divf %[[ACC]]#1, %[[CNTF]] : f32
 // CHECK:               %[[POOLED:.*]] = arith.select %[[ANY]], %[[MEAN]], %{{.*}} : f32
 // CHECK:               memref.store %[[POOLED]], %[[OUT]][%[[B]], %[[R]], %[[J]]] : memref<2x1x8xf32>

@@ -159,3 +159,96 @@ func.func @rejects_a_bad_wait() attributes {spin.wait = [0, -1]} {
 func.func @rejects_an_unknown_operation_attribute() attributes {spin.unknown} {
   return
 }
+
+// -----
+
+// The GPU kernel configurations (SpinAttrs.td), on the ops they configure.
+// CHECK-LABEL: func.func @kernel_configs
+// CHECK: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = true>
+// CHECK: spin.topk_config = #spin.topk_config<threads = 512, cluster = 4, merge_ranks = true>
+func.func @kernel_configs(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>, %q: tensor<2x1x8x64xbf16>,
+                          %w: tensor<2x1x8xf32>, %keys: tensor<?x16x64xbf16>, %table: tensor<2x4xi32>)
+    -> (tensor<2x1x64xf32>, tensor<2x1x8xi32>) {
+  %s = spin.dense_indexer q(%q : tensor<2x1x8x64xbf16>) w(%w : tensor<2x1x8xf32>)
+      keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>)
+      {spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = true>}
+      -> tensor<2x1x64xf32>
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>)
+      {k = 8 : i64, spin.topk_config = #spin.topk_config<threads = 512, cluster = 4, merge_ranks = true>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %s, %t : tensor<2x1x64xf32>, tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @topk_config_on_indexer(%q: tensor<2x1x8x64xbf16>, %w: tensor<2x1x8xf32>,
+                                  %keys: tensor<?x16x64xbf16>, %table: tensor<2x4xi32>,
+                                  %n: tensor<2x1xi32>) -> tensor<2x1x64xf32> {
+  // expected-error @+1 {{'spin.topk_config' configures the top-K of spin.topk and spin.fused_score only}}
+  %s = spin.dense_indexer q(%q : tensor<2x1x8x64xbf16>) w(%w : tensor<2x1x8xf32>)
+      keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>)
+      {spin.topk_config = #spin.topk_config<threads = 512, cluster = 1, merge_ranks = false>}
+      -> tensor<2x1x64xf32>
+  return %s : tensor<2x1x64xf32>
+}
+
+// -----
+
+func.func @score_config_of_wrong_kind(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{'spin.score_config' configures the scoring of spin.dense_indexer and spin.fused_score only}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.score_config = 1 : i64}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @topk_config_not_an_attr(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{'spin.topk_config' must be a #spin.topk_config, got 1 : i64}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.topk_config = 1 : i64}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @topk_config_bad_cluster(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{topk_config: cluster must be in [1, 8], got 16}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.topk_config = #spin.topk_config<threads = 512, cluster = 16, merge_ranks = false>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @topk_config_merge_needs_cluster(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{topk_config: merge_ranks needs 512 threads and a cluster of at least 2, got threads = 1024, cluster = 2}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.topk_config = #spin.topk_config<threads = 1024, cluster = 2, merge_ranks = true>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @score_config_bad_tiles(%q: tensor<2x1x8x64xbf16>, %w: tensor<2x1x8xf32>,
+                                  %keys: tensor<?x16x64xbf16>, %table: tensor<2x4xi32>,
+                                  %n: tensor<2x1xi32>) -> tensor<2x1x64xf32> {
+  // expected-error @+4 {{score_config: tiles_per_warp must be positive, got 0}}
+  %s = spin.dense_indexer q(%q : tensor<2x1x8x64xbf16>) w(%w : tensor<2x1x8xf32>)
+      keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>)
+      {spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 0, m_tiles = 1, wgmma = false>}
+      -> tensor<2x1x64xf32>
+  return %s : tensor<2x1x64xf32>
+}
+
+// -----
+
+func.func @select_config_on_topk(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{'spin.select_config' configures spin.fused_select only}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = true>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}

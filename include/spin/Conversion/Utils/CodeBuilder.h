@@ -17,6 +17,8 @@
 #ifndef SPIN_CONVERSION_UTILS_CODEBUILDER_H
 #define SPIN_CONVERSION_UTILS_CODEBUILDER_H
 
+#include "spin/Dialect/Spin/IR/SpinAttrs.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
@@ -107,6 +109,27 @@ public:
   //===--- SPIN rules (spin/Runtime/Semantics.h) ----------------------------===//
   /// splitmix64's finalizer (SPIN_SPEC §3.7) on an i64.
   Value mix(Value x);
+
+  /// SPIN_SPEC §3.10's EMA weights as f32: a = f32(decay), c = f32(1 - decay)
+  /// (1 - decay in double, then rounded).
+  std::pair<Value, Value> emaWeights(double decay);
+  /// One EMA step `a*old + c*z`: both products and the sum rounded to f32,
+  /// never fused, so that the CPU and the GPU agree bit for bit.
+  Value ema(Value old, Value z, Value a, Value c) {
+    return emaFold(old, a, mul(c, z));
+  }
+  /// The same step with `cz = c*z` computed once for several states.
+  Value emaFold(Value old, Value a, Value cz) { return add(mul(a, old), cz); }
+
+  /// Mean and top-4 block pooling (SPIN_SPEC §3.3) fold the block's slots
+  /// in slot order into a running sum and the four largest values (largest
+  /// first; a later value equal to a kept one goes after it). Max pooling
+  /// is `maxF` over the slots, in any order.
+  SmallVector<Value> poolSumsStart();
+  SmallVector<Value> poolSumsTake(ValueRange sums, Value x);
+  /// The pooled value of `count` (> 0) folded slots: the sum over the
+  /// count, or the sum of the min(count, 4) largest over that number.
+  Value poolSumsFinish(PoolingKind kind, ValueRange sums, Value count);
 
 protected:
   OpBuilder &b;

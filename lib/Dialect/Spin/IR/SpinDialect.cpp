@@ -202,6 +202,64 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
     return expectKind<ArrayAttr>(
         emitError, attr, "an array of event indices",
         [](ArrayAttr a) { return isNonNegativeIntArray(a, 0); });
+  if (name == ScoreConfigAttrHelper::getNameStr()) {
+    if (!isa<DenseIndexerOp, FusedScoreOp>(op))
+      return emitError() << "'" << name << "' configures the scoring of "
+                         << "spin.dense_indexer and spin.fused_score only";
+    return expectKind<ScoreConfigAttr>(emitError, attr, "a #spin.score_config");
+  }
+  if (name == TopkConfigAttrHelper::getNameStr()) {
+    if (!isa<TopKOp, FusedScoreOp>(op))
+      return emitError() << "'" << name << "' configures the top-K of "
+                         << "spin.topk and spin.fused_score only";
+    return expectKind<TopKConfigAttr>(emitError, attr, "a #spin.topk_config");
+  }
+  if (name == SelectConfigAttrHelper::getNameStr()) {
+    if (!isa<FusedSelectOp>(op))
+      return emitError() << "'" << name << "' configures spin.fused_select only";
+    return expectKind<SelectConfigAttr>(emitError, attr,
+                                        "a #spin.select_config");
+  }
   return emitError() << "'" << name
                      << "' is not an operation attribute of the spin dialect";
+}
+
+//===----------------------------------------------------------------------===//
+// GPU kernel configurations
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t warps, int64_t tilesPerWarp, int64_t mTiles,
+                        bool wgmma) {
+  if (warps < 1 || warps > 32)
+    return emitError() << "score_config: warps must be in [1, 32], got "
+                       << warps;
+  if (tilesPerWarp < 1)
+    return emitError() << "score_config: tiles_per_warp must be positive, got "
+                       << tilesPerWarp;
+  if (mTiles != 1 && mTiles != 2)
+    return emitError() << "score_config: m_tiles must be 1 or 2, got "
+                       << mTiles;
+  if (wgmma && (mTiles != 1 || warps % 4 != 0))
+    return emitError() << "score_config: wgmma needs m_tiles = 1 and warps a "
+                          "multiple of 4, got m_tiles = "
+                       << mTiles << ", warps = " << warps;
+  return success();
+}
+
+LogicalResult
+TopKConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       int64_t threads, int64_t cluster, bool mergeRanks) {
+  if (threads != 512 && threads != 1024)
+    return emitError() << "topk_config: threads must be 512 or 1024, got "
+                       << threads;
+  if (cluster < 1 || cluster > 8)
+    return emitError() << "topk_config: cluster must be in [1, 8], got "
+                       << cluster;
+  if (mergeRanks && (threads != 512 || cluster < 2))
+    return emitError() << "topk_config: merge_ranks needs 512 threads and a "
+                          "cluster of at least 2, got threads = "
+                       << threads << ", cluster = " << cluster;
+  return success();
 }

@@ -99,6 +99,55 @@ def Spin_MtpUpdateAttr : Spin_EnumAttr<Spin_MtpUpdate, "mtp_update">;
 def Spin_UpdateKindAttr : Spin_EnumAttr<Spin_UpdateKind, "update">;
 
 //===----------------------------------------------------------------------===//
+// GPU kernel configurations
+//===----------------------------------------------------------------------===//
+
+// Chosen by spin-configure-gpu-kernels, read by convert-spin-to-gpu; set
+// them by hand in the IR to override the choice for one op.
+class Spin_ConfigAttr<string name, string attrMnemonic>
+    : AttrDef<Spin_Dialect, name> {
+  let mnemonic = attrMnemonic;
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
+  let summary = "How a scoring kernel tiles its work";
+  let description = [{
+    On `spin.dense_indexer` and `spin.fused_score`: `warps` per CTA, each
+    scoring `tiles_per_warp` warp tiles of `m_tiles` 16-slot MMA tiles
+    (1 or 2); `wgmma` scores with sm_90a's warpgroup MMA instead of
+    mma.sync (then one M tile and a multiple of 4 warps).
+  }];
+  let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
+                        "int64_t":$m_tiles, "bool":$wgmma);
+}
+
+def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
+  let summary = "How a top-K kernel splits its rows";
+  let description = [{
+    On `spin.topk` and `spin.fused_score`: a cluster of `cluster` CTAs of
+    `threads` threads (512 or 1024) per row, a portable cluster of 1 to 8;
+    `merge_ranks` sorts the candidates by merge ranks across the cluster
+    (512 threads, at least 2 CTAs) instead of in the leader.
+  }];
+  let parameters = (ins "int64_t":$threads, "int64_t":$cluster,
+                        "bool":$merge_ranks);
+}
+
+def Spin_SelectConfigAttr : Spin_ConfigAttr<"SelectConfig", "select_config"> {
+  let summary = "How a selection's prediction meets a cache miss";
+  let description = [{
+    On `spin.fused_select` of a single-row step with max pooling (the
+    prediction cache): with `prefetch_on_miss` a row that missed the cache
+    at its previous step prefetches its V and D lines; without it the
+    select kernel lets the scoring kernel start before its wait.
+  }];
+  let parameters = (ins "bool":$prefetch_on_miss);
+  let genVerifyDecl = 0;
+}
+
+//===----------------------------------------------------------------------===//
 // Attribute constraints
 //===----------------------------------------------------------------------===//
 

@@ -12,6 +12,8 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/Operation.h"
 
+#include "spin/Dialect/Spin/IR/SpinAttrs.h"
+
 #include "spin/Dialect/Spin/IR/SpinOpsDialect.h.inc"
 
 #endif // SPIN_DIALECT_SPIN_IR_SPINDIALECT_H

@@ -74,7 +74,11 @@ def Spin_Dialect : Dialect {
     "::mlir::IntegerAttr":$dim,
     "::mlir::IntegerAttr":$stream,
     "::mlir::ArrayAttr":$wait,
-    "::mlir::IntegerAttr":$record
+    "::mlir::IntegerAttr":$record,
+    // The tuning of an op's kernels (spin-configure-gpu-kernels).
+    "::mlir::spin::ScoreConfigAttr":$score_config,
+    "::mlir::spin::TopKConfigAttr":$topk_config,
+    "::mlir::spin::SelectConfigAttr":$select_config
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

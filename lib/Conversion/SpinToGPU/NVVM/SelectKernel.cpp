@@ -664,31 +664,14 @@ void SelectKernel::poolBlock(Value j, Value p, Value n, Value buffer) {
 }
 
 /// Mean or top4 pooling of the `count` predictions in `buffer`, in slot
-/// order, as the CPU path sums them: a running sum and the four largest.
+/// order, by CodeBuilder's pooling sums (as the CPU path).
 Value SelectKernel::poolInSlotOrder(Value buffer, Value count) {
-  Value ninf = kb.f32(-INFINITY);
-  SmallVector<Value> init = {kb.f32(0.0), ninf, ninf, ninf, ninf};
-  SmallVector<Value> acc = kb.forLoopWith(
-      kb.i32(0), count, kb.i32(1), init,
+  SmallVector<Value> sums = kb.forLoopWith(
+      kb.i32(0), count, kb.i32(1), kb.poolSumsStart(),
       [&](Value k, ValueRange it) -> SmallVector<Value> {
-        Value x = kb.loadAt(f32, buffer, k);
-        SmallVector<Value> next = {kb.add(it[0], x)};
-        Value carry = x;
-        for (int64_t s = 1; s < 5; ++s) {
-          Value bigger = kb.cmpF(CmpFPredicate::OGT, carry, it[s]);
-          next.push_back(kb.select(bigger, carry, it[s]));
-          carry = kb.select(bigger, it[s], carry);
-        }
-        return next;
+        return kb.poolSumsTake(it, kb.loadAt(f32, buffer, k));
       });
-  if (spec.pooling == PoolingKind::mean)
-    return arith::DivFOp::create(b, loc, acc[0], kb.sitofp(count));
-  Value used = kb.minS(count, kb.i32(4));
-  Value sum = acc[1];
-  for (int64_t s = 1; s < 4; ++s)
-    sum = kb.select(kb.cmp(CmpIPredicate::sgt, used, kb.i32(s)),
-                    kb.add(sum, acc[1 + s]), sum);
-  return arith::DivFOp::create(b, loc, sum, kb.sitofp(used));
+  return kb.poolSumsFinish(spec.pooling, sums, count);
 }
 
 /// The row's budget (SPIN_SPEC §3.4-3.6) in `rowBlocks` blocks: the

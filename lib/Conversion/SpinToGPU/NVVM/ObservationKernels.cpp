@@ -194,8 +194,7 @@ void CommitReplayKernel::replayRequest(Value buffered) {
   count = kb.add(last, kb.i32(1));
   rowBase = kb.mul(slot64, kb.i64(spec.rows));
   Value reach = reachOf();
-  decay = kb.f32(static_cast<float>(spec.decay));
-  keep = kb.f32(static_cast<float>(1.0 - spec.decay));
+  std::tie(decay, keep) = kb.emaWeights(spec.decay);
   stateBase = kb.mul(slot64, kb.i64(spec.capacity));
   maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
   bsV = kb.i32(spec.blockSize);
@@ -275,7 +274,7 @@ void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
               Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
               Value finite =
                   kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
-              Value ema = kb.add(kb.mul(decay, in[0]), kb.mul(keep, z));
+              Value ema = kb.ema(in[0], z, decay, keep);
               return {kb.select(finite, ema, in[0])};
             },
             [&]() -> SmallVector<Value> { return {in[0]}; });

@@ -114,8 +114,7 @@ void UpdateKernel::keepBlockList() {
 /// request's CTAs, then one more iteration (by one thread).
 void UpdateKernel::updateState() {
   Type i64 = kb.i64T();
-  decay = kb.f32(static_cast<float>(spec.decay));
-  keep = kb.f32(static_cast<float>(1.0 - spec.decay));
+  std::tie(decay, keep) = kb.emaWeights(spec.decay);
   total = kb.mul(kb.loadAt(kb.i32T(), counts, request, true),
                  kb.i32(spec.blockSize));
   stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
@@ -175,8 +174,8 @@ void UpdateKernel::foldRound(Value first) {
   for (int64_t u = 0; u < kUnroll; ++u) {
     kb.ifThen(used[u], [&] {
       Value cz = kb.mul(keep, zs[u]);
-      kb.store(kb.add(kb.mul(decay, olds[2 * u]), cz), vAts[u], 4);
-      kb.store(kb.add(kb.mul(decay, olds[2 * u + 1]), cz), dAts[u], 4);
+      kb.store(kb.emaFold(olds[2 * u], decay, cz), vAts[u], 4);
+      kb.store(kb.emaFold(olds[2 * u + 1], decay, cz), dAts[u], 4);
     });
   }
 }

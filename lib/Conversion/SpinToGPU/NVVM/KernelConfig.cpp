@@ -1,0 +1,228 @@
+//===- KernelConfig.cpp - tuning of the NVVM kernels ----------------------===//
+//
+// Part of the spin project: SPIN (Shadow Predictive Indexer) for
+// indexer-based sparse attention.
+//
+// The heuristics behind each choice and the measurements they were fitted
+// to are in docs/benchmarks-kernels.md, "Tuning choices of the GPU
+// lowering".
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelConfig.h"
+#include "Kernels.h"
+
+#include "spin/Dialect/Spin/IR/SpinDialect.h"
+#include "spin/Dialect/Spin/IR/SpinOps.h"
+#include "spin/Runtime/Semantics.h"
+
+#include "mlir/Dialect/Async/IR/Async.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::spin;
+using namespace mlir::spin::gpu_codegen;
+
+namespace mlir::spin {
+#define GEN_PASS_DEF_SPINCONFIGUREGPUKERNELS
+#include "spin/Conversion/Passes.h.inc"
+} // namespace mlir::spin
+
+namespace {
+
+using Options = SpinConfigureGpuKernelsOptions;
+
+/// The spin.fused_select a mask comes from, looking through the
+/// async.execute / async.await pairs of spin-schedule-async; null if none.
+FusedSelectOp selectionOf(Value mask) {
+  while (mask) {
+    if (auto select = mask.getDefiningOp<FusedSelectOp>())
+      return select;
+    auto await = mask.getDefiningOp<async::AwaitOp>();
+    auto result = await ? dyn_cast<OpResult>(await.getOperand()) : OpResult();
+    auto execute =
+        result ? dyn_cast<async::ExecuteOp>(result.getOwner()) : nullptr;
+    if (!execute || result.getResultNumber() == 0)
+      return nullptr;
+    auto yield = cast<async::YieldOp>(execute.getBody()->getTerminator());
+    mask = yield.getOperand(result.getResultNumber() - 1);
+  }
+  return nullptr;
+}
+
+/// Warp tiles per warp by the wave cost model. Scoring CTAs run in waves of
+/// two per SM, and a CTA takes about as long as its tiles plus two (staging
+/// the queries and its page table), so a grid of `rows` rows of `entries`
+/// entries costs about ceil(CTAs / (2 x SMs)) x (tiles + 2): the tiles in
+/// [8, 64] that minimise this, the fewest on a tie. A grid whose last wave
+/// is mostly empty costs a whole wave.
+int64_t tilesForWork(int64_t rows, int64_t entries, int64_t warps,
+                     int64_t mTiles, int64_t smCount) {
+  constexpr int64_t kOverheadTiles = 2;
+  const int64_t ctaSlots = 2 * smCount;
+  int64_t best = 0, bestCost = 0;
+  for (int64_t tiles = 8; tiles <= 64; ++tiles) {
+    int64_t perCta = warps * tiles * 16 * mTiles;
+    int64_t ctas = rows * llvm::divideCeil(entries, perCta);
+    int64_t cost = llvm::divideCeil(ctas, ctaSlots) * (tiles + kOverheadTiles);
+    if (best == 0 || cost < bestCost) {
+      best = tiles;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
+/// The scoring configuration of `op`, whose rows score `entries` entries
+/// each: the options' warps, M tiles and wgmma, and their tiles per warp
+/// or the wave model's.
+template <typename IndexerLike>
+LogicalResult configureScore(IndexerLike op, int64_t entries,
+                             const Options &options) {
+  SpinDialect::ScoreConfigAttrHelper helper(op.getContext());
+  auto q = dyn_cast<RankedTensorType>(op.getQ().getType());
+  if (helper.isAttrPresent(op) || !q || !q.hasStaticShape() || entries <= 0)
+    return success(); // configured already, or rejected by the plan
+  auto emitError = [&] { return op.emitOpError(); };
+  int64_t warps = options.warpsPerCta;
+  int64_t mTiles = options.mTiles > 0 ? options.mTiles : 1;
+  int64_t fixedTiles = std::max<int64_t>(options.tilesPerWarp, 0);
+  // Checked before the wave model divides by the warps.
+  if (failed(ScoreConfigAttr::verify(emitError, warps,
+                                     std::max<int64_t>(fixedTiles, 1), mTiles,
+                                     options.wgmma)))
+    return failure();
+  int64_t tiles = fixedTiles > 0
+                      ? fixedTiles
+                      : tilesForWork(q.getDimSize(0) * q.getDimSize(1),
+                                     entries, warps, mTiles, options.smCount);
+  helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
+                                          mTiles, options.wgmma));
+  return success();
+}
+
+/// The top-K of rows of `width` entries: a cluster of one CTA per 16
+/// entries a thread, up to a portable cluster of 8. The leader's selection
+/// and sort is a chain of CTA barriers: the fewest threads that still sort
+/// K in registers. Larger K by merge ranks where a cluster of 512-thread
+/// CTAs takes a slice of at most 512 candidates each: the CTAs sort their
+/// slices side by side instead of the leader sorting them all, and two
+/// CTAs share an SM, so that a 16-row batch's clusters run in one wave.
+/// Not for K <= 512, whose leader sorts one candidate a thread and gains
+/// nothing from it.
+void configureTopK(Operation *op, int64_t width, int64_t k) {
+  SpinDialect::TopkConfigAttrHelper helper(op->getContext());
+  if (helper.isAttrPresent(op) || width <= 0)
+    return;
+  auto clusterFor = [&](int64_t threads) {
+    return std::clamp<int64_t>(llvm::divideCeil(width, 16 * threads), 1, 8);
+  };
+  int64_t threads = k > 512 ? 1024 : 512;
+  int64_t cluster = clusterFor(threads);
+  bool mergeRanks = false;
+  const int64_t mergeCluster = clusterFor(512);
+  if (k > 512 && mergeCluster >= 2 && topKMergeSlice(k, mergeCluster) <= 512) {
+    threads = 512;
+    cluster = mergeCluster;
+    mergeRanks = true;
+  }
+  helper.setAttr(op, TopKConfigAttr::get(op->getContext(), threads, cluster,
+                                         mergeRanks));
+}
+
+/// A single-row step whose prediction is cached prefetches on a miss when
+/// the predict grid has at most one CTA per SM, where the miss is a latency
+/// chain; in larger grids the prefetches delay the other CTAs' record
+/// loads.
+void configureSelect(FusedSelectOp op, const Options &options) {
+  SpinDialect::SelectConfigAttrHelper helper(op.getContext());
+  auto mask = dyn_cast<RankedTensorType>(op.getMask().getType());
+  auto lengths = dyn_cast<RankedTensorType>(op.getLengths().getType());
+  if (helper.isAttrPresent(op) || !mask || !mask.hasStaticShape() ||
+      !lengths || !lengths.hasStaticShape())
+    return;
+  SelectKernelSpec spec;
+  spec.pooling = op.getPooling() ? *op.getPooling() : PoolingKind::max;
+  spec.blockSize = op.getBlockSize();
+  bool cached = lengths.getDimSize(1) == 1 && canPredictByMax(spec);
+  int64_t ctas = llvm::divideCeil(mask.getDimSize(1), spec.predictBlocksPerCta) *
+                 mask.getDimSize(0);
+  helper.setAttr(op, SelectConfigAttr::get(op.getContext(),
+                                           cached && ctas <= options.smCount));
+}
+
+/// A sparse scoring's rows score the selection's block budget at the full
+/// width (SPIN_SPEC §3.4); 0 when the mask is not a selection's.
+int64_t expectedEntries(FusedScoreOp op) {
+  FusedSelectOp select = selectionOf(op.getMask());
+  auto mask = select ? dyn_cast<RankedTensorType>(select.getMask().getType())
+                     : RankedTensorType();
+  if (!mask || !mask.hasStaticShape())
+    return 0;
+  int64_t blockSize = select.getBlockSize();
+  return ::spin::runtime::blockBudget(mask.getDimSize(1), blockSize,
+                                      select.getTopk(),
+                                      select.getSparsity().convertToDouble()) *
+         blockSize;
+}
+
+/// The entries of a dense row: every slot the block table reaches.
+template <typename IndexerLike>
+int64_t tableEntries(IndexerLike op) {
+  auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
+  auto table = dyn_cast<RankedTensorType>(op.getBlockTable().getType());
+  if (!keys || !table || keys.isDynamicDim(1) || table.isDynamicDim(1))
+    return 0;
+  return keys.getDimSize(1) * table.getDimSize(1);
+}
+
+} // namespace
+
+LogicalResult
+mlir::spin::gpu_codegen::configureKernels(Operation *root,
+                                          const Options &options) {
+  if (options.smCount <= 0)
+    return root->emitError("spin-configure-gpu-kernels: sm-count must be "
+                           "positive (got ")
+           << static_cast<int64_t>(options.smCount) << ")";
+  WalkResult result = root->walk([&](Operation *op) {
+    LogicalResult configured =
+        TypeSwitch<Operation *, LogicalResult>(op)
+            .Case([&](DenseIndexerOp dense) {
+              return configureScore(dense, tableEntries(dense), options);
+            })
+            .Case([&](FusedScoreOp score) {
+              configureTopK(score, tableEntries(score), score.getK());
+              return configureScore(score, expectedEntries(score), options);
+            })
+            .Case([&](TopKOp topk) {
+              auto scores = dyn_cast<RankedTensorType>(topk.getScores().getType());
+              if (scores && scores.hasStaticShape())
+                configureTopK(topk, scores.getDimSize(2), topk.getK());
+              return success();
+            })
+            .Case([&](FusedSelectOp select) {
+              configureSelect(select, options);
+              return success();
+            })
+            .Default([](Operation *) { return success(); });
+    return failed(configured) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+namespace {
+struct SpinConfigureGpuKernelsPass
+    : public mlir::spin::impl::SpinConfigureGpuKernelsBase<
+          SpinConfigureGpuKernelsPass> {
+  using SpinConfigureGpuKernelsBase::SpinConfigureGpuKernelsBase;
+
+  void runOnOperation() override {
+    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, smCount};
+    if (failed(configureKernels(getOperation(), options)))
+      signalPassFailure();
+  }
+};
+} // namespace

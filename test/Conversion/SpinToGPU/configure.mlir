@@ -1,0 +1,92 @@
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels | FileCheck %s
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=4 tiles-per-warp=12 m-tiles=2 sm-count=1" | FileCheck %s --check-prefix=OPTS
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels --convert-spin-to-gpu | FileCheck %s --check-prefix=PLAN
+// RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=0" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="m-tiles=3" 2>&1 | FileCheck %s --check-prefix=BADM
+// RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=6 wgmma=true" 2>&1 | FileCheck %s --check-prefix=BADWG
+
+// The config step records each kernel's tuning on its op; the conversion
+// builds the kernels from these attributes alone.
+
+// 16 rows of 64K slots: the wave model's 32 tiles a warp (16 x 16 CTAs of
+// 8 warps, one wave on 132 SMs); the top-K of K = 512 by the leader of a
+// cluster of 8 CTAs of 512 threads (16 entries a thread).
+// CHECK-LABEL: func.func @dense(
+// CHECK: spin.dense_indexer {{.*}} {spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = false>}
+// CHECK: spin.topk {{.*}} {k = 512 : i64, spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = false>}
+// Options fix the tuning instead.
+// OPTS-LABEL: func.func @dense(
+// OPTS: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 2, wgmma = false>
+// PLAN-LABEL: func.func @dense(
+// PLAN: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c16{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c256
+// PLAN: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c8{{(_[0-9]+)?}}, %c16{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512
+// BAD: error: 'spin.dense_indexer' op score_config: warps must be in [1, 32], got 0
+// BADM: error: 'spin.dense_indexer' op score_config: m_tiles must be 1 or 2, got 3
+// BADWG: error: 'spin.dense_indexer' op score_config: wgmma needs m_tiles = 1 and warps a multiple of 4, got m_tiles = 1, warps = 6
+func.func @dense(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
+                 %keys: tensor<?x64x128xbf16>, %table: tensor<16x1024xi32>,
+                 %lengths: tensor<16x1xi32>) -> tensor<16x1x512xi32> {
+  %z = spin.dense_indexer q(%q : tensor<16x1x64x128xbf16>)
+      w(%w : tensor<16x1x64xf32>) keys(%keys : tensor<?x64x128xbf16>)
+      block_table(%table : tensor<16x1024xi32>)
+      lengths(%lengths : tensor<16x1xi32>) -> tensor<16x1x65536xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<16x1xi32>) {k = 512 : i64}
+      : tensor<16x1x65536xf32> -> tensor<16x1x512xi32>
+  return %t : tensor<16x1x512xi32>
+}
+
+// -----
+
+// An op that carries its configuration keeps it, whatever the options: the
+// scoring kernel of 4 warps x 12 tiles x 16 slots (768 slots a CTA, 86
+// CTAs per row) and a top-K of K = 2048 by merge ranks over 8 CTAs (a
+// slice of 512 candidates each).
+// CHECK-LABEL: func.func @fixed(
+// CHECK: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
+// CHECK: spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = true>
+// OPTS-LABEL: func.func @fixed(
+// OPTS: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
+// PLAN-LABEL: func.func @fixed(
+// PLAN: gpu.launch_func @spin_kernels::@spin_score_dense_0 blocks in (%c86{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c128
+// PLAN: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c8{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512
+func.func @fixed(%q: tensor<2x1x64x128xbf16>, %w: tensor<2x1x64xf32>,
+                 %keys: tensor<?x64x128xbf16>, %table: tensor<2x1024xi32>,
+                 %lengths: tensor<2x1xi32>) -> tensor<2x1x2048xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x64x128xbf16>)
+      w(%w : tensor<2x1x64xf32>) keys(%keys : tensor<?x64x128xbf16>)
+      block_table(%table : tensor<2x1024xi32>)
+      lengths(%lengths : tensor<2x1xi32>)
+      {spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>}
+      -> tensor<2x1x65536xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 2048 : i64}
+      : tensor<2x1x65536xf32> -> tensor<2x1x2048xi32>
+  return %t : tensor<2x1x2048xi32>
+}
+
+// -----
+
+// A SPIN step: the sparse scoring's tiles are sized for the selection's
+// block budget (SPIN_SPEC §3.4), found through spin-schedule-async's
+// async.execute; the single-row selection prefetches on a cache miss
+// while its predict grid has at most sm-count CTAs (2 CTAs here).
+// CHECK-LABEL: func.func @spin_step(
+// CHECK: spin.fused_select {{.*}}spin.select_config = #spin.select_config<prefetch_on_miss = true>
+// CHECK: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 8, m_tiles = 1, wgmma = false>, spin.topk_config = #spin.topk_config<threads = 512, cluster = 1, merge_ranks = false>
+// OPTS-LABEL: func.func @spin_step(
+// OPTS: spin.select_config = #spin.select_config<prefetch_on_miss = false>
+func.func @spin_step(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>, %keys: tensor<?x16x64xbf16>,
+                     %table: tensor<2x8xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32> {spin.positions},
+                     %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %token, %selected = async.execute -> !async.value<tensor<2x8xi1>> {
+    %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {block_size = 16 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 8 : i64} : !spin.state<layer = 0> -> tensor<2x8xi1>
+    async.yield %m : tensor<2x8xi1>
+  }
+  %mask = async.await %selected : !async.value<tensor<2x8xi1>>
+  %t, %z = spin.fused_score q(%q : tensor<2x1x16x64xbf16>) w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x8xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x1x8xi32>, tensor<2x1x128xf32>
+  %token_1, %updated = async.execute -> !async.value<!spin.state<layer = 0>> {
+    %s1 = spin.ema_update %s scores(%z : tensor<2x1x128xf32>) positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
+    async.yield %s1 : !spin.state<layer = 0>
+  }
+  return %t : tensor<2x1x8xi32>
+}
