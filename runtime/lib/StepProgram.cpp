@@ -115,6 +115,17 @@ static Status checkRows(const StatePool &pool, const std::string &lengthsName,
   return Status::success();
 }
 
+/// `tensor` (input `name`) has rank `rank`, or at least `rank` if `orMore`;
+/// `layout` names its dims for the message.
+static Status checkRank(const std::string &name, const TensorRef &tensor,
+                        size_t rank, bool orMore, const char *layout) {
+  size_t actual = tensor.shape.size();
+  if (actual == rank || (orMore && actual > rank))
+    return Status::success();
+  return Status::error("input '" + name + "' has shape " +
+                       shapeString(tensor.shape) + ": " + layout);
+}
+
 /// Lengths against the block table, and every visible page against the key
 /// cache.
 static Status checkPages(const TensorRef &keys, const TensorRef &table,
@@ -176,7 +187,8 @@ static Status checkTensor(const ArgSpec &arg, const TensorRef &tensor,
                            shapeString(tensor.shape) + ", expected " +
                            shapeString(arg.shape));
   }
-  bool batched = !isPagedCacheInput(arg.name);
+  // A scalar has no batch dimension to agree on.
+  bool batched = !isPagedCacheInput(arg.name) && !arg.shape.empty();
   if (batched) {
     if (batch < 0)
       batch = tensor.shape[0];
@@ -224,6 +236,22 @@ static Status checkSignature(const std::vector<ArgSpec> &signature,
                              const StatePool &pool,
                              const std::map<std::string, TensorRef> &inputs,
                              const std::map<std::string, TensorRef> &outputs) {
+  // Per-request state is found through the request ids: without them every
+  // row would step on the state of slot 0.
+  auto hasRole = [&](ArgSpec::Role role) {
+    return std::any_of(signature.begin(), signature.end(),
+                       [&](const ArgSpec &a) { return a.role == role; });
+  };
+  if (!hasRole(ArgSpec::Role::RequestIds))
+    for (const ArgSpec &arg : signature)
+      if (arg.role == ArgSpec::Role::State ||
+          arg.role == ArgSpec::Role::Slots ||
+          arg.role == ArgSpec::Role::Accepted)
+        return Status::error("the program binds per-request state ('" +
+                             arg.name + "') but takes no " +
+                             argRoleName(ArgRole::RequestIds) +
+                             " argument: it cannot tell the requests' state "
+                             "apart");
   int64_t batch = -1;
   for (const ArgSpec &arg : signature) {
     bool named = arg.role == ArgSpec::Role::Input ||
@@ -281,7 +309,36 @@ static Status checkPageInputs(const std::map<std::string, TensorRef> &inputs) {
       return Status::error("cannot check the pages read through '" + name +
                            "': the graph has no matching block_table and "
                            "lengths inputs");
-    if (auto scales = inputs.find("scales" + suffix); scales != inputs.end() &&
+    if (Status s = checkRank(name, keys, 2, true,
+                             "a paged cache needs rank 2 or more [pages, page "
+                             "size, ...]");
+        !s.ok())
+      return s;
+    if (keys.shape[1] == 0)
+      return Status::error("input '" + name + "' has shape " +
+                           shapeString(keys.shape) +
+                           ": its pages (dim 1) must hold at least one slot");
+    if (Status s = checkRank(inputs.count("block_table" + suffix)
+                                 ? "block_table" + suffix
+                                 : "block_table",
+                             *table, 2, false,
+                             "expected rank 2 [batch, pages per request]");
+        !s.ok())
+      return s;
+    if (Status s = checkRank(inputs.count("lengths" + suffix)
+                                 ? "lengths" + suffix
+                                 : "lengths",
+                             *lengths, 2, false, "expected rank 2 [batch, rows]");
+        !s.ok())
+      return s;
+    auto scales = inputs.find("scales" + suffix);
+    if (scales != inputs.end())
+      if (Status s = checkRank(scales->first, scales->second, 2, true,
+                               "a paged cache needs rank 2 or more [pages, "
+                               "page size, ...]");
+          !s.ok())
+        return s;
+    if (scales != inputs.end() &&
         (scales->second.shape[0] != keys.shape[0] ||
          scales->second.shape[1] != keys.shape[1]))
       return Status::error("input 'scales" + suffix + "' has shape " +
@@ -304,9 +361,18 @@ static Status checkRowInputs(const StatePool &pool,
   auto positionsIt = inputs.find(argRoleName(ArgRole::Positions));
   const TensorRef *positions =
       positionsIt == inputs.end() ? nullptr : &positionsIt->second;
+  if (positions)
+    if (Status s = checkRank(positionsIt->first, *positions, 2, false,
+                             "expected rank 2 [batch, rows]");
+        !s.ok())
+      return s;
   for (const auto &[name, lengths] : inputs) {
     if (name != "lengths" && name.rfind("lengths_", 0) != 0)
       continue;
+    if (Status s = checkRank(name, lengths, 2, false,
+                             "expected rank 2 [batch, rows]");
+        !s.ok())
+      return s;
     auto scores = inputs.find("scores" + name.substr(7));
     int64_t width = scores == inputs.end() || scores->second.shape.size() != 3
                         ? -1
@@ -340,7 +406,8 @@ Status StepProgram::run(StatePool &pool,
   int64_t batch = 0;
   for (const ArgSpec &arg : signature_)
     if ((arg.role == ArgSpec::Role::Input || arg.role == ArgSpec::Role::RequestIds) &&
-        !isPagedCacheInput(arg.name) && inputs.count(arg.name)) {
+        !isPagedCacheInput(arg.name) && inputs.count(arg.name) &&
+        !inputs.at(arg.name).shape.empty()) {
       batch = inputs.at(arg.name).shape[0];
       break;
     }

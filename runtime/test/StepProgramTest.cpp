@@ -415,4 +415,92 @@ TEST_F(StepProgramTest, OverlappingStepsOfOneRequestAreRefused) {
   EXPECT_TRUE(program.run(*pool, inputs(), outputs()).ok());
 }
 
+TEST_F(StepProgramTest, RefusesAKeyCacheOfEmptyPages) {
+  // A dynamic page dimension of 0 with every length 0 reached a division by
+  // the page size in the page check.
+  signature[2].shape = {-1, -1, 4};
+  StepProgram program(fakeStep, signature);
+  auto in = inputs();
+  in["keys"].shape = {5, 0, 4};
+  std::fill(lengths.begin(), lengths.end(), 0);
+  int before = calls;
+  Status s = program.run(*pool, in, outputs());
+  EXPECT_EQ(s.message(), "input 'keys' has shape [5, 0, 4]: its pages (dim 1) "
+                         "must hold at least one slot");
+  EXPECT_EQ(calls, before);
+}
+
+TEST_F(StepProgramTest, ScalarInputsAreNotBatched) {
+  // A rank-0 input has no batch dimension: it neither sets nor must match
+  // the batch size (it was read as shape[0] of an empty shape).
+  using R = ArgSpec::Role;
+  signature.insert(signature.begin(), arg(R::Input, "scale", DType::f32, {}));
+  ranks.insert(ranks.begin(), 0);
+  int32Args.insert(int32Args.begin(), false);
+  StepProgram program(fakeStep, signature);
+  float scale = 0.5f;
+  auto in = inputs();
+  in["scale"] = {&scale, {}, DType::f32};
+  ASSERT_TRUE(program.run(*pool, in, outputs()).ok());
+  EXPECT_EQ(lastCall.data[0], &scale);
+  EXPECT_EQ(lastCall.ints[9],
+            (std::vector<int32_t>{*pool->slotOf(7), *pool->slotOf(9)}));
+
+  // A rank-0 tensor given for a batched input is a rank error.
+  in = inputs();
+  in["scale"] = {&scale, {}, DType::f32};
+  in["w"] = {w.data(), {}, DType::f32};
+  EXPECT_EQ(program.run(*pool, in, outputs()).message(),
+            "input 'w' has shape [], expected rank 3 [?, 2, 2]");
+}
+
+TEST_F(StepProgramTest, StatefulProgramsNeedRequestIds) {
+  // Without request ids every row would step on slot 0's state.
+  signature.erase(signature.begin() + 6);
+  ranks.erase(ranks.begin() + 6);
+  int32Args.erase(int32Args.begin() + 6);
+  StepProgram program(fakeStep, signature);
+  auto in = inputs();
+  in.erase("request_ids");
+  int before = calls;
+  Status s = program.run(*pool, in, outputs());
+  EXPECT_EQ(s.message(),
+            "the program binds per-request state ('accepted') but takes no "
+            "request_ids argument: it cannot tell the requests' state apart");
+  EXPECT_EQ(calls, before);
+  EXPECT_EQ(*pool->iteration(7, 0), 0);
+}
+
+TEST_F(StepProgramTest, RefusesPagedInputsOfTooLowRank) {
+  // Hand-written signatures may give the page inputs any rank: the checks
+  // index dims 0 and 1 of keys, scales, block tables, lengths and positions.
+  using R = ArgSpec::Role;
+  std::vector<ArgSpec> flat = {
+      arg(R::Input, "keys", DType::bf16, {-1}),
+      arg(R::Input, "block_table", DType::i32, {-1, 3}),
+      arg(R::Input, "lengths", DType::i32, {-1, 2}),
+      arg(R::Output, "topk", DType::i32, {-1, 2, 2})};
+  ranks = {1, 2, 2, 3};
+  int32Args = {false, true, true, true};
+  StepProgram program(fakeStep, flat);
+  std::map<std::string, TensorRef> in = {
+      {"keys", {keys.data(), {80}, DType::bf16}},
+      {"block_table", {table.data(), {2, 3}, DType::i32}},
+      {"lengths", {lengths.data(), {2, 2}, DType::i32}}};
+  int before = calls;
+  EXPECT_EQ(program.run(*pool, in, outputs()).message(),
+            "input 'keys' has shape [80]: a paged cache needs rank 2 or more "
+            "[pages, page size, ...]");
+
+  flat[0] = arg(R::Input, "keys", DType::bf16, {-1, 4, 4});
+  flat[2] = arg(R::Input, "lengths", DType::i32, {-1});
+  ranks = {3, 2, 1, 3};
+  StepProgram oneRow(fakeStep, flat);
+  in["keys"].shape = {5, 4, 4};
+  in["lengths"].shape = {2};
+  EXPECT_EQ(oneRow.run(*pool, in, outputs()).message(),
+            "input 'lengths' has shape [2]: expected rank 2 [batch, rows]");
+  EXPECT_EQ(calls, before);
+}
+
 } // namespace
