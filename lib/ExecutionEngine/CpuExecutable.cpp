@@ -232,7 +232,15 @@ readSignature(func::FuncOp func, ArrayRef<std::string> resultNames,
                    i, roleAttrName(ArgSpec::Role::State))) {
       spec.role = ArgSpec::Role::State;
       spec.name = field.str();
-      spec.layer = func.getArgAttrOfType<IntegerAttr>(i, kLayerAttrName).getInt();
+      // The dialect's verifier requires the layer; a function that skipped
+      // verification must still not reach a null attribute here.
+      auto layer = func.getArgAttrOfType<IntegerAttr>(i, kLayerAttrName);
+      if (!layer)
+        return Status::error("state argument " + std::to_string(i) + " ('" +
+                             spec.name + "') of @" + func.getSymName().str() +
+                             " has no integer " + kLayerAttrName.str() +
+                             " attribute: its layer is unknown");
+      spec.layer = layer.getInt();
       if (auto it = blockSizes.find(spec.layer); it != blockSizes.end())
         spec.blockSize = it->second;
     } else if (std::optional<ArgSpec::Role> role = markedRole(func, i)) {

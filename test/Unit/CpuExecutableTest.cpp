@@ -60,6 +60,21 @@ TEST(CpuExecutable, CompileErrorsCarryDiagnostics) {
       << exe.message();
 }
 
+TEST(CpuExecutable, StateArgumentsWithoutALayerAreRefused) {
+  // Which layer's state to bind comes from spin.layer: without it the
+  // function is refused with the argument named, never run.
+  auto exe = CpuExecutable::compile(
+      "func.func @f(%v: memref<?x?xf32> {spin.state = \"v\"},\n"
+      "             %ids: memref<?xi64> {spin.request_ids}) {\n"
+      "  return\n"
+      "}\n",
+      "f", nullptr);
+  ASSERT_FALSE(exe.ok());
+  EXPECT_NE(exe.message().find("'spin.state' needs a 'spin.layer'"),
+            std::string::npos)
+      << exe.message();
+}
+
 TEST(CpuExecutable, CacheReusesCompilations) {
   auto graph = buildIndexerGraph(tinyConfig());
   ASSERT_TRUE(graph.ok());
