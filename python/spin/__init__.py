@@ -120,11 +120,49 @@ class Program:
             raise ValueError(f"unknown inputs {sorted(inputs)}")
         for arg in self.signature:
             if arg["role"] == abi.OUTPUT:
-                shape = [batch if d < 0 else d for d in arg["shape"]]
+                shape = _output_shape(arg["name"], arg["shape"], arrays, batch)
                 outputs[arg["name"]] = (np.empty(shape, dtype=_NUMPY_TYPES[arg["dtype"]]),
                                         arg["dtype"])
         self._native.run(state._native(), arrays, outputs)
         return {name: array for name, (array, _) in outputs.items()}
+
+
+def _output_shape(name: str, shape, arrays, batch) -> List[int]:
+    """The shape to allocate for output ``name``, whose signature shape is
+    ``shape`` (-1 for a run-time size). Outputs are ``[B, R, ...]``
+    (docs/Runtime-ABI.md): B is the batch, R the rows of the lengths of the
+    same indexer (``lengths_k`` for ``topk_k``), and a dense indexer's scores
+    span the block table's pages; any other run-time size is an error rather
+    than a guess the compiled code would write past."""
+    kind, _, index = name.rpartition("_")
+    suffix = "_" + index if kind and index.isdigit() else ""
+    kind = kind if suffix else name
+
+    def input_of(base):
+        for key in (base + suffix, base):
+            if key in arrays:
+                return arrays[key][0]
+        return None
+
+    lengths = input_of("lengths")
+    if lengths is None:
+        lengths = input_of("positions")
+    table, keys = input_of("block_table"), input_of("keys")
+    sizes = []
+    for dim, size in enumerate(shape):
+        if size < 0 and dim == 0 and batch is not None:
+            size = batch
+        elif size < 0 and dim == 1 and lengths is not None and lengths.ndim == 2:
+            size = lengths.shape[1]
+        elif (size < 0 and dim == 2 and kind == "scores" and table is not None
+              and keys is not None and table.ndim == 2 and keys.ndim >= 2):
+            size = table.shape[1] * keys.shape[1]
+        elif size < 0:
+            dims = ", ".join("?" if d < 0 else str(d) for d in shape)
+            raise ValueError(f"output {name!r} has shape [{dims}]: Program.run cannot "
+                             f"tell its run-time size in dim {dim} from the inputs")
+        sizes.append(size)
+    return sizes
 
 
 def _sparsify_text(pipeline_options: Optional[Dict[str, Any]]) -> Optional[str]:

@@ -376,3 +376,49 @@ func.func @scores_only(%q: tensor<{B}x1x{H}x{Dd}xf32>, %w: tensor<{B}x1x{H}xf32>
     want = ref.dense_scores(q, w, keys, None, bt, n)
     assert z.shape == want.shape and np.array_equal(z, want)
     assert np.all(np.isneginf(z[0, 0, 100:])) and np.all(np.isneginf(z[1]))
+
+
+def test_program_run_sizes_run_time_rows_from_the_lengths(rng):
+    """A graph with a run-time row count: Program.run sizes topk [B, R, K]
+    and sparsity [B, R] from the lengths' rows, not from the batch (which
+    gave [B, B, K]: too small when B < R, so the step wrote past it)."""
+    R = 2
+    static = spin._spin.build_indexer_graph(heads=2, head_dim=4, rows=R, topk=4, page_size=16,
+                                            max_pages=4, key_format="f32", layer=0)
+    dynamic = static
+    for old, new in (("?x2x2x4xf32", "?x?x2x4xf32"), ("?x2x2xf32", "?x?x2xf32"),
+                     ("?x2xi32", "?x?xi32"), ("?x2x64xf32", "?x?x64xf32"),
+                     ("?x2x4xi32", "?x?x4xi32")):
+        dynamic = dynamic.replace(old, new)
+    options = {"sparsity": 0.5, "block_size": 16}
+    program = spin.compile(dynamic, "indexer_layer", options)
+    assert [a["shape"] for a in program.signature if a["role"] == "output"] == [[-1, -1, 4], [-1, -1]]
+    reference = spin.compile(static, "indexer_layer", options)
+    keys = rng.standard_normal((8, 16, 4)).astype(np.float32)
+    for B in (1, 3):
+        q = rng.standard_normal((B, R, 2, 4)).astype(np.float32)
+        w = rng.standard_normal((B, R, 2)).astype(np.float32)
+        table = np.stack([rng.permutation(8)[:4] for _ in range(B)]).astype(np.int32)
+        n = np.tile(np.array([40, 41], np.int32), (B, 1))
+        args = dict(q=q, w=w, keys=keys, block_table=table, lengths=n, positions=n - 1,
+                    request_ids=np.arange(B, dtype=np.int64))
+        outs = []
+        for p in (program, reference):
+            state = spin.new_state(capacity_slots=64, max_requests=B, rows=R, block_size=16)
+            for i in range(B):
+                state.add(i)
+            outs.append(p.run(state, **args))
+        assert outs[0]["topk"].shape == (B, R, 4) and outs[0]["sparsity"].shape == (B, R)
+        np.testing.assert_array_equal(outs[0]["topk"], outs[1]["topk"])
+        np.testing.assert_array_equal(outs[0]["sparsity"], outs[1]["sparsity"])
+
+
+def test_program_run_refuses_output_sizes_it_cannot_derive():
+    """A run-time output size that neither the batch, the lengths' rows nor
+    the block table gives is an error naming the output and the dim."""
+    lengths = np.zeros((2, 3), np.int32)
+    arrays = {"lengths": (lengths, "i32")}
+    assert spin._output_shape("topk_1", [-1, -1, 8], arrays, 2) == [2, 3, 8]
+    with pytest.raises(ValueError, match=r"output 'topk' has shape \[\?, \?, \?\]: "
+                                         r"Program.run cannot tell its run-time size in dim 2"):
+        spin._output_shape("topk", [-1, -1, -1], arrays, 2)

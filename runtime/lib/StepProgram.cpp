@@ -383,6 +383,36 @@ static Status checkRowInputs(const StatePool &pool,
   return Status::success();
 }
 
+/// Outputs are [B, R, ...] (docs/Runtime-ABI.md): the compiled code writes R
+/// rows per request, R from the lengths of the output's indexer (`lengths_k`
+/// for `topk_k`, else `lengths`), whatever size a run-time dim 1 was given.
+static Status checkOutputRows(const std::vector<ArgSpec> &signature,
+                              const std::map<std::string, TensorRef> &inputs,
+                              const std::map<std::string, TensorRef> &outputs) {
+  for (const ArgSpec &arg : signature) {
+    if (arg.role != ArgSpec::Role::Output || arg.shape.size() < 2)
+      continue;
+    size_t underscore = arg.name.rfind('_');
+    std::string suffix;
+    if (underscore != std::string::npos && underscore + 1 < arg.name.size() &&
+        arg.name.find_first_not_of("0123456789", underscore + 1) ==
+            std::string::npos)
+      suffix = arg.name.substr(underscore);
+    auto lengths = inputs.find("lengths" + suffix);
+    if (lengths == inputs.end())
+      lengths = inputs.find("lengths");
+    if (lengths == inputs.end() || lengths->second.shape.size() != 2)
+      continue;
+    const TensorRef &out = outputs.at(arg.name);
+    if (out.shape[1] != lengths->second.shape[1])
+      return Status::error("output '" + arg.name + "' has shape " +
+                           shapeString(out.shape) + " but '" + lengths->first +
+                           "' has " + std::to_string(lengths->second.shape[1]) +
+                           " rows per request");
+  }
+  return Status::success();
+}
+
 /// Everything the compiled step assumes of its arguments, checked before it
 /// runs: the signature first, then the values (docs/Runtime-ABI.md): every
 /// lengths input against the block table and the pages, then against the
@@ -394,7 +424,9 @@ Status StepProgram::checkInputs(
     return s;
   if (Status s = checkPageInputs(inputs); !s.ok())
     return s;
-  return checkRowInputs(pool, inputs);
+  if (Status s = checkRowInputs(pool, inputs); !s.ok())
+    return s;
+  return checkOutputRows(signature_, inputs, outputs);
 }
 
 Status StepProgram::run(StatePool &pool,

@@ -503,4 +503,19 @@ TEST_F(StepProgramTest, RefusesPagedInputsOfTooLowRank) {
   EXPECT_EQ(calls, before);
 }
 
+TEST_F(StepProgramTest, OutputsMustHoldEveryRow) {
+  // A run-time row dim of an output is written R times per request: an
+  // output sized by anything else would be written past.
+  signature.back().shape = {-1, -1, 2};
+  StepProgram program(fakeStep, signature);
+  std::map<std::string, TensorRef> small = {
+      {"topk", {topk.data(), {2, 1, 2}, DType::i32}}};
+  int before = calls;
+  EXPECT_EQ(program.run(*pool, inputs(), small).message(),
+            "output 'topk' has shape [2, 1, 2] but 'lengths' has 2 rows per "
+            "request");
+  EXPECT_EQ(calls, before);
+  EXPECT_TRUE(program.run(*pool, inputs(), outputs()).ok());
+}
+
 } // namespace
