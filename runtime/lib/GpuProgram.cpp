@@ -380,6 +380,10 @@ Status GpuProgram::reserveCapturedSteps(int64_t count) {
                          str(count));
   if (!spec.stateful())
     return Status::success(); // Stateless steps stage nothing.
+  if (count > std::numeric_limits<int64_t>::max() / stagingBytes)
+    return Status::error("reserveCapturedSteps(" + str(count) + "): " +
+                         str(count) + " staging entries of " +
+                         str(stagingBytes) + " bytes overflow 64 bits");
   std::lock_guard<std::mutex> lock(mutex);
   return addStagingBlock(count, captureFree);
 }
@@ -474,6 +478,8 @@ Status GpuProgram::issue(GpuStatePool *pool,
     return failStep(step, s);
 
   if (step.stateful) {
+    // While the requests are still busy, so that no release slips between.
+    pool->noteStep(ids, stream);
     // MTP layers buffered this step's rows (docs/Runtime-ABI.md).
     if (!step.bufferingLayers.empty())
       if (Status s = pool->bookkeeping().setBufferedRows(

@@ -69,9 +69,19 @@ GpuStatePool::GpuStatePool(std::shared_ptr<Context> context,
                            std::unique_ptr<StatePool> hostPool,
                            StateLayout stateLayout, DeviceMemory deviceMemory)
     : ctx(std::move(context)), host(std::move(hostPool)), layout(stateLayout),
-      memory(std::move(deviceMemory)) {}
+      memory(std::move(deviceMemory)),
+      lastStream(static_cast<size_t>(host->options().numSlots), nullptr),
+      slotEvents(static_cast<size_t>(host->options().numSlots), nullptr),
+      released(static_cast<size_t>(host->options().numSlots), false) {}
 
-GpuStatePool::~GpuStatePool() = default;
+GpuStatePool::~GpuStatePool() {
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return;
+  for (CUevent event : slotEvents)
+    if (event)
+      ctx->driver().eventDestroy(event);
+}
 
 GpuLayerBuffers GpuStatePool::layer(int64_t layer) const {
   const StatePoolOptions &o = options();
@@ -129,10 +139,64 @@ Status GpuStatePool::zeroSlot(int32_t slot, CUstream stream) const {
   return Status::success();
 }
 
+void GpuStatePool::noteStep(Span<int64_t> requestIds, CUstream stream) {
+  const Driver &d = ctx->driver();
+  int capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.streamIsCapturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return;
+  std::lock_guard<std::mutex> lock(streamsMutex);
+  for (int64_t id : requestIds)
+    if (StatusOr<int32_t> slot = host->slotOf(id); slot.ok())
+      lastStream[static_cast<size_t>(*slot)] = stream;
+}
+
+Status GpuStatePool::recordSlotEvent(int32_t slot, CUstream on) {
+  const Driver &d = ctx->driver();
+  CUevent &event = slotEvents[static_cast<size_t>(slot)];
+  if (!event)
+    if (Status s = d.check(d.eventCreate(&event, CU_EVENT_DISABLE_TIMING),
+                           "cuEventCreate");
+        !s.ok())
+      return s;
+  return d.check(d.eventRecord(event, on), "cuEventRecord");
+}
+
+Status GpuStatePool::orderAfterSteps(int32_t slot, CUstream stream) {
+  const Driver &d = ctx->driver();
+  const auto at = static_cast<size_t>(slot);
+  CUstream last = lastStream[at];
+  if (last && last != stream)
+    if (Status s = recordSlotEvent(slot, last); !s.ok())
+      return s;
+  if ((last && last != stream) || released[at])
+    if (Status s = d.check(d.streamWaitEvent(stream, slotEvents[at], 0),
+                           "cuStreamWaitEvent");
+        !s.ok())
+      return s;
+  released[at] = false;
+  return Status::success();
+}
+
 StatusOr<int32_t> GpuStatePool::acquire(int64_t requestId, CUstream stream) {
   StatusOr<int32_t> slot = host->acquire(requestId);
   if (!slot.ok())
     return slot;
+  Status ordered = Status::success();
+  {
+    ContextScope scope(*ctx);
+    std::lock_guard<std::mutex> lock(streamsMutex);
+    ordered = scope.status().ok() ? orderAfterSteps(*slot, stream)
+                                  : scope.status();
+  }
+  if (!ordered.ok()) {
+    host->release(requestId).ignore();
+    return Status::error("cannot order the reset of request " +
+                         std::to_string(requestId) + "'s slot " +
+                         std::to_string(*slot) +
+                         " after the steps of its previous request: " +
+                         ordered.message());
+  }
   if (Status s = zeroSlot(*slot, stream); !s.ok()) {
     host->release(requestId).ignore();
     return Status::error("cannot reset the state of request " +
@@ -142,7 +206,29 @@ StatusOr<int32_t> GpuStatePool::acquire(int64_t requestId, CUstream stream) {
 }
 
 Status GpuStatePool::release(int64_t requestId) {
-  return host->release(requestId);
+  StatusOr<int32_t> slot = host->slotOf(requestId);
+  if (!slot.ok())
+    return host->release(requestId); // its error names the request
+  ContextScope scope(*ctx);
+  if (!scope.status().ok())
+    return scope.status();
+  // Under the lock until `released` is set: an acquire of the freed slot
+  // on another thread waits here before it orders its zeroing.
+  std::lock_guard<std::mutex> lock(streamsMutex);
+  const auto at = static_cast<size_t>(*slot);
+  CUstream last = lastStream[at];
+  if (last)
+    if (Status s = recordSlotEvent(*slot, last); !s.ok())
+      return Status::error("cannot release request " +
+                           std::to_string(requestId) +
+                           ": marking the end of its steps failed: " +
+                           s.message());
+  Status freed = host->release(requestId);
+  if (freed.ok() && last) {
+    released[at] = true;
+    lastStream[at] = nullptr;
+  }
+  return freed;
 }
 
 Status GpuStatePool::reset(int64_t requestId, CUstream stream) {
@@ -153,6 +239,16 @@ Status GpuStatePool::reset(int64_t requestId, CUstream stream) {
   StatusOr<int32_t> slot = host->slotOf(requestId);
   if (!slot.ok())
     return slot.status();
+  {
+    ContextScope scope(*ctx);
+    std::lock_guard<std::mutex> lock(streamsMutex);
+    Status ordered =
+        scope.status().ok() ? orderAfterSteps(*slot, stream) : scope.status();
+    if (!ordered.ok())
+      return Status::error("cannot reset the state of request " +
+                           std::to_string(requestId) + ": " +
+                           ordered.message());
+  }
   if (Status s = zeroSlot(*slot, stream); !s.ok())
     return Status::error("cannot reset the state of request " +
                          std::to_string(requestId) + ": " + s.message());

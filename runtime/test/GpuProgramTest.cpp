@@ -19,7 +19,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <dlfcn.h>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -518,6 +522,109 @@ TEST_F(GpuProgramTest, WorksFromAThreadWithoutTheContextCurrent) {
   });
   worker.join();
   EXPECT_EQ(error, "");
+}
+
+/// Holds a stream back until opened (or for 10 s at most): a host function
+/// enqueued with cuLaunchHostFunc, which the runtime does not wrap, so the
+/// tests look it up in the driver the runtime loaded.
+class StreamGate {
+public:
+  using LaunchHostFunc = CUresult (*)(CUstream, void (*)(void *), void *);
+
+  static LaunchHostFunc launcher() {
+    void *cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return cuda ? reinterpret_cast<LaunchHostFunc>(
+                      ::dlsym(cuda, "cuLaunchHostFunc"))
+                : nullptr;
+  }
+  /// Enqueues the wait on `stream`; the gate must outlive its execution.
+  CUresult close(CUstream stream) {
+    open_ = false;
+    return launcher()(stream, &StreamGate::wait, this);
+  }
+  void open() { open_ = true; }
+
+private:
+  static void wait(void *self) {
+    auto *gate = static_cast<StreamGate *>(self);
+    for (int i = 0; i < 10000 && !gate->open_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<bool> open_{true};
+};
+
+TEST_F(GpuProgramTest, ZeroingWaitsForStepsInFlightOnAnotherStream) {
+  // A step of request 7 is held back on `stream`; the slot is then released
+  // and given to request 9 (or reset) on `other`. The zeroing must land
+  // after the step, not before it, or the new request starts from the old
+  // one's state.
+  if (!StreamGate::launcher())
+    GTEST_SKIP() << "the driver has no cuLaunchHostFunc";
+  auto program = load("toy_step");
+  ASSERT_TRUE(program);
+  auto pool = newPool(*program, 1);
+  ASSERT_TRUE(pool);
+  CUstream other = nullptr;
+  CHECK_CU(driver().streamCreate(&other, CU_STREAM_NON_BLOCKING));
+  static StreamGate gate; // outlives any host function left waiting
+  std::vector<float> x(8, 2.0f);
+  // Uploaded up front: uploads synchronize `stream`, which the gate holds.
+  CUdeviceptr xs = upload(x), out = upload(std::vector<float>(8));
+  std::map<int64_t, CUdeviceptr> deviceIds = {
+      {7, upload(std::vector<int64_t>{7})}, {9, upload(std::vector<int64_t>{9})}};
+  auto step = [&](int64_t id) {
+    std::vector<int64_t> ids = {id};
+    std::map<std::string, DeviceTensorRef> inputs = {
+        {"x", {xs, {1, 8}, DType::f32}},
+        {"request_ids", {deviceIds[id], {1}, DType::i64}}};
+    std::map<std::string, DeviceTensorRef> outputs = {
+        {"y", {out, {1, 8}, DType::f32}}, {"z", {out, {1, 8}, DType::f32}}};
+    return program->run(*pool, inputs, outputs, ids, stream);
+  };
+
+  ASSERT_EQ(*pool->acquire(7, stream), 0);
+  CHECK_CU(gate.close(stream));
+  Status stepped = step(7);
+  Status released = pool->release(7);
+  StatusOr<int32_t> slot = pool->acquire(9, other);
+  gate.open();
+  ASSERT_TRUE(stepped.ok()) << stepped.message();
+  ASSERT_TRUE(released.ok()) << released.message();
+  ASSERT_EQ(*slot, 0);
+  CHECK_CU(driver().streamSynchronize(stream));
+  EXPECT_EQ(*pool->iteration(9, 0, other), 0);
+  EXPECT_EQ((*pool->v(9, 0, other))[3], 0.0f);
+
+  // The same for a reset of the request on another stream than its step's.
+  ASSERT_TRUE(step(9).ok());
+  CHECK_CU(driver().streamSynchronize(stream));
+  CHECK_CU(gate.close(stream));
+  stepped = step(9);
+  Status reset = pool->reset(9, other);
+  gate.open();
+  ASSERT_TRUE(stepped.ok()) << stepped.message();
+  ASSERT_TRUE(reset.ok()) << reset.message();
+  CHECK_CU(driver().streamSynchronize(stream));
+  EXPECT_EQ(*pool->iteration(9, 0, other), 0);
+  EXPECT_EQ((*pool->v(9, 0, other))[3], 0.0f);
+  CHECK_CU(driver().streamDestroy(other));
+}
+
+TEST_F(GpuProgramTest, ReserveCapturedStepsRefusesCountsThatOverflow) {
+  // 2^55 + 1 entries of 512 bytes wrapped to 512 bytes: one allocation of
+  // one entry, then 2^55 entries pointing past it.
+  auto program = load("toy_step");
+  ASSERT_TRUE(program);
+  int64_t left = program->capturedStepsLeft();
+  for (int64_t count : {(int64_t(1) << 55) + 1,
+                        std::numeric_limits<int64_t>::max()}) {
+    Status s = program->reserveCapturedSteps(count);
+    EXPECT_EQ(s.message(), "reserveCapturedSteps(" + std::to_string(count) +
+                               "): " + std::to_string(count) +
+                               " staging entries of 512 bytes overflow 64 "
+                               "bits");
+  }
+  EXPECT_EQ(program->capturedStepsLeft(), left);
 }
 
 } // namespace

@@ -20,11 +20,13 @@
 #define SPIN_RUNTIME_GPUSTATEPOOL_H
 
 #include "spin/Runtime/CudaDriver.h"
+#include "spin/Runtime/Span.h"
 #include "spin/Runtime/StatePool.h"
 #include "spin/Runtime/Status.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,10 +100,14 @@ public:
   /// StatePool::acquire does, or if the driver refuses the memsets (then
   /// the slot is given back).
   StatusOr<int32_t> acquire(int64_t requestId, cuda::CUstream stream);
-  /// Frees the slot of `requestId` (StatePool::release).
+  /// Frees the slot of `requestId` (StatePool::release). Steps of the
+  /// request may still run on the stream of its last step: the next
+  /// acquire of the slot, on any stream, zeroes it only after them (an
+  /// event recorded here on that stream, which must still exist).
   Status release(int64_t requestId);
   /// Starts a new turn: zeroes V, D, `it`, `obs_rows` and `pred_at` of
-  /// every layer on `stream` and drops the recorded commit
+  /// every layer on `stream`, after the request's last step if that was
+  /// issued on another stream, and drops the recorded commit
   /// (StatePool::reset).
   Status reset(int64_t requestId, cuda::CUstream stream);
   StatusOr<int32_t> slotOf(int64_t requestId) const {
@@ -144,6 +150,13 @@ public:
   StatusOr<int32_t> bufferedRows(int64_t requestId, int64_t layer,
                                  cuda::CUstream stream) const;
 
+  /// Notes that a step of `requestIds` was issued on `stream` (GpuProgram
+  /// calls it for every eager step), so that releases and resets order
+  /// their zeroing after it. Steps captured in a CUDA graph are not noted:
+  /// their replays run wherever the graph is launched, which the caller
+  /// orders.
+  void noteStep(Span<int64_t> requestIds, cuda::CUstream stream);
+
   /// The request table and the host's MTP record, for step programs
   /// (beginStep, setBufferedRows, endStep).
   StatePool &bookkeeping() { return *host; }
@@ -156,6 +169,12 @@ private:
 
   /// Zeroes V, D, `it` and `obs_rows` of `slot` on every layer.
   Status zeroSlot(int32_t slot, cuda::CUstream stream) const;
+  /// Makes `stream` wait for the steps of `slot` issued on another stream:
+  /// those noted since the last release (`lastStream`), else those the
+  /// release recorded (`released`).
+  Status orderAfterSteps(int32_t slot, cuda::CUstream stream);
+  /// Records the slot's event on `on` (creating the event on first use).
+  Status recordSlotEvent(int32_t slot, cuda::CUstream on);
 
   /// Copies the request's row (`rowBytes` at `slot * rowBytes`) of `field`
   /// on `layer` to `out`, after checking the request and the layer.
@@ -167,6 +186,13 @@ private:
   std::unique_ptr<StatePool> host;
   StateLayout layout;
   cuda::DeviceMemory memory;
+  /// Per slot: the stream of the last eager step of its request (null if
+  /// none since it was acquired), an event marking the end of the steps of
+  /// a released request, and whether that event is still to be waited for.
+  mutable std::mutex streamsMutex;
+  std::vector<cuda::CUstream> lastStream;
+  std::vector<cuda::CUevent> slotEvents;
+  std::vector<bool> released;
 };
 
 } // namespace spin::runtime
