@@ -22,7 +22,10 @@
 # three dense graphs that return their scores too (compared entry by entry,
 # -inf past each row's length);
 # the "exact" input scheme everywhere except one noninteger dense and one
-# noninteger SPIN configuration per key format, and one noninteger MTP one.
+# noninteger SPIN configuration per key format, and one noninteger MTP one;
+# multi-layer graphs (ml3-*: 3 identical SPIN layers with exploration, one
+# single-row, one MTP, one noninteger) whose layers launch shared kernels,
+# the select kernel taking the layer (for the exploration hash) as an i32.
 #
 # A configuration spin-compile rejects is NOT dropped silently: it stays in
 # index.json with "compiled": false and the exact command and error, is
@@ -37,10 +40,12 @@
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +88,7 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              sm_count=kw.pop("sm_count", None),
              distinct_keys=kw.pop("distinct", None))
     c["rows"] = kw.pop("rows", 1)
+    c["layers"] = kw.pop("layers", 1)
     if mode == "spin":
         c.update(block_size=kw.pop("bs"), sparsity=kw.pop("sp"),
                  explore=kw.pop("x", 0.0), seed=kw.pop("seed", 0),
@@ -97,6 +103,13 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
         raise ValueError(f"{name}: only a dense graph returns its scores")
     if c["key_format"] == "bf16" and c["q_format"] != "bf16":
         raise ValueError(f"{name}: bf16 keys need bf16 queries")
+    if c["layers"] > 1 and (mode != "spin" or not c["explore"] > 0 or c["bad_table"]
+                            or c["return_scores"]):
+        # gpu_check.py checks the bad-table step and returned scores on
+        # single-layer graphs only, and needs exploration to tell the layers
+        # apart in the select kernel.
+        raise ValueError(f"{name}: a multi-layer configuration is SPIN with exploration, "
+                         f"without a bad-table step or scores")
     c["pages"] = MB + (8 if B > 3 else 3)   # physical pages in the cache
     c["capacity"] = MB * S
     return c
@@ -204,6 +217,22 @@ def all_configs():
           3, 16, bs=16, sp=0.5, pool="mean", rows=4, reset_input=True, extra=1),
         C("nonint-mtp-fp8-h64-d128-p64-bs64-b3-k512-r3-sp0.5-max-qf16", s, "fp8", 64, 128,
           64, 64, 3, 512, q="f16", bs=64, sp=0.5, rows=3, scheme="noninteger"),
+        # --- multi-layer graphs (issue 30): 3 identical layers, each with its
+        # own q, w, keys (+ scales) and state, sharing the block table,
+        # lengths, positions and request ids; every distinct kernel is
+        # emitted once and launched by every layer. Exploration on, so that
+        # each layer's select must hash its own layer index (gpu_check.py
+        # gives the last layer the first one's inputs: only the hash tells
+        # them apart).
+        C("ml3-spin-fp8-h8-d64-p64-bs16-b3-k16-sp0.5-x0.25-max-qbf16", s, "fp8", 8, 64, 64,
+          16, 3, 16, bs=16, sp=0.5, x=0.25, seed=SEED_A, layers=3, host_reset=True,
+          extra=1),
+        C("ml3-mtp-fp8-h8-d128-p16-bs16-b3-k16-r2-sp0.5-x0.25-mean-qf16-reset", s, "fp8", 8,
+          128, 16, 48, 3, 16, q="f16", bs=16, sp=0.5, x=0.25, seed=SEED_B, pool="mean",
+          rows=2, layers=3, reset_input=True, extra=1),
+        C("ml3-nonint-spin-bf16-h64-d128-p64-bs64-b3-k512-sp0.5-x0.25-max", s, "bf16", 64,
+          128, 64, 64, 3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_B, layers=3,
+          scheme="noninteger", steps=6),
     ]
     names = [c["name"] for c in cs]
     assert len(set(names)) == len(names), "duplicate configuration names"
@@ -278,10 +307,60 @@ func.func @{function}(
 """
 
 
+def multilayer_indexer_graph(function, header, *, layers, batch, rows, heads, head_dim,
+                             page_size, table_pages, topk, key_format, q_format="bf16"):
+    """`layers` identical dense indexer layers in one graph (as
+    examples/deepseek-v4-flash-multilayer.mlir): layer l has its own queries
+    %q<l>, head weights %w<l> and key cache %keys<l> (+ %scales<l>); the block
+    table and lengths are shared; it returns every layer's top-K, layer 0's
+    first."""
+    B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
+    NS = MB * S
+    kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
+    qtype = f"tensor<{B}x{R}x{H}x{Dh}x{qt}>"
+    wtype = f"tensor<{B}x{R}x{H}xf32>"
+    ktype = f"tensor<?x{S}x{Dh}x{kt}>"
+    sctype = f"tensor<?x{S}xf32>"
+    ttype = f"tensor<{B}x{MB}xi32>"
+    ltype = f"tensor<{B}x{R}xi32>"
+    ztype = f"tensor<{B}x{R}x{NS}xf32>"
+    otype = f"tensor<{B}x{R}x{K}xi32>"
+    fp8 = key_format == "fp8"
+    args, body = [], []
+    for i in range(layers):
+        args += [f"%q{i}: {qtype}", f"%w{i}: {wtype}", f"%keys{i}: {ktype}"]
+        if fp8:
+            args.append(f"%scales{i}: {sctype}")
+        scale_use = f"\n      scales(%scales{i} : {sctype})" if fp8 else ""
+        body.append(f"""  %z{i} = spin.dense_indexer q(%q{i} : {qtype})
+      w(%w{i} : {wtype})
+      keys(%keys{i} : {ktype}){scale_use}
+      block_table(%block_table : {ttype})
+      lengths(%lengths : {ltype}) -> {ztype}
+  %topk{i} = spin.topk %z{i} lengths(%lengths : {ltype}) {{k = {K} : i64}}
+      : {ztype} -> {otype}""")
+    args += [f"%block_table: {ttype}", f"%lengths: {ltype}"]
+    types = ", ".join([otype] * layers)
+    values = ", ".join(f"%topk{i}" for i in range(layers))
+    return (f"{header}\n\nfunc.func @{function}(\n    " + ",\n    ".join(args)
+            + f")\n    -> ({types}) {{\n" + "\n".join(body)
+            + f"\n  return {values} : {types}\n}}\n")
+
+
 def graph_text(c):
     """The correctness check's graph of configuration ``c``."""
     B, S, MB = c["batch"], c["page_size"], c["table_pages"]
     R = c["rows"]
+    if c.get("layers", 1) > 1:
+        header = f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
+//   {c['layers']} identical indexer layers, each with its own q, w and key cache;
+//   {B} requests, {R} query row{'s' if R > 1 else ''} each, H = {c['heads']}, Dh = {c['head_dim']}, top-K = {c['topk']},
+//   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, shared block tables of
+//   {MB} pages ({MB * S} slots) per request; the page count (`?`) is known at run time."""
+        return multilayer_indexer_graph(
+            FUNCTION, header, layers=c["layers"], batch=B, rows=R, heads=c["heads"],
+            head_dim=c["head_dim"], page_size=S, table_pages=MB, topk=c["topk"],
+            key_format=c["key_format"], q_format=c["q_format"])
     header = f"""// GPU correctness check graph {c['name']} (bench/gpu_artifacts.py):
 //   {B} requests, {R} query row{'s' if R > 1 else ''} each, H = {c['heads']}, Dh = {c['head_dim']}, top-K = {c['topk']},
 //   {c['key_format']} keys ({c['q_format']} queries), {S}-slot pages, block tables of
@@ -302,18 +381,44 @@ def compile_args(c, compiler, graph, out_dir, target):
     return args
 
 
+def layer_name(name, layer):
+    """The manifest name of a per-layer input or output of layer `layer`
+    (layer 0's has no suffix: "q", "q_1", "q_2", ...; gpu_check.py binds
+    and reads these)."""
+    return name if layer == 0 else f"{name}_{layer}"
+
+
+# The inputs and outputs each layer of a multi-layer graph has its own of.
+PER_LAYER_NAMES = ("q", "w", "keys", "scales", abi.TOPK, abi.SPARSITY, abi.SCORES)
+
+
+def name_layer(name):
+    """The layer of a per-layer argument name (layer_name's inverse), or
+    None for a shared one."""
+    if name in PER_LAYER_NAMES:
+        return 0
+    base, _, tail = name.rpartition("_")
+    if base in PER_LAYER_NAMES and tail.isdigit():
+        return int(tail)
+    return None
+
+
 def expected_arguments(c):
     """(role, name, dtype, shape) of every manifest argument gpu_check.py
     binds or reads, in the order the GPU ABI gives them."""
     B, H, Dh, S, MB, K = (c["batch"], c["heads"], c["head_dim"], c["page_size"],
                           c["table_pages"], c["topk"])
     R = c["rows"]
+    L = c.get("layers", 1)
     kd = MANIFEST_DTYPES[c["key_format"]]
     qd = MANIFEST_DTYPES[c["q_format"]]
-    args = [(abi.INPUT, "q", qd, [B, R, H, Dh]), (abi.INPUT, "w", "f32", [B, R, H]),
-            (abi.INPUT, "keys", kd, [-1, S, Dh])]
-    if c["key_format"] == "fp8":
-        args.append((abi.INPUT, "scales", "f32", [-1, S]))
+    args = []
+    for l in range(L):
+        args += [(abi.INPUT, layer_name("q", l), qd, [B, R, H, Dh]),
+                 (abi.INPUT, layer_name("w", l), "f32", [B, R, H]),
+                 (abi.INPUT, layer_name("keys", l), kd, [-1, S, Dh])]
+        if c["key_format"] == "fp8":
+            args.append((abi.INPUT, layer_name("scales", l), "f32", [-1, S]))
     args += [(abi.INPUT, "block_table", "i32", [B, MB]),
              (abi.INPUT, "lengths", "i32", [B, R])]
     if c["mode"] == "spin":
@@ -325,17 +430,20 @@ def expected_arguments(c):
             args.append((abi.RESET, abi.RESET, "i1", [B]))
     if c.get("return_scores"):
         args.append((abi.OUTPUT, abi.SCORES, "f32", [B, R, MB * S]))
-    args.append((abi.OUTPUT, abi.TOPK, "i32", [B, R, K]))
+    args += [(abi.OUTPUT, layer_name(abi.TOPK, l), "i32", [B, R, K]) for l in range(L)]
     if c["mode"] == "spin":
-        args.append((abi.OUTPUT, abi.SPARSITY, "f32", [B, R]))
+        args += [(abi.OUTPUT, layer_name(abi.SPARSITY, l), "f32", [B, R]) for l in range(L)]
     return args
 
 
-def check_manifest(c, d):
+def check_manifest(c, d, single=None):
     """Everything gpu_check.py relies on, checked here rather than on the
-    GPU; returns a list of problems."""
+    GPU; returns the manifest and a list of problems. `single`: for a
+    multi-layer configuration, the manifest of its one-layer graph (the
+    kernels every layer must share)."""
     m = json.load(open(os.path.join(d, "manifest.json")))
     problems = []
+    L = c.get("layers", 1)
     got = {a["name"]: a for a in m["arguments"]
            if a["role"] in (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.ACCEPTED,
                             abi.RESET, abi.OUTPUT)}
@@ -362,10 +470,10 @@ def check_manifest(c, d):
     if c["mode"] == "spin":
         st = m.get("state", {})
         if st.get("capacity") != c["capacity"] or st.get("block_size") != c["block_size"] \
-                or st.get("layers") != 1 or st.get(abi.KEY["MaxRows"]) != c["rows"]:
+                or st.get("layers") != L or st.get(abi.KEY["MaxRows"]) != c["rows"]:
             problems.append(f"state section {st}, expected capacity {c['capacity']}, "
-                            f"block_size {c['block_size']}, 1 layer, max_rows {c['rows']}")
-        fields = [a["name"] for a in m["arguments"] if a["role"] == abi.STATE]
+                            f"block_size {c['block_size']}, {L} layer(s), "
+                            f"max_rows {c['rows']}")
         # Single-row steps whose max pooling runs in many CTAs keep their
         # block scores in the state's prediction cache (Kernels.h).
         bs = c["block_size"]
@@ -377,15 +485,108 @@ def check_manifest(c, d):
         want_fields = list(abi.state_fields("core")) + (pred if c["reset_input"] else []) + \
             (obs if c["rows"] > 1 else []) + \
             (pred if cached and not c["reset_input"] else [])
-        if fields != want_fields:
-            problems.append(f"state fields {fields}, expected {want_fields}")
+        for l in range(L):
+            fields = [a["name"] for a in m["arguments"]
+                      if a["role"] == abi.STATE and a.get("layer", 0) == l]
+            if fields != want_fields:
+                problems.append(f"layer {l}: state fields {fields}, expected {want_fields}")
+        stray = sorted({a.get("layer") for a in m["arguments"] if a["role"] == abi.STATE}
+                       - set(range(L)))
+        if stray:
+            problems.append(f"state arguments of layers {stray}, expected 0..{L - 1}")
         opts = m.get("options", {}).get("sparsify", "")
         for key, value in (("seed", str(c["seed"])), ("pooling", c["pooling"]),
                            ("reduction", "A1"),
                            ("reset-input", "true" if c["reset_input"] else "false")):
             if f"{key}={value}" not in opts:
                 problems.append(f"options.sparsify lacks {key}={value}: {opts!r}")
+    if L > 1:
+        problems += check_shared_kernels(c, m, single)
     return m, problems
+
+
+def launch_layers(m, launch):
+    """The layers whose per-layer arguments (state, inputs, outputs) a
+    launch of manifest `m` touches."""
+    layers = set()
+    for a in launch["args"]:
+        if a["kind"] == "argument":
+            i = a["index"]
+        elif a["kind"] == "dim":
+            i = a["argument"]
+        else:
+            continue
+        arg = m["arguments"][i]
+        layer = arg["layer"] if arg["role"] == abi.STATE else name_layer(arg["name"])
+        if layer is not None:
+            layers.add(layer)
+    return layers
+
+
+def check_shared_kernels(c, m, single):
+    """A multi-layer graph of identical layers emits each kernel once: as
+    many kernel entries as its one-layer graph, every layer launching the
+    same kernels in the same order, and every launch that passes an i32
+    (the select kernel's layer, hashed by exploration) passing its own
+    layer."""
+    L = c["layers"]
+    problems = []
+    names = [k["name"] for k in m["kernels"]]
+    if len(set(names)) != len(names):
+        problems.append(f"kernels listed twice: {names}")
+    if single is not None and len(m["kernels"]) != len(single["kernels"]):
+        problems.append(f"{len(m['kernels'])} kernel entries, the one-layer graph has "
+                        f"{len(single['kernels'])}: {names} vs "
+                        f"{[k['name'] for k in single['kernels']]}")
+    per_layer = [[] for _ in range(L)]
+    for j, launch in enumerate(m["launches"]):
+        if launch["kernel"] not in names:
+            problems.append(f"launch {j} of an unlisted kernel {launch['kernel']!r}")
+        layers = launch_layers(m, launch)
+        if len(layers) != 1 or not layers <= set(range(L)):
+            problems.append(f"launch {j} ({launch['kernel']}) touches layers "
+                            f"{sorted(layers)}, expected exactly one")
+            continue
+        layer = layers.pop()
+        per_layer[layer].append(launch["kernel"])
+        for a in launch["args"]:
+            if a["kind"] == "i32" and a["value"] != layer:
+                problems.append(f"launch {j} ({launch['kernel']}) of layer {layer} passes "
+                                f"i32 {a['value']}, expected its layer {layer}")
+        if any(a["kind"] == "i32" for a in launch["args"]):
+            per_layer[layer].append("i32 layer")
+    for l in range(1, L):
+        if per_layer[l] != per_layer[0]:
+            problems.append(f"layer {l} launches {per_layer[l]}, layer 0 {per_layer[0]}")
+    if c["explore"] > 0 and "i32 layer" not in per_layer[0]:
+        problems.append("no launch passes the layer (an i32) although exploration "
+                        "hashes it")
+    if single is not None:
+        # Kernel names carry the number of the op they were made for, which
+        # differs between the graphs.
+        def kind(name):
+            return re.sub(r"_\d+", "", name)
+        one = [kind(k["kernel"]) for k in single["launches"]]
+        mine = [kind(k) for k in per_layer[0] if k != "i32 layer"]
+        if mine != one:
+            problems.append(f"layer 0 launches {mine}, the one-layer graph {one}")
+    return problems
+
+
+def compile_one_layer(c, compiler, target):
+    """The manifest of configuration c's graph with one layer (what its
+    shared kernels are compared with), or an error string."""
+    one = dict(c, layers=1)
+    with tempfile.TemporaryDirectory(prefix="gpu-artifacts-one-layer-") as d:
+        graph = os.path.join(d, "graph.mlir")
+        with open(graph, "w") as f:
+            f.write(graph_text(one))
+        proc = subprocess.run(compile_args(one, compiler, graph, d, target),
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            return f"its one-layer graph does not compile: {proc.stderr.strip()[-500:]}"
+        with open(os.path.join(d, "manifest.json")) as f:
+            return json.load(f)
 
 
 def dir_bytes(path, suffix=""):
@@ -465,7 +666,13 @@ def main(argv=None):
             print(f"[{i + 1:2d}/{len(configs)}] {c['name']}: spin-compile FAILED "
                   f"(exit {proc.returncode}, {dt:.1f} s)", flush=True)
             continue
-        m, problems = check_manifest(c, d)
+        single, one_layer_problem = None, []
+        if c["layers"] > 1:
+            single = compile_one_layer(c, args.compiler, args.target)
+            if isinstance(single, str):
+                single, one_layer_problem = None, [single]
+        m, problems = check_manifest(c, d, single)
+        problems += one_layer_problem
         compiler_version = m.get("compiler_version", compiler_version)
         c["compiled"] = True
         c["compile_error"] = None

@@ -33,6 +33,13 @@
 #   * graphs that also return their dense scores: every entry against the
 #     reference's (-inf past each row's length), exact for exact inputs,
 #     else to the top-K's tolerance times the row's largest |score|;
+#   * multi-layer graphs (L identical layers launching shared kernels):
+#     every layer has its own q, w and key cache (+ scales) and its own
+#     state, the batch, block tables, lengths and positions are shared; the
+#     reference runs layer l with l in its exploration hash, and every
+#     layer's top-K, sparsity and state is compared as above. The last
+#     layer gets layer 0's inputs, so that only the layer in the hash tells
+#     them apart (the check requires their selections to differ somewhere);
 #   * where the configuration says so, a last step with one block-table entry
 #     outside [0, pages): program.check() must raise an error naming the
 #     value (and the request), every other request's top-K, sparsity and
@@ -47,7 +54,9 @@
 #   python3 bench/gpu_check.py gpu-artifacts --dry-run    no torch / GPU:
 #       inputs + reference only; the "device" is the reference itself
 #       (--backend ref) or the compiled CPU path build/bin/spin-exec
-#       (--backend cpu), which checks the inputs and the comparisons
+#       (--backend cpu; a multi-layer graph, which spin-exec cannot run,
+#       runs whole through the spin package's CPU path), which checks the
+#       inputs and the comparisons
 #
 # Needs numpy (+ torch and the spin package of build-gpu/python on
 # PYTHONPATH on the GPU machine). No MLIR.
@@ -150,6 +159,7 @@ class Step:
         self.commits = []       # MTP: (rid, accepted drafts) after the step
         self.rids = []
         self.q_stored = self.q = self.w = None
+        self.layers = None      # per layer (q_stored, q, w); [0] is q_stored, q, w
         self.block_table = self.lengths = self.positions = None
         self.reset = None       # bool [B] (reset input) or None
         self.bad = None         # {"index", "rid", "value", "page"}
@@ -175,6 +185,21 @@ def is_exact(c):
     return c["scheme"] in ("exact", "ties")
 
 
+def num_layers(c):
+    return c.get("layers", 1)
+
+
+def layer_name(name, layer):
+    """A per-layer input or output's name in a multi-layer artifact (as
+    bench/gpu_artifacts.py's check_manifest verified): "q", "q_1", ..."""
+    return name if layer == 0 else f"{name}_{layer}"
+
+
+def twin_layer(c):
+    """The layer given layer 0's inputs (None for a single-layer graph)."""
+    return num_layers(c) - 1 if num_layers(c) > 1 else None
+
+
 def make_plan(cfg, rng):
     c = cfg
     spin = c["mode"] == "spin"
@@ -184,30 +209,46 @@ def make_plan(cfg, rng):
     P, NS, T = c["pages"], c["capacity"], c["steps"]
     R = c.get("rows", 1)
     bs = c["block_size"] if spin else S
+    L = num_layers(c)
+    if L > 1 and c["bad_table"]:
+        raise AssertionError("test bug: no bad-table step for multi-layer configurations")
     plan = Plan()
     plan.cfg = c
 
-    # Key cache (and scales), shared by every step.
-    shape = (P, S, Dh)
-    if c["scheme"] == "ties":
-        # Every slot's key is one of a few integer vectors: each row's scores
-        # take at most that many values, so the top-K's candidates are long
-        # runs of equal scores (its tie rule) and the SPIN block maxima tie.
-        base = rng.integers(-4, 5, size=(c["distinct_keys"], Dh)).astype(np.float32)
-        kv = base[rng.integers(0, c["distinct_keys"], size=shape[:2])]
-    elif exact:
-        kv = rng.integers(-4, 5, size=shape).astype(np.float32)
-    else:
-        kv = rng.standard_normal(shape).astype(np.float32)
-    plan.keys_stored, plan.keys = encode(kv, c["key_format"])
-    plan.scales = None
-    if c["key_format"] == "fp8":
+    def draw_keys():
+        """(stored keys, decoded keys, scales or None) of one layer."""
+        shape = (P, S, Dh)
         if c["scheme"] == "ties":
-            plan.scales = np.ones(shape[:2], dtype=np.float32)
+            # Every slot's key is one of a few integer vectors: each row's
+            # scores take at most that many values, so the top-K's
+            # candidates are long runs of equal scores (its tie rule) and
+            # the SPIN block maxima tie.
+            base = rng.integers(-4, 5, size=(c["distinct_keys"], Dh)).astype(np.float32)
+            kv = base[rng.integers(0, c["distinct_keys"], size=shape[:2])]
         elif exact:
-            plan.scales = np.exp2(rng.integers(-2, 3, size=shape[:2])).astype(np.float32)
+            kv = rng.integers(-4, 5, size=shape).astype(np.float32)
         else:
-            plan.scales = rng.uniform(0.5, 2.0, size=shape[:2]).astype(np.float32)
+            kv = rng.standard_normal(shape).astype(np.float32)
+        stored, decoded = encode(kv, c["key_format"])
+        scales = None
+        if c["key_format"] == "fp8":
+            if c["scheme"] == "ties":
+                scales = np.ones(shape[:2], dtype=np.float32)
+            elif exact:
+                scales = np.exp2(rng.integers(-2, 3, size=shape[:2])).astype(np.float32)
+            else:
+                scales = rng.uniform(0.5, 2.0, size=shape[:2]).astype(np.float32)
+        return stored, decoded, scales
+
+    # Key cache (and scales) of every layer, shared by every step; the twin
+    # layer's are copies of layer 0's (its own buffers on the device).
+    plan.keys_stored, plan.keys, plan.scales = draw_keys()
+    plan.layers = [(plan.keys_stored, plan.keys, plan.scales)]
+    for layer in range(1, L):
+        if layer == twin_layer(c):
+            plan.layers.append(tuple(None if a is None else a.copy() for a in plan.layers[0]))
+        else:
+            plan.layers.append(draw_keys())
 
     # Requests: ids, fixed random block tables over the shared pages, ragged
     # initial lengths (tiny, around a block, near the capacity, anywhere) and
@@ -264,22 +305,30 @@ def make_plan(cfg, rng):
     plan.steps = []
     plan.all_ids = [r.rid for r in pool]
 
-    def build_step(step, batch):
-        step.rids = [r.rid for r in batch]
-        qshape = (len(batch), R, H, Dh)
+    def draw_queries(n):
+        """(stored q, decoded q, w) of one layer for n requests."""
+        qshape = (n, R, H, Dh)
         if exact:
             qv = rng.integers(-4, 5, size=qshape).astype(np.float32)
-            w = (rng.integers(-4, 5, size=(len(batch), R, H)) / 4.0).astype(np.float32)
+            w = (rng.integers(-4, 5, size=(n, R, H)) / 4.0).astype(np.float32)
         else:
             # Normal floats rounded to bf16 (tiny ones flushed), so that q is
             # exact in both bf16 and f16 and every backend sees the same q.
             qv = rng.standard_normal(qshape).astype(np.float32)
             qv = sr.bf16_to_f32(sr.f32_to_bf16_bits(qv))
             qv[np.abs(qv) < 2.0 ** -14] = 0.0
-            w = (0.5 * rng.standard_normal((len(batch), R, H))).astype(np.float32)
-        step.q = qv
-        step.q_stored = encode_exactly(qv, c["q_format"], "q")
-        step.w = w
+            w = (0.5 * rng.standard_normal((n, R, H))).astype(np.float32)
+        return encode_exactly(qv, c["q_format"], "q"), qv, w
+
+    def build_step(step, batch):
+        step.rids = [r.rid for r in batch]
+        step.q_stored, step.q, step.w = draw_queries(len(batch))
+        step.layers = [(step.q_stored, step.q, step.w)]
+        for layer in range(1, L):
+            if layer == twin_layer(c):
+                step.layers.append(tuple(a.copy() for a in step.layers[0]))
+            else:
+                step.layers.append(draw_queries(len(batch)))
         step.block_table = np.stack([r.table for r in batch]).astype(np.int32)
         step.valid_table = step.block_table
         step.lengths = np.array([[r.n + i for i in range(R)] for r in batch],
@@ -390,7 +439,8 @@ class Outputs:
     """Per step (topk [B,1,K] int32, sparsity [B,1] f32 or None, error text
     or None); states {rid: (V, D, it)} after the main steps; the bad step's
     outputs and states (or None); per step the returned scores (graphs that
-    return them; the bad step's in bad_scores)."""
+    return them; the bad step's in bad_scores). A multi-layer run's are
+    those of each layer, in `layers` (its own fields unused but `note`)."""
 
     def __init__(self):
         self.steps = []
@@ -400,6 +450,21 @@ class Outputs:
         self.bad = None
         self.bad_states = None
         self.note = None
+        self.layers = None
+
+
+def by_layer(c, outs):
+    """One layer's Outputs as they are, several wrapped in one Outputs."""
+    if num_layers(c) == 1:
+        return outs[0]
+    out = Outputs()
+    out.layers = outs
+    return out
+
+
+def layer_outputs(c, out):
+    """The per-layer Outputs of a run (by_layer's inverse)."""
+    return [out] if num_layers(c) == 1 else out.layers
 
 
 def _snapshot(states):
@@ -407,9 +472,18 @@ def _snapshot(states):
 
 
 def run_reference(plan):
-    """The reference over the plan (does not change the plan)."""
+    """The reference over the plan, every layer (does not change the plan)."""
+    return by_layer(plan.cfg, [run_reference_layer(plan, layer)
+                               for layer in range(num_layers(plan.cfg))])
+
+
+def run_reference_layer(plan, layer):
+    """Layer `layer` of the reference over the plan: the layers share the
+    requests' events and commits but not their inputs or state, so each
+    runs on its own."""
     c = plan.cfg
     spin = c["mode"] == "spin"
+    _, keys, scales = plan.layers[layer]
     out = Outputs()
     out.z, out.masks, out.warm = [], [], []
     states = {}
@@ -427,9 +501,9 @@ def run_reference(plan):
                 recorded.pop(rid, None)
 
     def compute(step):
+        _, q, w = step.layers[layer]
         if not spin:
-            z = sr.dense_scores(step.q, step.w, plan.keys, plan.scales,
-                                step.valid_table, step.lengths)
+            z = sr.dense_scores(q, w, keys, scales, step.valid_table, step.lengths)
             idx = sr.topk(z, step.lengths, c["topk"])
             return idx, None, z, None, np.ones(len(step.rids), bool)
         sts = [states[rid] for rid in step.rids]
@@ -438,8 +512,8 @@ def run_reference(plan):
                               or (st.it == 0 and st.pending is None))
                          for b, st in enumerate(sts)])
         idx, mask, sp, z = sr.spin_step(
-            sts, step.rids, 0, step.q, step.w, plan.keys, plan.scales,
-            step.valid_table, step.lengths, step.positions, k=c["topk"],
+            sts, step.rids, layer, q, w, keys, scales, step.valid_table, step.lengths,
+            step.positions, k=c["topk"],
             bs=c["block_size"], sparsity=c["sparsity"], explore=c["explore"],
             seed=c["seed"], alpha=c["ema_decay"], pooling=c["pooling"],
             reduction="a1", reset_flags=step.reset,
@@ -522,9 +596,10 @@ class TorchBackend:
         program = self.spin.load(art_dir, self.device)
         assert program.chip.startswith("sm_90"), program.chip
         state = program.new_state(slots=len(plan.all_ids) + 2) if spin_mode else None
-        keys = self.tensor(plan.keys_stored, c["key_format"])
-        scales = self.tensor(plan.scales) if plan.scales is not None else None
-        out = Outputs()
+        L = num_layers(c)
+        keys = [self.tensor(k, c["key_format"]) for k, _, _ in plan.layers]
+        scales = [None if sc is None else self.tensor(sc) for _, _, sc in plan.layers]
+        outs = [Outputs() for _ in range(L)]
 
         def step_once(step):
             for kind, rid in step.events:
@@ -534,12 +609,14 @@ class TorchBackend:
                     state.release(rid)
                 elif kind == "reset":
                     state.reset(rid)
-            inputs = {"q": self.tensor(step.q_stored, c["q_format"]),
-                      "w": self.tensor(step.w), "keys": keys,
-                      "block_table": self.tensor(step.block_table),
+            inputs = {"block_table": self.tensor(step.block_table),
                       "lengths": self.tensor(step.lengths)}
-            if scales is not None:
-                inputs["scales"] = scales
+            for layer, (q_stored, _, w) in enumerate(step.layers):
+                inputs[layer_name("q", layer)] = self.tensor(q_stored, c["q_format"])
+                inputs[layer_name("w", layer)] = self.tensor(w)
+                inputs[layer_name("keys", layer)] = keys[layer]
+                if scales[layer] is not None:
+                    inputs[layer_name("scales", layer)] = scales[layer]
             if spin_mode:
                 inputs["positions"] = self.tensor(step.positions)
                 inputs["request_ids"] = self.tensor(np.array(step.rids, dtype=np.int64))
@@ -555,32 +632,39 @@ class TorchBackend:
                 error = str(e)
             for rid, accepted in step.commits:
                 state.commit(rid, accepted)
-            topk = res["topk"].cpu().numpy()
-            sp = res["sparsity"].cpu().numpy() if spin_mode else None
-            scores = res["scores"].cpu().numpy() if c.get("return_scores") else None
-            return (topk, sp, error), scores
+            per_layer = []
+            for layer in range(L):
+                topk = res[layer_name("topk", layer)].cpu().numpy()
+                sp = res[layer_name("sparsity", layer)].cpu().numpy() if spin_mode else None
+                scores = (res[layer_name("scores", layer)].cpu().numpy()
+                          if c.get("return_scores") else None)
+                per_layer.append(((topk, sp, error), scores))
+            return per_layer
 
-        def states():
+        def states(layer):
             if not spin_mode:
                 return None
             snap = {}
             for rid in plan.live_ids:
-                v, d = state.ema(rid)
-                snap[rid] = (v, d, int(state.iteration(rid)))
+                v, d = state.ema(rid, layer)
+                snap[rid] = (v, d, int(state.iteration(rid, layer)))
             return snap
 
         for step in plan.steps:
-            outputs, scores = step_once(step)
-            out.steps.append(outputs)
-            out.scores.append(scores)
+            for out, (outputs, scores) in zip(outs, step_once(step)):
+                out.steps.append(outputs)
+                out.scores.append(scores)
         plan.live_ids = live_ids(plan, len(plan.steps))
-        out.states = states()
+        for layer, out in enumerate(outs):
+            out.states = states(layer)
         if plan.bad_step is not None:
-            out.bad, out.bad_scores = step_once(plan.bad_step)
+            for out, (outputs, scores) in zip(outs, step_once(plan.bad_step)):
+                out.bad, out.bad_scores = outputs, scores
             plan.live_ids = live_ids(plan, len(plan.steps), with_bad=True)
-            out.bad_states = states()
+            for layer, out in enumerate(outs):
+                out.bad_states = states(layer)
         self.torch.cuda.synchronize(self.device)
-        return out
+        return by_layer(c, outs)
 
 
 def live_ids(plan, upto, with_bad=False):
@@ -608,6 +692,10 @@ class RefBackend:
 
     def run(self, plan, art_dir):
         ref = run_reference(plan)
+        return by_layer(plan.cfg, [self.copy(plan, r) for r in layer_outputs(plan.cfg, ref)])
+
+    @staticmethod
+    def copy(plan, ref):
         out = Outputs()
         out.steps = [(i.copy(), None if s is None else s.copy(), e) for i, s, e in ref.steps]
         if plan.cfg.get("return_scores"):
@@ -630,7 +718,10 @@ class RefBackend:
 class CpuBackend:
     """The compiled CPU path (build/bin/spin-exec) over the main steps (dry
     run): checks the inputs, the reference and the comparisons against an
-    independent implementation. No state read-back, no bad-table step."""
+    independent implementation. No state read-back, no bad-table step.
+    spin-exec runs one layer, so a multi-layer graph runs whole through the
+    spin package's CPU path instead (spin.compile of the artifact's graph),
+    with its state read back."""
     name = "cpu"
 
     def __init__(self, exe):
@@ -638,6 +729,8 @@ class CpuBackend:
         sys.path.insert(0, os.path.join(ROOT, "test", "python"))
         import trace_io
         self.tio = trace_io
+        self.python_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(exe))),
+                                       "python")
 
     def describe(self):
         return f"the CPU path {self.exe} (dry run)"
@@ -646,6 +739,63 @@ class CpuBackend:
         return True
 
     def run(self, plan, art_dir):
+        if num_layers(plan.cfg) > 1:
+            return self.run_graph(plan, art_dir)
+        return self.run_layer(plan)
+
+    def run_graph(self, plan, art_dir):
+        c = plan.cfg
+        if self.python_dir not in sys.path:
+            sys.path.insert(0, self.python_dir)
+        import spin
+        L, R = num_layers(c), c.get("rows", 1)
+        with open(os.path.join(art_dir, "graph.mlir")) as f:
+            graph = f.read()
+        options = {"sparsity": float(c["sparsity"]), "block_size": c["block_size"],
+                   "ema_decay": float(c["ema_decay"]), "explore": float(c["explore"]),
+                   "seed": int(c["seed"]), "pooling": c["pooling"], "reduction": "A1",
+                   "reset_input": bool(c["reset_input"])}
+        if R > 1:
+            options.update(mtp_mask=c["mtp_mask"], mtp_update=c["mtp_update"])
+        program = spin.compile(graph, c["function"], options)
+        state = spin.new_state(c["capacity"], layers=L, max_requests=len(plan.all_ids) + 2,
+                               rows=R, block_size=c["block_size"])
+        outs = [Outputs() for _ in range(L)]
+        try:
+            for step in plan.steps:
+                for kind, rid in step.events:
+                    getattr(state, kind)(rid)
+                inputs = {"block_table": step.block_table, "lengths": step.lengths,
+                          "positions": step.positions,
+                          "request_ids": np.array(step.rids, dtype=np.int64)}
+                if step.reset is not None:
+                    inputs["reset"] = step.reset.astype(np.bool_)
+                for layer, (q_stored, _, w) in enumerate(step.layers):
+                    k_stored, _, scales = plan.layers[layer]
+                    inputs[layer_name("q", layer)] = q_stored
+                    inputs[layer_name("w", layer)] = w
+                    inputs[layer_name("keys", layer)] = k_stored
+                    if scales is not None:
+                        inputs[layer_name("scales", layer)] = scales
+                res = program.run(state, **inputs)
+                for rid, accepted in step.commits:
+                    state.commit(rid, accepted)
+                for layer, out in enumerate(outs):
+                    out.steps.append((res[layer_name("topk", layer)],
+                                      res[layer_name("sparsity", layer)], None))
+            for layer, out in enumerate(outs):
+                out.states = {}
+                for rid in live_ids(plan, len(plan.steps)):
+                    v, d = state.ema(rid, layer)
+                    out.states[rid] = (np.array(v), np.array(d),
+                                       int(state.iteration(rid, layer)))
+        finally:
+            state.close()
+        out = by_layer(c, outs)
+        out.note = "the whole graph on the spin package's CPU path (spin-exec runs one layer)"
+        return out
+
+    def run_layer(self, plan):
         c = plan.cfg
         spin_mode = c["mode"] == "spin"
         R = c.get("rows", 1)
@@ -835,7 +985,36 @@ def _names_value(message, value):
                      message) is not None
 
 
+def twin_differences(plan, ref):
+    """(requests whose selection differs between layer 0 and its twin, the
+    requests stepped), over the reference's main steps."""
+    c = plan.cfg
+    layers = layer_outputs(c, ref)
+    a, b = layers[0], layers[twin_layer(c)]
+    differ = sum(int(np.sum(np.any(ma != mb, axis=1))) for ma, mb in zip(a.masks, b.masks))
+    return differ, sum(len(s.rids) for s in plan.steps)
+
+
 def compare(plan, ref, dev):
+    """Problems of a run against the reference, layer by layer."""
+    c = plan.cfg
+    if num_layers(c) == 1:
+        return compare_layer(plan, ref, dev)
+    problems = []
+    if dev.layers is None or len(dev.layers) != num_layers(c):
+        return [f"{num_layers(c)} layers' outputs expected"]
+    for layer, (r, d) in enumerate(zip(ref.layers, dev.layers)):
+        problems += [f"layer {layer}: {p}" for p in compare_layer(plan, r, d)]
+    if twin_differences(plan, ref)[0] == 0:
+        # Else a select kernel hashing the wrong layer could pass.
+        problems.append(f"test bug: layers 0 and {twin_layer(c)} (the same inputs) select "
+                        f"the same blocks in every step: exploration does not test the "
+                        f"layer in its hash")
+    return problems
+
+
+def compare_layer(plan, ref, dev):
+    """Problems of one layer's outputs against the reference's."""
     c = plan.cfg
     spin = c["mode"] == "spin"
     B, K, R = c["batch"], c["topk"], c.get("rows", 1)
@@ -944,6 +1123,11 @@ def plan_stats(plan, ref):
     R = c.get("rows", 1)
     rows = sum(len(s.rids) for s in plan.steps) * R
     parts = [f"{len(plan.steps)} steps", f"{rows} rows"]
+    if num_layers(c) > 1:
+        differ, total = twin_differences(plan, ref)
+        parts.insert(0, f"{num_layers(c)} layers (layer {twin_layer(c)} = layer 0's inputs: "
+                        f"{differ}/{total} selections differ)")
+        ref = ref.layers[0]
     if R > 1:
         commits = [a for s in plan.steps for _, a in s.commits]
         parts.append(f"{len(commits)} commits of {min(commits)}..{max(commits)} drafts")

@@ -81,3 +81,128 @@ def test_returned_scores_are_compared_entry_by_entry(rng, scheme):
         close = ref.copy()
         close[2, 1, 3] += 5e-4 * scale      # within fp8's 1e-3 of the row's largest
         assert gc.compare_scores(c, where, ref, close) == []
+
+
+def test_multilayer_gpu_check_passes_on_ref_and_cpu(tmp_path, rng):
+    """The multi-layer configurations (ml3-*: 3 layers launching shared
+    kernels) compile, their manifests pass gpu_artifacts.py's checks (kernels
+    shared, the layer passed to the select kernel), and every layer's results
+    and state match the reference on both dry-run backends: the reference
+    itself, and (spin-exec running one layer) the whole graph on the spin
+    package's CPU path."""
+    out = tmp_path / "gpu-artifacts"
+    built = subprocess.run(
+        [sys.executable, os.path.join(_ROOT, "bench", "gpu_artifacts.py"), "--out", str(out),
+         "--compiler", _COMPILER, "--only", "ml3-"],
+        capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "NOT compiled" not in built.stdout + built.stderr, built.stdout + built.stderr
+    seed = int(rng.integers(2**31))
+    for backend in ("ref", "cpu"):
+        checked = subprocess.run(
+            [sys.executable, os.path.join(_ROOT, "bench", "gpu_check.py"), str(out),
+             "--dry-run", "--backend", backend, "--spin-exec", _EXEC, "--seed", str(seed)],
+            capture_output=True, text=True, timeout=600)
+        log = checked.stdout + checked.stderr
+        assert checked.returncode == 0, log[-6000:]
+        passed = re.findall(r"^\[ *\d+/\d+\] ml3-\S+: PASS \(.*3 layers", checked.stdout, re.M)
+        assert len(passed) == 3, log
+        assert re.search(r"^summary: 3 passed, 0 failed, 0 skipped", checked.stdout, re.M), log
+
+
+def _gpu_artifacts_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "gpu_artifacts_under_test", os.path.join(_ROOT, "bench", "gpu_artifacts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _multilayer_config(name_part):
+    c = next(c for c in _gpu_artifacts_module().all_configs() if c["name"].startswith("ml3-")
+             and name_part in c["name"])
+    return dict(c, function="indexer")
+
+
+@pytest.mark.parametrize("name_part", ["ml3-spin-fp8", "ml3-mtp"])
+def test_multilayer_check_catches_a_wrong_layer_in_the_hash(rng, monkeypatch, name_part):
+    """A device whose select hashes layer 0 for every layer fails the check
+    in the other layers (the last of which has layer 0's inputs), and passes
+    in layer 0; without exploration the check says the configuration does
+    not test the layer."""
+    gc = _gpu_check_module()
+    c = _multilayer_config(name_part)
+    plan = gc.make_plan(c, np.random.default_rng(int(rng.integers(2**31))))
+    ref = gc.run_reference(plan)
+    assert gc.compare(plan, ref, gc.RefBackend().run(plan, None)) == []
+
+    real = gc.sr.spin_step
+    monkeypatch.setattr(gc.sr, "spin_step",
+                        lambda states, rids, layer, *a, **kw: real(states, rids, 0, *a, **kw))
+    wrong = gc.run_reference(plan)
+    monkeypatch.undo()
+    problems = gc.compare(plan, ref, wrong)
+    assert problems, "a wrong layer in the exploration hash went unnoticed"
+    assert not any(p.startswith("layer 0:") for p in problems), problems
+    assert any(p.startswith(f"layer {c['layers'] - 1}:") for p in problems), problems
+
+    quiet = dict(c, explore=0.0)
+    plan = gc.make_plan(quiet, np.random.default_rng(1))
+    problems = gc.compare(plan, gc.run_reference(plan), gc.run_reference(plan))
+    assert len(problems) == 1 and "test bug" in problems[0], problems
+
+
+def test_multilayer_torch_backend_plumbing(tmp_path, rng):
+    """TorchBackend.run (the H200 path) binds every layer's inputs by name,
+    reads every layer's outputs and state: here with numpy arrays for CUDA
+    tensors and the spin package's CPU program for the loaded artifact."""
+    gc = _gpu_check_module()
+    import types
+    import spin
+
+    ga = _gpu_artifacts_module()
+    c = _multilayer_config("ml3-mtp")
+
+    class Result:
+        def __init__(self, a):
+            self.a = a
+
+        def cpu(self):
+            return self
+
+        def numpy(self):
+            return self.a
+
+    class FakeProgram:
+        chip = "sm_90a"
+
+        def __init__(self):
+            options = {"sparsity": c["sparsity"], "block_size": c["block_size"],
+                       "ema_decay": c["ema_decay"], "explore": c["explore"],
+                       "seed": c["seed"], "pooling": c["pooling"],
+                       "reset_input": c["reset_input"], "mtp_mask": c["mtp_mask"],
+                       "mtp_update": c["mtp_update"]}
+            self.program = spin.compile(ga.graph_text(c), "indexer", options)
+
+        def new_state(self, slots):
+            return spin.new_state(c["capacity"], layers=c["layers"], max_requests=slots,
+                                  rows=c["rows"], block_size=c["block_size"])
+
+        def __call__(self, inputs, state, request_ids):
+            assert list(request_ids) == inputs["request_ids"].tolist()
+            return {k: Result(v) for k, v in self.program.run(state, **inputs).items()}
+
+        def check(self):
+            pass
+
+    backend = object.__new__(gc.TorchBackend)
+    backend.torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(synchronize=lambda device: None))
+    backend.spin = types.SimpleNamespace(load=lambda art_dir, device: FakeProgram())
+    backend.device = None
+    backend.tensor = lambda array, fmt=None: np.ascontiguousarray(array)
+    plan = gc.make_plan(c, np.random.default_rng(int(rng.integers(2**31))))
+    dev = backend.run(plan, str(tmp_path))
+    assert len(dev.layers) == c["layers"] and all(d.states for d in dev.layers)
+    assert gc.compare(plan, gc.run_reference(plan), dev) == []
