@@ -139,8 +139,16 @@ void readPlanLaunches(func::FuncOp plan, ArrayRef<GpuLaunchArg> refs,
     for (Attribute e : launch->getAttrOfType<ArrayAttr>(attr::kWait))
       spec.wait.push_back(cast<IntegerAttr>(e).getInt());
     spec.record = launch->getAttrOfType<IntegerAttr>(attr::kRecord).getInt();
-    for (Value operand : launch.getKernelOperands())
+    for (Value operand : launch.getKernelOperands()) {
+      if (auto c = operand.getDefiningOp<arith::ConstantIntOp>()) {
+        GpuLaunchArg value;
+        value.kind = abi::LaunchArgKind::I32;
+        value.value = static_cast<int32_t>(c.value());
+        spec.args.push_back(value);
+        continue;
+      }
       spec.args.push_back(refs[cast<BlockArgument>(operand).getArgNumber()]);
+    }
     m.launches.push_back(std::move(spec));
   }
 }

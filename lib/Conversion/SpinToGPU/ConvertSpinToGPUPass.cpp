@@ -13,6 +13,7 @@
 #include "NVVM/KernelBuilder.h"
 #include "NVVM/KernelConfig.h"
 #include "NVVM/Kernels.h"
+#include "SharedKernels.h"
 
 #include "spin/Conversion/Passes.h"
 #include "spin/Dialect/Spin/IR/SpinAbi.h"
@@ -138,9 +139,10 @@ public:
   /// `counter` numbers the kernels of the shared kernel module: it runs on
   /// over the functions of a module, so their kernel names never collide.
   PlanBuilder(func::FuncOp func, gpu::GPUModuleOp kernels,
-              const ConvertSpinToGPUOptions &options, unsigned &counter)
+              const ConvertSpinToGPUOptions &options, unsigned &counter,
+              SharedKernels &shared)
       : func(func), kernels(kernels), options(options), b(func.getContext()),
-        counter(counter) {}
+        counter(counter), shared(shared) {}
 
   LogicalResult run();
 
@@ -220,13 +222,15 @@ private:
     std::string kernel;
     LaunchShape shape;
     SmallVector<Buffer> operands;
+    /// i32 parameters after the pointers (the manifest's `i32` kind).
+    SmallVector<int32_t> constants;
     int64_t stream = 0;
     SmallVector<int64_t> wait;
     int64_t record = -1;
   };
   Launch &launch(StringRef kernel, LaunchShape shape,
                  ArrayRef<Buffer> operands, Operation *op) {
-    Launch l{kernel.str(), shape, SmallVector<Buffer>(operands)};
+    Launch l{shared.kernelFor(kernel), shape, SmallVector<Buffer>(operands)};
     l.stream = op->getParentOfType<async::ExecuteOp>() &&
                        isa<EmaUpdateOp>(op)
                    ? 1
@@ -320,11 +324,12 @@ private:
   std::set<int64_t> bufferingLayers;
   int64_t mtpRows = 0;
   std::map<int64_t, int64_t> capacities;
+  SharedKernels &shared;
   int64_t stateBlockSize = 0;
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
-  SmallVector<Launch> launches;
+  SmallVector<Launch, 0> launches;
   int64_t events = 0;
 };
 
@@ -623,6 +628,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     return op.emitOpError("GPU path: the state must come from "
                           "spin.layer_state");
   SelectKernelSpec spec = selectSpecOf(op);
+  // With several layers, one select kernel serves them all.
+  spec.layerParameter = capacities.size() > 1;
   FailureOr<std::optional<Buffer>> sparsity = selectSparsityOf(op);
   if (failed(sparsity))
     return failure();
@@ -652,7 +659,9 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   if (*sparsity)
     operands.push_back(**sparsity);
   operands.push_back(*errors);
-  launch(spec.name, shape, operands, op);
+  Launch &select = launch(spec.name, shape, operands, op);
+  if (spec.layerParameter)
+    select.constants.push_back(static_cast<int32_t>(spec.layer));
   masks[op.getMask()] = mask;
   stateBlockSize = spec.blockSize;
   return success();
@@ -1083,6 +1092,8 @@ void PlanBuilder::emit() {
     SmallVector<Value> operands;
     for (Buffer buffer : l.operands)
       operands.push_back(body->getArgument(position[buffer]));
+    for (int32_t c : l.constants)
+      operands.push_back(arith::ConstantIntOp::create(b, loc, b.getI32Type(), c));
     auto kernel = SymbolRefAttr::get(
         kernels.getSymNameAttr(),
         {SymbolRefAttr::get(b.getContext(), l.kernel)});
@@ -1294,16 +1305,18 @@ struct ConvertSpinToGPUPass
       return signalPassFailure();
     ConvertSpinToGPUOptions opts{capacity};
     unsigned counter = 0;
+    SharedKernels shared(kernels);
     for (func::FuncOp func : graphs) {
       if (SymbolTable::getSymbolUses(func, module) &&
           !SymbolTable::getSymbolUses(func, module)->empty()) {
         func.emitOpError("GPU path: functions with callers are not supported");
         return signalPassFailure();
       }
-      PlanBuilder plan(func, kernels, opts, counter);
+      PlanBuilder plan(func, kernels, opts, counter, shared);
       if (failed(plan.run()))
         return signalPassFailure();
     }
+    shared.eraseUnusedArrays();
   }
 };
 } // namespace

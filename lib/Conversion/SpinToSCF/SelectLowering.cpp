@@ -228,7 +228,7 @@ void SelectBlocksBuilder::selectRequest(Value request) {
   slot = lb.loadIndex(state.slots, {b});
   iteration = lb.load(state.it, {slot});
   warmup = lb.cmp(CmpIPredicate::eq, iteration, lb.i64(0));
-  base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
+  base = ::spin::runtime::explorationBase<CodeBuilder, Value, uint64_t>(
       lb, lb.u64(::spin::runtime::mix(op.getSeed())), lb.load(requestIds, {b}),
       static_cast<uint64_t>(state.layer), iteration);
   lb.forEach(lb.index(0), rows, [&](Value row) { selectRow(row); });

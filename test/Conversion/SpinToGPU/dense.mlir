@@ -17,10 +17,12 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks in (%c1{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c512{{.*}}) args(%[[SCORES]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[CAND:.*]] : !llvm.ptr<1>, %[[OUT]] : !llvm.ptr<1>)
 // CHECK-NOT: spin.dense_indexer
 
-// A second graph in the module gets kernels of its own names.
+// A second graph in the module (bf16 keys) gets a scoring kernel of its
+// own and launches the first's top-K, which is the same kernel
+// (SharedKernels: one kernel per distinct configuration).
 // CHECK-LABEL: func.func @second(
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_2
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_3 blocks
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 blocks
 
 // A graph that returns the scores gets them in its output, written by the
 // scoring kernel itself (no scratch copy), -inf past each row's length
@@ -30,18 +32,18 @@
 // CHECK-SAME: %[[T:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
 // CHECK-NOT: spin_score_dense_4_scores
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_dense_4 {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : i32, %{{.*}} : !llvm.ptr<1>)
-// CHECK: gpu.launch_func @spin_kernels::@spin_topk_5 {{.*}} args(%[[Z]] : !llvm.ptr<1>, {{.*}}, %[[T]] : !llvm.ptr<1>)
+// Its top-K is the first graph's.
+// CHECK: gpu.launch_func @spin_kernels::@spin_topk_1 {{.*}} args(%[[Z]] : !llvm.ptr<1>, {{.*}}, %[[T]] : !llvm.ptr<1>)
 
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_score_dense_0({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.minctasm = 2 : i32}
 // CHECK-COUNT-2: nvvm.mma.sync
 // CHECK: gpu.func @spin_topk_1({{.*}}) kernel attributes {known_block_size = array<i32: 512, 1, 1>, nvvm.cluster_dim = array<i32: 1, 1, 1>, nvvm.maxnreg = 64 : i32}
 // CHECK: gpu.func @spin_score_dense_2(
-// CHECK: gpu.func @spin_topk_3(
 // The fill of the entries past the length: a store of -inf (0xFF800000).
 // CHECK: gpu.func @spin_score_dense_4(
 // CHECK: arith.constant -8388608 : i32
-// CHECK: gpu.func @spin_topk_5(
+// CHECK-NOT: gpu.func
 func.func @dense(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},
                  %w: tensor<2x1x16xf32> {spin.input = "w"},
                  %keys: tensor<?x16x64xf8E4M3FN> {spin.input = "keys"},

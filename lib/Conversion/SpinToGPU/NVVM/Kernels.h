@@ -165,12 +165,15 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 ///
 /// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
 /// counts, mask, skip (ptrs; `skip` is cleared for the step), [sparsity
-/// (ptr)], errors (ptr).
+/// (ptr)], errors (ptr), [layer (i32)].
 /// Grid: (batch).
 struct SelectKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
   int64_t topk = 1, layer = 0;
+  /// The layer (of the exploration hash) is the last parameter instead of
+  /// the constant `layer`, so that one kernel serves every layer.
+  bool layerParameter = false;
   double sparsity = 0.5, explore = 0.0;
   uint64_t seed = 0;
   PoolingKind pooling = PoolingKind::max;

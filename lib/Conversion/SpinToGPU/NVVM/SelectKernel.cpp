@@ -397,7 +397,7 @@ private:
   gpu::GPUFuncOp func;
   Value positions, lengths, requestIds, slots, vState, dState, itState;
   Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
-  Value sparsityOut, errors;
+  Value sparsityOut, errors, layerParam;
   Value tid, lane, warp;
   Value request, slot, iteration, requestId, firstP, firstN;
   /// Whether the request is in its warm-up step, its rows' offset in V and
@@ -447,6 +447,8 @@ void SelectKernel::declareKernel() {
   if (spec.reportSparsity)
     params.push_back(ptr);
   params.push_back(ptr);
+  if (spec.layerParameter)
+    params.push_back(kb.i32T());
   func = beginKernel(b, loc, module, spec.name, params, threads);
   // The sparse scoring kernel after this one reads only step inputs before
   // its wait (the row's length, queries, head weights and block-table row),
@@ -468,6 +470,7 @@ void SelectKernel::declareKernel() {
   predAt = spec.predictionCache ? func.getArgument(a++) : Value();
   sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   errors = func.getArgument(a++);
+  layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
 }
 
 /// Before the grid wait, while the kernel before ends: the step's inputs,
@@ -509,9 +512,15 @@ void SelectKernel::hashRequest() {
     iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
   stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-  base = ::spin::runtime::explorationBase<CodeBuilder, Value>(
-      kb, kb.u64(::spin::runtime::mix(spec.seed)), requestId,
-      static_cast<uint64_t>(spec.layer), iteration);
+  // A kernel shared by several layers takes its layer as a parameter.
+  if (layerParam)
+    base = ::spin::runtime::explorationBase<CodeBuilder, Value, Value>(
+        kb, kb.u64(::spin::runtime::mix(spec.seed)), requestId,
+        kb.extU64(layerParam), iteration);
+  else
+    base = ::spin::runtime::explorationBase<CodeBuilder, Value, uint64_t>(
+        kb, kb.u64(::spin::runtime::mix(spec.seed)), requestId,
+        static_cast<uint64_t>(spec.layer), iteration);
 }
 
 /// The row's block scores (as order-preserving keys), the request's mask,

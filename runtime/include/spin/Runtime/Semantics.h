@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <type_traits>
 
 namespace spin::runtime {
 
@@ -39,12 +40,16 @@ constexpr U64 splitmix64(Ops &o, U64 x) {
 /// The part of the exploration hash shared by every block of a request's
 /// step: `mix(mix(mix(mixedSeed ^ requestId) ^ layer) ^ iteration)`, where
 /// `mixedSeed = mix(seed)`. Every row of an MTP step passes the same
-/// `iteration`, so rows prefer the same blocks.
-template <typename Ops, typename U64>
-constexpr U64 explorationBase(Ops &o, U64 mixedSeed, U64 requestId, uint64_t layer,
-                    U64 iteration) {
+/// `iteration`, so rows prefer the same blocks. `layer` is a constant
+/// (uint64_t) or, for code shared by several layers, a value.
+template <typename Ops, typename U64, typename Layer>
+constexpr U64 explorationBase(Ops &o, U64 mixedSeed, U64 requestId,
+                              Layer layer, U64 iteration) {
   U64 base = o.mix(o.xorI(mixedSeed, requestId));
-  base = o.mix(o.xorI(base, o.u64(layer)));
+  if constexpr (std::is_same_v<Layer, uint64_t>)
+    base = o.mix(o.xorI(base, o.u64(layer)));
+  else
+    base = o.mix(o.xorI(base, layer));
   return o.mix(o.xorI(base, iteration));
 }
 
