@@ -200,11 +200,12 @@ def compile(mlir_text: str, function: str,
     Compiled code is cached in this process and on disk (``$SPIN_CACHE_DIR``,
     else ``$XDG_CACHE_HOME/spin`` or ``~/.cache/spin``; ``SPIN_CACHE_DIR=off``
     disables it) by a hash of the IR, the options and the compiler version;
-    corrupt or stale CPU entries are detected by checksum and rebuilt.
+    corrupt or stale CPU entries are detected by checksum and rebuilt. A
+    build without the compiler (the GPU runtime alone) can still compile
+    for ``target="cuda"`` from a cache filled elsewhere (``python3 -m
+    spin.cache prebuild``); a missing entry raises an error naming it and
+    the command that builds it.
     """
-    if not has_compiler:
-        raise RuntimeError("spin was built without the compiler: compile() "
-                           "needs -DSPIN_ENABLE_COMPILER=ON")
     if target == "cuda":
         torch = _cuda_torch("compile(target='cuda')")
         chip = _device_chip(torch, None)
@@ -215,6 +216,10 @@ def compile(mlir_text: str, function: str,
     if target != "cpu":
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r} "
                          "(compile_artifact() writes PTX for named chips)")
+    if not has_compiler:
+        raise RuntimeError("spin was built without the compiler: compile() "
+                           "for the CPU needs -DSPIN_ENABLE_COMPILER=ON (for "
+                           "CUDA, prebuilt programs are found in the cache)")
     return Program(_spin.compile(mlir_text, function, pipeline_options))
 
 

@@ -85,3 +85,14 @@ def load_example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def multilayer_graph():
+    """(mlir text, function, options) of a 3-layer graph
+    (bench/multilayer_graph.py) that spin.compile(target="cuda") loads from
+    the cache on the runtime-only build: its layers share their kernels."""
+    spec = importlib.util.spec_from_file_location(
+        "multilayer_graph", os.path.join(ROOT, "bench", "multilayer_graph.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.graph(3, False), "indexer_layers", {"sparsity": 0.5, "explore": 0.05}

@@ -81,6 +81,11 @@ def main(argv=None):
             rc.write_cpu_report(replay, trace_dir, out, case)
     print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
     from spin import cache
+    # spin.compile(target="cuda") of a multi-layer graph on the runtime-only
+    # build (test_indexer_cuda.py), sized for the H200's 132 SMs.
+    from cuda_indexer_cases import multilayer_graph
+    text, function, options = multilayer_graph()
+    cache.graph_artifact(text, function, options, chips, 132, cache_dir=out)
     entries = [e for e in cache.entries(out, verify=True) if e["kind"] != "cpu"]
     bad = [e for e in entries if e["problem"]]
     for e in bad:

@@ -196,6 +196,28 @@ def test_the_runtime_only_build_reads_the_prebuilt_cache():
         indexer.artifact(0, case["max_pages"], case["batch"] + 1)
 
 
+@pytest.mark.skipif(spin.has_compiler, reason="the build has the compiler (see the "
+                    "runtime-only build of bench/run_gpu_check.sh)")
+@needs_cuda
+def test_the_runtime_only_build_compiles_graphs_from_the_prebuilt_cache():
+    """spin.compile(target="cuda") without the compiler: the multi-layer
+    graph prebuild_cuda_cache.py compiled loads (its three layers launching
+    one set of shared kernels), and the same graph with other options is a
+    clear error naming the entry and the prebuild command."""
+    if os.environ.get("SPIN_CACHE_DIR") in (None, "", "off"):
+        pytest.skip("SPIN_CACHE_DIR does not name a prebuilt cache")
+    from cuda_indexer_cases import multilayer_graph
+    text, function, options = multilayer_graph()
+    program = spin.compile(text, function, options, target="cuda")
+    manifest = program.manifest
+    assert manifest["state"]["layers"] == 3
+    kernels = {k["name"] for k in manifest["kernels"]}
+    assert {launch["kernel"] for launch in manifest["launches"]} == kernels
+    assert len(manifest["launches"]) == 3 * len(kernels)  # every layer, every kernel
+    with pytest.raises(RuntimeError, match="python3 -m spin.cache prebuild"):
+        spin.compile(text, function, dict(options, sparsity=0.25), target="cuda")
+
+
 @needs_compiler
 def test_disk_cache_off_compiles_into_a_private_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("SPIN_CACHE_DIR", "off")
