@@ -256,6 +256,18 @@ def sparsify_options(c):
     return " ".join(opts)
 
 
+def indexer_types(batch, rows, heads, head_dim, page_size, table_pages, topk,
+                  key_format, q_format):
+    """The MLIR tensor types of an indexer layer's values: queries, head
+    weights, keys, key scales, block table, lengths, scores, top-K."""
+    B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
+    kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
+    return (f"tensor<{B}x{R}x{H}x{Dh}x{qt}>", f"tensor<{B}x{R}x{H}xf32>",
+            f"tensor<?x{S}x{Dh}x{kt}>", f"tensor<?x{S}xf32>", f"tensor<{B}x{MB}xi32>",
+            f"tensor<{B}x{R}xi32>", f"tensor<{B}x{R}x{MB * S}xf32>",
+            f"tensor<{B}x{R}x{K}xi32>")
+
+
 def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
                   table_pages, topk, key_format, q_format="bf16", outputs="topk"):
     """A dense indexer graph (as examples/deepseek-v4-flash-indexer.mlir):
@@ -263,17 +275,9 @@ def indexer_graph(function, header, *, batch, rows, heads, head_dim, page_size,
     after the comment lines ``header``. `outputs`: "topk" (the top-K
     indices), "scores,topk" (the scores too) or "scores" (the scores only).
     bench/bench_artifacts.py uses it too."""
-    B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
-    NS = MB * S
-    kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
-    qtype = f"tensor<{B}x{R}x{H}x{Dh}x{qt}>"
-    wtype = f"tensor<{B}x{R}x{H}xf32>"
-    ktype = f"tensor<?x{S}x{Dh}x{kt}>"
-    sctype = f"tensor<?x{S}xf32>"
-    ttype = f"tensor<{B}x{MB}xi32>"
-    ltype = f"tensor<{B}x{R}xi32>"
-    ztype = f"tensor<{B}x{R}x{NS}xf32>"
-    otype = f"tensor<{B}x{R}x{K}xi32>"
+    S, K = page_size, topk
+    qtype, wtype, ktype, sctype, ttype, ltype, ztype, otype = indexer_types(
+        batch, rows, heads, head_dim, page_size, table_pages, topk, key_format, q_format)
     fp8 = key_format == "fp8"
     scale_arg = f"\n    %scales: {sctype},           // per-slot key scales [pages, {S}]" \
         if fp8 else ""
@@ -314,17 +318,9 @@ def multilayer_indexer_graph(function, header, *, layers, batch, rows, heads, he
     %q<l>, head weights %w<l> and key cache %keys<l> (+ %scales<l>); the block
     table and lengths are shared; it returns every layer's top-K, layer 0's
     first."""
-    B, R, H, Dh, S, MB, K = (batch, rows, heads, head_dim, page_size, table_pages, topk)
-    NS = MB * S
-    kt, qt = MLIR_TYPES[key_format], MLIR_TYPES[q_format]
-    qtype = f"tensor<{B}x{R}x{H}x{Dh}x{qt}>"
-    wtype = f"tensor<{B}x{R}x{H}xf32>"
-    ktype = f"tensor<?x{S}x{Dh}x{kt}>"
-    sctype = f"tensor<?x{S}xf32>"
-    ttype = f"tensor<{B}x{MB}xi32>"
-    ltype = f"tensor<{B}x{R}xi32>"
-    ztype = f"tensor<{B}x{R}x{NS}xf32>"
-    otype = f"tensor<{B}x{R}x{K}xi32>"
+    S, K = page_size, topk
+    qtype, wtype, ktype, sctype, ttype, ltype, ztype, otype = indexer_types(
+        batch, rows, heads, head_dim, page_size, table_pages, topk, key_format, q_format)
     fp8 = key_format == "fp8"
     args, body = [], []
     for i in range(layers):
