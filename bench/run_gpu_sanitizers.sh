@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+#===- bench/run_gpu_sanitizers.sh - gpu_check under compute-sanitizer -----===#
+#
+# On the GPU machine, after bench/run_gpu_check.sh has built the runtime
+# (build-gpu/) or with BUILD=1 to build it here:
+#
+#   bench/run_gpu_sanitizers.sh [gpu_check.py options, e.g. --only spin-fp8]
+#
+# runs bench/gpu_check.py over gpu-artifacts/ (every configuration unless
+# --only) and the runtime's CUDA tests (python/tests/test_cuda.py) under
+# each compute-sanitizer tool in $TOOLS (default: memcheck racecheck
+# synccheck initcheck), each gpu_check run with a fresh seed, and prints per
+# tool the errors compute-sanitizer reported, the check's result and the
+# time. API errors are not reported: the runtime's own tests provoke some on
+# purpose (bad launches, a stub driver) and check that they come back as a
+# Status.
+#
+# Exit status: 0 only if every run passed with 0 errors.
+# Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
+# ARTIFACTS (default gpu-artifacts), TOOLS, OUT_DIR (logs; default
+# sanitizer-logs), BUILD (1: build the runtime first).
+#
+#===----------------------------------------------------------------------===#
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+export BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+ARTIFACTS="${ARTIFACTS:-$ROOT/gpu-artifacts}"
+TOOLS="${TOOLS:-memcheck racecheck synccheck initcheck}"
+OUT_DIR="${OUT_DIR:-$ROOT/sanitizer-logs}"
+SANITIZER="${SANITIZER:-compute-sanitizer}"
+
+command -v "$SANITIZER" >/dev/null || {
+  echo "error: $SANITIZER not found (it ships with the CUDA toolkit)" >&2
+  exit 2
+}
+if [ "${BUILD:-0}" = 1 ]; then
+  PYTHON="$PYTHON" "$ROOT/scripts/gpu-runtime-build" build || exit 1
+fi
+[ -d "$BUILD_DIR/python/spin" ] || {
+  echo "error: $BUILD_DIR/python/spin is missing: run bench/run_gpu_check.sh" \
+       "or BUILD=1 $0" >&2
+  exit 2
+}
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT_DIR"
+
+# The errors one compute-sanitizer log reports (the sum of its "ERROR
+# SUMMARY" lines, one per process), or "?" when it printed none.
+errors_of() {
+  awk '/ERROR SUMMARY: [0-9]+ error/ {n += $4; seen = 1}
+       END {if (seen) print n; else print "?"}' "$1"
+}
+
+status=0
+summary=()
+for tool in $TOOLS; do
+  for run in gpu_check test_cuda; do
+    log="$OUT_DIR/$tool-$run.log"
+    seed=$(( (RANDOM << 15) | RANDOM ))
+    start=$(date +%s)
+    if [ "$run" = gpu_check ]; then
+      cmd=("$PYTHON" "$ROOT/bench/gpu_check.py" "$ARTIFACTS" --seed "$seed" "$@")
+    else
+      cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
+           "$ROOT/python/tests/test_cuda.py")
+    fi
+    "$SANITIZER" --tool "$tool" --target-processes all --report-api-errors no \
+      --print-limit 50 "${cmd[@]}" > "$log" 2>&1
+    rc=$?
+    errors=$(errors_of "$log")
+    seconds=$(( $(date +%s) - start ))
+    line="$tool $run: exit $rc, $errors errors, ${seconds} s"
+    [ "$run" = gpu_check ] && line="$line, seed $seed: $(grep '^summary:' "$log" | tail -1)"
+    summary+=("$line")
+    echo "$line"
+    { [ "$rc" -eq 0 ] && [ "$errors" = 0 ]; } || status=1
+  done
+done
+
+printf '\n== compute-sanitizer summary (logs in %s)\n' "$OUT_DIR"
+printf '%s\n' "${summary[@]}"
+exit $status
