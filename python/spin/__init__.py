@@ -297,6 +297,25 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def _int_arg(name: str, value) -> int:
+    """``value`` as a Python int for an int64 runtime argument: TypeError
+    unless it is an integer (bool excluded), ValueError outside int64; both
+    name the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{name} {value} does not fit in int64")
+    return value
+
+
+def _request_id(value) -> int:
+    return _int_arg("request_id", value)
+
+
 class State:
     """SPIN state of a batch of requests across indexer layers.
 
@@ -323,27 +342,27 @@ class State:
 
     def add(self, request_id: int) -> None:
         """Starts tracking a request (fresh state: its next step is a warm-up)."""
-        self._native().acquire(int(request_id))
+        self._native().acquire(_request_id(request_id))
 
     def reset(self, request_id: int) -> None:
         """Zeroes a request's state: after prefill or at a new turn."""
-        self._native().reset(int(request_id))
+        self._native().reset(_request_id(request_id))
 
     def commit(self, request_id: int, accepted: int) -> None:
         """Records how many draft tokens of the last MTP step were accepted."""
-        self._native().commit(int(request_id), int(accepted))
+        self._native().commit(_request_id(request_id), _int_arg("accepted", accepted))
 
     def release(self, request_id: int) -> None:
         """Forgets a finished request and frees its slot."""
-        self._native().release(int(request_id))
+        self._native().release(_request_id(request_id))
 
     def iteration(self, request_id: int, layer: int = 0) -> int:
         """Decode steps since the request's last reset on ``layer``."""
-        return self._native().iteration(int(request_id), int(layer))
+        return self._native().iteration(_request_id(request_id), _int_arg("layer", layer))
 
     def ema(self, request_id: int, layer: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         """Copies of the request's (V, D) vectors on ``layer``."""
-        v, d = self._native().state(int(request_id), int(layer))
+        v, d = self._native().state(_request_id(request_id), _int_arg("layer", layer))
         return np.asarray(v, dtype=np.float32), np.asarray(d, dtype=np.float32)
 
     def last_observed(self, request_id: int, layer: int = 0) -> np.ndarray:
@@ -351,11 +370,12 @@ class State:
         ``layer`` (int32, ``ceil(capacity / block_size)`` entries): ``it + 1``
         at the step that last scored the block, 0 if never (SPIN_SPEC §7.1).
         Only states made with ``last_observed=True`` keep them."""
-        return np.asarray(self._native().last_observed(int(request_id), int(layer)),
+        return np.asarray(self._native().last_observed(_request_id(request_id),
+                                                       _int_arg("layer", layer)),
                           dtype=np.int32)
 
     def __contains__(self, request_id: int) -> bool:
-        return self._native().contains(int(request_id))
+        return self._native().contains(_request_id(request_id))
 
     def __len__(self) -> int:
         return self._native().live_requests()
@@ -376,7 +396,7 @@ def new_state(capacity_slots: int, layers: int = 1, max_requests: int = 64,
     for name, value in (("capacity_slots", capacity_slots), ("layers", layers),
                         ("max_requests", max_requests), ("rows", rows),
                         ("block_size", block_size)):
-        if not isinstance(value, (int, np.integer)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     pool = _spin.StatePool(layers=int(layers), slots=int(max_requests),
                            capacity=int(capacity_slots), rows=int(rows),
@@ -447,6 +467,9 @@ class Indexer:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for name, value in (("sparsity", sparsity), ("ema_decay", ema_decay),
                             ("explore", explore)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                                 np.floating)):
+                raise TypeError(f"{name} must be a number, got {value!r}")
             if not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value!r}")
         for name, value, allowed in (("explore_policy", explore_policy, _EXPLORE_POLICIES),

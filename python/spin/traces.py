@@ -132,7 +132,9 @@ def _npy_info(path: str):
         raise TraceError(f"{rel}: object arrays are not allowed")
     if fortran:
         raise TraceError(f"{rel}: Fortran-ordered arrays are not allowed; save C order")
-    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    need = dtype.itemsize  # Python ints: a corrupt header's sizes cannot wrap
+    for n in shape:
+        need *= int(n)
     have = os.path.getsize(path) - offset
     if have < need:
         raise TraceError(f"{rel}: truncated: header says shape {tuple(shape)} {dtype} "
