@@ -145,6 +145,7 @@ Value KernelBuilder::atomicCAS(Value ptr, Value expected, Value desired) {
 //===----------------------------------------------------------------------===//
 
 void KernelBuilder::barrier() { gpu::BarrierOp::create(b, loc); }
+void KernelBuilder::syncWarp() { NVVM::SyncWarpOp::create(b, loc, i32(-1)); }
 void KernelBuilder::fenceDevice() {
   LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
                             "fence.acq_rel.gpu;", "~{memory}",

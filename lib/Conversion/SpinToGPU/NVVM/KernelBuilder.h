@@ -100,6 +100,9 @@ public:
 
   //===--- synchronisation and warps ---------------------------------------===//
   void barrier();
+  /// Orders the shared-memory accesses of the lanes of a warp (all 32
+  /// lanes, `bar.warp.sync`): lanes of one warp are not in lockstep.
+  void syncWarp();
   /// `fence.acq_rel.gpu`: orders this thread's memory operations before and
   /// after it for every thread of the device.
   void fenceDevice();

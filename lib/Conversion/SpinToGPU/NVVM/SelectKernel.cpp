@@ -630,9 +630,10 @@ void SelectKernel::predictScores(Value rowId, Value p, Value n,
   }
 }
 
-/// Block `j`'s pooled prediction by one warp: each lane takes every 32nd
-/// slot's max(V[i], D[p - i]); max pooling reduces by shuffles, the others
-/// go through the warp's `buffer` to lane 0, which pools in slot order.
+/// Block `j`'s pooled prediction by one warp (all its lanes call this):
+/// each lane takes every 32nd slot's max(V[i], D[p - i]); max pooling
+/// reduces by shuffles, the others go through the warp's `buffer` to lane
+/// 0, which pools in slot order.
 void SelectKernel::poolBlock(Value j, Value p, Value n, Value buffer) {
   Value firstSlot = kb.mul(j, kb.i32(bs));
   Value count = kb.minS(kb.i32(bs), kb.sub(n, firstSlot));
@@ -660,12 +661,16 @@ void SelectKernel::poolBlock(Value j, Value p, Value n, Value buffer) {
       local = kb.maxF(local, kb.shflXor(local, d));
     pooled = local;
   } else {
+    // Lane 0 reads what the other lanes stored, and the next block's stores
+    // must wait until it has: the warp's lanes are not in lockstep.
+    kb.syncWarp();
     pooled = kb.ifThenElse(
         {f32}, kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)),
         [&]() -> SmallVector<Value> {
           return {poolInSlotOrder(buffer, count)};
         },
         [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+    kb.syncWarp();
   }
   kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
     kb.storeAt(kb.orderedKey(pooled), scoreKeys, j);
