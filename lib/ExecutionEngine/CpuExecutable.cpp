@@ -74,11 +74,13 @@ CpuExecutable::~CpuExecutable() = default;
 /// other key formats with queries of their own type.
 static StatusOr<std::pair<Type, Type>> indexerElementTypes(Builder &b,
                                                            const IndexerConfig &c) {
-  auto positive = [](int64_t v) { return v > 0; };
-  if (!positive(c.heads) || !positive(c.headDim) || !positive(c.rows) ||
-      !positive(c.topk) || !positive(c.pageSize) || !positive(c.maxPages))
-    return Status::error("indexer config: heads, head_dim, rows, topk, "
-                         "page_size and max_pages must be positive");
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>{"heads", c.heads},
+        {"head_dim", c.headDim}, {"rows", c.rows}, {"topk", c.topk},
+        {"page_size", c.pageSize}, {"max_pages", c.maxPages}})
+    if (value <= 0)
+      return Status::error(std::string("indexer config: ") + name +
+                           " must be positive, got " + std::to_string(value));
   if (c.layer < 0)
     return Status::error("indexer config: layer must be non-negative, got " +
                          std::to_string(c.layer));

@@ -120,18 +120,11 @@ CLI_CASES = [
     Cli("opt-configure-sm-count-negative", "spin-opt",
         ["--spin-configure-gpu-kernels=sm-count=-5", DENSE_GPU], ["sm-count must be positive (got -5)"]),
     Cli("opt-configure-tiles-per-warp-negative", "spin-opt",
-        ["--spin-configure-gpu-kernels=tiles-per-warp=-1", DENSE_GPU], ["tiles-per-warp", "-1"],
-        marks=(finding("negative tiles-per-warp is taken as 0 (the cost model) without an error: "
-                       "lib/Conversion/SpinToGPU/NVVM/KernelConfig.cpp configureScore clamps it "
-                       "with std::max(options.tilesPerWarp, 0)"),)),
+        ["--spin-configure-gpu-kernels=tiles-per-warp=-1", DENSE_GPU], ["tiles-per-warp", "-1"]),
     Cli("opt-configure-m-tiles-negative", "spin-opt",
-        ["--spin-configure-gpu-kernels=m-tiles=-1", DENSE_GPU], ["m-tiles", "-1"],
-        marks=(finding("negative m-tiles is taken as 1 without an error: KernelConfig.cpp "
-                       "configureScore (options.mTiles > 0 ? options.mTiles : 1)"),)),
+        ["--spin-configure-gpu-kernels=m-tiles=-1", DENSE_GPU], ["m-tiles", "-1"]),
     Cli("opt-convert-gpu-capacity-negative", "spin-opt",
-        ["--convert-spin-to-gpu=capacity=-1", SELECT_GPU], ["capacity", "-1"],
-        marks=(finding("negative capacity is taken as 0 (the block table's reach) without an "
-                       "error: ConvertSpinToGPUPass.cpp capacityOf (options.capacity > 0)"),)),
+        ["--convert-spin-to-gpu=capacity=-1", SELECT_GPU], ["capacity", "-1"]),
     Cli("opt-sparsity-above-one", "spin-opt", ["--spin-sparsify-pipeline=sparsity=1.5", GLM5],
         ["option 'sparsity' must be in [0, 1], got 1.5"]),
     Cli("opt-sparsity-nan", "spin-opt", ["--spin-sparsify-pipeline=sparsity=nan", GLM5],
@@ -196,19 +189,12 @@ CLI_CASES = [
     Cli("compile-unwritable-output", "spin-compile", [STATIC_GRAPH, "-o", "/proc/spin-bad-inputs"],
         ["cannot create /proc/spin-bad-inputs"]),
     Cli("compile-capacity-negative", "spin-compile", [STATIC_GRAPH, "-o", "{out}", "--capacity=-5"],
-        ["capacity", "-5"], writes_nothing=True,
-        marks=(finding("spin-compile --capacity=-5 writes an artifact (the negative capacity is "
-                       "taken as the block table's reach): tools/spin-compile/spin-compile.cpp "
-                       "main does not check it"),)),
+        ["capacity", "-5"], writes_nothing=True),
     Cli("compile-tiles-per-warp-negative", "spin-compile",
         [STATIC_GRAPH, "-o", "{out}", "--tiles-per-warp=-2"], ["tiles-per-warp", "-2"],
-        writes_nothing=True,
-        marks=(finding("spin-compile --tiles-per-warp=-2 writes an artifact (taken as 0): "
-                       "spin-compile.cpp main / KernelConfig.cpp configureScore"),)),
+        writes_nothing=True),
     Cli("compile-m-tiles-negative", "spin-compile", [STATIC_GRAPH, "-o", "{out}", "--m-tiles=-3"],
-        ["m-tiles", "-3"], writes_nothing=True,
-        marks=(finding("spin-compile --m-tiles=-3 writes an artifact (taken as 1): spin-compile.cpp "
-                       "main / KernelConfig.cpp configureScore"),)),
+        ["m-tiles", "-3"], writes_nothing=True),
 ]
 
 
@@ -310,10 +296,7 @@ EXEC_CASES = [
     ("exec-request-ids-int32", _save("step_0000/request_ids.npy", np.array([1, 2], "<i4")), [],
      ["request_ids.npy: dtype <i4, expected <i8"]),
     ("exec-request-ids-rank-2", _save("step_0000/request_ids.npy", np.array([[1, 2]], "<i8")),
-     [], ["request_ids.npy has shape [1, 2]"],
-     finding("spin-exec prints a rank-2 request_ids.npy of shape [1, 2] as "
-             "'has shape [1], expected [2]': tools/spin-exec/spin-exec.cpp "
-             "checkPerRequest writes only shape[0]; print the whole shape")),
+     [], ["request_ids.npy has shape [1, 2]"]),
     ("exec-duplicate-request", _save("step_0000/request_ids.npy", np.array([1, 1], "<i8")), [],
      ["step_0000: request 1 appears twice in the batch (at 0 and 1)"]),
     ("exec-reset-float", _save("step_0000/reset.npy", np.array([0, 1], "<f4")), [],
@@ -331,11 +314,7 @@ EXEC_CASES = [
     ("exec-key-format-unknown", None, ["--key-format=int4"], ["key format 'int4' is not one of"]),
     ("exec-num-slots-zero", None, ["--num-slots=0"], ["numSlots must be positive, got 0"]),
     ("exec-sparsity-three", None, ["--sparsity=3"], ["option 'sparsity' must be in [0, 1], got 3"]),
-    ("exec-heads-zero", None, ["--heads=0"], ["heads must be positive, got 0"],
-     finding("spin-exec --heads=0 says 'heads, head_dim, rows, topk, page_size "
-             "and max_pages must be positive' without the value or which one: "
-             "buildIndexerGraph in lib/ExecutionEngine/CpuExecutable.cpp should name "
-             "the option and its value")),
+    ("exec-heads-zero", None, ["--heads=0"], ["heads must be positive, got 0"]),
     ("exec-no-trace-flag", "no-trace", [], ["-trace option", "must be specified"]),
 ]
 
@@ -482,11 +461,7 @@ API_CASES = [
     Api("step-lengths-huge", lambda c: c.step(lengths=_i32([[30], [2 ** 31 - 1]]), positions=_i32([[29], [2 ** 31 - 1]])),
         ValueError, ["lengths[1][0] = 2147483647 is outside [0, 64]"], risky=True),
     Api("step-lengths-negative", lambda c: c.step(lengths=_i32([[-1], [41]])), ValueError,
-        ["lengths[0][0] = -1 is outside [0, 64]"], risky=True,
-        marks=(finding("a negative length is refused as 'lengths[0][0] = -1 is outside [0, -1], "
-                       "the slots of the scores': runtime/lib/StepProgram.cpp checkRows prints "
-                       "width = -1 when the graph reads no scores; say 'must be >= 0' (or the "
-                       "block table's reach) instead"),)),
+        ["lengths[0][0] = -1 must be >= 0"], risky=True),
     Api("step-positions-below-lengths", lambda c: c.step(positions=_i32([[5], [40]])), ValueError,
         ["positions[0][0] = 5 must be at least lengths[0][0] - 1 = 29"], risky=True),
     Api("step-positions-past-capacity", lambda c: c.step(block_table=np.concatenate([c.table, c.table[:, :2]], 1),

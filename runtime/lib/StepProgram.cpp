@@ -96,6 +96,9 @@ static Status checkRows(const StatePool &pool, const std::string &lengthsName,
     for (int64_t r = 0; r < rows; ++r) {
       int64_t len = n[b * rows + r];
       std::string at = "[" + std::to_string(b) + "][" + std::to_string(r) + "]";
+      if (len < 0 && width < 0)
+        return Status::error(lengthsName + at + " = " + std::to_string(len) +
+                             " must be >= 0");
       if (len < 0 || (width >= 0 && len > width))
         return Status::error(lengthsName + at + " = " + std::to_string(len) +
                              " is outside [0, " + std::to_string(width) +

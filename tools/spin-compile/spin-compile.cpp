@@ -115,6 +115,12 @@ int main(int argc, char **argv) {
     options.ptxVersion = std::stoll(digits);
   }
   options.optLevel = optLevel;
+  for (auto [flag, value] :
+       {std::pair<const char *, int64_t>{"--capacity", capacity},
+        {"--tiles-per-warp", tilesPerWarp}, {"--m-tiles", mTiles}})
+    if (value < 0)
+      return fail(std::string(flag) + " must be >= 0 (0: chosen by the "
+                  "compiler; got " + std::to_string(value) + ")");
   options.capacity = capacity;
   options.tilesPerWarp = tilesPerWarp;
   if (smCount <= 0)

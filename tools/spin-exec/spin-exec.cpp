@@ -25,6 +25,7 @@
 #include "spin/ExecutionEngine/CpuExecutable.h"
 #include "spin/Runtime/Npy.h"
 #include "spin/Runtime/StatePool.h"
+#include "spin/Runtime/StepProgram.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -290,10 +291,9 @@ rt::Status checkPerRequest(const rt::TensorRef &t, const std::string &dir,
                            const char *file, int64_t batch) {
   return t.shape.size() == 1 && t.shape[0] == batch
              ? rt::Status::success()
-             : rt::Status::error(dir + "/" + file + " has shape [" +
-                                 (t.shape.empty() ? std::string()
-                                                  : std::to_string(t.shape[0])) +
-                                 "], expected [" + std::to_string(batch) + "]");
+             : rt::Status::error(dir + "/" + file + " has shape " +
+                                 rt::shapeString(t.shape) + ", expected [" +
+                                 std::to_string(batch) + "]");
 }
 
 /// What comes before a sparse step: new requests join the pool, then the

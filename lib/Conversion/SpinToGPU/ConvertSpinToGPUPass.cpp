@@ -1281,6 +1281,12 @@ struct ConvertSpinToGPUPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (capacity < 0) {
+      module.emitError("convert-spin-to-gpu: capacity must be >= 0 (0: the "
+                       "block table's reach; got ")
+          << static_cast<int64_t>(capacity) << ")";
+      return signalPassFailure();
+    }
     SmallVector<func::FuncOp> graphs;
     module.walk([&](func::FuncOp func) {
       bool hasSpin = false;

@@ -88,7 +88,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   auto emitError = [&] { return op.emitOpError(); };
   int64_t warps = options.warpsPerCta;
   int64_t mTiles = options.mTiles > 0 ? options.mTiles : 1;
-  int64_t fixedTiles = std::max<int64_t>(options.tilesPerWarp, 0);
+  int64_t fixedTiles = options.tilesPerWarp;
   // Checked before the wave model divides by the warps.
   if (failed(ScoreConfigAttr::verify(emitError, warps,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
@@ -187,6 +187,13 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
     return root->emitError("spin-configure-gpu-kernels: sm-count must be "
                            "positive (got ")
            << static_cast<int64_t>(options.smCount) << ")";
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>{"tiles-per-warp", options.tilesPerWarp},
+        {"m-tiles", options.mTiles}})
+    if (value < 0)
+      return root->emitError("spin-configure-gpu-kernels: ")
+             << name << " must be >= 0 (0: chosen by the pass; got " << value
+             << ")";
   WalkResult result = root->walk([&](Operation *op) {
     LogicalResult configured =
         TypeSwitch<Operation *, LogicalResult>(op)
