@@ -48,10 +48,12 @@ export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR"
 
-# The errors one compute-sanitizer log reports (the sum of its "ERROR
-# SUMMARY" lines, one per process), or "?" when it printed none.
+# The errors one compute-sanitizer log reports (the sum of its summary
+# lines, one per process: "ERROR SUMMARY: N errors", racecheck's "RACECHECK
+# SUMMARY: N hazards displayed", warnings included), or "?" when it printed
+# none.
 errors_of() {
-  awk '/ERROR SUMMARY: [0-9]+ error/ {n += $4; seen = 1}
+  awk '/(ERROR|RACECHECK) SUMMARY: [0-9]+ (error|hazard)/ {n += $4; seen = 1}
        END {if (seen) print n; else print "?"}' "$1"
 }
 
