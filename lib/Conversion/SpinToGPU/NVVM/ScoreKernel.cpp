@@ -857,14 +857,11 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc) {
     // Thread t of the group writes row r = t (and r = t + 4, ...).
     Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
     Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
-    Value write = valid;
-    Value value = sum;
-    if (spec.sparse) {
-      // Entries past the visible length are NaN: never selected, never
-      // folded into the state.
-      write = kb.cmp(CmpIPredicate::slt, entry, total);
-      value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
-    }
+    // Every entry of the row is written: one on a bad page (and, sparse,
+    // past the visible length) as NaN, never selected and never folded
+    // into the state, so that the top-K reads no stale or unwritten score.
+    Value write = kb.cmp(CmpIPredicate::slt, entry, total);
+    Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
     kb.ifThen(kb.andI(mine, write),
               [&] { kb.storeAt(value, out, kb.add(outBase, entry)); });
   }
