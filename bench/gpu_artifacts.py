@@ -313,21 +313,24 @@ func.func @{function}(
 
 def multilayer_indexer_graph(function, header, *, layers, batch, rows, heads, head_dim,
                              page_size, table_pages, topk, key_format, q_format="bf16"):
-    """`layers` identical dense indexer layers in one graph (as
+    """`layers` dense indexer layers in one graph (as
     examples/deepseek-v4-flash-multilayer.mlir): layer l has its own queries
-    %q<l>, head weights %w<l> and key cache %keys<l> (+ %scales<l>); the block
-    table and lengths are shared; it returns every layer's top-K, layer 0's
-    first."""
-    S, K = page_size, topk
-    qtype, wtype, ktype, sctype, ttype, ltype, ztype, otype = indexer_types(
-        batch, rows, heads, head_dim, page_size, table_pages, topk, key_format, q_format)
-    fp8 = key_format == "fp8"
+    %q<l>, head weights %w<l> and key cache %keys<l> (+ %scales<l> for fp8
+    keys); the block table and lengths are shared; it returns every layer's
+    top-K, layer 0's first. `key_format` is one format for every layer or a
+    list of one per layer (bench/multilayer_graph.py --mixed)."""
+    formats = [key_format] * layers if isinstance(key_format, str) else list(key_format)
+    if len(formats) != layers:
+        raise ValueError(f"{len(formats)} key formats for {layers} layers")
+    K = topk
     args, body = [], []
-    for i in range(layers):
+    for i, fmt in enumerate(formats):
+        qtype, wtype, ktype, sctype, ttype, ltype, ztype, otype = indexer_types(
+            batch, rows, heads, head_dim, page_size, table_pages, topk, fmt, q_format)
         args += [f"%q{i}: {qtype}", f"%w{i}: {wtype}", f"%keys{i}: {ktype}"]
-        if fp8:
+        if fmt == "fp8":
             args.append(f"%scales{i}: {sctype}")
-        scale_use = f"\n      scales(%scales{i} : {sctype})" if fp8 else ""
+        scale_use = f"\n      scales(%scales{i} : {sctype})" if fmt == "fp8" else ""
         body.append(f"""  %z{i} = spin.dense_indexer q(%q{i} : {qtype})
       w(%w{i} : {wtype})
       keys(%keys{i} : {ktype}){scale_use}

@@ -14,45 +14,22 @@ keys, so that the layers need two kinds of scoring kernels.
 """
 
 import argparse
+import os
 import sys
 
-
-def layer_types(i: int, mixed: bool):
-    fp8 = not mixed or i % 2 == 0
-    keys = "tensor<?x64x128xf8E4M3FN>" if fp8 else "tensor<?x64x128xbf16>"
-    return keys, fp8
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_artifacts  # noqa: E402  (the graph builders of the GPU check)
 
 
 def graph(layers: int, mixed: bool) -> str:
-    q = "tensor<8x4x64x128xbf16>"
-    w = "tensor<8x4x64xf32>"
-    scales = "tensor<?x64xf32>"
-    table = "tensor<8x1024xi32>"
-    lengths = "tensor<8x4xi32>"
-    scores = "tensor<8x4x65536xf32>"
-    topk = "tensor<8x4x512xi32>"
-    args, body = [], []
-    for i in range(layers):
-        keys, fp8 = layer_types(i, mixed)
-        args += [f"%q{i}: {q}", f"%w{i}: {w}", f"%k{i}: {keys}"]
-        scale = ""
-        if fp8:
-            args.append(f"%s{i}: {scales}")
-            scale = f" scales(%s{i} : {scales})"
-        body.append(
-            f"  %z{i} = spin.dense_indexer q(%q{i} : {q}) w(%w{i} : {w}) "
-            f"keys(%k{i} : {keys}){scale} block_table(%block_table : {table}) "
-            f"lengths(%lengths : {lengths}) -> {scores}\n"
-            f"  %t{i} = spin.topk %z{i} lengths(%lengths : {lengths}) "
-            f"{{k = 512 : i64}} : {scores} -> {topk}")
-    args += [f"%block_table: {table}", f"%lengths: {lengths}"]
-    results = ", ".join([topk] * layers)
-    values = ", ".join(f"%t{i}" for i in range(layers))
-    return (f"// {layers} indexer layers (bench/multilayer_graph.py"
-            f"{' --mixed' if mixed else ''}).\n"
-            f"func.func @indexer_layers(\n    " + ",\n    ".join(args) +
-            f")\n    -> ({results}) {{\n" + "\n".join(body) +
-            f"\n  return {values} : {results}\n}}\n")
+    """The graph of `layers` layers: fp8 keys (with scales) and bf16
+    queries, or with `mixed` fp8 and bf16 keys alternating (layer 0 fp8)."""
+    formats = ["fp8" if not mixed or i % 2 == 0 else "bf16" for i in range(layers)]
+    header = (f"// {layers} indexer layers (bench/multilayer_graph.py"
+              f"{' --mixed' if mixed else ''}).")
+    return gpu_artifacts.multilayer_indexer_graph(
+        "indexer_layers", header, layers=layers, batch=8, rows=4, heads=64,
+        head_dim=128, page_size=64, table_pages=1024, topk=512, key_format=formats)
 
 
 def main(argv=None) -> int:

@@ -17,9 +17,8 @@ Categories: the spin-opt, spin-compile and spin-exec command lines, the
 Python API on the CPU (Indexer steps, State methods, spin.new_state,
 Indexer and spin.compile options, Program.run), GPU artifacts and their
 manifests (spin.read_manifest / spin.load; loading PTX needs CUDA), and
-trace files (spin.traces / spin-replay). Cases marked
-``xfail(strict=True, reason="finding: ...")`` are bad inputs that are not
-refused clearly yet; docs/Reliability.md lists them with the place to fix.
+trace files (spin.traces / spin-replay). docs/Reliability.md lists what the
+matrix found and how each finding was fixed.
 
     pytest --collect-only -q python/tests/test_bad_inputs.py | tail -1
 """
@@ -57,10 +56,6 @@ SELECT_GPU = os.path.join(ROOT, "test", "Conversion", "SpinToGPU", "fused-select
 STATIC_GRAPH = os.path.join(ROOT, "test", "Tools", "spin-compile.mlir")
 GLM5 = os.path.join(ROOT, "examples", "glm5-indexer.mlir")
 LINALG = os.path.join(ROOT, "examples", "upstream-linalg-indexer.mlir")
-
-
-def finding(reason):
-    return pytest.mark.xfail(strict=True, reason="finding: " + reason)
 
 
 #===------------------------------------------------------------------------===#
