@@ -29,10 +29,12 @@ struct GpuCompileOptions {
   int64_t optLevel = 3;
   /// Slots of state per request; 0: the block table's reach.
   int64_t capacity = 0;
-  /// Scoring kernel shape (convert-spin-to-gpu's options; 0: by key format).
+  /// Scoring kernel shape (spin-configure-gpu-kernels' options; 0: chosen
+  /// by the pass).
   int64_t tilesPerWarp = 0, mTiles = 0;
-  /// SMs of the GPU the scoring grids are sized for (convert-spin-to-gpu's
-  /// `sm-count`; 132: H100 SXM / H200, 148: B200 / B300).
+  /// SMs of the GPU the scoring grids are sized for
+  /// (spin-configure-gpu-kernels' `sm-count`; 132: H100 SXM / H200, 148:
+  /// B200 / B300).
   int64_t smCount = 132;
   /// sm_90a's PTX scores with wgmma (the other chips use mma.sync); false:
   /// mma.sync everywhere. The launch plan is the same for every chip.
