@@ -86,6 +86,7 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
              extreme_ids=kw.pop("extreme_ids", False),
              return_scores=kw.pop("scores", False),
              sm_count=kw.pop("sm_count", None),
+             no_wgmma=kw.pop("no_wgmma", False),
              distinct_keys=kw.pop("distinct", None))
     c["rows"] = kw.pop("rows", 1)
     c["layers"] = kw.pop("layers", 1)
@@ -103,6 +104,8 @@ def C(name, mode, fmt, H, Dh, S, MB, B, K, **kw):
         raise ValueError(f"{name}: only a dense graph returns its scores")
     if c["key_format"] == "bf16" and c["q_format"] != "bf16":
         raise ValueError(f"{name}: bf16 keys need bf16 queries")
+    if c["q_format"] == "fp8" and c["key_format"] != "fp8":
+        raise ValueError(f"{name}: fp8 queries need fp8 keys")
     if c["layers"] > 1 and (mode != "spin" or not c["explore"] > 0 or c["bad_table"]
                             or c["return_scores"]):
         # gpu_check.py checks the bad-table step and returned scores on
@@ -217,6 +220,43 @@ def all_configs():
           3, 16, bs=16, sp=0.5, pool="mean", rows=4, reset_input=True, extra=1),
         C("nonint-mtp-fp8-h64-d128-p64-bs64-b3-k512-r3-sp0.5-max-qf16", s, "fp8", 64, 128,
           64, 64, 3, 512, q="f16", bs=64, sp=0.5, rows=3, scheme="noninteger"),
+        # --- fp8 queries (e4m3 MMAs: wgmma k32 on sm_90a, mma.sync m16n8k32
+        # with --no-wgmma, as on sm_100a / sm_103a) and the query rows of a
+        # step scored in one pass over the keys (dense R > 1; SPIN MTP) -----
+        C("dense-fp8-h64-d128-p64-b16-k512-qfp8", d, "fp8", 64, 128, 64, 64, 16, 512,
+          q="fp8", bad_table="too-large", zero_length=True),
+        C("dense-fp8-h8-d64-p16-b3-k16-qfp8-mmasync", d, "fp8", 8, 64, 16, 24, 3, 16,
+          q="fp8", no_wgmma=True, bad_table="negative"),
+        C("nonint-dense-fp8-h64-d128-p64-b3-k512-qfp8", d, "fp8", 64, 128, 64, 64, 3, 512,
+          q="fp8", scheme="noninteger"),
+        C("nonint-dense-fp8-h64-d128-p64-b3-k512-qfp8-mmasync", d, "fp8", 64, 128, 64, 64,
+          3, 512, q="fp8", scheme="noninteger", no_wgmma=True),
+        C("scores-dense-fp8-h64-d128-p64-b16-k512-r2-qfp8", d, "fp8", 64, 128, 64, 64, 16,
+          512, q="fp8", rows=2, scores=True, zero_length=True),
+        C("dense-fp8-h64-d128-p64-b16-k512-r4-qfp8", d, "fp8", 64, 128, 64, 64, 16, 512,
+          q="fp8", rows=4),
+        C("dense-fp8-h64-d128-p64-b3-k512-r3-qfp8-mmasync", d, "fp8", 64, 128, 64, 64, 3,
+          512, q="fp8", rows=3, no_wgmma=True),
+        C("dense-bf16-h8-d64-p16-b3-k16-r3", d, "bf16", 8, 64, 16, 24, 3, 16, rows=3),
+        C("dense-bf16-h64-d128-p64-b3-k512-r4", d, "bf16", 64, 128, 64, 64, 3, 512, rows=4,
+          zero_length=True),
+        C("nonint-scores-dense-fp8-h64-d128-p64-b3-k512-r2-qbf16", d, "fp8", 64, 128, 64,
+          64, 3, 512, rows=2, scores=True, scheme="noninteger"),
+        C("nonint-dense-f16-h64-d128-p64-b3-k512-r2-qf16-mmasync", d, "f16", 64, 128, 64,
+          64, 3, 512, q="f16", rows=2, scheme="noninteger", no_wgmma=True),
+        C("spin-fp8-h64-d128-p64-bs64-b16-k512-sp0.5-x0.25-max-qfp8", s, "fp8", 64, 128, 64,
+          64, 16, 512, q="fp8", bs=64, sp=0.5, x=0.25, seed=SEED_A, bad_table="too-large",
+          host_reset=True),
+        C("mtp-fp8-h64-d128-p64-bs64-b16-k512-r2-sp0.5-max-qfp8", s, "fp8", 64, 128, 64, 64,
+          16, 512, q="fp8", bs=64, sp=0.5, rows=2, extra=4, zero_length=True),
+        C("mtp-fp8-h8-d64-p16-bs16-b3-k16-r3-sp0.5-x0.25-mean-qfp8-mmasync", s, "fp8", 8, 64,
+          16, 48, 3, 16, q="fp8", bs=16, sp=0.5, x=0.25, seed=SEED_B, pool="mean", rows=3,
+          no_wgmma=True, reset_input=True, extra=1),
+        C("nonint-mtp-fp8-h64-d128-p64-bs64-b3-k512-r4-sp0.5-top4-row0-qfp8", s, "fp8", 64,
+          128, 64, 64, 3, 512, q="fp8", bs=64, sp=0.5, pool="top4", rows=4,
+          mtp_mask="row0", mtp_update="row0", scheme="noninteger"),
+        C("mtp-bf16-h64-d128-p64-bs16-b3-k512-r2-sp0.9-max", s, "bf16", 64, 128, 64, 64, 3,
+          512, bs=16, sp=0.9, rows=2, host_reset=True),
         # --- multi-layer graphs (issue 30): 3 identical layers, each with its
         # own q, w, keys (+ scales) and state, sharing the block table,
         # lengths, positions and request ids; every distinct kernel is
@@ -377,6 +417,8 @@ def compile_args(c, compiler, graph, out_dir, target):
         args.append(f"--sparsify={sparsify_options(c)}")
     if c["sm_count"] is not None:
         args.append(f"--sm-count={c['sm_count']}")
+    if c["no_wgmma"]:
+        args.append("--no-wgmma")
     return args
 
 

@@ -317,6 +317,8 @@ def make_plan(cfg, rng):
             qv = rng.standard_normal(qshape).astype(np.float32)
             qv = sr.bf16_to_f32(sr.f32_to_bf16_bits(qv))
             qv[np.abs(qv) < 2.0 ** -14] = 0.0
+            if c["q_format"] == "fp8":
+                qv = sr.fp8_e4m3_to_f32(fp8_bits(qv))
             w = (0.5 * rng.standard_normal((n, R, H))).astype(np.float32)
         return encode_exactly(qv, c["q_format"], "q"), qv, w
 

@@ -409,9 +409,9 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
            failure();
   std::optional<ElementFormat> keyFormat = elementFormat(keys.getElementType());
   std::optional<ElementFormat> queryFormat = elementFormat(q.getElementType());
-  if (!keyFormat || !queryFormat || *queryFormat == ElementFormat::fp8e4m3)
+  if (!keyFormat || !queryFormat)
     return op.emitOpError("GPU path: keys must be bf16, f16 or fp8 e4m3 and "
-                          "queries bf16 or f16 (got ")
+                          "queries bf16, f16 or fp8 e4m3 (got ")
                << keys.getElementType() << " keys, " << q.getElementType()
                << " queries)",
            failure();

@@ -6,7 +6,7 @@ func.func @rejects_f32_keys(%q: tensor<1x1x8x32xbf16> {spin.input = "q"},
     %keys: tensor<?x16x32xf32> {spin.input = "keys"},
     %table: tensor<1x4xi32> {spin.input = "block_table"},
     %lengths: tensor<1x1xi32> {spin.input = "lengths"}) -> tensor<1x1x64xf32> {
-  // expected-error @below {{GPU path: keys must be bf16, f16 or fp8 e4m3 and queries bf16 or f16 (got 'f32' keys, 'bf16' queries)}}
+  // expected-error @below {{GPU path: keys must be bf16, f16 or fp8 e4m3 and queries bf16, f16 or fp8 e4m3 (got 'f32' keys, 'bf16' queries)}}
   %z = spin.dense_indexer q(%q : tensor<1x1x8x32xbf16>)
       w(%w : tensor<1x1x8xf32>) keys(%keys : tensor<?x16x32xf32>)
       block_table(%table : tensor<1x4xi32>)

@@ -94,10 +94,17 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
                                      options.wgmma)))
     return failure();
+  // A CTA scores several query rows of a request: the grid has a row of
+  // CTAs per group of them.
+  int64_t rows = q.getDimSize(1);
+  int64_t queryBytes = isa<Float8E4M3FNType>(q.getElementType()) ? 1 : 2;
+  int64_t groups =
+      rows / scoreRowsPerCta(rows, q.getDimSize(2), q.getDimSize(3),
+                             queryBytes, options.wgmma);
   int64_t tiles = fixedTiles > 0
                       ? fixedTiles
-                      : tilesForWork(q.getDimSize(0) * q.getDimSize(1),
-                                     entries, warps, mTiles, options.smCount);
+                      : tilesForWork(q.getDimSize(0) * groups, entries, warps,
+                                     mTiles, options.smCount);
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
                                           mTiles, options.wgmma));
   return success();

@@ -54,10 +54,17 @@ enum ErrorCode : int32_t {
 /// loads straight into A fragments (the K dimension is permuted identically
 /// in keys and queries, which leaves every dot product unchanged).
 ///
+/// A CTA scores `scoreRowsPerCta` query rows of one request (all R rows of
+/// an MTP step where their staged queries fit): each key tile is loaded
+/// once and multiplied by the queries of all of them (MMA N = rows x
+/// heads), with each row's epilogue, length and prescale. fp8 e4m3 queries
+/// (with fp8 keys) multiply on e4m3 MMAs (mma.sync.m16n8k32, wgmma k32);
+/// others on f16/bf16 ones, fp8 keys converted exactly.
+///
 /// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
 /// skip], [previous], out (ptrs), pages (i32), errors (ptr). A bad page sets
 /// the request's `skip` flag (sparse) and records an error.
-/// Grid: (ctasPerRow, batch * rows). `out` is f32 [batch * rows, outWidth]:
+/// Grid: (ctasPerRow, batch * R / rowsPerCta); sparse: x and y swapped. `out` is f32 [batch * rows, outWidth]:
 /// dense rows by slot (entries >= N unwritten, or -inf with
 /// `fillPastLength`); sparse rows in selected-block
 /// order (entry e = slot blocks[e / blockSize] * blockSize + e % blockSize),
@@ -95,6 +102,11 @@ struct ScoreKernelSpec {
 
   int64_t outWidth() const { return tablePages * pageSize; }
 };
+/// The query rows (of `rows`, a divisor) one scoring CTA scores: as many as
+/// fit the shared-memory staging budget.
+int64_t scoreRowsPerCta(int64_t rows, int64_t heads, int64_t headDim,
+                        int64_t queryBytes, bool wgmma);
+int64_t scoreRowsPerCta(const ScoreKernelSpec &spec);
 LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,
                              const ScoreKernelSpec &spec);

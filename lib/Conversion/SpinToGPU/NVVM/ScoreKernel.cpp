@@ -65,26 +65,32 @@ Value pinRegister(KernelBuilder &kb, Value v, StringRef constraint) {
   return op.getResult(0);
 }
 
-/// One `wgmma.mma_async.m64n<N>k16.f32` with A (four 32-bit registers of
-/// f16 or bf16 pairs, the mma.sync m16n8k16 A layout per warp) from
-/// registers and B from the shared-memory matrix `descriptor`. `acc` holds
-/// the thread's N/2 accumulators; `first` discards them (D = A * B).
-SmallVector<Value> wgmmaRegA(KernelBuilder &kb, bool bf16, int64_t n,
-                             ArrayRef<Value> acc, ArrayRef<Value> a,
+/// One `wgmma.mma_async.m64n<N>k<16|32>.f32` with A (four 32-bit registers:
+/// f16 or bf16 pairs of the mma.sync m16n8k16 A layout, or e4m3 quads of
+/// the m16n8k32 one, per warp) from registers and B from the shared-memory
+/// matrix `descriptor`. `acc` holds the thread's N/2 accumulators; `first`
+/// discards them (D = A * B).
+SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
+                             int64_t n, ArrayRef<Value> acc, ArrayRef<Value> a,
                              Value descriptor, bool first) {
   OpBuilder &b = kb.builder();
   const int64_t count = n / 2;
-  std::string type = bf16 ? "bf16" : "f16";
+  const bool fp8 = format == ElementFormat::fp8e4m3;
+  std::string type = fp8 ? "e4m3" : format == ElementFormat::bf16 ? "bf16"
+                                                                   : "f16";
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
                      std::to_string(count + (first ? 0 : count) + 5) +
                      ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k16.f32." + type + "." + type + " {";
+                     std::to_string(n) + (fp8 ? "k32" : "k16") + ".f32." +
+                     type + "." + type + " {";
   for (int64_t i = 0; i < count; ++i)
     text += (i ? ", $" : "$") + std::to_string(i);
   int64_t next = count + (first ? 0 : count);
+  // 8-bit operands take no transpose immediate (K-major only).
   text += "}, {$" + std::to_string(next) + ", $" + std::to_string(next + 1) +
           ", $" + std::to_string(next + 2) + ", $" + std::to_string(next + 3) +
-          "}, $" + std::to_string(next + 4) + ", p, 1, 1, 0;\n}";
+          "}, $" + std::to_string(next + 4) +
+          (fp8 ? ", p, 1, 1;\n}" : ", p, 1, 1, 0;\n}");
   std::string constraints;
   for (int64_t i = 0; i < count; ++i)
     constraints += "=f,";
@@ -112,6 +118,30 @@ SmallVector<Value> wgmmaRegA(KernelBuilder &kb, bool bf16, int64_t n,
   return out;
 }
 
+/// `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`: A four registers
+/// of e4m3 quads, B two, C and D four f32 (exact products, f32 sums).
+SmallVector<Value, 4> mma16832E4M3(KernelBuilder &kb, ArrayRef<Value> a,
+                                   ArrayRef<Value> bv, ArrayRef<Value> acc) {
+  OpBuilder &b = kb.builder();
+  SmallVector<Value> operands(a);
+  operands.append(bv.begin(), bv.end());
+  operands.append(acc.begin(), acc.end());
+  Type f = kb.f32T();
+  Type result = LLVM::LLVMStructType::getLiteral(b.getContext(), {f, f, f, f});
+  auto op = LLVM::InlineAsmOp::create(
+      b, kb.location(), result, operands,
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {$0, $1, $2, $3}, "
+      "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+      "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", /*has_side_effects=*/false,
+      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr(), ArrayAttr());
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, kb.location(), op.getResult(0),
+                                               ArrayRef<int64_t>{i}));
+  return out;
+}
+
 /// The f32 value of bf16 element `e` (of 8) of a 16-byte query vector.
 Value bf16Element(KernelBuilder &kb, Value vec, int64_t e) {
   Value word = kb.extract(vec, e / 2);
@@ -120,17 +150,24 @@ Value bf16Element(KernelBuilder &kb, Value vec, int64_t e) {
   return kb.bitcast(bits, kb.f32T());
 }
 
-/// The row's queries staged in shared memory (and, for wgmma, in its B
-/// layout), the factor that undoes their prescale on the accumulator, and
-/// this thread's head weights.
+/// The CTA's queries staged in shared memory (for mma.sync, rows of
+/// `qStrideBytes`; for wgmma, in its B layout, with the descriptor of
+/// the first k-step), each row's factor that undoes its prescale on the
+/// accumulator, and the head weights: in registers for one row, else in
+/// shared memory.
 struct StagedQueries {
-  Value queries, unscale, descriptor;
-  SmallVector<Value> weights;
+  Value queries, descriptor, weightTable;
+  SmallVector<Value> unscale, weights;
 };
 
 /// One scoring kernel while it is built: the spec's derived sizes, the
 /// kernel's parameters and the values its phases share. `build` runs the
 /// phases in the order of the generated code.
+///
+/// A CTA scores `rowsPerCta` query rows of one request (all of them when
+/// their queries fit in shared memory): every key tile it loads is
+/// multiplied by the queries of all its rows, so MTP rows cost MMAs and
+/// epilogues but no second read of the keys.
 class ScoreKernel : KernelPhases<ScoreKernelSpec> {
 public:
   ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
@@ -140,16 +177,19 @@ public:
 private:
   void declareKernel();
   void loadBeforeWait();
+  void loadRowLengths();
   void prefetchBlockTableRow();
   void prefetchFromPreviousList(Value rowTable);
   void prefetchListedEntry(Value rowTable, Value listBase, Value lastSlot,
                            Value entry, Value within, Value line);
   StagedQueries stageQueries();
-  Value stagedIndex(Value v);
-  void copyQueries(Value qs);
-  Value prescaleQueries(Value qs);
-  Value stageWgmmaOperand(Value qs);
+  void storeQueryVector(Value vec, Value v);
+  Value wgmmaWordIndex(Value head, Value byte);
+  void copyQueries();
+  SmallVector<Value> prescaleQueries();
+  Value wgmmaDescriptor();
   SmallVector<Value> loadHeadWeights(Value quad);
+  Value stageHeadWeights();
   void boundCtaRange();
   void fillPastLength();
   void scoreCta();
@@ -160,37 +200,54 @@ private:
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
   SmallVector<Value> loadKeyRow(Value slotIndex);
+  /// acc[mt][nt]: the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7) of one
+  /// query row.
   using Accumulators = SmallVector<SmallVector<SmallVector<Value, 4>>>;
+  /// A registers of every k-step of every M tile: aRegs[mt][S].
+  using ARegisters = SmallVector<SmallVector<SmallVector<Value, 4>>>;
   void computeTile(ValueRange raw);
   Value rowPart(ValueRange raw, int64_t r, int64_t k) const {
     return raw[r * perRow + k];
   }
   SmallVector<Value> chunkRegs(ValueRange raw, int64_t r, int64_t c);
-  void mmaWgmma(ValueRange raw, Accumulators &acc);
-  void mmaSync(ValueRange raw, Accumulators &acc);
-  void epilogue(ValueRange raw, const Accumulators &acc);
+  ARegisters aRegisters(ValueRange raw);
+  void mmaWgmma(ValueRange raw, const ARegisters &aRegs);
+  Accumulators mmaSync(const ARegisters &aRegs, int64_t qrow);
+  void epilogue(ValueRange raw, const Accumulators &acc, int64_t qrow);
   LaunchShape launchShape() const;
 
   Type i32, f32, i16, words;
-  bool fp8, bf16Mma, prescale;
-  int64_t H, Dh, R, keyBytes, chunkElems, chunks, ksteps, nTiles, qStride;
+  /// fp8 keys; MMAs of bf16 (bf16 keys), of e4m3 (fp8 queries) or of f16.
+  bool fp8, bf16Mma, fp8Mma, prescale;
+  ElementFormat mmaFormat;
+  int64_t H, Dh, R, keyBytes, chunkElems, chunks, ksteps, nTiles;
+  /// Bytes of a query element, of a staged query row (mma.sync), and the
+  /// query rows (of R) a CTA scores, and its groups of a request.
+  int64_t qBytes, qStrideBytes, rowsPerCta, rowGroups;
+  /// Query rows per wgmma chain (N = wgmmaRows * H).
+  int64_t wgmmaRows;
   int64_t threads;
-  /// 16-byte vectors of 8 query elements of a row, and each thread's share.
-  int64_t vectors, qPerThread;
+  /// 16-byte vectors of query elements of a head, of the CTA's rows, and
+  /// each thread's share.
+  int64_t vectorsPerHead, vectors, qPerThread;
   /// The CTA's entries, and the unit of entries that lie in one page.
   int64_t tilesPerCta, ctaEntries, unit, units;
   /// Thread rows of a tile (g + 8 * r for r < 2 * mTiles: m-tile r / 2,
-  /// half r % 2) and the loop-carried values of one (valid, entry, the
-  /// chunks' 16-byte vectors and the scale).
+  /// half r % 2) and the loop-carried values of one (valid, entry, slot,
+  /// the chunks' 16-byte vectors and the scale).
   int64_t mTiles, threadRows, perRow;
 
   gpu::GPUFuncOp func;
   Value q, w, keys, scales, table, lengths, blocks, counts, skip, previous;
   Value out, pages, errors;
-  Value tid, lane, warp, rowId, ctaIndex, visible;
+  Value tid, lane, warp, request, firstRow, ctaIndex;
+  /// Per query row of the CTA: its length and whether that is valid; the
+  /// largest valid one, and whether any is.
+  SmallVector<Value> visible, lengthOk;
+  Value maxVisible, anyOk;
   SmallVector<Value> qLoaded, qInRange;
   std::optional<StagedQueries> staged;
-  Value g, t, request, row, lengthOk, total, ctaStart, active;
+  Value g, t, total, ctaStart, active;
   Value unitSlot, unitPage, zeroWords, groupWarp;
 };
 
@@ -202,7 +259,11 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   i16 = kb.i16T();
   words = kb.vecT(i32, 4);
   fp8 = spec.keyFormat == ElementFormat::fp8e4m3;
+  fp8Mma = spec.queryFormat == ElementFormat::fp8e4m3;
   bf16Mma = spec.keyFormat == ElementFormat::bf16;
+  mmaFormat = fp8Mma    ? ElementFormat::fp8e4m3
+              : bf16Mma ? ElementFormat::bf16
+                        : ElementFormat::f16;
   prescale = !bf16Mma && spec.queryFormat == ElementFormat::bf16;
   H = spec.heads;
   Dh = spec.headDim;
@@ -210,11 +271,16 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   keyBytes = fp8 ? 1 : 2;
   chunkElems = fp8 ? 64 : 32; // 4 threads x 16 bytes
   chunks = Dh / chunkElems;
-  ksteps = chunkElems / 16;
+  ksteps = chunkElems / (fp8Mma ? 32 : 16);
   nTiles = H / 8;
-  qStride = Dh + 8; // 16-bit elements per staged query row
+  qBytes = fp8Mma ? 1 : 2;
+  qStrideBytes = Dh * qBytes + 16;
+  rowsPerCta = scoreRowsPerCta(spec);
+  rowGroups = R / rowsPerCta;
+  wgmmaRows = std::max<int64_t>(1, std::min(rowsPerCta, 64 / H));
   threads = spec.warps * 32;
-  vectors = H * Dh / 8;
+  vectorsPerHead = Dh * qBytes / 16;
+  vectors = rowsPerCta * H * vectorsPerHead;
   qPerThread = (vectors + threads - 1) / threads;
   tilesPerCta = spec.warps * spec.tilesPerWarp;
   ctaEntries = tilesPerCta * 16 * spec.mTiles;
@@ -226,7 +292,7 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   units = ctaEntries / unit;
   mTiles = spec.mTiles;
   threadRows = 2 * mTiles;
-  perRow = 2 + chunks + (spec.scales ? 1 : 0);
+  perRow = 3 + chunks + (spec.scales ? 1 : 0);
 }
 
 /// Builds the kernel, phase after phase; returns its launch shape.
@@ -255,9 +321,10 @@ void ScoreKernel::declareKernel() {
     params.push_back(ptr);
   params.append({ptr, i32, ptr});
   func = beginKernel(b, loc, module, spec.name, params, threads);
-  // One M tile: two CTAs per SM (at most 128 registers) keep twice the
-  // loads in flight; two M tiles need the whole register file.
-  if (spec.mTiles == 1)
+  // One M tile of one query row: two CTAs per SM (at most 128 registers)
+  // keep twice the loads in flight; two M tiles, or several rows' MMAs and
+  // epilogues, need more registers.
+  if (spec.mTiles == 1 && rowsPerCta == 1)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
 
   unsigned a = 0;
@@ -273,9 +340,9 @@ void ScoreKernel::declareKernel() {
   errors = func.getArgument(a++);
 }
 
-/// Before the grid wait, while the kernel before ends: the row's length and
-/// queries (inputs of the step) into registers and, for sparse rows, the
-/// query staging and the L2 prefetches, whose inputs the select kernel
+/// Before the grid wait, while the kernel before ends: the rows' lengths
+/// and queries (inputs of the step) into registers and, for sparse rows,
+/// the query staging and the L2 prefetches, whose inputs the select kernel
 /// does not write (its block list and counts are read after the wait).
 void ScoreKernel::loadBeforeWait() {
   OpBuilder::InsertionGuard beforeWait(b);
@@ -288,10 +355,14 @@ void ScoreKernel::loadBeforeWait() {
   // the CTAs that have entries come first in launch order and the idle
   // ones last, instead of idle CTAs of a row delaying the busy ones of the
   // next.
-  rowId = spec.sparse ? kb.blockIdX() : kb.blockIdY();
+  Value group = spec.sparse ? kb.blockIdX() : kb.blockIdY();
   ctaIndex = spec.sparse ? kb.blockIdY() : kb.blockIdX();
-  visible = kb.loadAt(i32, lengths, rowId, true);
-  Value qVectors = kb.mul(rowId, kb.i32(vectors));
+  request = kb.divU(group, kb.i32(rowGroups));
+  firstRow = kb.mul(kb.remU(group, kb.i32(rowGroups)), kb.i32(rowsPerCta));
+  loadRowLengths();
+  // The CTA's rows are consecutive in q: [request, firstRow ..].
+  Value qVectors = kb.mul(kb.add(kb.mul(request, kb.i32(R)), firstRow),
+                          kb.i32(H * vectorsPerHead));
   for (int64_t u = 0; u < qPerThread; ++u) {
     Value v = kb.add(tid, kb.i32(u * threads));
     Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
@@ -309,14 +380,30 @@ void ScoreKernel::loadBeforeWait() {
   }
 }
 
+/// Each of the CTA's rows' length and whether it is valid (0 <= N <= the
+/// table's slots); the largest valid length.
+void ScoreKernel::loadRowLengths() {
+  Value rowBase = kb.add(kb.mul(request, kb.i32(R)), firstRow);
+  maxVisible = kb.i32(0);
+  anyOk = kb.i1(false);
+  for (int64_t r = 0; r < rowsPerCta; ++r) {
+    Value n = kb.loadAt(i32, lengths, kb.add(rowBase, kb.i32(r)), true);
+    Value ok = kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
+                       kb.cmp(CmpIPredicate::sle, n, kb.i32(spec.outWidth())));
+    visible.push_back(n);
+    lengthOk.push_back(ok);
+    maxVisible = kb.maxS(maxVisible, kb.select(ok, n, kb.i32(0)));
+    anyOk = kb.orI(anyOk, ok);
+  }
+}
+
 /// The request's block-table row into L2 while the select kernel runs: the
 /// page lookups after the wait follow the block list, and would otherwise
 /// go to DRAM one after the other.
 void ScoreKernel::prefetchBlockTableRow() {
   const int64_t lines = llvm::divideCeil(spec.tablePages * 4, 128);
   Value rowTable =
-      kb.gep(table, i32,
-             kb.mul(kb.divU(rowId, kb.i32(R)), kb.i32(spec.tablePages)));
+      kb.gep(table, i32, kb.mul(request, kb.i32(spec.tablePages)));
   forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
     kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
   });
@@ -337,13 +424,12 @@ void ScoreKernel::prefetchFromPreviousList(Value rowTable) {
   const int64_t linesPerRow = llvm::divideCeil(rowBytes, 128);
   const int64_t tileEntries = 16 * spec.mTiles;
   const int64_t lines = spec.prefetchTiles * tileEntries * linesPerRow;
-  Value listRequest = kb.divU(rowId, kb.i32(R));
-  Value listBase = kb.mul(listRequest, kb.i32(1 + MB));
+  Value listBase = kb.mul(request, kb.i32(1 + MB));
   Value count = kb.minS(
       kb.maxS(kb.loadAt(i32, previous, listBase), kb.i32(0)), kb.i32(MB));
   Value listed = kb.mul(count, kb.i32(bs));
   Value lastSlot =
-      kb.sub(kb.minS(visible, kb.i32(spec.outWidth())), kb.i32(1));
+      kb.sub(kb.minS(maxVisible, kb.i32(spec.outWidth())), kb.i32(1));
   for (int64_t first = 0; first < lines; first += 32) {
     Value k = kb.add(lane, kb.i32(first));
     Value tile = kb.divU(k, kb.i32(tileEntries * linesPerRow));
@@ -354,7 +440,7 @@ void ScoreKernel::prefetchFromPreviousList(Value rowTable) {
     Value inList =
         kb.andI(kb.cmp(CmpIPredicate::slt, k, kb.i32(lines)),
                 kb.andI(kb.cmp(CmpIPredicate::slt, entry, listed),
-                        kb.cmp(CmpIPredicate::sgt, visible, kb.i32(0))));
+                        kb.cmp(CmpIPredicate::sgt, maxVisible, kb.i32(0))));
     kb.ifThen(inList, [&] {
       prefetchListedEntry(rowTable, listBase, lastSlot, entry, within, line);
     });
@@ -391,77 +477,162 @@ void ScoreKernel::prefetchListedEntry(Value rowTable, Value listBase,
   });
 }
 
-/// The row's queries in shared memory as the MMAs read them (ends with a
-/// barrier), and this thread's head weights. Every MMA of the CTA reads
-/// the same queries, so they are staged once per CTA.
+/// The CTA's queries in shared memory as the MMAs read them (ends with a
+/// barrier), and the head weights. Every MMA of the CTA reads the same
+/// queries, so they are staged once per CTA.
 StagedQueries ScoreKernel::stageQueries() {
-  Value quad = kb.andI(lane, kb.i32(3));
-  Value qs = kb.sharedArray(spec.name + "_q", i16, H * qStride);
-  Value unscale = kb.f32(1.0);
-  if (!prescale)
-    copyQueries(qs);
-  else
-    unscale = prescaleQueries(qs);
-  kb.barrier();
-  Value descriptorBase;
+  StagedQueries s;
   if (spec.wgmma)
-    descriptorBase = stageWgmmaOperand(qs);
-  SmallVector<Value> weights = loadHeadWeights(quad);
-  return StagedQueries{qs, unscale, descriptorBase, weights};
+    s.queries = kb.sharedArray(spec.name + "_qw", i32,
+                               rowsPerCta * H * Dh * qBytes / 4);
+  else
+    s.queries = kb.sharedArray(spec.name + "_q", words,
+                               rowsPerCta * H * qStrideBytes / 16);
+  staged = s;
+  if (!prescale) {
+    copyQueries();
+    staged->unscale.assign(rowsPerCta, Value());
+  } else {
+    staged->unscale = prescaleQueries();
+  }
+  if (rowsPerCta == 1)
+    staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
+  else
+    staged->weightTable = stageHeadWeights();
+  if (spec.wgmma) {
+    // Generic-proxy stores read by the tensor cores' async proxy.
+    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
+                              "fence.proxy.async.shared::cta;", "",
+                              /*has_side_effects=*/true, false,
+                              LLVM::tailcallkind::TailCallKind::None,
+                              LLVM::AsmDialectAttr(), ArrayAttr());
+  }
+  kb.barrier();
+  if (spec.wgmma)
+    staged->descriptor = wgmmaDescriptor();
+  return *staged;
 }
 
-/// The staged index (in 16-byte vectors) of query vector `v`: natural
-/// order, rows `qStride` elements apart so that the B loads of the eight
-/// heads of an MMA hit different banks.
-Value ScoreKernel::stagedIndex(Value v) {
-  Value h = kb.divU(v, kb.i32(Dh / 8)), c = kb.remU(v, kb.i32(Dh / 8));
-  return kb.add(kb.mul(h, kb.i32(qStride / 8)), c);
+/// Stores the CTA's query vector `v` (16 bytes of head `v / vectorsPerHead`
+/// of its rows) where the MMAs read it: mma.sync rows `qStrideBytes` apart
+/// (so that the B loads of the eight heads of an MMA hit different banks),
+/// or each 32-bit word at its place in the wgmma B layout.
+void ScoreKernel::storeQueryVector(Value vec, Value v) {
+  Value head = kb.divU(v, kb.i32(vectorsPerHead));
+  Value c = kb.remU(v, kb.i32(vectorsPerHead));
+  if (!spec.wgmma) {
+    kb.storeAt(vec, staged->queries,
+               kb.add(kb.mul(head, kb.i32(qStrideBytes / 16)), c));
+    return;
+  }
+  for (int64_t x = 0; x < 4; ++x) {
+    Value byte = kb.add(kb.mul(c, kb.i32(16)), kb.i32(4 * x));
+    kb.storeAt(kb.extract(vec, x), staged->queries,
+               wgmmaWordIndex(head, byte));
+  }
+}
+
+/// The wgmma B layout of the staged queries, in 32-bit words: K-major
+/// without swizzle, per k-step (16 f16/bf16 or 32 e4m3 logical elements,
+/// 32 bytes a head) core matrices of 8 heads x 16 bytes, the two K halves
+/// 128 bytes apart (leading byte offset), 8-head groups 256 bytes apart
+/// (stride byte offset). Logical k is the key element order of the A
+/// registers (see chunkRegs): the word at `byte` of a head's query row is
+/// the one the same thread's A register holds in the same position.
+Value ScoreKernel::wgmmaWordIndex(Value head, Value byte) {
+  Value chunk, quad, s, kHalf;
+  if (fp8Mma) {
+    // Thread quad holds bytes [16 quad, 16 quad + 16) of a 64-byte chunk;
+    // its word x is k-step x / 2, half x % 2.
+    chunk = kb.divU(byte, kb.i32(64));
+    Value within = kb.remU(byte, kb.i32(64));
+    quad = kb.divU(within, kb.i32(16));
+    Value x = kb.divU(kb.remU(within, kb.i32(16)), kb.i32(4));
+    s = kb.divU(x, kb.i32(2));
+    kHalf = kb.remU(x, kb.i32(2));
+  } else {
+    // Element pair (2 e, 2 e + 1) of chunk c: thread quad's pair of k-step
+    // s, half kHalf (see the f16 A registers of chunkRegs).
+    Value elem = kb.divU(byte, kb.i32(2));
+    chunk = kb.divU(elem, kb.i32(chunkElems));
+    Value within = kb.remU(elem, kb.i32(chunkElems));
+    quad = kb.divU(within, kb.i32(chunkElems / 4));
+    Value rem = kb.remU(within, kb.i32(chunkElems / 4));
+    s = kb.divU(rem, kb.i32(4));
+    kHalf = kb.divU(kb.remU(rem, kb.i32(4)), kb.i32(2));
+  }
+  const int64_t perKstep = rowsPerCta * H * 8; // words
+  Value S = kb.add(kb.mul(chunk, kb.i32(ksteps)), s);
+  return kb.add(
+      kb.add(kb.mul(S, kb.i32(perKstep)),
+             kb.mul(kb.shrU(head, kb.i32(3)), kb.i32(64))),
+      kb.add(kb.add(kb.mul(kHalf, kb.i32(32)),
+                    kb.mul(kb.andI(head, kb.i32(7)), kb.i32(4))),
+             quad));
 }
 
 /// Queries of the MMA's element type: copies.
-void ScoreKernel::copyQueries(Value qs) {
+void ScoreKernel::copyQueries() {
   for (int64_t u = 0; u < qPerThread; ++u)
     kb.ifThen(qInRange[u], [&] {
-      kb.storeAt(qLoaded[u], qs, stagedIndex(kb.add(tid, kb.i32(u * threads))));
+      storeQueryVector(qLoaded[u], kb.add(tid, kb.i32(u * threads)));
     });
 }
 
-/// bf16 queries of f16 MMAs: an exact power-of-two prescale puts the row's
-/// largest |q| in [2^14, 2^15), so that the conversion to f16 loses no
-/// more than bf16 already did; returns the factor that undoes it. Every
-/// thread keeps its vectors in registers between the maximum and the
-/// conversion.
-Value ScoreKernel::prescaleQueries(Value qs) {
-  SmallVector<Value> mine;
-  Value localMax = kb.f32(0.0);
+/// bf16 queries of f16 MMAs: an exact power-of-two prescale per row puts
+/// the row's largest |q| in [2^14, 2^15), so that the conversion to f16
+/// loses no more than bf16 already did; returns the factors that undo
+/// them. Every thread keeps its vectors in registers between the maxima
+/// and the conversion.
+SmallVector<Value> ScoreKernel::prescaleQueries() {
+  const int64_t perRowVectors = H * vectorsPerHead;
+  SmallVector<Value> mine, rowOf;
+  SmallVector<Value> localMax(rowsPerCta, kb.f32(0.0));
   for (int64_t u = 0; u < qPerThread; ++u) {
     Value vec = kb.select(qInRange[u], qLoaded[u],
                           kb.splat(words, b.getI32IntegerAttr(0)));
     mine.push_back(vec);
+    Value v = kb.add(tid, kb.i32(u * threads));
+    rowOf.push_back(kb.divU(v, kb.i32(perRowVectors)));
+    Value vecMax = kb.f32(0.0);
     for (int64_t e = 0; e < 8; ++e)
-      localMax = kb.maxF(localMax, kb.absF(bf16Element(kb, vec, e)));
+      vecMax = kb.maxF(vecMax, kb.absF(bf16Element(kb, vec, e)));
+    for (int64_t r = 0; r < rowsPerCta; ++r)
+      localMax[r] = rowsPerCta == 1
+                        ? kb.maxF(localMax[r], vecMax)
+                        : kb.select(kb.eq(rowOf.back(), kb.i32(r)),
+                                    kb.maxF(localMax[r], vecMax), localMax[r]);
   }
-  Value maxAbs = blockMaxF(kb, spec.name + "_qmax", localMax, threads);
-  Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
-                           kb.i32(255));
-  exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
-                       kb.i32(127 - 14), exponent);
-  // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
-  Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
-                                   kb.i32(1)),
-                           kb.i32(254));
-  Value scale = kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32);
-  Value unscaleExp =
-      kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
-              kb.i32(254));
-  Value unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
+  SmallVector<Value> scale, unscale;
+  for (int64_t r = 0; r < rowsPerCta; ++r) {
+    Value maxAbs = blockMaxF(
+        kb, spec.name + "_qmax" + (r ? std::to_string(r) : ""), localMax[r],
+        threads);
+    Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
+                             kb.i32(255));
+    exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
+                         kb.i32(127 - 14), exponent);
+    // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
+    Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
+                                     kb.i32(1)),
+                             kb.i32(254));
+    scale.push_back(kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32));
+    Value unscaleExp =
+        kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
+                kb.i32(254));
+    unscale.push_back(kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32));
+  }
   for (int64_t u = 0; u < qPerThread; ++u) {
     Value v = kb.add(tid, kb.i32(u * threads));
+    Value rowScale = scale[0];
+    for (int64_t r = 1; r < rowsPerCta; ++r)
+      rowScale = kb.select(kb.eq(rowOf[u], kb.i32(r)), scale[r], rowScale);
     kb.ifThen(qInRange[u], [&] {
       auto half = [&](int64_t x) {
         return kb.zext(
-            kb.bitcast(kb.truncF16(kb.mul(bf16Element(kb, mine[u], x), scale)),
-                       i16),
+            kb.bitcast(
+                kb.truncF16(kb.mul(bf16Element(kb, mine[u], x), rowScale)),
+                i16),
             i32);
       };
       SmallVector<Value> packed;
@@ -471,63 +642,30 @@ Value ScoreKernel::prescaleQueries(Value qs) {
       for (int64_t x = 0; x < 4; ++x)
         vec = LLVM::InsertElementOp::create(b, loc, vec, packed[x],
                                             kb.i32(x));
-      kb.storeAt(vec, qs, stagedIndex(v));
+      storeQueryVector(vec, v);
     });
   }
   return unscale;
 }
 
-/// The queries again in the layout wgmma reads B from shared memory, and
-/// the matrix descriptor of its first k-step. The layout is K-major
-/// without swizzle: per k-step of 16 (permuted) key elements, 8-head x
-/// 8-element core matrices of 128 contiguous bytes, the two K halves 128
-/// bytes apart (leading byte offset), 8-head groups 256 bytes apart
-/// (stride byte offset).
-Value ScoreKernel::stageWgmmaOperand(Value qs) {
-  Value qw = kb.sharedArray(spec.name + "_qw", i32, H * Dh / 2);
-  const int64_t perKstep = H * 8; // 32-bit pairs
-  forEachThreadStrided(kb, kb.i32(H * Dh / 2), threads, [&](Value u) {
-    Value S = kb.divU(u, kb.i32(perKstep));
-    Value rem = kb.remU(u, kb.i32(perKstep));
-    Value n = kb.shrU(rem, kb.i32(3)), pair = kb.andI(rem, kb.i32(7));
-    Value kHalf = kb.shrU(pair, kb.i32(2)), quad = kb.andI(pair, kb.i32(3));
-    // Logical k = 2 * pair of k-step S = (chunk, s): the key elements
-    // thread quad of the mma.sync A layout holds there.
-    Value chunk = kb.divU(S, kb.i32(ksteps)), s = kb.remU(S, kb.i32(ksteps));
-    Value elem = kb.add(
-        kb.add(kb.mul(chunk, kb.i32(chunkElems)),
-               kb.mul(quad, kb.i32(chunkElems / 4))),
-        kb.add(kb.mul(s, kb.i32(4)), kb.mul(kHalf, kb.i32(2))));
-    Value from = kb.divU(kb.add(kb.mul(n, kb.i32(qStride)), elem),
-                         kb.i32(2));
-    Value to = kb.add(
-        kb.add(kb.mul(S, kb.i32(perKstep)),
-               kb.mul(kb.shrU(n, kb.i32(3)), kb.i32(64))),
-        kb.add(kb.add(kb.mul(kHalf, kb.i32(32)),
-                      kb.mul(kb.andI(n, kb.i32(7)), kb.i32(4))),
-               quad));
-    kb.storeAt(kb.loadAt(i32, qs, from), qw, to);
-  });
-  // Generic-proxy stores read by the tensor cores' async proxy.
-  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
-                            "fence.proxy.async.shared::cta;", "",
-                            /*has_side_effects=*/true, false,
-                            LLVM::tailcallkind::TailCallKind::None,
-                            LLVM::AsmDialectAttr(), ArrayAttr());
-  kb.barrier();
-  Value address = LLVM::PtrToIntOp::create(b, loc, kb.i64T(), qw);
-  // Bits 0-13: address / 16; 16-29: leading byte offset / 16 (128 B);
-  // 32-45: stride byte offset / 16 (256 B); swizzle 0.
+/// The matrix descriptor of the staged queries' first k-step (of all the
+/// CTA's rows). Bits 0-13: address / 16; 16-29: leading byte offset / 16
+/// (128 B); 32-45: stride byte offset / 16 (256 B); swizzle 0.
+Value ScoreKernel::wgmmaDescriptor() {
+  Value address =
+      LLVM::PtrToIntOp::create(b, loc, kb.i64T(), staged->queries);
   return kb.orI(
       kb.shrU(kb.andI(address, kb.i64(0x3ffff)), kb.i64(4)),
       kb.i64((int64_t(128 >> 4) << 16) | (int64_t(256 >> 4) << 32)));
 }
 
-/// Head weights of this thread's accumulator columns (`quad` its lane in
-/// the MMA's group of four): 2 quad and 2 quad + 1 of every 8-head tile.
+/// Head weights of this thread's accumulator columns of a single-row CTA
+/// (`quad` its lane in the MMA's group of four): 2 quad and 2 quad + 1 of
+/// every 8-head tile.
 SmallVector<Value> ScoreKernel::loadHeadWeights(Value quad) {
   SmallVector<Value> weights;
-  Value wBase = kb.mul(rowId, kb.i32(H));
+  Value wBase =
+      kb.mul(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(H));
   for (int64_t nt = 0; nt < nTiles; ++nt)
     for (int64_t j = 0; j < 2; ++j)
       weights.push_back(kb.loadAt(
@@ -537,40 +675,55 @@ SmallVector<Value> ScoreKernel::loadHeadWeights(Value quad) {
   return weights;
 }
 
-/// The row's length check (a bad one is reported once per row) and the
-/// CTA's part of the row: `active` when its first entry lies below the
-/// row's entry count `total`.
+/// The head weights of all the CTA's rows in shared memory (a multi-row
+/// CTA would need rowsPerCta times the registers).
+Value ScoreKernel::stageHeadWeights() {
+  Value table = kb.sharedArray(spec.name + "_w", f32, rowsPerCta * H);
+  Value wBase =
+      kb.mul(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(H));
+  forEachThreadStrided(kb, kb.i32(rowsPerCta * H), threads, [&](Value i) {
+    kb.storeAt(kb.loadAt(f32, w, kb.add(wBase, i), true), table, i);
+  });
+  return table;
+}
+
+/// The rows' length checks (a bad one is reported once per row) and the
+/// CTA's part of the rows: `active` when its first entry lies below the
+/// entry count `total` (dense: the largest valid length; sparse: the
+/// request's selected entries).
 void ScoreKernel::boundCtaRange() {
   g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
-  request = kb.divU(rowId, kb.i32(R)), row = kb.remU(rowId, kb.i32(R));
-  lengthOk =
-      kb.andI(kb.cmp(CmpIPredicate::sge, visible, kb.i32(0)),
-              kb.cmp(CmpIPredicate::sle, visible, kb.i32(spec.outWidth())));
-  kb.ifThen(
-      kb.andI(kb.not1(lengthOk),
-              kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
-                      kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)))),
-      [&] { recordError(kb, errors, ErrorBadLength, visible, request, row); });
+  Value reporter = kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
+                           kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)));
+  for (int64_t r = 0; r < rowsPerCta; ++r)
+    kb.ifThen(kb.andI(kb.not1(lengthOk[r]), reporter), [&] {
+      recordError(kb, errors, ErrorBadLength, visible[r], request,
+                  kb.add(firstRow, kb.i32(r)));
+    });
   total = spec.sparse ? kb.mul(kb.loadAt(i32, counts, request, true),
                                kb.i32(spec.blockSize))
-                      : visible;
+                      : maxVisible;
   ctaStart = kb.mul(ctaIndex, kb.i32(tilesPerCta * 16 * spec.mTiles));
-  active = kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
+  active = kb.andI(anyOk, kb.cmp(CmpIPredicate::slt, ctaStart, total));
 }
 
 /// Dense rows with `fillPastLength`: -inf at the CTA's entries at or after
-/// the length (the op's scores of invisible slots).
+/// each row's length (the op's scores of invisible slots).
 void ScoreKernel::fillPastLength() {
-  Value from = kb.maxS(ctaStart, visible);
   Value to =
       kb.minS(kb.add(ctaStart, kb.i32(ctaEntries)), kb.i32(spec.outWidth()));
-  Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
-  kb.ifThen(kb.andI(lengthOk, kb.cmp(CmpIPredicate::slt, from, to)), [&] {
-    forEachThreadStrided(kb, kb.sub(to, from), threads, [&](Value i) {
-      kb.storeAt(kb.f32Bits(0xff800000u), out,
-                 kb.add(outBase, kb.add(from, i)));
+  for (int64_t r = 0; r < rowsPerCta; ++r) {
+    Value from = kb.maxS(ctaStart, visible[r]);
+    Value outBase = kb.mul(
+        kb.add(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(r)),
+        kb.i32(spec.outWidth()));
+    kb.ifThen(kb.andI(lengthOk[r], kb.cmp(CmpIPredicate::slt, from, to)), [&] {
+      forEachThreadStrided(kb, kb.sub(to, from), threads, [&](Value i) {
+        kb.storeAt(kb.f32Bits(0xff800000u), out,
+                   kb.add(outBase, kb.add(from, i)));
+      });
     });
-  });
+  }
 }
 
 /// An active CTA: its pages, the queries (unless staged before the wait),
@@ -598,7 +751,8 @@ void ScoreKernel::lookupUnitPages() {
 }
 
 /// Unit `u`'s first slot (through the block list, sparse) and its page; a
-/// bad page is reported, and a sparse request's `skip` flag set.
+/// bad page is reported (as the CTA's first row's), and a sparse request's
+/// `skip` flag set.
 void ScoreKernel::lookupUnitPage(Value u) {
   Value first = kb.add(ctaStart, kb.mul(u, kb.i32(unit)));
   Value inRange = kb.cmp(CmpIPredicate::slt, first, total);
@@ -615,7 +769,7 @@ void ScoreKernel::lookupUnitPage(Value u) {
         },
         [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
     slot = kb.add(kb.mul(block, bs), kb.remU(first, bs));
-    inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, visible));
+    inRange = kb.andI(inRange, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
   }
   Value page = kb.ifThenElse(
       {i32}, inRange,
@@ -629,7 +783,7 @@ void ScoreKernel::lookupUnitPage(Value u) {
   Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
                          kb.cmp(CmpIPredicate::slt, page, pages));
   kb.ifThen(kb.andI(inRange, kb.not1(pageOk)), [&] {
-    recordError(kb, errors, ErrorBadPage, page, request, row);
+    recordError(kb, errors, ErrorBadPage, page, request, firstRow);
     if (skip)
       kb.storeAt(kb.i32(1), skip, request);
   });
@@ -679,10 +833,11 @@ SmallVector<Value> ScoreKernel::fetchTile(Value start) {
   return all;
 }
 
-/// One thread row's raw data: whether `entry` is valid, the entry, this
-/// thread's 16 bytes of each chunk of its key row and its scale (zeros
-/// when not valid). Entries past the CTA's range (the prefetch after its
-/// last tile) load nothing.
+/// One thread row's raw data: whether `entry` is valid (in range, on a
+/// good page and visible to some row), the entry, its slot, this thread's
+/// 16 bytes of each chunk of its key row and its scale (zeros when not
+/// valid). Entries past the CTA's range (the prefetch after its last tile)
+/// load nothing.
 SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
   Value local = kb.sub(entry, ctaStart);
   Value inCta = kb.cmp(CmpIPredicate::ult, local, kb.i32(ctaEntries));
@@ -694,7 +849,7 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
       kb.andI(kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
               kb.cmp(CmpIPredicate::sge, page, kb.i32(0)));
   if (spec.sparse)
-    valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, visible));
+    valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
   Value offset = kb.remU(slot, kb.i32(spec.pageSize));
   Value slotIndex = kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
                            kb.extS64(offset));
@@ -710,7 +865,7 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
           v.push_back(kb.f32(0.0));
         return v;
       });
-  SmallVector<Value> raw = {valid, entry};
+  SmallVector<Value> raw = {valid, entry, slot};
   raw.append(loaded.begin(), loaded.end());
   return raw;
 }
@@ -730,28 +885,29 @@ SmallVector<Value> ScoreKernel::loadKeyRow(Value slotIndex) {
   return v;
 }
 
-/// The MMAs and the epilogue of one tile from its raw rows.
+/// The MMAs and the epilogues of one tile from its raw rows: the A
+/// registers once, then every query row of the CTA.
 void ScoreKernel::computeTile(ValueRange raw) {
-  // acc[mt][nt] = the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7).
-  Accumulators acc(mTiles, SmallVector<SmallVector<Value, 4>>(
-                               nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
-  if (spec.wgmma)
-    mmaWgmma(raw, acc);
-  else
-    mmaSync(raw, acc);
-  epilogue(raw, acc);
+  ARegisters aRegs = aRegisters(raw);
+  if (spec.wgmma) {
+    mmaWgmma(raw, aRegs);
+    return;
+  }
+  for (int64_t r = 0; r < rowsPerCta; ++r)
+    epilogue(raw, mmaSync(aRegs, r), r);
 }
 
 /// Thread row r's A registers of chunk c, in k-step order (two per k-step:
-/// k 2t..2t+1 and 2t+8..2t+9 of the mma.sync A layout); fp8 keys become
-/// f16 pairs here.
+/// k 2t..2t+1 and 2t+8..2t+9 of the mma.sync m16n8k16 A layout, or
+/// 4t..4t+3 and 4t+16..4t+19 of the m16n8k32 one); fp8 keys of f16 MMAs
+/// become f16 pairs here, those of e4m3 MMAs stay as loaded.
 SmallVector<Value> ScoreKernel::chunkRegs(ValueRange raw, int64_t r,
                                           int64_t c) {
   SmallVector<Value> regs;
-  Value vec = rowPart(raw, r, 2 + c);
+  Value vec = rowPart(raw, r, 3 + c);
   for (int64_t x = 0; x < 4; ++x) {
     Value word = kb.extract(vec, x);
-    if (fp8) {
+    if (fp8 && !fp8Mma) {
       auto [lo, hi] = fp8QuadToF16(kb, word);
       regs.append({lo, hi});
     } else {
@@ -761,86 +917,123 @@ SmallVector<Value> ScoreKernel::chunkRegs(ValueRange raw, int64_t r,
   return regs;
 }
 
-/// The tile's dot products by one warpgroup-wide wgmma chain (A from
-/// registers, B the staged queries), into acc[0].
-void ScoreKernel::mmaWgmma(ValueRange raw, Accumulators &acc) {
-  const int64_t kstepBytes = H * 32;
-  // A registers of every k-step (two thread rows, one M tile), pinned
-  // before the fence so that no conversion lands between the fence and the
-  // wgmma that reads it.
-  SmallVector<SmallVector<Value, 4>> aRegs;
-  for (int64_t c = 0; c < chunks; ++c) {
-    SmallVector<SmallVector<Value>> regs = {chunkRegs(raw, 0, c),
-                                            chunkRegs(raw, 1, c)};
-    for (int64_t s = 0; s < ksteps; ++s)
-      aRegs.push_back({regs[0][2 * s], regs[1][2 * s], regs[0][2 * s + 1],
-                       regs[1][2 * s + 1]});
-  }
-  for (SmallVector<Value, 4> &regs : aRegs)
-    for (Value &v : regs)
-      v = pinRegister(kb, v, "r");
-  NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  SmallVector<Value> d;
-  for (int64_t S = 0; S < chunks * ksteps; ++S)
-    d = wgmmaRegA(kb, bf16Mma, H, d, aRegs[S],
-                  kb.add(staged->descriptor, kb.i64(S * kstepBytes / 16)),
-                  /*first=*/S == 0);
-  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-  for (int64_t nt = 0; nt < nTiles; ++nt)
-    for (int64_t j = 0; j < 4; ++j)
-      acc[0][nt][j] = pinRegister(kb, d[4 * nt + j], "f");
+/// The tile's A registers: per M tile and k-step, {top[2s], bottom[2s],
+/// top[2s + 1], bottom[2s + 1]} of its two thread rows.
+ScoreKernel::ARegisters ScoreKernel::aRegisters(ValueRange raw) {
+  ARegisters aRegs(mTiles);
+  for (int64_t mt = 0; mt < mTiles; ++mt)
+    for (int64_t c = 0; c < chunks; ++c) {
+      SmallVector<Value> top = chunkRegs(raw, 2 * mt, c);
+      SmallVector<Value> bottom = chunkRegs(raw, 2 * mt + 1, c);
+      for (int64_t s = 0; s < ksteps; ++s)
+        aRegs[mt].push_back(
+            {top[2 * s], bottom[2 * s], top[2 * s + 1], bottom[2 * s + 1]});
+    }
+  return aRegs;
 }
 
-/// The tile's dot products by mma.sync per warp, chunk by chunk: each
-/// chunk's B registers (loaded from the staged queries) serve every M
-/// tile.
-void ScoreKernel::mmaSync(ValueRange raw, Accumulators &acc) {
-  for (int64_t c = 0; c < chunks; ++c) {
-    // This chunk's A registers of every thread row.
-    SmallVector<SmallVector<Value>> regs;
-    for (int64_t r = 0; r < threadRows; ++r)
-      regs.push_back(chunkRegs(raw, r, c));
-    for (int64_t nt = 0; nt < nTiles; ++nt) {
-      // This thread's B registers: head nt*8+g, the same bytes of the
-      // chunk as its A registers (two vectors for fp8).
-      Value head = kb.add(g, kb.i32(nt * 8));
-      Value base = kb.add(kb.mul(head, kb.i32(qStride)),
-                          kb.add(kb.i32(c * chunkElems),
-                                 kb.mul(t, kb.i32(chunkElems / 4))));
-      SmallVector<Value> qRegs;
-      for (int64_t v = 0; v < (fp8 ? 2 : 1); ++v) {
-        Value vec = kb.load(
-            words, kb.gep(staged->queries, i16, kb.add(base, kb.i32(v * 8))),
-            16);
-        for (int64_t x = 0; x < 4; ++x)
-          qRegs.push_back(kb.extract(vec, x));
-      }
-      for (int64_t mt = 0; mt < mTiles; ++mt) {
-        const SmallVector<Value> &top = regs[2 * mt];
-        const SmallVector<Value> &bottom = regs[2 * mt + 1];
-        for (int64_t s = 0; s < ksteps; ++s)
-          acc[mt][nt] = kb.mma16816(
-              bf16Mma,
-              {top[2 * s], bottom[2 * s], top[2 * s + 1], bottom[2 * s + 1]},
-              {qRegs[2 * s], qRegs[2 * s + 1]}, acc[mt][nt]);
-      }
+/// The tile's dot products by warpgroup-wide wgmma chains (A from
+/// registers, B the staged queries), `wgmmaRows` query rows (N =
+/// wgmmaRows * H) a chain, each followed by its rows' epilogues.
+void ScoreKernel::mmaWgmma(ValueRange raw, const ARegisters &aRegs) {
+  const int64_t kstepBytes = rowsPerCta * H * 32;
+  // The A registers are pinned before the first fence, so that no
+  // conversion lands between a fence and the wgmma that reads it.
+  SmallVector<SmallVector<Value, 4>> a = aRegs[0];
+  for (SmallVector<Value, 4> &regs : a)
+    for (Value &v : regs)
+      v = pinRegister(kb, v, "r");
+  for (int64_t first = 0; first < rowsPerCta; first += wgmmaRows) {
+    const int64_t rows = std::min(wgmmaRows, rowsPerCta - first);
+    const int64_t n = rows * H;
+    // The group's heads start 256 bytes per 8 heads into each k-step.
+    const int64_t groupBytes = first * H / 8 * 256;
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    SmallVector<Value> d;
+    for (int64_t S = 0; S < chunks * ksteps; ++S)
+      d = wgmmaRegA(kb, mmaFormat, n, d, a[S],
+                    kb.add(staged->descriptor,
+                           kb.i64((S * kstepBytes + groupBytes) / 16)),
+                    /*first=*/S == 0);
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      Accumulators acc(1, SmallVector<SmallVector<Value, 4>>(nTiles));
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t j = 0; j < 4; ++j)
+          acc[0][nt].push_back(
+              pinRegister(kb, d[4 * (r * nTiles + nt) + j], "f"));
+      epilogue(raw, acc, first + r);
     }
   }
 }
 
-/// The epilogue: ReLU(dot * scale) * w summed over the heads (the group's
-/// four threads hold a row's heads), one store per entry.
-void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc) {
-  Value outBase = kb.mul(rowId, kb.i32(spec.outWidth()));
+/// Query row `qrow`'s dot products of the tile by mma.sync per warp, chunk
+/// by chunk: each chunk's B registers (loaded from the staged queries)
+/// serve every M tile.
+ScoreKernel::Accumulators ScoreKernel::mmaSync(const ARegisters &aRegs,
+                                               int64_t qrow) {
+  Accumulators acc(mTiles, SmallVector<SmallVector<Value, 4>>(
+                               nTiles, SmallVector<Value, 4>(4, kb.f32(0.0))));
+  // A thread's query bytes of a chunk: one or two 16-byte vectors.
+  const int64_t threadBytes = chunkElems / 4 * qBytes;
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t nt = 0; nt < nTiles; ++nt) {
+      // This thread's B registers: head nt*8+g of the row, the same bytes
+      // of the chunk as its A registers.
+      Value head = kb.add(g, kb.i32(qrow * H + nt * 8));
+      Value base = kb.add(kb.mul(head, kb.i32(qStrideBytes)),
+                          kb.add(kb.i32(c * chunkElems * qBytes),
+                                 kb.mul(t, kb.i32(threadBytes))));
+      SmallVector<Value> qRegs;
+      for (int64_t v = 0; v < threadBytes / 16; ++v) {
+        Value vec = kb.load(words,
+                            kb.gep(staged->queries, kb.i8T(),
+                                   kb.add(base, kb.i32(v * 16))),
+                            16);
+        for (int64_t x = 0; x < 4; ++x)
+          qRegs.push_back(kb.extract(vec, x));
+      }
+      for (int64_t mt = 0; mt < mTiles; ++mt)
+        for (int64_t s = 0; s < ksteps; ++s) {
+          const SmallVector<Value, 4> &a = aRegs[mt][c * ksteps + s];
+          SmallVector<Value, 2> bRegs = {qRegs[2 * s], qRegs[2 * s + 1]};
+          acc[mt][nt] = fp8Mma ? mma16832E4M3(kb, a, bRegs, acc[mt][nt])
+                               : kb.mma16816(bf16Mma, a, bRegs, acc[mt][nt]);
+        }
+    }
+  }
+  return acc;
+}
+
+/// Query row `qrow`'s epilogue: ReLU(dot * scale) * w summed over the
+/// heads (the group's four threads hold a row's heads), one store per
+/// entry below the row's entry count.
+void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
+                           int64_t qrow) {
+  Value outBase = kb.mul(
+      kb.add(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(qrow)),
+      kb.i32(spec.outWidth()));
+  // Dense rows write their visible entries (the others are -inf or left
+  // as they are); sparse rows write every selected entry.
+  Value rowTotal = spec.sparse ? total : visible[qrow];
+  SmallVector<Value> weights = staged->weights;
+  if (staged->weightTable) {
+    Value quad = kb.andI(lane, kb.i32(3));
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t j = 0; j < 2; ++j)
+        weights.push_back(kb.loadAt(
+            f32, staged->weightTable,
+            kb.add(kb.mul(quad, kb.i32(2)), kb.i32(qrow * H + nt * 8 + j))));
+  }
   for (int64_t r = 0; r < threadRows; ++r) {
     int64_t mt = r / 2, half = r % 2;
     // dot * unscale * scale (exact powers of two aside, one rounding more
     // than the CPU's dot * scale: within the f32 tolerance).
-    Value factor = prescale ? staged->unscale : Value();
+    Value factor = prescale ? staged->unscale[qrow] : Value();
     if (spec.scales)
-      factor = factor ? kb.mul(factor, rowPart(raw, r, 2 + chunks))
-                      : rowPart(raw, r, 2 + chunks);
+      factor = factor ? kb.mul(factor, rowPart(raw, r, 3 + chunks))
+                      : rowPart(raw, r, 3 + chunks);
     Value sum = kb.f32(0.0);
     for (int64_t nt = 0; nt < nTiles; ++nt) {
       for (int64_t j = 0; j < 2; ++j) {
@@ -848,19 +1041,23 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc) {
         if (factor)
           dot = kb.mul(dot, factor);
         Value relu = kb.maxF(dot, kb.f32(0.0));
-        sum = LLVM::FMAOp::create(b, loc, staged->weights[2 * nt + j], relu,
-                                  sum);
+        sum = LLVM::FMAOp::create(b, loc, weights[2 * nt + j], relu, sum);
       }
     }
     sum = kb.add(sum, kb.shflXor(sum, 1));
     sum = kb.add(sum, kb.shflXor(sum, 2));
     // Thread t of the group writes row r = t (and r = t + 4, ...).
     Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
+    if (spec.sparse && rowsPerCta > 1)
+      valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, rowPart(raw, r, 2),
+                                    visible[qrow]));
     Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
     // Every entry of the row is written: one on a bad page (and, sparse,
-    // past the visible length) as NaN, never selected and never folded
-    // into the state, so that the top-K reads no stale or unwritten score.
-    Value write = kb.cmp(CmpIPredicate::slt, entry, total);
+    // past the row's visible length) as NaN, never selected and never
+    // folded into the state, so that the top-K reads no stale or unwritten
+    // score.
+    Value write = kb.andI(lengthOk[qrow],
+                          kb.cmp(CmpIPredicate::slt, entry, rowTotal));
     Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
     kb.ifThen(kb.andI(mine, write),
               [&] { kb.storeAt(value, out, kb.add(outBase, entry)); });
@@ -871,14 +1068,34 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc) {
 LaunchShape ScoreKernel::launchShape() const {
   LaunchShape shape;
   const int64_t ctasPerRow = (spec.outWidth() + ctaEntries - 1) / ctaEntries;
-  const int64_t rows = spec.batch * spec.rows;
-  shape.grid = {spec.sparse ? rows : ctasPerRow,
-                spec.sparse ? ctasPerRow : rows, 1};
+  const int64_t groups = spec.batch * rowGroups;
+  shape.grid = {spec.sparse ? groups : ctasPerRow,
+                spec.sparse ? ctasPerRow : groups, 1};
   shape.blockThreads = threads;
   return shape;
 }
 
 } // namespace
+
+int64_t mlir::spin::gpu_codegen::scoreRowsPerCta(int64_t rows, int64_t heads,
+                                                 int64_t headDim,
+                                                 int64_t queryBytes,
+                                                 bool wgmma) {
+  // A row's staged queries: the wgmma B layout, or rows padded by 16 bytes.
+  const int64_t perRow =
+      heads * (wgmma ? headDim * queryBytes : headDim * queryBytes + 16);
+  constexpr int64_t kStagingBytes = 40 * 1024;
+  for (int64_t r = rows; r > 1; --r)
+    if (rows % r == 0 && r * perRow <= kStagingBytes)
+      return r;
+  return 1;
+}
+
+int64_t mlir::spin::gpu_codegen::scoreRowsPerCta(const ScoreKernelSpec &spec) {
+  return scoreRowsPerCta(
+      spec.rows, spec.heads, spec.headDim,
+      spec.queryFormat == ElementFormat::fp8e4m3 ? 1 : 2, spec.wgmma);
+}
 
 LaunchShape mlir::spin::gpu_codegen::buildScoreKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,

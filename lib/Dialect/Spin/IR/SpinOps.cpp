@@ -143,6 +143,10 @@ static LogicalResult verifyIndexer(IndexerOp op) {
   if (!fp8 && op.getScales())
     return op.emitOpError("'scales' are only taken with fp8 e4m3 keys, not ")
            << keys.getElementType() << " keys";
+  Type qElement = cast<RankedTensorType>(q).getElementType();
+  if (isa<Float8E4M3FNType>(qElement) && !fp8)
+    return op.emitOpError("fp8 e4m3 queries need fp8 e4m3 keys, not ")
+           << keys.getElementType() << " keys";
 
   if (failed(verifySameSize(op, "batch size",
                             {{"q", q, 0},

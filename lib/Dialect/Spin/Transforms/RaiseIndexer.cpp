@@ -266,9 +266,9 @@ static LogicalResult matchContraction(linalg::GenericOp reluOp, Value logits,
   return success();
 }
 
-/// The element types spin.dense_indexer accepts: bf16/f16/f32 queries,
-/// bf16/f16/f32/fp8 keys, f32 logits, and per-slot f32 scales exactly when
-/// the keys are fp8.
+/// The element types spin.dense_indexer accepts: bf16/f16/f32 queries (fp8
+/// queries with fp8 keys), bf16/f16/f32/fp8 keys, f32 logits, and per-slot
+/// f32 scales exactly when the keys are fp8.
 static LogicalResult matchElementTypes(Value logits, linalg::GenericOp scaleOp,
                                        const IndexerChain &chain,
                                        PatternRewriter &rewriter) {
@@ -276,9 +276,9 @@ static LogicalResult matchElementTypes(Value logits, linalg::GenericOp scaleOp,
   MLIRContext *ctx = logits.getContext();
   Type f32 = Float32Type::get(ctx), bf16 = BFloat16Type::get(ctx),
        f16 = Float16Type::get(ctx), fp8 = Float8E4M3FNType::get(ctx);
-  if (!isElementType(chain.q, {bf16, f16, f32}))
-    return rewriter.notifyMatchFailure(logitsOp,
-                                       "queries must be bf16, f16 or f32");
+  if (!isElementType(chain.q, {bf16, f16, f32, fp8}))
+    return rewriter.notifyMatchFailure(
+        logitsOp, "queries must be bf16, f16, f32 or f8E4M3FN");
   if (!isElementType(chain.keys, {bf16, f16, f32, fp8}))
     return rewriter.notifyMatchFailure(
         logitsOp, "keys must be bf16, f16, f32 or f8E4M3FN");
@@ -289,6 +289,9 @@ static LogicalResult matchElementTypes(Value logits, linalg::GenericOp scaleOp,
   if (chain.scales && (!fp8Keys || !isElementType(chain.scales, {f32})))
     return rewriter.notifyMatchFailure(
         scaleOp, "per-slot scales need fp8 e4m3 keys and f32 scales");
+  if (isElementType(chain.q, {fp8}) && !fp8Keys)
+    return rewriter.notifyMatchFailure(logitsOp,
+                                       "fp8 queries need fp8 keys");
   if (fp8Keys && !chain.scales)
     return rewriter.notifyMatchFailure(logitsOp,
                                        "fp8 keys without per-slot scales");

@@ -27,7 +27,7 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 // Type constraints
 //===----------------------------------------------------------------------===//
 
-def Spin_QueryTensor : TensorRankOf<[BF16, F16, F32], [4]>;
+def Spin_QueryTensor : TensorRankOf<[BF16, F16, F32, F8E4M3FN], [4]>;
 def Spin_WeightTensor : TensorRankOf<[F32], [3]>;
 def Spin_KeyCacheTensor : TensorRankOf<[BF16, F16, F32, F8E4M3FN], [3]>;
 def Spin_ScaleTensor : TensorRankOf<[F32], [2]>;
@@ -163,8 +163,10 @@ def Spin_DenseIndexerOp : Spin_IndexerOp<"dense_indexer", (ins), ""> {
 
     where `k(i)` is slot `i % S` of page `block_table[b, i / S]`, and
     `scale(i)` the matching entry of `scales` (fp8 e4m3 keys need scales;
-    other key formats take none). Products and sums accumulate in f32.
-    Slots at or after `N` are -inf; `spin.topk` never returns them.
+    other key formats take none). Queries may be fp8 e4m3 with fp8 e4m3
+    keys (their exact values: the caller folds a query scale into `w`).
+    Products and sums accumulate in f32. Slots at or after `N` are -inf;
+    `spin.topk` never returns them.
 
     `q` is `[B, R, H, Dh]`, `w` `[B, R, H]`, `keys` `[P, S, Dh]`, `scales`
     `[P, S]`, `block_table` `[B, MB]`, `lengths` `[B, R]`, and the result
