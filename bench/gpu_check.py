@@ -83,6 +83,16 @@ import spin_reference as sr  # noqa: E402
 
 # Tolerances of the noninteger scheme (relative), per key format.
 TOPK_REL = {"bf16": 1e-5, "f16": 1e-5, "fp8": 1e-3}
+# fp8 queries multiply on e4m3 tensor cores, whose accumulator keeps fewer
+# bits than f32 (products exact, sums aligned to the largest addend with
+# about 2^-13 of it kept), so a score's error is relative to the row's
+# largest |score| rather than to its own value: noninteger inputs allow
+# this fraction of the row's largest |score| (measured on the H200: see
+# docs/GPU-ABI.md "fp8 queries"). Exact inputs stay exact.
+FP8_QUERY_ROW_REL = 4e-3
+# The largest |GPU - reference| / (row's largest |score|) of each
+# configuration's returned scores, for the report.
+SCORE_ERRORS = {}
 STATE_REL = {"bf16": 1e-4, "f16": 1e-4, "fp8": 1e-3}
 SPARSITY_TOL = 1e-6
 MAX_SHOWN = 6          # differing ranks / entries shown per problem
@@ -394,7 +404,8 @@ def make_plan(cfg, rng):
             if R > 1:
                 # Every count 0..d occurs in the first steps, then at random.
                 grow = 1 + ((t + i) % R if t < R else int(rng.integers(0, R)))
-                step.commits.append((r.rid, grow - 1))
+                if c["mode"] == "spin":   # a dense graph has no state to commit
+                    step.commits.append((r.rid, grow - 1))
             r.n += grow
             r.stepped += 1
 
@@ -913,7 +924,8 @@ def compare_row(c, where, ref_idx, got_idx, ref_sp, got_sp, z, n, mask=None):
         return problems
     zo = z[valid].astype(np.float64)
     ze = z[ref_idx[ref_idx >= 0]].astype(np.float64)
-    tol = rel * np.maximum(np.abs(zo), np.abs(ze)) + rel * 1e-2 * _row_scale(z)
+    row_rel = FP8_QUERY_ROW_REL if c["q_format"] == "fp8" else rel * 1e-2
+    tol = rel * np.maximum(np.abs(zo), np.abs(ze)) + row_rel * _row_scale(z)
     with np.errstate(invalid="ignore"):
         same = (zo == ze) | (np.abs(zo - ze) <= tol)
     if not np.all(same):
@@ -940,11 +952,16 @@ def compare_scores(c, where, ref, got):
     for b in range(ref.shape[0]):
         for r in range(ref.shape[1]):
             e, g = ref[b, r].astype(np.float64), got[b, r].astype(np.float64)
+            scale = _row_scale(ref[b, r])
+            finite = np.isfinite(e) & np.isfinite(g)
+            if scale > 0 and np.any(finite):
+                worst = float(np.max(np.abs(e[finite] - g[finite]))) / scale
+                SCORE_ERRORS[c["name"]] = max(SCORE_ERRORS.get(c["name"], 0.0), worst)
             if is_exact(c):
                 bad = np.nonzero(~(e == g))[0]
             else:
                 # -inf (past the length) only matches -inf.
-                tol = rel * _row_scale(ref[b, r])
+                tol = (FP8_QUERY_ROW_REL if c["q_format"] == "fp8" else rel) * scale
                 with np.errstate(invalid="ignore"):
                     close = np.isfinite(e) & (np.abs(e - g) <= tol)
                 bad = np.nonzero(~((e == g) | close))[0]
@@ -1130,8 +1147,10 @@ def plan_stats(plan, ref):
         parts.insert(0, f"{num_layers(c)} layers (layer {twin_layer(c)} = layer 0's inputs: "
                         f"{differ}/{total} selections differ)")
         ref = ref.layers[0]
-    if R > 1:
-        commits = [a for s in plan.steps for _, a in s.commits]
+    if c["name"] in SCORE_ERRORS:
+        parts.append(f"score error <= {SCORE_ERRORS[c['name']]:.2e} of the row's largest")
+    commits = [a for s in plan.steps for _, a in s.commits]
+    if commits:
         parts.append(f"{len(commits)} commits of {min(commits)}..{max(commits)} drafts")
     if c["mode"] == "spin":
         warm = int(sum(int(np.sum(w)) for w in ref.warm))
