@@ -54,6 +54,13 @@ _AGE_POLICIES = ("staleness-score", "block-age")
 _MTP_MASKS = ("union", "row0")
 _MTP_UPDATES = ("prefix", "row0")
 _KEY_FORMATS = ("bf16", "f16", "f32", "fp8")
+#: Query formats: each key format's own (the default, ``query_format=None``),
+#: or fp8 e4m3 queries with fp8 e4m3 keys (SPIN_SPEC §1).
+_QUERY_FORMATS = ("bf16", "f16", "f32", "fp8")
+#: The query format of each key format when ``query_format`` is not given.
+_DEFAULT_QUERY_FORMATS = {"bf16": "bf16", "f16": "f16", "f32": "f32", "fp8": "bf16"}
+#: The runtime element type of each query / key format.
+_RUNTIME_TYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32", "fp8": "fp8e4m3"}
 
 try:  # torch is optional
     import torch as _torch
@@ -63,6 +70,43 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 def _is_torch(x: Any) -> bool:
     return _torch is not None and isinstance(x, _torch.Tensor)
+
+
+def _torch_fp8_dtype():
+    """torch.float8_e4m3fn, or None where torch lacks it (before 2.1) or is
+    not installed."""
+    return getattr(_torch, "float8_e4m3fn", None) if _torch is not None else None
+
+
+def _query_format(query_format: Optional[str], key_format: str) -> str:
+    """The query format an Indexer with ``key_format`` keys runs: its own
+    (``None``: bf16 for fp8 keys), or fp8 e4m3 with fp8 keys; a ValueError
+    naming the value for anything else."""
+    default = _DEFAULT_QUERY_FORMATS[key_format]
+    if query_format is None:
+        return default
+    if not isinstance(query_format, str) or query_format not in _QUERY_FORMATS:
+        raise ValueError(f"query_format must be None or one of {_QUERY_FORMATS}, "
+                         f"got {query_format!r}")
+    if query_format == "fp8" and key_format != "fp8":
+        raise ValueError(f"query_format='fp8' needs key_format='fp8' (fp8 e4m3 queries "
+                         f"need fp8 e4m3 keys), got key_format={key_format!r}")
+    if query_format not in ("fp8", default):
+        raise ValueError(f"query_format={query_format!r} is not taken with "
+                         f"key_format={key_format!r}: its queries are {default!r} "
+                         "(the default)" + (" or 'fp8'" if key_format == "fp8" else ""))
+    return query_format
+
+
+def _with_fp8_queries(graph: str, rows: int, heads: int, head_dim: int) -> str:
+    """An fp8-key indexer graph (from build_indexer_graph, whose queries are
+    bf16) with fp8 e4m3 queries: q's element type is the only bf16 one in it
+    (keys fp8, w and scales f32), in the signature and on the op."""
+    old = f"x{rows}x{heads}x{head_dim}xbf16>"
+    if graph.count(old) != 2 or graph.count("bf16") != 2:
+        raise RuntimeError("spin: unexpected indexer graph for fp8 queries (q of "
+                           f"type ...{old} expected twice, and no other bf16):\n{graph}")
+    return graph.replace(old, f"x{rows}x{heads}x{head_dim}xf8E4M3FN>")
 
 
 def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -445,6 +489,14 @@ class Indexer:
     ``explore_policy`` picks the explored blocks: ``"random"`` (hash ranks),
     ``"staleness-score"`` or ``"block-age"`` (by block age, SPIN_SPEC §7.1;
     their CPU state keeps ``last_observed``, see :meth:`new_state`).
+
+    ``key_format`` is the key cache's element type; the queries are of the
+    same type (bf16 with fp8 keys) unless ``query_format="fp8"``, which with
+    ``key_format="fp8"`` takes fp8 e4m3 queries (SPIN_SPEC §1): their exact
+    values enter the scores (fold a query scale into ``w``), as uint8 bit
+    patterns (numpy or torch) or ``torch.float8_e4m3fn``. ``query_format``
+    may also name the key format's own query type; anything else is a
+    ValueError.
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -459,7 +511,8 @@ class Indexer:
                  sm_count: Optional[int] = None,
                  max_pages: Optional[int] = None,
                  batch_sizes: Sequence[int] = (), layers: int = 1,
-                 explore_policy: str = "random"):
+                 explore_policy: str = "random",
+                 query_format: Optional[str] = None):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -480,6 +533,7 @@ class Indexer:
                                      ("key_format", key_format, _KEY_FORMATS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        query_format = _query_format(query_format, key_format)
         page_size = block_size if page_size is None else page_size
         if page_size <= 0 or page_size % block_size:
             raise ValueError(f"block_size {block_size} must divide page_size {page_size}")
@@ -500,6 +554,7 @@ class Indexer:
         self.heads, self.head_dim, self.rows = int(heads), int(head_dim), int(rows)
         self.block_size, self.page_size, self.topk = int(block_size), int(page_size), int(topk)
         self.key_format, self.dense = key_format, bool(dense)
+        self.query_format = query_format
         self.explore_policy = explore_policy
         self._options = {
             "sparsity": float(sparsity), "block-size": self.block_size,
@@ -607,12 +662,16 @@ class Indexer:
 
     def _spec(self, layer: int, max_pages: int, batch: int) -> Dict[str, Any]:
         """What a GPU program depends on besides the compiler (its cache key)."""
-        return {"function": _INDEXER_FUNCTION, "heads": self.heads,
+        spec = {"function": _INDEXER_FUNCTION, "heads": self.heads,
                 "head_dim": self.head_dim, "rows": self.rows, "topk": self.topk,
                 "page_size": self.page_size, "max_pages": int(max_pages),
                 "key_format": self.key_format, "layer": int(layer),
                 "batch": int(batch), "sm_count": self.sm_count,
                 "sparsify": None if self.dense else _sparsify_text(self._options)}
+        if self.query_format == "fp8":
+            # Named only then, so that the other programs keep their keys.
+            spec["query_format"] = "fp8"
+        return spec
 
     def artifact(self, layer: int, max_pages: int, batch: int,
                  chips: Optional[Sequence[str]] = None) -> str:
@@ -661,13 +720,17 @@ class Indexer:
                 "cache_dir= to the copy). python/tests/prebuild_cuda_cache.py "
                 "builds the programs of spin's GPU tests.") from None
 
-    def _graph(self, layer: int, max_pages: int, batch: int) -> str:
-        """The indexer graph of ``layer`` with the batch fixed, as the GPU
-        path needs (the key cache and scales keep a dynamic page count)."""
-        return _spin.build_indexer_graph(
+    def _graph(self, layer: int, max_pages: int, batch: int = 0) -> str:
+        """The indexer graph of ``layer``, with the batch fixed as the GPU
+        path needs (0: any batch, for the CPU; the key cache and scales keep
+        a dynamic page count), with this Indexer's query format."""
+        graph = _spin.build_indexer_graph(
             heads=self.heads, head_dim=self.head_dim, rows=self.rows,
             topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
             key_format=self.key_format, layer=int(layer), batch=int(batch))
+        if self.query_format == "fp8":
+            graph = _with_fp8_queries(graph, self.rows, self.heads, self.head_dim)
+        return graph
 
     # -- both devices -------------------------------------------------------
 
@@ -678,10 +741,7 @@ class Indexer:
         if self.device == "cpu":
             key = (int(layer), int(max_pages))
             if key not in self._programs:
-                graph = _spin.build_indexer_graph(
-                    heads=self.heads, head_dim=self.head_dim, rows=self.rows,
-                    topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
-                    key_format=self.key_format, layer=int(layer))
+                graph = self._graph(layer, max_pages)
                 options = None if self.dense else self._options
                 self._programs[key] = compile(graph, _INDEXER_FUNCTION, options)
             return self._programs[key]
@@ -754,15 +814,18 @@ class Indexer:
         for a dense indexer).
 
         On the CPU: bf16 data may be float32 (rounded to bf16), uint16 bit
-        patterns or torch.bfloat16; fp8 keys are uint8 bit patterns; outputs
-        are torch tensors when ``q`` is one, numpy arrays otherwise.
+        patterns or torch.bfloat16; fp8 keys (and with ``query_format="fp8"``
+        the queries) are uint8 bit patterns or torch.float8_e4m3fn (never
+        rounded from floats); outputs are torch tensors when ``q`` is one,
+        numpy arrays otherwise.
 
         On cuda: every tensor is a contiguous CUDA torch tensor on the
         Indexer's device, of the exact dtype (``q`` torch.bfloat16, or
-        torch.float16 with f16 keys; fp8 keys torch.float8_e4m3fn or uint8
-        bit patterns), ``block_table`` is ``state.capacity / page_size``
-        pages wide, and ``request_ids`` is a host sequence, a CPU tensor or a
-        CUDA tensor (copied to the host: a synchronisation). The step is
+        torch.float16 with f16 keys, or fp8 with ``query_format="fp8"``;
+        fp8 keys and queries torch.float8_e4m3fn or uint8 bit patterns),
+        ``block_table`` is ``state.capacity / page_size`` pages wide, and
+        ``request_ids`` is a host sequence, a CPU tensor or a CUDA tensor
+        (copied to the host: a synchronisation). The step is
         issued on torch's current stream without waiting for it; outputs are
         CUDA tensors. Bad device data (block-table entries, lengths,
         positions) is reported by ``indexer.program(...).check()``.
@@ -788,10 +851,10 @@ class Indexer:
         if not 0 <= layer < state.layers:
             raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
         torch_out = _is_torch(q)
-        float_format = {"bf16": "bf16", "fp8": "bf16", "f16": "f16", "f32": "f32"}[self.key_format]
-        key_format = {"bf16": "bf16", "fp8": "fp8e4m3", "f16": "f16", "f32": "f32"}[self.key_format]
+        query_format = _RUNTIME_TYPES[self.query_format]
+        key_format = _RUNTIME_TYPES[self.key_format]
         inputs = {
-            "q": _tensor("q", q, float_format, 4),
+            "q": _tensor("q", q, query_format, 4),
             "w": _tensor("w", w, "f32", 3),
             "keys": _tensor("keys", keys, key_format, 3),
             "block_table": _tensor("block_table", block_table, "i32", 2),
@@ -924,8 +987,14 @@ def _tensor(name: str, value, dtype: str, rank: int):
             raise ValueError(f"{name} is not contiguous; call .contiguous() first")
         if dtype == "bf16" and value.dtype == _torch.bfloat16:
             array = value.view(_torch.int16).numpy().view(np.uint16)
+        elif dtype == "fp8e4m3" and value.dtype == _torch_fp8_dtype():
+            array = value.view(_torch.uint8).numpy()
         else:
-            array = value.numpy()
+            try:
+                array = value.numpy()
+            except TypeError:  # a dtype numpy lacks (torch.float8_*, ...)
+                raise TypeError(f"{name} has dtype {value.dtype}, expected "
+                                f"{_dtype_hint(dtype)}") from None
     elif isinstance(value, np.ndarray):
         array = value
     else:
@@ -943,8 +1012,14 @@ def _tensor(name: str, value, dtype: str, rank: int):
         if array is None:
             raise ValueError(f"{name} must hold only 0 and 1")
     elif array.dtype != want:
-        hint = {"bf16": "float32 or uint16 bf16 bit patterns",
-                "fp8e4m3": "uint8 fp8 e4m3 bit patterns",
-                "i1": "bool (or uint8 0/1)"}.get(dtype, np.dtype(want).name)
-        raise TypeError(f"{name} has dtype {array.dtype}, expected {hint}")
+        raise TypeError(f"{name} has dtype {array.dtype}, expected {_dtype_hint(dtype)}")
     return array, dtype
+
+
+def _dtype_hint(dtype: str) -> str:
+    """What the CPU path takes for a runtime element type, in words."""
+    fp8 = "uint8 fp8 e4m3 bit patterns"
+    if _torch_fp8_dtype() is not None:
+        fp8 += " or torch.float8_e4m3fn"
+    return {"bf16": "float32 or uint16 bf16 bit patterns", "fp8e4m3": fp8,
+            "i1": "bool (or uint8 0/1)"}.get(dtype, np.dtype(_NUMPY_TYPES[dtype]).name)

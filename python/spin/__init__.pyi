@@ -60,6 +60,7 @@ class Indexer:
     page_size: int
     topk: int
     key_format: str
+    query_format: str                # "fp8" with fp8 queries, else the keys' float type
     device: str
     dense: bool
     chips: Optional[List[str]]       # device="cuda": the chips it compiles for
@@ -76,7 +77,8 @@ class Indexer:
                  cache_dir: Optional[str] = ..., sm_count: Optional[int] = ...,
                  max_pages: Optional[int] = ...,
                  batch_sizes: Union[int, Sequence[int]] = ...,
-                 layers: int = ..., explore_policy: str = ...) -> None: ...
+                 layers: int = ..., explore_policy: str = ...,
+                 query_format: Optional[str] = ...) -> None: ...
     def program(self, layer: int, max_pages: int,
                 batch: Optional[int] = ...) -> Union[Program, CudaProgram]: ...
     def artifact(self, layer: int, max_pages: int, batch: int,

@@ -511,7 +511,9 @@ def indexer_arguments(indexer) -> Dict[str, Any]:
             "reduction": o["reduction"], "mtp_mask": o["mtp-mask"],
             "mtp_update": o["mtp-update"], "key_format": indexer.key_format,
             "page_size": indexer.page_size, "rows": indexer.rows,
-            "dense": indexer.dense, "explore_policy": indexer.explore_policy}
+            "dense": indexer.dense, "explore_policy": indexer.explore_policy,
+            # None (the default) unless the queries are fp8: the same programs
+            "query_format": "fp8" if indexer.query_format == "fp8" else None}
 
 
 def _flag(name: str) -> str:
@@ -614,6 +616,7 @@ def _shape_text(kind: str, spec: Dict[str, Any], manifest: Optional[Dict[str, An
         text = (f"layer {s.get('layer')} batch {s.get('batch')} pages {s.get('max_pages')}x"
                 f"{s.get('page_size')} H{s.get('heads')} Dh{s.get('head_dim')} "
                 f"K{s.get('topk')} rows {s.get('rows')} {s.get('key_format')} "
+                f"{'q fp8 ' if s.get('query_format') == 'fp8' else ''}"
                 f"{'dense' if s.get('sparsify') is None else 'spin'}")
     else:
         batch = manifest.get("batch") if manifest else "?"
@@ -1016,7 +1019,10 @@ def _parser() -> argparse.ArgumentParser:
             g.add_argument(_flag(param.name), dest=param.name, action="store_true",
                            default=None, help=f"Indexer {param.name}")
         else:
-            kind = type(default) if default is not None else int
+            # A parameter that defaults to None is an int (page_size) or, by
+            # its annotation, a str (query_format).
+            kind = (type(default) if default is not None
+                    else str if "str" in str(param.annotation) else int)
             g.add_argument(_flag(param.name), dest=param.name, type=kind, default=None,
                            help=f"Indexer {param.name} (default {default!r})")
     return parser

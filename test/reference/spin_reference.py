@@ -22,6 +22,12 @@ Numerical rules fixed here (where the spec leaves the arithmetic open):
   and compare selections only on inputs whose arithmetic is exact.
   The ReLU propagates NaN (``max(NaN, 0) = NaN``); NaN scores are never
   selected by :func:`topk`.
+* Queries enter as decoded values (float arrays; ``q_format="f32"``) or,
+  with ``q_format="fp8"`` (fp8 e4m3 queries, SPEC §1: only with fp8 e4m3
+  keys), as uint8 fp8 e4m3 bit patterns decoded exactly by
+  :func:`fp8_e4m3_to_f32`.  A NaN pattern (0x7F, 0xFF) in a query element
+  makes that head's dot product NaN for every slot, so every visible score
+  of the row is NaN (ReLU and the head sum propagate it, even for w = 0).
 * All state arithmetic (SPEC §2, §3.10, §4) is float32 with every operation
   rounded, no fused multiply-add: ``V = a32 * V + b32 * z`` with
   ``a32 = float32(alpha)`` and ``b32 = float32(1.0 - alpha)`` (the
@@ -44,7 +50,7 @@ import numpy as np
 
 __all__ = [
     "fp8_e4m3_to_f32", "bf16_to_f32", "f32_to_bf16_bits", "f16_to_f32",
-    "dense_scores", "sparse_scores", "topk",
+    "Q_FORMATS", "decode_queries", "dense_scores", "sparse_scores", "topk",
     "splitmix64", "explore_hash", "budget", "num_blocks_of",
     "EXPLORE_POLICIES", "block_ages", "staleness_keys",
     "LayerState", "predict", "pool", "select_row", "select",
@@ -127,6 +133,36 @@ def f16_to_f32(bits):
     return bits.view(np.float16).astype(np.float32)
 
 
+#: How queries are passed to the scoring functions: ``"f32"`` decoded values
+#: (float arrays: bf16 / f16 callers decode with :func:`bf16_to_f32` /
+#: :func:`f16_to_f32` first), ``"fp8"`` uint8 fp8 e4m3 bit patterns.
+Q_FORMATS = ("f32", "fp8")
+
+
+def decode_queries(q, q_format="f32"):
+    """Queries as float32 values (SPEC §1: q enters the score with its exact
+    value).
+
+    ``q_format="f32"``: ``q`` holds the values already (any float array; a
+    uint8 array is refused, since bit patterns read as integers would be
+    wrong values).  ``q_format="fp8"``: ``q`` holds fp8 e4m3 bit patterns
+    (uint8), decoded exactly (-0.0, subnormals and 448 included; 0x7F and
+    0xFF are NaN).
+    """
+    if q_format not in Q_FORMATS:
+        raise ValueError("q_format must be one of %r, got %r" % (Q_FORMATS, q_format))
+    q = np.asarray(q)
+    if q_format == "fp8":
+        if q.dtype != np.uint8:
+            raise TypeError("q_format='fp8' takes uint8 fp8 e4m3 bit patterns, "
+                            "got %s" % q.dtype)
+        return fp8_e4m3_to_f32(q)
+    if q.dtype == np.uint8:
+        raise TypeError("q is uint8: pass q_format='fp8' for fp8 e4m3 bit "
+                        "patterns, or decoded values")
+    return np.asarray(q, dtype=np.float32)
+
+
 # ---------------------------------------------------------------------------
 # The dense / sparse indexer and top-K (SPEC §1, §3.8-§3.9)
 # ---------------------------------------------------------------------------
@@ -153,8 +189,9 @@ def _gather_keys(keys, scales, block_table_row, n):
     return k, sc
 
 
-def _scores_impl(q, w, keys, scales, block_table, lengths, mask, bs):
-    q = np.asarray(q, dtype=np.float32)
+def _scores_impl(q, w, keys, scales, block_table, lengths, mask, bs,
+                 q_format="f32"):
+    q = decode_queries(q, q_format)
     w = np.asarray(w, dtype=np.float32)
     keys = np.asarray(keys, dtype=np.float32)
     block_table = np.asarray(block_table)
@@ -191,26 +228,33 @@ def _scores_impl(q, w, keys, scales, block_table, lengths, mask, bs):
     return z
 
 
-def dense_scores(q, w, keys, scales, block_table, lengths):
+def dense_scores(q, w, keys, scales, block_table, lengths, *, q_format="f32"):
     """Dense indexer scores (SPEC §1).
 
     ``z[b,r,i] = sum_h w[b,r,h] * max(dot(q[b,r,h,:], key(i)) * scale(i), 0)``
     for ``i < N = lengths[b,r]``, ``-inf`` for ``i >= N``.
 
-    q f32 [B,R,H,Dh] (decoded), w f32 [B,R,H], keys f32 [P,S,Dh] (decoded),
+    q [B,R,H,Dh]: decoded f32 values, or with ``q_format="fp8"`` uint8 fp8
+    e4m3 bit patterns (see :func:`decode_queries`; SPEC §1 takes fp8 queries
+    only with fp8 keys, the caller folding any query scale into w),
+    w f32 [B,R,H], keys f32 [P,S,Dh] (decoded),
     scales f32 [P,S] or None (1.0), block_table int [B,MB], lengths int [B,R].
     Computed in float64, returned as float32 [B,R,NS].
     """
-    return _scores_impl(q, w, keys, scales, block_table, lengths, None, None)
+    return _scores_impl(q, w, keys, scales, block_table, lengths, None, None,
+                        q_format)
 
 
-def sparse_scores(q, w, keys, scales, block_table, lengths, mask, bs):
+def sparse_scores(q, w, keys, scales, block_table, lengths, mask, bs, *,
+                  q_format="f32"):
     """Sparse indexer (SPEC §3.8): dense scores restricted to selected blocks.
 
     Slot ``i`` is scored iff ``i < N`` and ``mask[b, i // bs]``; every other
-    slot is ``-inf``.  mask bool [B, NB] with ``NB = NS / bs``.
+    slot is ``-inf``.  mask bool [B, NB] with ``NB = NS / bs``.  ``q`` as in
+    :func:`dense_scores`.
     """
-    return _scores_impl(q, w, keys, scales, block_table, lengths, mask, bs)
+    return _scores_impl(q, w, keys, scales, block_table, lengths, mask, bs,
+                        q_format)
 
 
 def _topk_indices(values, eligible, k):
@@ -713,7 +757,7 @@ def spin_step(states, request_ids, layer, q, w, keys, scales, block_table,
               lengths, positions, *, k, bs, sparsity, explore=0.0, seed=0,
               alpha=0.5, pooling="max", reduction="a1", mtp_mask="union",
               mtp_update="prefix", accepted=None, reset_flags=None,
-              explore_policy="random"):
+              explore_policy="random", q_format="f32"):
     """One decode step of one layer for a batch, as the compiled graph does.
 
     ``states[b]`` is the LayerState of request ``request_ids[b]``.
@@ -723,12 +767,14 @@ def spin_step(states, request_ids, layer, q, w, keys, scales, block_table,
     ema_update.  R > 1 (MTP, SPEC §4): commit the buffered rows with
     ``accepted[b]`` (if any), select over all rows with ``mtp_mask``, score,
     top-K per row over the mask, observe.  ``pooling`` is the A1 prediction
-    pooling and the A2 observation pooling.
+    pooling and the A2 observation pooling.  ``q`` is decoded f32 values or,
+    with ``q_format="fp8"``, uint8 fp8 e4m3 bit patterns (as in
+    :func:`dense_scores`).
 
     Returns (topk int32 [B,R,k], mask bool [B,NB], sparsity f32 [B,R]
     measured on the mask, scores f32 [B,R,NS]).
     """
-    q = np.asarray(q, dtype=np.float32)
+    q = decode_queries(q, q_format)
     lengths = np.asarray(lengths)
     positions = np.asarray(positions)
     Bq, R = q.shape[:2]

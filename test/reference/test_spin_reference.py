@@ -170,6 +170,176 @@ def test_sparse_scores_masks_blocks():
     assert list(z[0, 0]) == [1, 2, NINF, NINF, NINF, NINF, 7, NINF]
 
 
+# fp8 e4m3 queries (SPEC §1: only with fp8 e4m3 keys; q enters with its exact
+# fp8 value, the caller folds any query scale into w). The reference takes
+# them as uint8 bit patterns with q_format="fp8".
+
+def test_decode_queries_formats():
+    bits = np.array([[[[0x7E, 0x01, 0x80, 0x07, 0xFE, 0x38]]]], np.uint8)
+    got = sr.decode_queries(bits, "fp8")
+    assert got.dtype == np.float32 and got.shape == bits.shape
+    assert list(got.ravel()) == [448.0, 2.0 ** -9, 0.0, 7 * 2.0 ** -9, -448.0, 1.0]
+    assert np.signbit(got.ravel()[2])                      # 0x80 is -0.0
+    assert np.array_equal(got, sr.fp8_e4m3_to_f32(bits))  # the one decoder
+    # f32 (the default) takes decoded values as they are.
+    vals = np.array([1.5, -2.0], np.float64)
+    assert list(sr.decode_queries(vals)) == [1.5, -2.0]
+    # bit patterns are never read as integer values by mistake
+    with pytest.raises(TypeError, match="q_format='fp8'"):
+        sr.decode_queries(bits)
+    with pytest.raises(TypeError, match="uint8"):
+        sr.decode_queries(got, "fp8")
+    with pytest.raises(ValueError, match="q_format"):
+        sr.decode_queries(bits, "e4m3")
+    with pytest.raises(TypeError):
+        sr.dense_scores(bits, np.ones((1, 1, 6), np.float32),
+                        np.ones((1, 1, 1), np.float32), None,
+                        np.array([[0]], np.int32), np.array([[1]], np.int32))
+
+
+def test_dense_scores_fp8_queries_edge_values():
+    # H = 2, Dh = 3, w = [1, 0.5]; one page of 4 slots, N = 4.
+    #   head 0 q = [448 (0x7E), 2^-9 (0x01), -0.0 (0x80)]
+    #   head 1 q = [7 * 2^-9 (0x07, largest subnormal), -448 (0xFE), 1 (0x38)]
+    # keys (fp8-exact values) and scales [1, 0.5, 2, 4]:
+    #   k0 = [1, 0, 5]       h0: 448                  -> 448
+    #                        h1: 7*2^-9 + 5            -> 5.013671875
+    #   k1 = [-1, 448, 2]    h0: -448 + 0.875 - 0      -> * 0.5 < 0 -> 0
+    #                        h1: -7*2^-9 - 200704 + 2  -> 0
+    #   k2 = [2^-9, -.5, 0]  h0: 0.875 - 2^-10         -> * 2 = 1.748046875
+    #                        h1: 7*2^-18 + 224         -> * 2 = 448 + 7*2^-17
+    #   k3 = [.25, 0, -3]    h0: 112 + 0 + (-0 * -3)   -> * 4 = 448
+    #                        h1: 7*2^-11 - 3           -> 0
+    # z = h0 + 0.5 * h1:
+    #   z0 = 448 + 2.5068359375 = 450.5068359375 (exact in f32)
+    #   z1 = 0
+    #   z2 = 1.748046875 + 224 + 7*2^-18 = 225.748046875 + 1.75 ulp(225)
+    #        -> rounded once to f32: 225.748046875 + 2^-15
+    #   z3 = 448
+    qbits = np.array([[[[0x7E, 0x01, 0x80], [0x07, 0xFE, 0x38]]]], np.uint8)
+    w = np.array([[[1.0, 0.5]]], np.float32)
+    keys = np.array([[[1, 0, 5], [-1, 448, 2], [2.0 ** -9, -0.5, 0],
+                      [0.25, 0, -3]]], np.float32)
+    scales = np.array([[1, 0.5, 2, 4]], np.float32)
+    bt = np.array([[0]], np.int32)
+    n = np.array([[4]], np.int32)
+    z = sr.dense_scores(qbits, w, keys, scales, bt, n, q_format="fp8")
+    assert z.dtype == np.float32
+    assert z[0, 0, 0] == 450.5068359375
+    assert z[0, 0, 1] == 0.0
+    assert z[0, 0, 2] == F32(225.748046875 + 2.0 ** -15)
+    assert z[0, 0, 2] != F32(225.748046875)   # the subnormal x subnormal term
+    assert z[0, 0, 3] == 448.0
+    # the same as passing the decoded values
+    dec = sr.fp8_e4m3_to_f32(qbits)
+    assert np.array_equal(z, sr.dense_scores(dec, w, keys, scales, bt, n))
+    # sparse: only block 1 (slots 2, 3; bs = 2) selected
+    mask = np.array([[False, True]])
+    zs = sr.sparse_scores(qbits, w, keys, scales, bt, n, mask, 2, q_format="fp8")
+    assert list(zs[0, 0]) == [NINF, NINF, z[0, 0, 2], 448.0]
+    assert list(sr.topk(z, n, 3)[0, 0]) == [0, 3, 2]
+
+
+def test_dense_scores_fp8_queries_negative_zero_and_extremes():
+    # Every query element -0.0 (0x80): every dot is +-0, ReLU 0, z = 0 for
+    # any key and weight (a zero, never a NaN or a negative score).
+    keys = np.array([[[448, -448], [-3, 2.0 ** -9]]], np.float32)
+    bt, n = np.array([[0]], np.int32), np.array([[2]], np.int32)
+    q = np.full((1, 1, 2, 2), 0x80, np.uint8)
+    w = np.array([[[-2.0, 3.0]]], np.float32)
+    z = sr.dense_scores(q, w, keys, None, bt, n, q_format="fp8")
+    assert list(z[0, 0]) == [0.0, 0.0]
+    # 448 x 448 with scale 1 (no overflow: the products and sums are f32):
+    #   q = [448, 448], k0 = [448, -448] -> 0; k1 = [-3, 2^-9] -> -1344 + 0.875
+    #   q = [-448, 448]: k0 -> -401408 ... -> 0; k1 -> 1344 + 0.875 = 1344.875
+    q = np.array([[[[0x7E, 0x7E], [0xFE, 0x7E]]]], np.uint8)
+    w = np.array([[[1.0, 1.0]]], np.float32)
+    z = sr.dense_scores(q, w, keys, None, bt, n, q_format="fp8")
+    assert list(z[0, 0]) == [0.0, 1344.875]
+    # q = [448, 448] against k = [448, 448]: 2 * 448^2 = 401408
+    z = sr.dense_scores(np.array([[[[0x7E, 0x7E]]]], np.uint8),
+                        np.array([[[0.5]]], np.float32),
+                        np.array([[[448, 448]]], np.float32), None,
+                        np.array([[0]], np.int32), np.array([[1]], np.int32),
+                        q_format="fp8")
+    assert z[0, 0, 0] == 200704.0
+
+
+def test_dense_scores_fp8_queries_whole_range():
+    # One head, Dh = 1, key 1 (slot 0) and -1 (slot 1), w = 1: z = ReLU(q)
+    # and ReLU(-q) for every one of the 256 patterns; 0x7F and 0xFF are NaN.
+    bits = np.arange(256, dtype=np.uint8).reshape(256, 1, 1, 1)
+    keys = np.array([[[1.0], [-1.0]]], np.float32)
+    bt = np.zeros((256, 1), np.int32)
+    n = np.full((256, 1), 2, np.int32)
+    w = np.ones((256, 1, 1), np.float32)
+    z = sr.dense_scores(bits, w, keys, None, bt, n, q_format="fp8")
+    v = sr.fp8_e4m3_to_f32(bits.ravel())
+    finite = ~np.isnan(v)
+    assert finite.sum() == 254
+    assert np.array_equal(z[finite, 0, 0], np.maximum(v[finite], 0))
+    assert np.array_equal(z[finite, 0, 1], np.maximum(-v[finite], 0))
+    assert z[0x7E, 0, 0] == 448.0 and z[0xFE, 0, 1] == 448.0
+    assert z[0x01, 0, 0] == 2.0 ** -9 and z[0x81, 0, 1] == 2.0 ** -9
+    assert np.all(np.isnan(z[[0x7F, 0xFF], 0, :]))
+
+
+@pytest.mark.parametrize("nan_bits", [0x7F, 0xFF])
+def test_fp8_query_nan_pattern_makes_the_row_nan(nan_bits):
+    # Row 0: one NaN element in head 1, whose weight is 0: NaN * k is NaN
+    # for every key (even a zero one), the ReLU and the head sum propagate it
+    # (NaN * 0 = NaN), so every visible score of the row is NaN; slots past
+    # N stay -inf and the top-K selects nothing (NaN is never selected).
+    # Row 1 of the same request (no NaN) is unaffected.
+    q = np.array([[[[0x38, 0x38], [nan_bits, 0x00]],
+                   [[0x38, 0x38], [0x38, 0x00]]]], np.uint8)
+    w = np.array([[[1.0, 0.0], [1.0, 0.0]]], np.float32)
+    keys = np.array([[[1, 2], [0, 0], [-1, 3]]], np.float32)
+    bt, n = np.array([[0]], np.int32), np.array([[2, 3]], np.int32)
+    z = sr.dense_scores(q, w, keys, None, bt, n, q_format="fp8")
+    assert np.all(np.isnan(z[0, 0, :2])) and z[0, 0, 2] == NINF
+    assert list(z[0, 1]) == [3.0, 0.0, 2.0]
+    assert list(sr.topk(z, n, 3)[0, 0]) == [-1, -1, -1]
+    assert list(sr.topk(z, n, 3)[0, 1]) == [0, 2, 1]
+
+
+def test_spin_step_takes_fp8_query_bits():
+    # spin_step with q_format="fp8" equals spin_step on the decoded values:
+    # selections, sparsity, scores and the EMA state alike (a NaN pattern
+    # included: its row selects nothing and never enters the state).
+    rng = np.random.default_rng(7)
+    B, R, H, Dh, P, S, bs = 2, 1, 2, 4, 6, 4, 4
+    keys = rng.integers(-4, 5, size=(P, S, Dh)).astype(np.float32)
+    scales = (2.0 ** rng.integers(-1, 2, size=(P, S))).astype(np.float32)
+    bt = np.array([[0, 1, 2], [3, 4, 5]], np.int32)
+    w = np.ones((B, R, H), np.float32)
+    qbits = rng.integers(0, 256, size=(3, B, R, H, Dh)).astype(np.uint8)
+    qbits[qbits == 0x7F] = 0x7E
+    qbits[qbits == 0xFF] = 0xFE
+    qbits[1, 1, 0, 0, 0] = 0x7F                    # step 1, request 2
+    runs = []
+    for fmt in ("fp8", "f32"):
+        states = [sr.LayerState(12, bs) for _ in range(B)]
+        out = []
+        for step in range(3):
+            q = qbits[step] if fmt == "fp8" else sr.fp8_e4m3_to_f32(qbits[step])
+            n = np.array([[9 + step], [12]], np.int32)
+            out.append(sr.spin_step(states, [1, 2], 0, q, w, keys, scales, bt, n,
+                                    n - 1, k=4, bs=bs, sparsity=0.5, q_format=fmt))
+        runs.append((out, states))
+    (a, sa), (b, sb) = runs
+    for (ia, ma, pa, za), (ib, mb, pb, zb) in zip(a, b):
+        assert np.array_equal(ia, ib) and np.array_equal(ma, mb)
+        assert np.array_equal(pa, pb)
+        assert np.array_equal(za, zb, equal_nan=True)
+    idx, _, _, z = a[1]
+    assert list(idx[1, 0]) == [-1, -1, -1, -1]
+    assert np.all(np.isnan(z[1, 0][~np.isneginf(z[1, 0])]))
+    for x, y in zip(sa, sb):
+        assert np.array_equal(x.V, y.V) and np.array_equal(x.D, y.D)
+        assert np.all(np.isfinite(x.V)) and np.all(np.isfinite(x.D))
+
+
 def test_topk_ties_padding_nan_and_infinities():
     z = np.array([[[1, 3, 3, np.nan, NINF, 2, 100]]], np.float32)
     # N = 6: slot 6 is invisible; NaN (slot 3) never selected;

@@ -64,6 +64,67 @@ func.func @dense_indexer(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 
 // -----
 
+// Dense indexer with fp8 e4m3 queries and fp8 e4m3 keys: each query element
+// is decoded from its bits exactly as the keys are (sign, exponent rebased
+// by 127 - 7, mantissa; subnormals m * 2^-9; 0x7F / 0xFF NaN), with no
+// arith.extf, and multiplied by the decoded key in f32.
+// CHECK-LABEL: func.func @dense_indexer_fp8_queries(
+// CHECK-DAG:     %[[Q:.*]] = bufferization.to_buffer %arg0 read_only : tensor<2x1x4x16xf8E4M3FN> to memref<2x1x4x16xf8E4M3FN>
+// CHECK-DAG:     %[[K:.*]] = bufferization.to_buffer %arg2 read_only : tensor<8x16x16xf8E4M3FN>
+// CHECK:         %[[KEY:.*]] = memref.alloca(%{{.*}}) : memref<?xf32>
+// CHECK:         scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:                 memref.load %[[K]]
+// CHECK:                 arith.bitcast %{{.*}} : f8E4M3FN to i8
+// CHECK:                 memref.store %{{.*}}, %[[KEY]]
+// CHECK:                 scf.for %[[H:.*]] = {{.*}} iter_args
+// CHECK:                   scf.for {{.*}} iter_args
+// CHECK:                     %[[QV:.*]] = memref.load %[[Q]][%[[B]], %[[R]], %[[H]], %{{.*}}] : memref<2x1x4x16xf8E4M3FN>
+// CHECK-NEXT:                %[[QB:.*]] = arith.bitcast %[[QV]] : f8E4M3FN to i8
+// CHECK-NEXT:                %[[QI:.*]] = arith.extui %[[QB]] : i8 to i32
+// CHECK:                     arith.constant 120 : i32
+// CHECK:                     %[[NORMAL:.*]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK:                     arith.constant 0.001953125 : f32
+// CHECK:                     %[[FINITE:.*]] = arith.select %{{.*}}, %{{.*}}, %[[NORMAL]] : f32
+// CHECK:                     %[[NAN:.*]] = arith.constant 0x7FC00000 : f32
+// CHECK:                     %[[QF:.*]] = arith.select %{{.*}}, %[[NAN]], %[[FINITE]] : f32
+// CHECK:                     %[[KV:.*]] = memref.load %[[KEY]]
+// CHECK:                     arith.mulf %[[QF]], %[[KV]] : f32
+// CHECK:                   arith.maximumf
+// CHECK:         return
+func.func @dense_indexer_fp8_queries(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>,
+                                     %k: tensor<8x16x16xf8E4M3FN>, %sc: tensor<8x16xf32>,
+                                     %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) -> tensor<2x1x64xf32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>)
+      keys(%k : tensor<8x16x16xf8E4M3FN>) scales(%sc : tensor<8x16xf32>)
+      block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
+  return %z : tensor<2x1x64xf32>
+}
+
+// -----
+
+// Sparse indexer with fp8 e4m3 queries: the same decode of q, under the
+// block mask.
+// CHECK-LABEL: func.func @sparse_indexer_fp8_queries(
+// CHECK-DAG:     %[[Q:.*]] = bufferization.to_buffer %arg0 read_only : tensor<2x1x4x16xf8E4M3FN> to memref<2x1x4x16xf8E4M3FN>
+// CHECK-DAG:     %[[M:.*]] = bufferization.to_buffer %arg6 read_only : tensor<2x4xi1> to memref<2x4xi1>
+// CHECK:               memref.load %[[M]]
+// CHECK:                     %[[QV:.*]] = memref.load %[[Q]]{{.*}} : memref<2x1x4x16xf8E4M3FN>
+// CHECK-NEXT:                arith.bitcast %[[QV]] : f8E4M3FN to i8
+// CHECK:         return
+func.func @sparse_indexer_fp8_queries(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>,
+                                      %k: tensor<8x16x16xf8E4M3FN>, %sc: tensor<8x16xf32>,
+                                      %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>,
+                                      %m: tensor<2x4xi1>) -> tensor<2x1x64xf32> {
+  %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>)
+      keys(%k : tensor<8x16x16xf8E4M3FN>) scales(%sc : tensor<8x16xf32>)
+      block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>)
+      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} -> tensor<2x1x64xf32>
+  return %z : tensor<2x1x64xf32>
+}
+
+// -----
+
 // Sparse f32 indexer: a slot is scored only if it is visible and its block
 // (i / block_size) is selected in the mask; f32 keys need no decoding and
 // there is no scale.

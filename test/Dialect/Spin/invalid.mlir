@@ -115,23 +115,49 @@ func.func @dense_indexer_rejects_scales_with_bf16_keys(%q: tensor<2x1x4x16xbf16>
 // -----
 
 func.func @dense_indexer_rejects_i8_query(%q: tensor<2x1x4x16xi8>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
-  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float values, but got 'tensor<2x1x4x16xi8>'}}
+  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float or f8E4M3FN type values, but got 'tensor<2x1x4x16xi8>'}}
   %z = spin.dense_indexer q(%q : tensor<2x1x4x16xi8>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
   return
 }
 
 // -----
 
-func.func @dense_indexer_rejects_fp8_query(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
-  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float values, but got 'tensor<2x1x4x16xf8E4M3FN>'}}
+// fp8 e4m3 queries are only taken with fp8 e4m3 keys (SPIN_SPEC §1).
+func.func @dense_indexer_rejects_fp8_query_with_bf16_keys(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.dense_indexer' op fp8 e4m3 queries need fp8 e4m3 keys, not 'bf16' keys}}
   %z = spin.dense_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
   return
 }
 
 // -----
 
+func.func @dense_indexer_rejects_fp8_query_with_f16_keys(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.dense_indexer' op fp8 e4m3 queries need fp8 e4m3 keys, not 'f16' keys}}
+  %z = spin.dense_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @dense_indexer_rejects_fp8_query_with_f32_keys(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xf32>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.dense_indexer' op fp8 e4m3 queries need fp8 e4m3 keys, not 'f32' keys}}
+  %z = spin.dense_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+// The query type constraint still rejects the other fp8 format.
+func.func @dense_indexer_rejects_fp8_e5m2_query(%q: tensor<2x1x4x16xf8E5M2>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xf8E4M3FN>, %sc: tensor<8x16xf32>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float or f8E4M3FN type values, but got 'tensor<2x1x4x16xf8E5M2>'}}
+  %z = spin.dense_indexer q(%q : tensor<2x1x4x16xf8E5M2>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xf8E4M3FN>) scales(%sc : tensor<8x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
 func.func @dense_indexer_rejects_rank3_query(%q: tensor<2x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>) {
-  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float values, but got 'tensor<2x4x16xbf16>'}}
+  // expected-error @+1 {{'spin.dense_indexer' op operand #0 must be 4D tensor of bfloat16 type or 16-bit float or 32-bit float or f8E4M3FN type values, but got 'tensor<2x4x16xbf16>'}}
   %z = spin.dense_indexer q(%q : tensor<2x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
   return
 }
@@ -298,6 +324,14 @@ func.func @sparse_indexer_rejects_fp8_keys_without_scales(%q: tensor<2x1x4x16xbf
 func.func @sparse_indexer_rejects_scales_with_f32_keys(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xf32>, %sc: tensor<8x16xf32>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.sparse_indexer' op 'scales' are only taken with fp8 e4m3 keys, not 'f32' keys}}
   %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xf32>) scales(%sc : tensor<8x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @sparse_indexer_rejects_fp8_query_with_f16_keys(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.sparse_indexer' op fp8 e4m3 queries need fp8 e4m3 keys, not 'f16' keys}}
+  %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} -> tensor<2x1x64xf32>
   return
 }
 
@@ -1193,6 +1227,14 @@ func.func @fused_select_rejects_sparsity_above_one(%s: !spin.state<layer = 0>, %
 func.func @fused_score_rejects_fp8_keys_without_scales(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xf8E4M3FN>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.fused_score' op fp8 e4m3 keys need per-slot 'scales'}}
   %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xf8E4M3FN>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_score_rejects_fp8_query_with_bf16_keys(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op fp8 e4m3 queries need fp8 e4m3 keys, not 'bf16' keys}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x4x16xf8E4M3FN>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {k = 32 : i64, block_size = 16 : i64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>
   return
 }
 

@@ -93,6 +93,40 @@ func.func @dense_indexer(%qbf: tensor<2x1x4x16xbf16>, %qf16: tensor<2x1x4x16xf16
       : tensor<2x1x64xf32>, tensor<2x1x64xf32>, tensor<?x?x?xf32>, tensor<2x1x64xf32>
 }
 
+// fp8 e4m3 queries with fp8 e4m3 keys (and their per-slot scales), one row
+// and an MTP step of R = 4 rows with a dynamic batch.
+// CHECK-LABEL: func.func @dense_indexer_fp8_queries(
+// CHECK-SAME:    %[[Q8:[^:]+]]: tensor<2x1x4x16xf8E4M3FN>,
+// CHECK-SAME:    %[[QD8:[^:]+]]: tensor<?x4x4x16xf8E4M3FN>,
+// CHECK-SAME:    %[[W:[^:]+]]: tensor<2x1x4xf32>,
+// CHECK-SAME:    %[[WD:[^:]+]]: tensor<?x4x4xf32>,
+// CHECK-SAME:    %[[K8:[^:]+]]: tensor<?x16x16xf8E4M3FN>,
+// CHECK-SAME:    %[[SC:[^:]+]]: tensor<?x16xf32>,
+// CHECK-SAME:    %[[BT:[^:]+]]: tensor<2x4xi32>,
+// CHECK-SAME:    %[[BTD:[^:]+]]: tensor<?x4xi32>,
+// CHECK-SAME:    %[[N:[^:]+]]: tensor<2x1xi32>,
+// CHECK-SAME:    %[[ND:[^:]+]]: tensor<?x4xi32>)
+func.func @dense_indexer_fp8_queries(%q8: tensor<2x1x4x16xf8E4M3FN>,
+                                     %qd8: tensor<?x4x4x16xf8E4M3FN>,
+                                     %w: tensor<2x1x4xf32>, %wd: tensor<?x4x4xf32>,
+                                     %k8: tensor<?x16x16xf8E4M3FN>, %sc: tensor<?x16xf32>,
+                                     %bt: tensor<2x4xi32>, %btd: tensor<?x4xi32>,
+                                     %n: tensor<2x1xi32>, %nd: tensor<?x4xi32>)
+    -> (tensor<2x1x64xf32>, tensor<?x4x64xf32>) {
+  // CHECK: %[[Z:.*]] = spin.dense_indexer q(%[[Q8]] : tensor<2x1x4x16xf8E4M3FN>) w(%[[W]] : tensor<2x1x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x1xi32>) -> tensor<2x1x64xf32>{{$}}
+  %z = spin.dense_indexer q(%q8 : tensor<2x1x4x16xf8E4M3FN>)
+      w(%w : tensor<2x1x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>)
+      scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>) -> tensor<2x1x64xf32>
+  // CHECK: %[[ZD:.*]] = spin.dense_indexer q(%[[QD8]] : tensor<?x4x4x16xf8E4M3FN>) w(%[[WD]] : tensor<?x4x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BTD]] : tensor<?x4xi32>) lengths(%[[ND]] : tensor<?x4xi32>) -> tensor<?x4x64xf32>{{$}}
+  %zd = spin.dense_indexer q(%qd8 : tensor<?x4x4x16xf8E4M3FN>)
+      w(%wd : tensor<?x4x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>)
+      scales(%sc : tensor<?x16xf32>) block_table(%btd : tensor<?x4xi32>)
+      lengths(%nd : tensor<?x4xi32>) -> tensor<?x4x64xf32>
+  // CHECK: return %[[Z]], %[[ZD]] : tensor<2x1x64xf32>, tensor<?x4x64xf32>
+  return %z, %zd : tensor<2x1x64xf32>, tensor<?x4x64xf32>
+}
+
 //===----------------------------------------------------------------------===//
 // spin.sparse_indexer
 //===----------------------------------------------------------------------===//
@@ -133,6 +167,30 @@ func.func @sparse_indexer(%q: tensor<2x1x4x16xbf16>, %qm: tensor<2x4x4x16xf16>,
       {block_size = 8 : i64} -> tensor<2x4x64xf32>
   // CHECK: return %[[Z]], %[[ZM]] : tensor<2x1x64xf32>, tensor<2x4x64xf32>
   return %z, %zm : tensor<2x1x64xf32>, tensor<2x4x64xf32>
+}
+
+// fp8 e4m3 queries with fp8 e4m3 keys and scales.
+// CHECK-LABEL: func.func @sparse_indexer_fp8_queries(
+// CHECK-SAME:    %[[Q8:[^:]+]]: tensor<2x1x4x16xf8E4M3FN>,
+// CHECK-SAME:    %[[W:[^:]+]]: tensor<2x1x4xf32>,
+// CHECK-SAME:    %[[K8:[^:]+]]: tensor<8x16x16xf8E4M3FN>,
+// CHECK-SAME:    %[[SC:[^:]+]]: tensor<8x16xf32>,
+// CHECK-SAME:    %[[BT:[^:]+]]: tensor<2x4xi32>,
+// CHECK-SAME:    %[[N:[^:]+]]: tensor<2x1xi32>,
+// CHECK-SAME:    %[[M:[^:]+]]: tensor<2x4xi1>)
+func.func @sparse_indexer_fp8_queries(%q8: tensor<2x1x4x16xf8E4M3FN>,
+                                      %w: tensor<2x1x4xf32>,
+                                      %k8: tensor<8x16x16xf8E4M3FN>, %sc: tensor<8x16xf32>,
+                                      %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>,
+                                      %m: tensor<2x4xi1>) -> tensor<2x1x64xf32> {
+  // CHECK: %[[Z:.*]] = spin.sparse_indexer q(%[[Q8]] : tensor<2x1x4x16xf8E4M3FN>) w(%[[W]] : tensor<2x1x4xf32>) keys(%[[K8]] : tensor<8x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<8x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x1xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64} -> tensor<2x1x64xf32>{{$}}
+  %z = spin.sparse_indexer q(%q8 : tensor<2x1x4x16xf8E4M3FN>)
+      w(%w : tensor<2x1x4xf32>) keys(%k8 : tensor<8x16x16xf8E4M3FN>)
+      scales(%sc : tensor<8x16xf32>) block_table(%bt : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>)
+      {block_size = 16 : i64} -> tensor<2x1x64xf32>
+  // CHECK: return %[[Z]] : tensor<2x1x64xf32>
+  return %z : tensor<2x1x64xf32>
 }
 
 //===----------------------------------------------------------------------===//
