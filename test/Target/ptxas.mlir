@@ -81,7 +81,7 @@
 // WAIT: ld.global.nc.b32
 // WAIT: ld.global.nc.v4.b32
 // WAIT-NOT: ld.global
-// WAIT: st.shared.v4.b32
+// WAIT: st.shared.b32
 // WAIT-NOT: ld.global
 // WAIT: fence.proxy.async.shared::cta
 // WAIT: bar.sync

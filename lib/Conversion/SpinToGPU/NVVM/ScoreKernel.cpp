@@ -495,9 +495,7 @@ StagedQueries ScoreKernel::stageQueries() {
   } else {
     staged->unscale = prescaleQueries();
   }
-  if (rowsPerCta == 1)
-    staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
-  else
+  if (rowsPerCta > 1)
     staged->weightTable = stageHeadWeights();
   if (spec.wgmma) {
     // Generic-proxy stores read by the tensor cores' async proxy.
@@ -510,6 +508,8 @@ StagedQueries ScoreKernel::stageQueries() {
   kb.barrier();
   if (spec.wgmma)
     staged->descriptor = wgmmaDescriptor();
+  if (rowsPerCta == 1)
+    staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   return *staged;
 }
 
