@@ -15,8 +15,17 @@
 # it starts no new configuration. Render the results here afterwards with
 # bench/render_benchmarks.py.
 #
+# DeepGEMM, side by side (issue 26): where a DeepGEMM source tree is carried
+# (DEEPGEMM_DIR, default third_party/DeepGEMM, git-ignored), it is built by
+# bench/build_deepgemm.sh in the background while the runtime builds (log:
+# $OUT/deepgemm-build.log) and bench_gpu.py gets --deepgemm DIR; a failed
+# build only leaves DeepGEMM "not measured". DEEPGEMM_DIR=none skips it.
+#
+#   bash bench/run_bench.sh --set mtp     issue 26's set (bench-artifacts/
+#                                         from bench_artifacts.py --set mtp)
+#
 # Environment: OUT, PYTHON (default python3), BENCH_TOTAL_S, BUILD_DIR
-# (default build-gpu).
+# (default build-gpu), DEEPGEMM_DIR.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -36,6 +45,22 @@ if [ ! -f bench-artifacts/index.json ]; then
   exit 2
 fi
 
+DEEPGEMM_DIR="${DEEPGEMM_DIR:-$ROOT/third_party/DeepGEMM}"
+DG_ARGS=()
+DG_PID=""
+if [ "$DEEPGEMM_DIR" != none ] && [ -d "$DEEPGEMM_DIR" ]; then
+  echo "== DeepGEMM: bash bench/build_deepgemm.sh $DEEPGEMM_DIR in the background" \
+       "(log: $OUT/deepgemm-build.log)"
+  PYTHON="$PYTHON" bash bench/build_deepgemm.sh "$DEEPGEMM_DIR" \
+    >"$OUT/deepgemm-build.log" 2>&1 &
+  DG_PID=$!
+  # Not left running if the runtime build fails.
+  trap 'if [ -n "$DG_PID" ]; then kill "$DG_PID" 2>/dev/null || true; fi' EXIT
+else
+  echo "== DeepGEMM: no tree at $DEEPGEMM_DIR: not measured"
+  DG_ARGS=(--no-deepgemm)
+fi
+
 if ! ls "$BUILD_DIR"/python/spin/_spin*.so >/dev/null 2>&1; then
   echo "== building the runtime: scripts/gpu-runtime-build (log: $OUT/build.log)"
   if ! BUILD_DIR="$BUILD_DIR" PYTHON="$PYTHON" scripts/gpu-runtime-build >"$OUT/build.log" 2>&1; then
@@ -44,6 +69,18 @@ if ! ls "$BUILD_DIR"/python/spin/_spin*.so >/dev/null 2>&1; then
     exit 1
   fi
   echo "   built in $((SECONDS - START)) s"
+fi
+
+if [ -n "$DG_PID" ]; then
+  if wait "$DG_PID"; then
+    echo "   DeepGEMM built ($((SECONDS - START)) s so far)"
+    DG_ARGS=(--deepgemm "$DEEPGEMM_DIR")
+  else
+    tail -n 30 "$OUT/deepgemm-build.log"
+    echo "   DeepGEMM's build failed (log: $OUT/deepgemm-build.log): not measured"
+    DG_ARGS=(--no-deepgemm)
+  fi
+  DG_PID=""
 fi
 
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
@@ -57,7 +94,7 @@ export SPIN_BENCH_COMMAND="bash bench/run_bench.sh${*:+ $*}"
 set +e
 PYTHONUNBUFFERED=1 PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
   "$PYTHON" bench/bench_gpu.py --artifacts bench-artifacts --out "$OUT" \
-  --budget-s "$BUDGET" "$@" 2>&1 | tee "$OUT/bench.log"
+  --budget-s "$BUDGET" "${DG_ARGS[@]}" "$@" 2>&1 | tee "$OUT/bench.log"
 status=${PIPESTATUS[0]}
 set -e
 echo "== done in $((SECONDS - START)) s (exit $status); results in $OUT"
