@@ -12,6 +12,10 @@
 #   bench/render_benchmarks.py RESULTS.json [-o docs/benchmarks.md]
 #       [--baseline EARLIER.json]   the "before" of the bf16-query 3 % check
 #                                   (default: BASELINE, the 2026-12-01 run)
+#   bench/render_benchmarks.py FULL.json MTP.json   several runs merged (a
+#                                   later run's results replace an earlier
+#                                   one's of the same name), e.g. the whole
+#                                   grid and a --set mtp run with DeepGEMM
 #
 #===----------------------------------------------------------------------===#
 
@@ -387,6 +391,7 @@ def markdown(results, title="Benchmarks"):
            if results.get("runtime_sources") else ""),
         f"* Machine: {machine_line(results)}",
         f"* Run time of the benchmark script: {results.get('elapsed_s', 0):.0f} s",
+        *merged_lines(results),
         "",
         "## Method",
         "",
@@ -769,24 +774,61 @@ def mtp_section(results):
     ])
 
 
+def load_results(path):
+    with open(path) as f:
+        results = json.load(f)
+    if results.get("format") != "spin-bench-results":
+        sys.exit(f"render_benchmarks.py: {path} is not a bench_gpu.py results file")
+    return results
+
+
+def merge(runs):
+    """[(path, results)] -> one results document: the first run's header
+    (machine, copy bandwidth, method), every run's results, a later run's
+    replacing an earlier one's of the same name; DeepGEMM's status from the
+    last run that has one; "merged_from" lists the runs."""
+    base = dict(runs[0][1])
+    by_name = {}
+    for _, doc in runs:
+        for r in doc["results"]:
+            by_name[r["name"]] = r
+        if doc.get("deepgemm") is not None:
+            base["deepgemm"] = doc["deepgemm"]
+    base["results"] = list(by_name.values())
+    skipped = {n for _, doc in runs for n in doc.get("skipped", [])}
+    base["skipped"] = sorted(n for n in skipped if n not in by_name)
+    base["merged_from"] = [{"path": path, "date": doc.get("date"),
+                            "command": doc.get("command"),
+                            "git": doc.get("artifacts", {}).get("git"),
+                            "copy_gbps": doc.get("copy", {}).get("gbps"),
+                            "elapsed_s": doc.get("elapsed_s")} for path, doc in runs]
+    return base
+
+
+def merged_lines(results):
+    lines = []
+    for m in results.get("merged_from", []):
+        lines.append(f"* Merged run: `{m['command']}` ({m['date']}; artifacts {m['git']}; copy "
+                     f"{(m['copy_gbps'] or 0):.0f} GB/s; {(m['elapsed_s'] or 0):.0f} s), from "
+                     f"{os.path.basename(m['path'])}; a later run's result replaces an earlier "
+                     "one's of the same name")
+    return lines
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="benchmark results JSON -> docs/benchmarks.md")
-    p.add_argument("results", help="bench-results.json from bench/bench_gpu.py")
+    p.add_argument("results", nargs="+",
+                   help="bench-results.json from bench/bench_gpu.py; several are merged "
+                        "(a later file's results replace an earlier one's of the same name)")
     p.add_argument("-o", "--output", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     p.add_argument("--baseline", default=None, metavar="EARLIER.json",
                    help="an earlier bench_gpu.py results file: the 'before' of the "
                         "bf16-query 3 %% check (default: the figures of BASELINE)")
     args = p.parse_args(argv)
-    with open(args.results) as f:
-        results = json.load(f)
-    if results.get("format") != "spin-bench-results":
-        sys.exit(f"render_benchmarks.py: {args.results} is not a bench_gpu.py results file")
+    runs = [(path, load_results(path)) for path in args.results]
+    results = runs[0][1] if len(runs) == 1 else merge(runs)
     if args.baseline:
-        with open(args.baseline) as f:
-            earlier = json.load(f)
-        if earlier.get("format") != "spin-bench-results":
-            sys.exit(f"render_benchmarks.py: {args.baseline} is not a bench_gpu.py results file")
-        results["baseline"] = baseline_from(earlier, args.baseline)
+        results["baseline"] = baseline_from(load_results(args.baseline), args.baseline)
     text = markdown(results)
     with open(args.output, "w") as f:
         f.write(text)

@@ -599,3 +599,33 @@ def test_run_measures_deepgemm_beside_ours(bench_script, monkeypatch, tmp_path):
     md = (tmp_path / "bench-results.md").read_text()
     assert "## MTP rows and fp8 queries (issue 26)" in md
     assert render.mtp_minimums(doc)
+
+
+def test_runs_merge_with_the_later_one_winning(bench_script, tmp_path):
+    """render_benchmarks.py FULL.json MTP.json: both runs' results, a later
+    run's replacing an earlier one's of the same name, DeepGEMM's status
+    from the run that measured it."""
+    render = bench_script("render_benchmarks")
+    full = _mtp_results(dg=False)
+    full["results"] = [r for r in full["results"] if r["mode"] != "deepgemm"]
+    full["results"].append(_r("fp8-b16-n64k-k512-r1-dense", "dense", 16, 65536, 1, 66.0,
+                              q="bf16", k=512))
+    full.update(date="A", command="bash bench/run_bench.sh", skipped=["x"])
+    mtp = _mtp_results(dg=True)
+    for r in mtp["results"]:
+        r["median_us"] *= 0.5
+    mtp.update(date="B", command="bash bench/run_bench.sh --set mtp", skipped=[])
+    paths = []
+    for name, doc in (("full.json", full), ("mtp.json", mtp)):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    out = tmp_path / "out.md"
+    assert render.main(paths + ["-o", str(out)]) == 0
+    md = out.read_text()
+    assert "* Merged run: `bash bench/run_bench.sh` (A;" in md
+    assert "* Merged run: `bash bench/run_bench.sh --set mtp` (B;" in md
+    assert "| fp8 | 16 × 64K | 512 | 66.0" in md                 # only in the first run
+    assert "| fp8 | 16 × 128K | 512 | 56.7" in md                 # the second run's (113.3 / 2)
+    assert "DeepGEMM: deep_gemm 2.6.1 measured in this run" in md
+    assert "* x: skipped" in md
