@@ -956,7 +956,8 @@ def compare_scores(c, where, ref, got):
             finite = np.isfinite(e) & np.isfinite(g)
             if scale > 0 and np.any(finite):
                 worst = float(np.max(np.abs(e[finite] - g[finite]))) / scale
-                SCORE_ERRORS[c["name"]] = max(SCORE_ERRORS.get(c["name"], 0.0), worst)
+                name = c.get("name", "")
+                SCORE_ERRORS[name] = max(SCORE_ERRORS.get(name, 0.0), worst)
             if is_exact(c):
                 bad = np.nonzero(~(e == g))[0]
             else:

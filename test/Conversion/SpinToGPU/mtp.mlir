@@ -37,10 +37,11 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks
-// The sparse scoring grid is (requests, CTAs per request): one CTA scores
-// all three rows of its request, and launch order takes the requests'
-// first CTAs, which have entries, before their later ones.
-// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %{{.*}}) {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
+// The sparse scoring grid is (rows, CTAs per row): launch order takes the
+// rows' first CTAs, which have entries, before their later ones. (bf16
+// queries: a CTA per row; fp8 ones score a request's rows in one CTA, see
+// test/Target/ptxas-fp8-queries-mtp.mlir.)
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 blocks in (%c6{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %{{.*}}) {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_4 blocks in (%c1{{(_[0-9]+)?}}, %c6{{.*}}) {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}} args({{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
 // CHECK-NEXT: return
