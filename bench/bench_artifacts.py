@@ -291,9 +291,9 @@ def check_manifest(c, d):
     if c["mode"] == "spin" and m["state"]["capacity"] != c["slots"]:
         raise RuntimeError(f"{d}/manifest.json: capacity {m['state']['capacity']}, "
                            f"expected {c['slots']}")
-    if c["mode"] == "spin" and m["state"]["max_rows"] != c["rows"]:
-        raise RuntimeError(f"{d}/manifest.json: state rows {m['state']['max_rows']}, "
-                           f"expected {c['rows']}")
+    max_rows = m["state"].get(gpu_artifacts.abi.KEY["MaxRows"]) if c["mode"] == "spin" else None
+    if c["mode"] == "spin" and max_rows != c["rows"]:
+        raise RuntimeError(f"{d}/manifest.json: state rows {max_rows}, expected {c['rows']}")
     return m
 
 

@@ -327,7 +327,7 @@ def make_plan(cfg, rng):
             qv = rng.standard_normal(qshape).astype(np.float32)
             qv = sr.bf16_to_f32(sr.f32_to_bf16_bits(qv))
             qv[np.abs(qv) < 2.0 ** -14] = 0.0
-            if c["q_format"] == "fp8":
+            if c.get("q_format") == "fp8":
                 qv = sr.fp8_e4m3_to_f32(fp8_bits(qv))
             w = (0.5 * rng.standard_normal((n, R, H))).astype(np.float32)
         return encode_exactly(qv, c["q_format"], "q"), qv, w
@@ -924,7 +924,7 @@ def compare_row(c, where, ref_idx, got_idx, ref_sp, got_sp, z, n, mask=None):
         return problems
     zo = z[valid].astype(np.float64)
     ze = z[ref_idx[ref_idx >= 0]].astype(np.float64)
-    row_rel = FP8_QUERY_ROW_REL if c["q_format"] == "fp8" else rel * 1e-2
+    row_rel = FP8_QUERY_ROW_REL if c.get("q_format") == "fp8" else rel * 1e-2
     tol = rel * np.maximum(np.abs(zo), np.abs(ze)) + row_rel * _row_scale(z)
     with np.errstate(invalid="ignore"):
         same = (zo == ze) | (np.abs(zo - ze) <= tol)
@@ -962,7 +962,7 @@ def compare_scores(c, where, ref, got):
                 bad = np.nonzero(~(e == g))[0]
             else:
                 # -inf (past the length) only matches -inf.
-                tol = (FP8_QUERY_ROW_REL if c["q_format"] == "fp8" else rel) * scale
+                tol = (FP8_QUERY_ROW_REL if c.get("q_format") == "fp8" else rel) * scale
                 with np.errstate(invalid="ignore"):
                     close = np.isfinite(e) & (np.abs(e - g) <= tol)
                 bad = np.nonzero(~((e == g) | close))[0]
