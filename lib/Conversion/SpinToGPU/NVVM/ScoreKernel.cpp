@@ -188,6 +188,10 @@ private:
   void copyQueries();
   SmallVector<Value> prescaleQueries();
   Value wgmmaDescriptor();
+  /// The head weights of this thread's accumulator columns stay in
+  /// registers for up to 32 of them (two rows at H = 64), else they are
+  /// read from shared memory in every epilogue.
+  bool weightsInRegisters() const { return rowsPerCta * nTiles * 2 <= 32; }
   SmallVector<Value> loadHeadWeights(Value quad);
   Value stageHeadWeights();
   void boundCtaRange();
@@ -495,7 +499,7 @@ StagedQueries ScoreKernel::stageQueries() {
   } else {
     staged->unscale = prescaleQueries();
   }
-  if (rowsPerCta > 1)
+  if (!weightsInRegisters())
     staged->weightTable = stageHeadWeights();
   if (spec.wgmma) {
     // Generic-proxy stores read by the tensor cores' async proxy.
@@ -508,7 +512,7 @@ StagedQueries ScoreKernel::stageQueries() {
   kb.barrier();
   if (spec.wgmma)
     staged->descriptor = wgmmaDescriptor();
-  if (rowsPerCta == 1)
+  if (weightsInRegisters())
     staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   return *staged;
 }
@@ -659,19 +663,21 @@ Value ScoreKernel::wgmmaDescriptor() {
       kb.i64((int64_t(128 >> 4) << 16) | (int64_t(256 >> 4) << 32)));
 }
 
-/// Head weights of this thread's accumulator columns of a single-row CTA
-/// (`quad` its lane in the MMA's group of four): 2 quad and 2 quad + 1 of
-/// every 8-head tile.
+/// Head weights of this thread's accumulator columns (`quad` its lane in
+/// the MMA's group of four), row after row: 2 quad and 2 quad + 1 of every
+/// 8-head tile.
 SmallVector<Value> ScoreKernel::loadHeadWeights(Value quad) {
   SmallVector<Value> weights;
   Value wBase =
       kb.mul(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(H));
-  for (int64_t nt = 0; nt < nTiles; ++nt)
-    for (int64_t j = 0; j < 2; ++j)
-      weights.push_back(kb.loadAt(
-          f32, w,
-          kb.add(wBase, kb.add(kb.mul(quad, kb.i32(2)), kb.i32(nt * 8 + j))),
-          true));
+  for (int64_t r = 0; r < rowsPerCta; ++r)
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t j = 0; j < 2; ++j)
+        weights.push_back(kb.loadAt(
+            f32, w,
+            kb.add(wBase, kb.add(kb.mul(quad, kb.i32(2)),
+                                 kb.i32(r * H + nt * 8 + j))),
+            true));
   return weights;
 }
 
@@ -1017,7 +1023,11 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
   // Dense rows write their visible entries (the others are -inf or left
   // as they are); sparse rows write every selected entry.
   Value rowTotal = spec.sparse ? total : visible[qrow];
-  SmallVector<Value> weights = staged->weights;
+  SmallVector<Value> weights(
+      staged->weights.begin() + std::min<size_t>(staged->weights.size(),
+                                                 qrow * nTiles * 2),
+      staged->weights.begin() + std::min<size_t>(staged->weights.size(),
+                                                 (qrow + 1) * nTiles * 2));
   if (staged->weightTable) {
     Value quad = kb.andI(lane, kb.i32(3));
     for (int64_t nt = 0; nt < nTiles; ++nt)
@@ -1026,26 +1036,63 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
             f32, staged->weightTable,
             kb.add(kb.mul(quad, kb.i32(2)), kb.i32(qrow * H + nt * 8 + j))));
   }
+  // Each thread row's factor: unscale (bf16 queries of f16 MMAs) times the
+  // key scale, or none.
+  SmallVector<Value> factors;
+  Value allFast = kb.i1(true);
   for (int64_t r = 0; r < threadRows; ++r) {
-    int64_t mt = r / 2, half = r % 2;
-    // dot * unscale * scale (exact powers of two aside, one rounding more
-    // than the CPU's dot * scale: within the f32 tolerance).
     Value factor = prescale ? staged->unscale[qrow] : Value();
     if (spec.scales)
       factor = factor ? kb.mul(factor, rowPart(raw, r, 3 + chunks))
                       : rowPart(raw, r, 3 + chunks);
-    Value sum = kb.f32(0.0);
-    for (int64_t nt = 0; nt < nTiles; ++nt) {
-      for (int64_t j = 0; j < 2; ++j) {
-        Value dot = acc[mt][nt][2 * half + j];
-        if (factor)
-          dot = kb.mul(dot, factor);
-        Value relu = kb.maxF(dot, kb.f32(0.0));
-        sum = LLVM::FMAOp::create(b, loc, weights[2 * nt + j], relu, sum);
-      }
+    factors.push_back(factor);
+    if (factor) {
+      Value finitePositive = kb.andI(
+          kb.cmpF(CmpFPredicate::OGT, factor, kb.f32(0.0)),
+          kb.cmpF(CmpFPredicate::OLT, factor, kb.f32Bits(0x7f800000u)));
+      allFast = kb.andI(allFast, kb.orI(kb.not1(rowPart(raw, r, 0)),
+                                        finitePositive));
     }
+  }
+  // A finite positive factor f leaves ReLU(dot * f) = ReLU(dot) * f, so
+  // it multiplies the head sum once instead of every head's dot (a third
+  // of the epilogue's instructions, which bound the rows of an MTP step);
+  // a warp with a zero, negative or non-finite factor in its tile (or none
+  // at all) multiplies every dot, as the CPU does.
+  auto headSums = [&](bool fold) -> SmallVector<Value> {
+    SmallVector<Value> sums;
+    for (int64_t r = 0; r < threadRows; ++r) {
+      int64_t mt = r / 2, half = r % 2;
+      Value sum = kb.f32(0.0);
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t j = 0; j < 2; ++j) {
+          Value dot = acc[mt][nt][2 * half + j];
+          if (factors[r] && !fold)
+            dot = kb.mul(dot, factors[r]);
+          Value relu = kb.maxF(dot, kb.f32(0.0));
+          sum = LLVM::FMAOp::create(b, loc, weights[2 * nt + j], relu, sum);
+        }
+      sums.push_back(sum);
+    }
+    return sums;
+  };
+  SmallVector<Value> sums;
+  Value warpFast;
+  if (!factors[0]) {
+    sums = headSums(false);
+  } else {
+    warpFast = kb.cmp(CmpIPredicate::eq, kb.ballot(allFast), kb.i32(-1));
+    sums = kb.ifThenElse(
+        SmallVector<Type>(threadRows, f32), warpFast,
+        [&]() -> SmallVector<Value> { return headSums(true); },
+        [&]() -> SmallVector<Value> { return headSums(false); });
+  }
+  for (int64_t r = 0; r < threadRows; ++r) {
+    Value sum = sums[r];
     sum = kb.add(sum, kb.shflXor(sum, 1));
     sum = kb.add(sum, kb.shflXor(sum, 2));
+    if (warpFast)
+      sum = kb.select(warpFast, kb.mul(sum, factors[r]), sum);
     // Thread t of the group writes row r = t (and r = t + 4, ...).
     Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
     if (spec.sparse && rowsPerCta > 1)
