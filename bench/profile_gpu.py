@@ -24,10 +24,13 @@ def warmed_step(torch, spin, directory, config, gen, steps=4):
     index) on bench_gpu.py's inputs, after `steps` eager steps: SPIN's
     requests (ids 1..B) at position N - 1 then have it > 0. Returns
     (program, inputs, state, ids, outputs of the last step); state and ids
-    are None for dense artifacts."""
+    are None for dense artifacts. MTP steps (R > 1) commit no drafts
+    (accepted 0) before each step after the first, and after the last, so
+    that the caller's next step is a valid one."""
     b, n, rows = config["batch"], config["slots"], config["rows"]
     program = spin.load(directory)
-    inputs = bg.InputSet(torch, config["format"], b, n, [rows], gen).step_inputs(rows)
+    input_set = bg.InputSet(torch, config["format"], b, n, [rows], gen)
+    inputs = input_set.step_inputs(rows, config.get("q_format", "bf16"))
     state, ids = None, None
     if config["mode"] == "spin":
         state = program.new_state(slots=b)
@@ -35,10 +38,17 @@ def warmed_step(torch, spin, directory, config, gen, steps=4):
         for i in ids:
             state.add(i)
         inputs.update(
-            positions=torch.full((b, 1), n - 1, dtype=torch.int32, device="cuda"),
+            positions=(input_set.rows[rows][2] - 1).contiguous(),
             request_ids=torch.tensor(ids, dtype=torch.int64, device="cuda"))
-    for _ in range(steps):
+    mtp = config["mode"] == "spin" and rows > 1
+    for step in range(steps):
+        if mtp and step > 0:   # an MTP step needs its predecessor committed
+            for i in ids:
+                state.commit(i, 0)
         outputs = program(inputs, state, request_ids=ids)
+    if mtp:                    # the step the caller captures or times
+        for i in ids:
+            state.commit(i, 0)
     program.check()
     torch.cuda.synchronize()
     return program, inputs, state, ids, outputs

@@ -148,6 +148,9 @@ private:
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
   // The request's values.
   Value request, slot64, count, rowBase, decay, keep, stateBase, maskBase, bsV;
+  /// The replayed rows, read once per thread (those at or past `count`
+  /// marked invalid), so that an entry's checks load no row fields.
+  SmallVector<ReplayRow> replayed;
 };
 
 } // namespace
@@ -193,6 +196,11 @@ void CommitReplayKernel::replayRequest(Value buffered) {
         kb.sub(buffered, kb.i32(1)));
   count = kb.add(last, kb.i32(1));
   rowBase = kb.mul(slot64, kb.i64(spec.rows));
+  for (int64_t r = 0; r < (spec.rowZeroOnly ? 1 : spec.rows); ++r) {
+    ReplayRow row = rowOf(kb.i32(r));
+    row.valid = kb.andI(row.valid, kb.cmp(CmpIPredicate::slt, kb.i32(r), count));
+    replayed.push_back(row);
+  }
   Value reach = reachOf();
   std::tie(decay, keep) = kb.emaWeights(spec.decay);
   stateBase = kb.mul(slot64, kb.i64(spec.capacity));
@@ -217,13 +225,11 @@ ReplayRow CommitReplayKernel::rowOf(Value r) {
 /// 1 + max(p_r) over the valid replayed rows: entries 0 .. max(p_r) of V
 /// and D are the only ones touched.
 Value CommitReplayKernel::reachOf() {
-  return kb.forLoopWith(
-      kb.i32(0), count, kb.i32(1), {kb.i32(0)},
-      [&](Value r, ValueRange in) -> SmallVector<Value> {
-        ReplayRow row = rowOf(r);
-        return {kb.maxS(
-            in[0], kb.select(row.valid, kb.add(row.p, kb.i32(1)), kb.i32(0)))};
-      })[0];
+  Value reach = kb.i32(0);
+  for (const ReplayRow &row : replayed)
+    reach = kb.maxS(
+        reach, kb.select(row.valid, kb.add(row.p, kb.i32(1)), kb.i32(0)));
+  return reach;
 }
 
 /// Whether a row of length `n` (and `valid`) scored slot `i`: inside the
@@ -244,13 +250,12 @@ Value CommitReplayKernel::scored(Value i, Value n, Value valid) {
 /// Entry `x` of V and D: V[x] is touched by rows that scored slot x, D[x]
 /// by rows that scored slot p_r - x; the others keep their value unread.
 void CommitReplayKernel::replayEntry(Value x) {
-  SmallVector<Value> touched = kb.forLoopWith(
-      kb.i32(0), count, kb.i32(1), {kb.i1(false), kb.i1(false)},
-      [&](Value r, ValueRange in) -> SmallVector<Value> {
-        ReplayRow row = rowOf(r);
-        return {kb.orI(in[0], scored(x, row.n, row.valid)),
-                kb.orI(in[1], scored(kb.sub(row.p, x), row.n, row.valid))};
-      });
+  SmallVector<Value> touched = {kb.i1(false), kb.i1(false)};
+  for (const ReplayRow &row : replayed) {
+    touched[0] = kb.orI(touched[0], scored(x, row.n, row.valid));
+    touched[1] =
+        kb.orI(touched[1], scored(kb.sub(row.p, x), row.n, row.valid));
+  }
   for (bool diagonal : {false, true})
     kb.ifThen(touched[diagonal], [&] { foldEntry(x, diagonal); });
 }
@@ -261,24 +266,22 @@ void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
   Type f32 = kb.f32T();
   Value at =
       kb.gep(diagonal ? dState : vState, f32, kb.add(stateBase, kb.extS64(x)));
-  Value folded = kb.forLoopWith(
-      kb.i32(0), count, kb.i32(1), {kb.load(f32, at, 4)},
-      [&](Value r, ValueRange in) -> SmallVector<Value> {
-        ReplayRow row = rowOf(r);
-        Value i = diagonal ? kb.sub(row.p, x) : x;
-        Value zRow =
-            kb.mul(kb.add(rowBase, kb.extS64(r)), kb.i64(spec.capacity));
-        return kb.ifThenElse(
-            {f32}, scored(i, row.n, row.valid),
-            [&]() -> SmallVector<Value> {
-              Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
-              Value finite =
-                  kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
-              Value ema = kb.ema(in[0], z, decay, keep);
-              return {kb.select(finite, ema, in[0])};
-            },
-            [&]() -> SmallVector<Value> { return {in[0]}; });
-      })[0];
+  Value folded = kb.load(f32, at, 4);
+  for (auto [r, row] : llvm::enumerate(replayed)) {
+    Value i = diagonal ? kb.sub(row.p, x) : x;
+    Value zRow = kb.mul(kb.add(rowBase, kb.i64(r)), kb.i64(spec.capacity));
+    Value in = folded;
+    folded = kb.ifThenElse(
+        {f32}, scored(i, row.n, row.valid),
+        [&]() -> SmallVector<Value> {
+          Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
+          Value finite =
+              kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
+          Value ema = kb.ema(in, z, decay, keep);
+          return {kb.select(finite, ema, in)};
+        },
+        [&]() -> SmallVector<Value> { return {in}; })[0];
+  }
   kb.store(folded, at, 4);
 }
 
