@@ -87,6 +87,20 @@ static StatusOr<std::pair<Type, Type>> indexerElementTypes(Builder &b,
   if (c.batch < 0)
     return Status::error("indexer config: batch must be non-negative (0 for "
                          "a dynamic batch), got " + std::to_string(c.batch));
+  if (!c.queryFormat.empty()) {
+    std::string own = c.keyFormat == "fp8" ? "bf16" : c.keyFormat;
+    if (c.queryFormat == "fp8" && c.keyFormat != "fp8")
+      return Status::error("indexer config: query format 'fp8' needs fp8 "
+                           "keys, got key format '" + c.keyFormat + "'");
+    if (c.queryFormat == "fp8")
+      return std::make_pair(Type(b.getType<Float8E4M3FNType>()),
+                            Type(b.getType<Float8E4M3FNType>()));
+    if (c.queryFormat != own)
+      return Status::error("indexer config: query format '" + c.queryFormat +
+                           "' is not taken with key format '" + c.keyFormat +
+                           "' (its queries are " + own +
+                           (c.keyFormat == "fp8" ? " or fp8)" : ")"));
+  }
   if (c.keyFormat == "bf16")
     return std::make_pair(Type(b.getBF16Type()), Type(b.getBF16Type()));
   if (c.keyFormat == "f16")

@@ -98,17 +98,6 @@ def _query_format(query_format: Optional[str], key_format: str) -> str:
     return query_format
 
 
-def _with_fp8_queries(graph: str, rows: int, heads: int, head_dim: int) -> str:
-    """An fp8-key indexer graph (from build_indexer_graph, whose queries are
-    bf16) with fp8 e4m3 queries: q's element type is the only bf16 one in it
-    (keys fp8, w and scales f32), in the signature and on the op."""
-    old = f"x{rows}x{heads}x{head_dim}xbf16>"
-    if graph.count(old) != 2 or graph.count("bf16") != 2:
-        raise RuntimeError("spin: unexpected indexer graph for fp8 queries (q of "
-                           f"type ...{old} expected twice, and no other bf16):\n{graph}")
-    return graph.replace(old, f"x{rows}x{heads}x{head_dim}xf8E4M3FN>")
-
-
 def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """Rounds float32 to bfloat16 (nearest even); returns the bit patterns."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -727,9 +716,8 @@ class Indexer:
         graph = _spin.build_indexer_graph(
             heads=self.heads, head_dim=self.head_dim, rows=self.rows,
             topk=self.topk, page_size=self.page_size, max_pages=int(max_pages),
-            key_format=self.key_format, layer=int(layer), batch=int(batch))
-        if self.query_format == "fp8":
-            graph = _with_fp8_queries(graph, self.rows, self.heads, self.head_dim)
+            key_format=self.key_format, layer=int(layer), batch=int(batch),
+            query_format="fp8" if self.query_format == "fp8" else "")
         return graph
 
     # -- both devices -------------------------------------------------------

@@ -547,7 +547,7 @@ static void bindCompiler(py::module_ &m) {
       "build_indexer_graph",
       [](int64_t heads, int64_t headDim, int64_t rows, int64_t topk,
          int64_t pageSize, int64_t maxPages, const std::string &keyFormat,
-         int64_t layer, int64_t batch) {
+         int64_t layer, int64_t batch, const std::string &queryFormat) {
         mlir::spin::IndexerConfig config;
         config.heads = heads;
         config.headDim = headDim;
@@ -558,13 +558,15 @@ static void bindCompiler(py::module_ &m) {
         config.keyFormat = keyFormat;
         config.layer = layer;
         config.batch = batch;
+        config.queryFormat = queryFormat;
         return unwrap(mlir::spin::buildIndexerGraph(config));
       },
       py::arg("heads"), py::arg("head_dim"), py::arg("rows"), py::arg("topk"),
       py::arg("page_size"), py::arg("max_pages"), py::arg("key_format"),
-      py::arg("layer"), py::arg("batch") = 0,
+      py::arg("layer"), py::arg("batch") = 0, py::arg("query_format") = "",
       "The dense graph of one indexer layer (function @indexer_layer), for "
-      "`batch` requests per step (0: any batch, as CPU programs take)");
+      "`batch` requests per step (0: any batch, as CPU programs take), with "
+      "queries of the key format's own type ('') or 'fp8' (fp8 keys)");
   m.def(
       "compile",
       [fromExecutable](const std::string &source, const std::string &function,

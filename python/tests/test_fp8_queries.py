@@ -550,3 +550,31 @@ def test_fp8_query_graph_and_gpu_cache_entry(tmp_path):
     rebuilt = spin.Indexer(**kw, query_format="fp8", device="cuda", chips=["sm_90a"],
                            cache_dir=str(tmp_path / "b"))
     assert os.path.basename(rebuilt.artifact(0, 4, 2)) == os.path.basename(path)
+
+
+@pytest.mark.parametrize("key_format,query_format,message", [
+    ("bf16", "fp8", "query format 'fp8' needs fp8 keys, got key format 'bf16'"),
+    ("f16", "fp8", "query format 'fp8' needs fp8 keys, got key format 'f16'"),
+    ("fp8", "f16", "query format 'f16' is not taken with key format 'fp8' (its queries "
+                   "are bf16 or fp8)"),
+    ("bf16", "int8", "query format 'int8' is not taken with key format 'bf16'"),
+])
+def test_graph_builder_rejects_bad_query_formats(key_format, query_format, message):
+    """build_indexer_graph names the offending query format."""
+    with pytest.raises(Exception) as info:
+        spin._spin.build_indexer_graph(heads=8, head_dim=64, rows=1, topk=8, page_size=16,
+                                       max_pages=4, key_format=key_format, layer=0,
+                                       query_format=query_format)
+    assert message in str(info.value)
+
+
+def test_graph_builder_fp8_queries():
+    """With query_format='fp8' the builder's graph takes q as f8E4M3FN (fp8
+    keys), and naming the keys' own query format changes nothing."""
+    kw = dict(heads=8, head_dim=64, rows=2, topk=8, page_size=16, max_pages=4,
+              key_format="fp8", layer=0)
+    fp8 = spin._spin.build_indexer_graph(query_format="fp8", **kw)
+    plain = spin._spin.build_indexer_graph(**kw)
+    assert "tensor<?x2x8x64xf8E4M3FN>" in fp8 and "xbf16>" not in fp8
+    assert fp8.replace("x2x8x64xf8E4M3FN>", "x2x8x64xbf16>") == plain
+    assert spin._spin.build_indexer_graph(query_format="bf16", **kw) == plain

@@ -63,6 +63,11 @@ static cl::opt<int64_t> maxPages("max-pages",
 static cl::opt<std::string> keyFormat("key-format",
                                       cl::desc("bf16 | f16 | f32 | fp8"),
                                       cl::init("bf16"));
+static cl::opt<std::string>
+    queryFormat("query-format",
+                cl::desc("Query format: empty for the key format's own "
+                         "(bf16 with fp8 keys), or fp8 (with fp8 keys)"),
+                cl::init(""));
 static cl::opt<int64_t> numSlots("num-slots",
                                  cl::desc("Concurrent requests in the state pool"),
                                  cl::init(64));
@@ -129,6 +134,7 @@ IndexerConfig indexerConfig() {
   config.pageSize = pageSize;
   config.maxPages = maxPages;
   config.keyFormat = keyFormat;
+  config.queryFormat = queryFormat;
   return config;
 }
 

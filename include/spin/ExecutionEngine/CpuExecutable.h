@@ -34,6 +34,9 @@ struct IndexerConfig {
   int64_t pageSize = 64;
   int64_t maxPages = 64; ///< block-table width: capacity = maxPages * pageSize
   std::string keyFormat = "bf16"; ///< bf16 | f16 | f32 | fp8
+  /// The queries' format: empty for the key format's own (bf16 with fp8
+  /// keys), or fp8 (e4m3, with fp8 keys only; SPIN_SPEC §1).
+  std::string queryFormat;
   int64_t layer = 0; ///< the state layer id (pinned with spin.layer)
   /// Requests per step, or 0 for a dynamic batch (CPU programs take any
   /// batch; GPU programs are compiled for one). The key cache and scales are
