@@ -53,9 +53,22 @@ struct IndexerLowering : public OpConversionPattern<IndexerOp> {
         MemRefType::get({ShapedType::kDynamic}, rewriter.getF32Type()),
         ValueRange{headDim});
 
+    // The row's queries as f32, decoded once per row instead of once per
+    // slot (an fp8 decode is a dozen integer operations).
+    Value queries = memref::AllocaOp::create(
+        rewriter, op.getLoc(),
+        MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                        rewriter.getF32Type()),
+        ValueRange{heads, headDim});
+
     Value zero = lb.f32(0.0), ninf = lb.negInf();
     lb.forEach(lb.index(0), batch, [&](Value b) {
       lb.forEach(lb.index(0), rows, [&](Value r) {
+        lb.forEach(lb.index(0), heads, [&](Value h) {
+          lb.forEach(lb.index(0), headDim, [&](Value d) {
+            lb.store(lb.toF32(lb.load(q, {b, r, h, d})), queries, {h, d});
+          });
+        });
         Value visible = lb.loadIndex(lengths, {b, r});
         lb.forEach(lb.index(0), slots, [&](Value i) {
           Value scored = lb.cmp(CmpIPredicate::ult, i, visible);
@@ -76,7 +89,7 @@ struct IndexerLowering : public OpConversionPattern<IndexerOp> {
                       Value dot = lb.forEachWith(
                           lb.index(0), headDim, {zero},
                           [&](Value d, ValueRange part) -> SmallVector<Value> {
-                            Value x = lb.toF32(lb.load(q, {b, r, h, d}));
+                            Value x = lb.load(queries, {h, d});
                             return {lb.add(part[0], lb.mul(x, lb.load(key, {d})))};
                           })[0];
                       if (scale)

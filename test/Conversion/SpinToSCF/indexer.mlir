@@ -11,7 +11,8 @@
 // No spin op or type is left.
 // LOWERED-NOT: {{!spin\.|spin\.}}
 
-// Dense fp8 indexer: gather through the block table (page = i / 16, slot =
+// Dense fp8 indexer: the row's queries decoded to f32 once per row into a
+// scratch [H, Dh]; gather through the block table (page = i / 16, slot =
 // i % 16), decode each key component once into a scratch row, scale the dot
 // product per slot, ReLU, weight by w and sum over heads; -inf beyond the
 // visible length.
@@ -25,9 +26,15 @@
 // CHECK-DAG:     %[[N:.*]] = bufferization.to_buffer %arg5 read_only : tensor<2x1xi32>
 // CHECK:         %[[OUT:.*]] = memref.alloc() : memref<2x1x64xf32>
 // CHECK:         %[[KEY:.*]] = memref.alloca(%{{.*}}) : memref<?xf32>
+// CHECK:         %[[QS:.*]] = memref.alloca(%{{.*}}, %{{.*}}) : memref<?x?xf32>
 // CHECK:         %[[NINF:.*]] = arith.constant 0xFF800000 : f32
 // CHECK:         scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:             scf.for %[[QH:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:               scf.for %[[QD:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:                 memref.load %[[Q]][%[[B]], %[[R]], %[[QH]], %[[QD]]] : memref<2x1x4x16xbf16>
+// CHECK:                 arith.extf %{{.*}} : bf16 to f32
+// CHECK:                 memref.store %{{.*}}, %[[QS]][%[[QH]], %[[QD]]]
 // CHECK:             %[[LEN:.*]] = memref.load %[[N]][%[[B]], %[[R]]] : memref<2x1xi32>
 // CHECK:             %[[VIS:.*]] = arith.index_cast %[[LEN]] : i32 to index
 // CHECK:             scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
@@ -42,8 +49,7 @@
 // CHECK:                 %[[S:.*]] = memref.load %[[SC]]
 // CHECK:                 scf.for %[[H:.*]] = {{.*}} iter_args
 // CHECK:                   scf.for {{.*}} iter_args
-// CHECK:                     memref.load %[[Q]][%[[B]], %[[R]], %[[H]], %{{.*}}] : memref<2x1x4x16xbf16>
-// CHECK:                     arith.extf %{{.*}} : bf16 to f32
+// CHECK:                     memref.load %[[QS]][%[[H]], %{{.*}}] : memref<?x?xf32>
 // CHECK:                     memref.load %[[KEY]]
 // CHECK:                   arith.mulf %{{.*}}, %[[S]] : f32
 // CHECK:                   arith.maximumf
@@ -67,29 +73,36 @@ func.func @dense_indexer(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 // Dense indexer with fp8 e4m3 queries and fp8 e4m3 keys: each query element
 // is decoded from its bits exactly as the keys are (sign, exponent rebased
 // by 127 - 7, mantissa; subnormals m * 2^-9; 0x7F / 0xFF NaN), with no
-// arith.extf, and multiplied by the decoded key in f32.
+// arith.extf, once per row into the f32 scratch, and multiplied by the
+// decoded key in f32.
 // CHECK-LABEL: func.func @dense_indexer_fp8_queries(
 // CHECK-DAG:     %[[Q:.*]] = bufferization.to_buffer %arg0 read_only : tensor<2x1x4x16xf8E4M3FN> to memref<2x1x4x16xf8E4M3FN>
 // CHECK-DAG:     %[[K:.*]] = bufferization.to_buffer %arg2 read_only : tensor<8x16x16xf8E4M3FN>
 // CHECK:         %[[KEY:.*]] = memref.alloca(%{{.*}}) : memref<?xf32>
+// CHECK:         %[[QS:.*]] = memref.alloca(%{{.*}}, %{{.*}}) : memref<?x?xf32>
 // CHECK:         scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:             scf.for %[[QH:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:               scf.for %[[QD:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:                 %[[QV:.*]] = memref.load %[[Q]][%[[B]], %[[R]], %[[QH]], %[[QD]]] : memref<2x1x4x16xf8E4M3FN>
+// CHECK-NEXT:            %[[QB:.*]] = arith.bitcast %[[QV]] : f8E4M3FN to i8
+// CHECK-NEXT:            %[[QI:.*]] = arith.extui %[[QB]] : i8 to i32
+// CHECK:                 arith.constant 120 : i32
+// CHECK:                 %[[NORMAL:.*]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK:                 arith.constant 0.001953125 : f32
+// CHECK:                 %[[FINITE:.*]] = arith.select %{{.*}}, %{{.*}}, %[[NORMAL]] : f32
+// CHECK:                 %[[NAN:.*]] = arith.constant 0x7FC00000 : f32
+// CHECK:                 %[[QF:.*]] = arith.select %{{.*}}, %[[NAN]], %[[FINITE]] : f32
+// CHECK:                 memref.store %[[QF]], %[[QS]][%[[QH]], %[[QD]]]
 // CHECK:                 memref.load %[[K]]
 // CHECK:                 arith.bitcast %{{.*}} : f8E4M3FN to i8
 // CHECK:                 memref.store %{{.*}}, %[[KEY]]
 // CHECK:                 scf.for %[[H:.*]] = {{.*}} iter_args
 // CHECK:                   scf.for {{.*}} iter_args
-// CHECK:                     %[[QV:.*]] = memref.load %[[Q]][%[[B]], %[[R]], %[[H]], %{{.*}}] : memref<2x1x4x16xf8E4M3FN>
-// CHECK-NEXT:                %[[QB:.*]] = arith.bitcast %[[QV]] : f8E4M3FN to i8
-// CHECK-NEXT:                %[[QI:.*]] = arith.extui %[[QB]] : i8 to i32
-// CHECK:                     arith.constant 120 : i32
-// CHECK:                     %[[NORMAL:.*]] = arith.bitcast %{{.*}} : i32 to f32
-// CHECK:                     arith.constant 0.001953125 : f32
-// CHECK:                     %[[FINITE:.*]] = arith.select %{{.*}}, %{{.*}}, %[[NORMAL]] : f32
-// CHECK:                     %[[NAN:.*]] = arith.constant 0x7FC00000 : f32
-// CHECK:                     %[[QF:.*]] = arith.select %{{.*}}, %[[NAN]], %[[FINITE]] : f32
+// CHECK-NOT:                 arith.bitcast
+// CHECK:                     %[[QL:.*]] = memref.load %[[QS]][%[[H]], %{{.*}}] : memref<?x?xf32>
 // CHECK:                     %[[KV:.*]] = memref.load %[[KEY]]
-// CHECK:                     arith.mulf %[[QF]], %[[KV]] : f32
+// CHECK:                     arith.mulf %[[QL]], %[[KV]] : f32
 // CHECK:                   arith.maximumf
 // CHECK:         return
 func.func @dense_indexer_fp8_queries(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>,
@@ -103,14 +116,14 @@ func.func @dense_indexer_fp8_queries(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2
 
 // -----
 
-// Sparse indexer with fp8 e4m3 queries: the same decode of q, under the
-// block mask.
+// Sparse indexer with fp8 e4m3 queries: the same decode of q once per row,
+// then the slots under the block mask.
 // CHECK-LABEL: func.func @sparse_indexer_fp8_queries(
 // CHECK-DAG:     %[[Q:.*]] = bufferization.to_buffer %arg0 read_only : tensor<2x1x4x16xf8E4M3FN> to memref<2x1x4x16xf8E4M3FN>
 // CHECK-DAG:     %[[M:.*]] = bufferization.to_buffer %arg6 read_only : tensor<2x4xi1> to memref<2x4xi1>
+// CHECK:                 %[[QV:.*]] = memref.load %[[Q]]{{.*}} : memref<2x1x4x16xf8E4M3FN>
+// CHECK-NEXT:            arith.bitcast %[[QV]] : f8E4M3FN to i8
 // CHECK:               memref.load %[[M]]
-// CHECK:                     %[[QV:.*]] = memref.load %[[Q]]{{.*}} : memref<2x1x4x16xf8E4M3FN>
-// CHECK-NEXT:                arith.bitcast %[[QV]] : f8E4M3FN to i8
 // CHECK:         return
 func.func @sparse_indexer_fp8_queries(%q: tensor<2x1x4x16xf8E4M3FN>, %w: tensor<2x1x4xf32>,
                                       %k: tensor<8x16x16xf8E4M3FN>, %sc: tensor<8x16xf32>,
