@@ -754,11 +754,8 @@ def scores_error(torch, ours, ref):
     return (diff / scale.clamp_min(1e-30)).amax().item()
 
 
-def capture_graphs(torch, program, calls):
-    """One CUDA graph per call (input set); replayed once each before timing."""
-    if program.captured_steps_left < len(calls):
-        program.reserve_captured_steps(len(calls) - program.captured_steps_left)
-    torch.cuda.synchronize()
+def capture(torch, calls):
+    """One CUDA graph per call, captured in turn (nothing replayed)."""
     graphs = []
     for call in calls:
         g = torch.cuda.CUDAGraph()
@@ -766,6 +763,16 @@ def capture_graphs(torch, program, calls):
             call()
         graphs.append(g)
     torch.cuda.synchronize()
+    return graphs
+
+
+def capture_graphs(torch, program, calls):
+    """One CUDA graph per call (input set) of a spin program; replayed once
+    each before timing."""
+    if program.captured_steps_left < len(calls):
+        program.reserve_captured_steps(len(calls) - program.captured_steps_left)
+    torch.cuda.synchronize()
+    graphs = capture(torch, calls)
     for g in graphs:
         g.replay()
     torch.cuda.synchronize()
@@ -1326,13 +1333,7 @@ class Bench:
             r.update(self.timer.each(fns))
             r["rotate_median_us"] = self.timer(Rotate(fns))["median_us"]
             try:
-                graphs = []
-                for fn in fns:
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        fn()
-                    graphs.append(g)
-                torch.cuda.synchronize()
+                graphs = capture(torch, fns)
                 r["graph_median_us"] = self.timer.each([g.replay for g in graphs])["median_us"]
                 graphs = None
             except Exception as e:  # noqa: BLE001

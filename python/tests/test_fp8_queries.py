@@ -291,6 +291,22 @@ class Steps:
                 q_format="fp8")
         return np.asarray(t), np.asarray(sp), rt, rsp, z
 
+    def exact_steps(self, rng, keys, scales, table, base, steps, draw):
+        """`steps` steps of the queries and weights `draw(step)` returns,
+        each row group growing by R (random accepted counts committed
+        between MTP steps): top-K and sparsity equal the reference's at
+        every step, and the state after the last."""
+        R, accepted = self.R, None
+        for step in range(steps):
+            q, w = draw(step)
+            if step and R > 1:
+                accepted = rng.integers(0, R, size=self.B)
+            n = (base[:, None] + step * R + np.arange(R)[None, :]).astype(np.int32)
+            t, sp, rt, rsp, _ = self.step(keys, scales, table, q, w, n, accepted)
+            np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
+            np.testing.assert_allclose(sp, rsp, atol=1e-6, err_msg=f"step {step}")
+        self.check_state()
+
     def check_state(self):
         if self.dense:
             return
@@ -312,17 +328,12 @@ def test_indexer_exact_small_integers_match_reference(rng, H, Dh, R, dense):
     scales = (2.0 ** rng.integers(-2, 3, size=(P, S))).astype(np.float32)
     table = make_table(rng, run.B)
     base = row_lengths(rng, run.B, 1)[:, 0] - R
-    accepted = None
-    for step in range(4):
+
+    def draw(step):
         q = small_int_bits(rng, (run.B, R, H, Dh))
-        w = (rng.integers(-4, 5, size=(run.B, R, H)) / 4).astype(np.float32)
-        if step and R > 1:
-            accepted = rng.integers(0, R, size=run.B)
-        n = (base[:, None] + step * R + np.arange(R)[None, :]).astype(np.int32)
-        t, sp, rt, rsp, _ = run.step(keys, scales, table, q, w, n, accepted)
-        np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
-        np.testing.assert_allclose(sp, rsp, atol=1e-6, err_msg=f"step {step}")
-    run.check_state()
+        return q, (rng.integers(-4, 5, size=(run.B, R, H)) / 4).astype(np.float32)
+
+    run.exact_steps(rng, keys, scales, table, base, 4, draw)
 
 
 @pytest.mark.parametrize("dense", [True, False], ids=["dense", "spin"])
@@ -336,8 +347,8 @@ def test_indexer_full_range_single_products_match_reference(rng, H, Dh, R, dense
     scales = (2.0 ** rng.integers(-2, 3, size=(P, S))).astype(np.float32)
     table = make_table(rng, run.B)
     base = row_lengths(rng, run.B, 1)[:, 0] - 3 * R
-    accepted = None
-    for step in range(3):
+
+    def draw(step):
         q = np.where(rng.random((run.B, R, H, Dh)) < 0.5, 0x80, 0x00).astype(np.uint8)
         vals = rng.choice(FINITE, size=(run.B, R, H))
         vals.reshape(-1)[:EDGE.size] = EDGE[:vals.size]
@@ -346,13 +357,9 @@ def test_indexer_full_range_single_products_match_reference(rng, H, Dh, R, dense
         w = np.zeros((run.B, R, H), np.float32)
         for b, r in np.ndindex(run.B, R):
             w[b, r, rng.integers(H)] = rng.choice([-1.0, -0.5, 0.5, 1.0, 2.0])
-        if step and R > 1:
-            accepted = rng.integers(0, R, size=run.B)
-        n = (base[:, None] + step * R + np.arange(R)[None, :]).astype(np.int32)
-        t, sp, rt, rsp, _ = run.step(keys, scales, table, q, w, n, accepted)
-        np.testing.assert_array_equal(t, rt, err_msg=f"step {step}")
-        np.testing.assert_allclose(sp, rsp, atol=1e-6, err_msg=f"step {step}")
-    run.check_state()
+        return q, w
+
+    run.exact_steps(rng, keys, scales, table, base, 3, draw)
 
 
 @pytest.mark.parametrize("H,Dh,R", [(8, 64, 1), (64, 128, 1), (8, 64, 3)])

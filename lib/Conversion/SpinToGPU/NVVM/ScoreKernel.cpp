@@ -152,12 +152,12 @@ Value bf16Element(KernelBuilder &kb, Value vec, int64_t e) {
 
 /// The CTA's queries staged in shared memory (for mma.sync, rows of
 /// `qStrideBytes`; for wgmma, in its B layout, with the descriptor of
-/// the first k-step), each row's factor that undoes its prescale on the
-/// accumulator, and the head weights: in registers for one row, else in
-/// shared memory.
+/// the first k-step), the factor that undoes their prescale on the
+/// accumulator (bf16 queries of f16 MMAs only), and the head weights: in
+/// registers (weightsInRegisters), else in shared memory.
 struct StagedQueries {
-  Value queries, descriptor, weightTable;
-  SmallVector<Value> unscale, weights;
+  Value queries, descriptor, weightTable, unscale;
+  SmallVector<Value> weights;
 };
 
 /// One scoring kernel while it is built: the spec's derived sizes, the
@@ -186,7 +186,7 @@ private:
   void storeQueryVector(Value vec, Value v);
   Value wgmmaWordIndex(Value head, Value byte);
   void copyQueries();
-  SmallVector<Value> prescaleQueries();
+  Value prescaleQueries();
   Value wgmmaDescriptor();
   /// The head weights of this thread's accumulator columns stay in
   /// registers for up to 32 of them (two rows at H = 64), else they are
@@ -493,12 +493,10 @@ StagedQueries ScoreKernel::stageQueries() {
     s.queries = kb.sharedArray(spec.name + "_q", words,
                                rowsPerCta * H * qStrideBytes / 16);
   staged = s;
-  if (!prescale) {
+  if (!prescale)
     copyQueries();
-    staged->unscale.assign(rowsPerCta, Value());
-  } else {
+  else
     staged->unscale = prescaleQueries();
-  }
   if (!weightsInRegisters())
     staged->weightTable = stageHeadWeights();
   if (spec.wgmma) {
@@ -583,60 +581,45 @@ void ScoreKernel::copyQueries() {
     });
 }
 
-/// bf16 queries of f16 MMAs: an exact power-of-two prescale per row puts
-/// the row's largest |q| in [2^14, 2^15), so that the conversion to f16
-/// loses no more than bf16 already did; returns the factors that undo
-/// them. Every thread keeps its vectors in registers between the maxima
-/// and the conversion.
-SmallVector<Value> ScoreKernel::prescaleQueries() {
-  const int64_t perRowVectors = H * vectorsPerHead;
-  SmallVector<Value> mine, rowOf;
-  SmallVector<Value> localMax(rowsPerCta, kb.f32(0.0));
+/// bf16 queries of f16 MMAs: an exact power-of-two prescale puts the row's
+/// largest |q| in [2^14, 2^15), so that the conversion to f16 loses no
+/// more than bf16 already did; returns the factor that undoes it. Every
+/// thread keeps its vectors in registers between the maximum and the
+/// conversion. (bf16 queries are scored a row per CTA: scoreRowsPerCta.)
+Value ScoreKernel::prescaleQueries() {
+  assert(rowsPerCta == 1 && "prescaled queries are scored a row per CTA");
+  SmallVector<Value> mine;
+  Value localMax = kb.f32(0.0);
   for (int64_t u = 0; u < qPerThread; ++u) {
     Value vec = kb.select(qInRange[u], qLoaded[u],
                           kb.splat(words, b.getI32IntegerAttr(0)));
     mine.push_back(vec);
-    Value v = kb.add(tid, kb.i32(u * threads));
-    rowOf.push_back(kb.divU(v, kb.i32(perRowVectors)));
     Value vecMax = kb.f32(0.0);
     for (int64_t e = 0; e < 8; ++e)
       vecMax = kb.maxF(vecMax, kb.absF(bf16Element(kb, vec, e)));
-    for (int64_t r = 0; r < rowsPerCta; ++r)
-      localMax[r] = rowsPerCta == 1
-                        ? kb.maxF(localMax[r], vecMax)
-                        : kb.select(kb.eq(rowOf.back(), kb.i32(r)),
-                                    kb.maxF(localMax[r], vecMax), localMax[r]);
+    localMax = kb.maxF(localMax, vecMax);
   }
-  SmallVector<Value> scale, unscale;
-  for (int64_t r = 0; r < rowsPerCta; ++r) {
-    Value maxAbs = blockMaxF(
-        kb, spec.name + "_qmax" + (r ? std::to_string(r) : ""), localMax[r],
-        threads);
-    Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
-                             kb.i32(255));
-    exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
-                         kb.i32(127 - 14), exponent);
-    // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
-    Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
-                                     kb.i32(1)),
-                             kb.i32(254));
-    scale.push_back(kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32));
-    Value unscaleExp =
-        kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
-                kb.i32(254));
-    unscale.push_back(kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32));
-  }
+  Value maxAbs = blockMaxF(kb, spec.name + "_qmax", localMax, threads);
+  Value exponent = kb.andI(kb.shrU(kb.bitcast(maxAbs, i32), kb.i32(23)),
+                           kb.i32(255));
+  exponent = kb.select(kb.cmp(CmpIPredicate::eq, exponent, kb.i32(0)),
+                       kb.i32(127 - 14), exponent);
+  // scale = 2^(141 - e): largest |q| * scale in [2^14, 2^15).
+  Value scaleExp = kb.minS(kb.maxS(kb.sub(kb.i32(268), exponent),
+                                   kb.i32(1)),
+                           kb.i32(254));
+  Value scale = kb.bitcast(kb.shl(scaleExp, kb.i32(23)), f32);
+  Value unscaleExp =
+      kb.minS(kb.maxS(kb.sub(kb.i32(254), scaleExp), kb.i32(1)),
+              kb.i32(254));
+  Value unscale = kb.bitcast(kb.shl(unscaleExp, kb.i32(23)), f32);
   for (int64_t u = 0; u < qPerThread; ++u) {
     Value v = kb.add(tid, kb.i32(u * threads));
-    Value rowScale = scale[0];
-    for (int64_t r = 1; r < rowsPerCta; ++r)
-      rowScale = kb.select(kb.eq(rowOf[u], kb.i32(r)), scale[r], rowScale);
     kb.ifThen(qInRange[u], [&] {
       auto half = [&](int64_t x) {
         return kb.zext(
-            kb.bitcast(
-                kb.truncF16(kb.mul(bf16Element(kb, mine[u], x), rowScale)),
-                i16),
+            kb.bitcast(kb.truncF16(kb.mul(bf16Element(kb, mine[u], x), scale)),
+                       i16),
             i32);
       };
       SmallVector<Value> packed;
@@ -1041,7 +1024,7 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
   SmallVector<Value> factors;
   Value allFast = kb.i1(true);
   for (int64_t r = 0; r < threadRows; ++r) {
-    Value factor = prescale ? staged->unscale[qrow] : Value();
+    Value factor = staged->unscale;
     if (spec.scales)
       factor = factor ? kb.mul(factor, rowPart(raw, r, 3 + chunks))
                       : rowPart(raw, r, 3 + chunks);
