@@ -1113,9 +1113,9 @@ int64_t mlir::spin::gpu_codegen::scoreRowsPerCta(int64_t rows, int64_t heads,
                                                  bool wgmma) {
   // f16/bf16 MMAs take twice the k-steps of e4m3 ones: with several rows
   // a CTA is bound by its MMAs and epilogues, not by the key reads it
-  // saves, and the rows' registers halve the CTAs an SM holds (fp8 keys,
-  // bf16 queries, 16 x 128K, R = 4 on the H200: 465.7 us with two rows a
-  // CTA against 347.5 us with one). They keep a CTA per row.
+  // saves, and the rows' registers halve the CTAs an SM holds, which
+  // made several rows a CTA slower than one (commit c9ac52d has the
+  // figures). They keep a CTA per row.
   if (queryBytes != 1)
     return 1;
   // A row's staged queries: the wgmma B layout, or rows padded by 16 bytes.
