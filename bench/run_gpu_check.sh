@@ -24,11 +24,17 @@
 #
 #    and cuda-cache/ is carried here with gpu-artifacts/.
 #
+# 5. runs the CUDA cases of the bad-input matrix (python/tests/
+#    test_bad_inputs.py -m cuda: PTX that does not load);
+# 6. with SANITIZE=1, bench/run_gpu_sanitizers.sh: gpu_check.py (a fresh
+#    seed each time) and test_cuda.py under compute-sanitizer's memcheck,
+#    racecheck, synccheck and initcheck (about 6 more minutes on the H200).
+#
 # Exit status: 0 only if the build, the check and the tests all passed.
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
 # ARTIFACTS (default gpu-artifacts), INDEXER_CACHE (default cuda-cache),
 # CHECK_TIMEOUT (seconds one configuration may take before the check is
-# aborted with a traceback; default 600).
+# aborted with a traceback; default 600), SANITIZE (1: step 6).
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -88,10 +94,26 @@ example=$?
 SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" "$ROOT/examples/torch_decode_loop.py" --device cuda --draft 0
 [ $? -eq 0 ] || example=1
 
+# The rest of the matrix needs the compiler, which the runtime-only build
+# does not have: it runs in CI.
+log "pytest -m cuda python/tests/test_bad_inputs.py (its CUDA cases)"
+SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -m cuda "$ROOT/python/tests/test_bad_inputs.py"
+bad=$?
+
+sanitizers=0
+if [ "${SANITIZE:-0}" = 1 ]; then
+  log "bench/run_gpu_sanitizers.sh (SANITIZE=1)"
+  ARTIFACTS="$ARTIFACTS" "$ROOT/bench/run_gpu_sanitizers.sh"
+  sanitizers=$?
+fi
+
 log "result"
 status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }
 echo "gpu_check.py:              $(status $check)"
 echo "test_cuda.py:              $(status $tests)"
 echo "test_indexer/replay_cuda:  $(status $indexer)"
 echo "torch_decode_loop.py cuda: $(status $example)"
-[ $check -eq 0 ] && [ $tests -eq 0 ] && [ $indexer -eq 0 ] && [ $example -eq 0 ]
+echo "test_bad_inputs.py:        $(status $bad)"
+[ "${SANITIZE:-0}" = 1 ] && echo "compute-sanitizer:         $(status $sanitizers)"
+[ $check -eq 0 ] && [ $tests -eq 0 ] && [ $indexer -eq 0 ] && [ $example -eq 0 ] &&
+  [ $bad -eq 0 ] && [ $sanitizers -eq 0 ]

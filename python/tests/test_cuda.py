@@ -11,6 +11,7 @@ import collections
 import json
 import os
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -344,3 +345,67 @@ def test_mtp_commits_reach_the_kernels():
     assert state.iteration(7, layer=1) == 2
     state.reset(8)
     assert not state.has_pending_rows(8)
+
+
+@cuda
+@needs_cuda
+def test_steps_on_several_streams_race_releases_and_readmissions():
+    # Three threads, each with its own program (a program's steps share its
+    # scratch buffers, so one program serves one stream at a time) and its
+    # own stream, step requests of one shared state, releasing and admitting
+    # requests while the others' steps are in flight: slots freed on one
+    # stream are handed out on another. Every output must equal what a
+    # sequential run gives: the toy step adds x to v[slot] and returns v.
+    programs = [spin.load(TOY_STEP) for _ in range(3)]
+    state = programs[0].new_state(slots=8)
+    start = threading.Barrier(3)
+    errors = []
+
+    def run(t):
+        stream = torch.cuda.Stream()
+        checks = []
+        with torch.cuda.stream(stream):
+            keep, rotating = 100 * t + 1, 100 * t + 50
+            state.add(keep)
+            state.add(rotating)
+            totals = {keep: torch.zeros(8, device="cuda"),
+                      rotating: torch.zeros(8, device="cuda")}
+            start.wait()
+            for step in range(60):
+                if step % 6 == 5:
+                    # A finished request, and a new one in its place.
+                    state.release(rotating)
+                    del totals[rotating]
+                    rotating += 1
+                    state.add(rotating)
+                    totals[rotating] = torch.zeros(8, device="cuda")
+                ids = [keep, rotating] if step % 2 else [rotating, keep]
+                inputs = toy_inputs(ids)
+                inputs["x"] += step + 1000 * t
+                for b, rid in enumerate(ids):
+                    totals[rid] = totals[rid] + inputs["x"][b]
+                out = programs[t](inputs, state, request_ids=ids)
+                checks.append((step, ids, out["y"], torch.stack([totals[r] for r in ids])))
+        stream.synchronize()
+        for step, ids, got, want in checks:
+            if not torch.equal(got, want):
+                errors.append(f"thread {t}, step {step}, requests {ids}: "
+                              f"{got.tolist()} != {want.tolist()}")
+                return
+        programs[t].check()
+        for rid in (keep, rotating):
+            state.release(rid)
+
+    def work(t):
+        try:
+            run(t)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"thread {t}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert len(state) == 0
