@@ -35,7 +35,8 @@ private:
   ScopedDiagnosticHandler handler;
 };
 
-/// Parses `source`, checks that it defines `function`, and with `sparsify`
+/// Parses `source`, checks that it defines `function`, drops the functions
+/// it does not call (directly or not), and with `sparsify`
 /// runs spin-sparsify-pipeline with those options and report-sparsity on
 /// (`optionText`, when given, receives the options as the pipeline prints
 /// them).
