@@ -423,7 +423,8 @@ class _InputsEngine:
         capacity = mb_max * S
         live = trace.max_live_requests()
         common = dict(heads=h["heads"], head_dim=h["head_dim"], block_size=S, topk=h["topk"],
-                      key_format=h["key_format"], rows=h["rows"])
+                      key_format=h["key_format"], rows=h["rows"],
+                      query_format=h.get("query_format"))
         self.device = device
         # The GPU check comes first: without a GPU only prebuilding makes sense.
         self.upload = (_CudaArrays(h["key_format"], mb_max)
@@ -708,7 +709,8 @@ def format_report(report: dict, per_layer: bool = True) -> str:
                  f"block {h['page_size']}"]
     else:
         lines = [f"trace {report['trace']}: {shape}, H={h['heads']} D={h['head_dim']} "
-                 f"K={h['topk']} page {h['page_size']}, {h['key_format']} keys"]
+                 f"K={h['topk']} page {h['page_size']}, {h['key_format']} keys"
+                 + (", fp8 queries" if h.get("query_format") == "fp8" else "")]
     if "diagnostics" in report:
         d = report["diagnostics"]
         source = "the trace's z" if scores else "dense scores in float64"

@@ -41,6 +41,9 @@ import numpy as np
 FORMAT = "spin-trace"
 VERSION = 1
 KEY_FORMATS = ("f32", "f16", "bf16", "fp8")
+#: The optional header field ``query_format``: absent (the key format's own
+#: queries) or "fp8" (fp8 e4m3 queries as uint8 bit patterns, with fp8 keys).
+QUERY_FORMATS = ("fp8",)
 
 #: Arrays of one step: name -> (rank, allowed dtypes per key format).
 _ARRAYS = ("q", "w", "keys", "scales", "block_table", "lengths", "positions")
@@ -88,14 +91,15 @@ def fp8_e4m3_bits_to_f64(bits: np.ndarray) -> np.ndarray:
     return _FP8[np.asarray(bits, dtype=np.uint8)]
 
 
-def _float_dtypes(key_format: str):
-    """Allowed (q dtypes, keys dtypes) for a key format."""
-    return {
+def _float_dtypes(key_format: str, query_format: Optional[str] = None):
+    """Allowed (q dtypes, keys dtypes) for a key format (and fp8 queries)."""
+    q_types, k_types = {
         "f32": ((np.float32,), (np.float32,)),
         "f16": ((np.float16,), (np.float16,)),
         "bf16": ((np.uint16, np.float32), (np.uint16, np.float32)),
         "fp8": ((np.uint16, np.float32), (np.uint8,)),
     }[key_format]
+    return ((np.uint8,) if query_format == "fp8" else q_types), k_types
 
 
 def to_f64(array: np.ndarray, what: str, key_format: str) -> np.ndarray:
@@ -382,6 +386,15 @@ def load_trace(path: str) -> Trace:
             raise TraceError(f"{hp}: field {key!r} must be a positive integer, got {value!r}")
     if kind == "inputs" and header["key_format"] not in KEY_FORMATS:
         raise TraceError(f"{hp}: key_format {header['key_format']!r} is not one of {KEY_FORMATS}")
+    if kind == "inputs" and "query_format" in header:
+        qf = header["query_format"]
+        if qf not in QUERY_FORMATS:
+            raise TraceError(f"{hp}: query_format {qf!r} is not one of {QUERY_FORMATS} "
+                             "(leave it out for the key format's own queries)")
+        if header["key_format"] != "fp8":
+            raise TraceError(f"{hp}: query_format 'fp8' needs key_format 'fp8' (fp8 e4m3 "
+                             f"queries need fp8 e4m3 keys), header says "
+                             f"{header['key_format']!r}")
     L, T, B, R = header["layers"], header["steps"], header["batch"], header["rows"]
     ids, active = _read_request_ids(hp, header.get("request_ids"), T, B)
     accepted = _read_accepted(hp, header.get("accepted"), T, B, R, active) if R > 1 else None
@@ -395,7 +408,7 @@ def load_trace(path: str) -> Trace:
         _load_scores(trace, hp)
         return trace
     H, D, S, fmt = header["heads"], header["head_dim"], header["page_size"], header["key_format"]
-    q_types, k_types = _float_dtypes(fmt)
+    q_types, k_types = _float_dtypes(fmt, header.get("query_format"))
     for layer in range(L):
         ld = _check_dirs(path, layer, L, T)
         for step in range(T):
@@ -424,8 +437,10 @@ def load_trace(path: str) -> Trace:
                     raise TraceError(f"{p}: shape {shape} does not match the header: expected "
                                      f"[{desc}] ({_shape_names(name)})")
                 if dtype.type not in types:
+                    what = (f"query_format 'fp8'" if name == "q" and header.get("query_format")
+                            else f"key_format {fmt!r}")
                     raise TraceError(f"{p}: dtype {dtype} is not allowed for {name} with "
-                                     f"key_format {fmt!r} (allowed: "
+                                     f"{what} (allowed: "
                                      f"{', '.join(np.dtype(t).name for t in types)})")
                 if name == "block_table":
                     mb = shape[1]

@@ -864,3 +864,76 @@ def test_cli_join_leave_end_to_end(tmp_path):
     assert done.returncode == 2 and "'x:1' is not STEP:BATCH_INDEX" in done.stderr
     done = _cli(trace, "--heatmap-request", "999")
     assert done.returncode == 2 and "request 999 is not in the trace" in done.stderr
+
+
+def _to_fp8_trace(path, query_format="fp8"):
+    """A generated f32 trace rewritten with fp8 e4m3 keys (unit scales) and,
+    with `query_format`, fp8 queries: every value rounded to an integer in
+    [-4, 4] and stored as its e4m3 bit pattern."""
+    table = traces.fp8_e4m3_bits_to_f64(np.arange(256, dtype=np.uint8))
+    bits = {v: int(np.flatnonzero(table == v)[0]) for v in range(-4, 5)}
+
+    def encode(a):
+        r = np.clip(np.rint(a), -4, 4).astype(int)
+        return np.vectorize(bits.get)(r).astype(np.uint8)
+
+    for root, _, files in os.walk(path):
+        for name in files:
+            f = os.path.join(root, name)
+            if name == "keys.npy":
+                k = np.load(f)
+                np.save(f, encode(k))
+                np.save(os.path.join(root, "scales.npy"),
+                        np.ones(k.shape[:2], dtype=np.float32))
+            elif name == "q.npy" and query_format == "fp8":
+                np.save(f, encode(np.load(f)))
+    changes = {"key_format": "fp8"}
+    if query_format:
+        changes["query_format"] = query_format
+    _edit_header(path, **changes)
+
+
+def test_fp8_query_trace_header_and_dtypes(tmp_path):
+    path = traces.generate(str(tmp_path / "q8"), layers=1, steps=2, batch=2, context=64,
+                           heads=4, head_dim=32, topk=16, page_size=16)
+    _to_fp8_trace(path)
+    t = traces.load_trace(path)
+    assert t.header["query_format"] == "fp8"
+    _edit_header(path, query_format="fp4")
+    with pytest.raises(traces.TraceError, match="query_format 'fp4' is not one of"):
+        traces.load_trace(path)
+    _edit_header(path, query_format="fp8", key_format="bf16")
+    with pytest.raises(traces.TraceError, match="query_format 'fp8' needs key_format 'fp8'"):
+        traces.load_trace(path)
+    # bf16 queries (uint16 bits) in a trace that says fp8 queries.
+    path2 = traces.generate(str(tmp_path / "q16"), layers=1, steps=2, batch=2, context=64,
+                            heads=4, head_dim=32, topk=16, page_size=16, key_format="bf16")
+    _edit_header(path2, key_format="fp8", query_format="fp8")
+    with pytest.raises(traces.TraceError, match="dtype uint16 is not allowed for q with "
+                                                "query_format 'fp8'"):
+        traces.load_trace(path2)
+
+
+@needs_spin
+def test_fp8_query_trace_replays_on_fp8_queries(tmp_path):
+    """spin-replay runs an fp8-query trace with query_format='fp8' Indexers
+    (which take the uint8 bit patterns as they are), and its dense truth is
+    the numpy top-K of the decoded fp8 queries and keys."""
+    import spin
+    path = traces.generate(str(tmp_path / "q8"), layers=1, steps=4, batch=2, context=200,
+                           heads=4, head_dim=32, topk=16, page_size=16)
+    _to_fp8_trace(path)
+    report = replay.replay(path, replay.configs([0.5]), diagnostics=True)
+    run = report["runs"][0]
+    assert run["overall"]["rows"] == 3 * 2          # the first step warms up
+    t = traces.load_trace(path)
+    a = t.step(0, 3)
+    q = traces.to_f64(a["q"], "q", "fp8")
+    z = traces.dense_scores(q[0, 0], a["w"][0, 0].astype(np.float64), a["keys"],
+                            a["block_table"][0], int(a["lengths"][0, 0]), "fp8", a["scales"])
+    ix = spin.Indexer(heads=4, head_dim=32, block_size=16, topk=16, key_format="fp8",
+                      query_format="fp8", dense=True)
+    st = ix.new_state(capacity_slots=a["block_table"].shape[1] * 16, max_requests=2)
+    got = ix(a["q"], a["w"], a["keys"], a["block_table"], a["lengths"], a["positions"], st,
+             request_ids=np.arange(2, dtype=np.int64), scales=a["scales"])
+    np.testing.assert_array_equal(got[0, 0][:16], traces.topk_indices(z, 16))
