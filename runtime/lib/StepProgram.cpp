@@ -106,7 +106,12 @@ static Status checkRows(const StatePool &pool, const std::string &lengthsName,
       if (!p)
         continue;
       int64_t pos = p[b * rows + r];
-      if (pos < 0 || len > pos + 1)
+      // A row of no visible slots still has a position: the message for a
+      // negative one must not say "at least -1".
+      if (pos < 0)
+        return Status::error("positions" + at + " = " + std::to_string(pos) +
+                             " must be >= 0");
+      if (len > pos + 1)
         return Status::error("positions" + at + " = " + std::to_string(pos) +
                              " must be at least " + lengthsName + at +
                              " - 1 = " + std::to_string(len - 1));

@@ -207,6 +207,14 @@ TEST_F(StepProgramTest, RejectsBadInputsNamingTheValue) {
 
   positions[2] = 7;
   expectError(inputs(), "positions[1][0] = 7 must be at least lengths[1][0] - 1 = 8");
+  // A row with no visible slot (length 0) and position -1: the position is
+  // what is wrong, and the message says so (found by spin-fuzz-step, whose
+  // first message read "-1 must be at least lengths[0][0] - 1 = -1").
+  lengths[0] = 0;
+  positions[0] = -1;
+  expectError(inputs(), "positions[0][0] = -1 must be >= 0");
+  lengths[0] = 5;
+  positions[0] = 4;
   positions[2] = 8;
 
   positions[3] = 12;
