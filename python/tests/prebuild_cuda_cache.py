@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Compiles the GPU programs of python/tests/test_indexer_cuda.py, of
-examples/torch_decode_loop.py --device cuda and of spin-replay --device cuda
+examples/torch_decode_loop.py and examples/multi_rank.py --device cuda
+(python/tests/test_multi_rank.py) and of spin-replay --device cuda
 (python/tests/test_replay.py, with the CPU replay's report to compare with)
 into a cache directory.
 
@@ -64,6 +65,12 @@ def main(argv=None):
     for draft in (0, 2):  # one token per step, and MTP (the default)
         load_example().make_indexer("cuda", draft, chips=chips, cache_dir=out)
     print(f"examples/torch_decode_loop.py --device cuda: {time.time() - t:.1f} s", flush=True)
+    t = time.time()
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import multi_rank
+    for mode in ("tp", "dp"):
+        multi_rank.make_indexer(mode, "cuda", chips=chips, cache_dir=out)
+    print(f"examples/multi_rank.py --device cuda: {time.time() - t:.1f} s", flush=True)
     # spin-replay --device cuda (test_replay.py): its programs, and the CPU
     # replay's report that the GPU run is compared with.
     t = time.time()

@@ -1,0 +1,67 @@
+"""examples/multi_rank.py on two processes (issue 29): tensor-parallel
+replicas compared bit for bit after every step through all_gather, and
+data-parallel ranks each checked against the numpy reference. On the CPU
+the ranks talk over gloo (CI); with two GPUs the same runs use NCCL, one GPU
+per rank."""
+
+import os
+import socket
+import sys
+
+import pytest
+
+spin = pytest.importorskip("spin", reason="the spin extension is not built")
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def _example():
+    # Imported by name: the spawned ranks unpickle its worker function.
+    if EXAMPLES not in sys.path:
+        sys.path.insert(0, EXAMPLES)
+    import multi_rank
+    return multi_rank
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.device_count() >= 2),
+    reason="needs two CUDA devices"))]
+
+
+@pytest.fixture(autouse=True)
+def _python_path(monkeypatch):
+    # The spawned ranks import spin as this process does.
+    import spin as module
+    package_dir = os.path.dirname(os.path.dirname(module.__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [package_dir, EXAMPLES] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["tp", "dp"])
+def test_ranks_pass(mode, device):
+    results = _example().launch(mode, device, ranks=2, steps=6, port=_free_port())
+    assert [r for r, _, _ in results] == [0, 1]
+    for rank, ok, message in results:
+        assert ok, f"rank {rank}:\n{message}"
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("mode,needle", [("tp", "differs from rank 0"),
+                                         ("dp", "differed from the reference")])
+def test_a_broken_run_is_caught(mode, needle):
+    """The checks can fail: ranks exploring with different seeds (tp), a
+    reference with another sparsity (dp)."""
+    results = _example().launch(mode, "cpu", ranks=2, steps=6, port=_free_port(), skew=1)
+    assert not all(ok for _, ok, _ in results)
+    assert any(needle in message for _, ok, message in results if not ok), results
