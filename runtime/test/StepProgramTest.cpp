@@ -87,18 +87,24 @@ std::vector<ArgSpec> mtpSignature() {
           arg(R::Output, "topk", DType::i32, {-1, 2, 2})};
 }
 
+/// A pool of `slots` requests for mtpSignature's state.
+std::unique_ptr<StatePool> mtpPool(int64_t slots) {
+  StatePoolOptions options;
+  options.numLayers = 1;
+  options.numSlots = slots;
+  options.capacity = 12;
+  options.maxRows = 2;
+  options.blockSize = 4;
+  auto created = StatePool::create(options);
+  EXPECT_TRUE(created.ok()) << created.message();
+  return created.ok() ? std::move(*created) : nullptr;
+}
+
 class StepProgramTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    StatePoolOptions options;
-    options.numLayers = 1;
-    options.numSlots = 4;
-    options.capacity = 12;
-    options.maxRows = 2;
-    options.blockSize = 4;
-    auto created = StatePool::create(options);
-    ASSERT_TRUE(created.ok()) << created.message();
-    pool = std::move(*created);
+    pool = mtpPool(4);
+    ASSERT_TRUE(pool);
     signature = mtpSignature();
     ranks.clear();
     int32Args.clear();
@@ -309,15 +315,9 @@ TEST_F(StepProgramTest, StepsRaceReleasesAndReadmissions) {
   // handed out again while the others' steps run. Each request must end
   // with exactly its own steps applied, as in a sequential run: nothing
   // lost, nothing applied to another request's slot.
-  StatePoolOptions options;
-  options.numLayers = 1;
-  options.numSlots = 6;
-  options.capacity = 12;
-  options.maxRows = 2;
-  options.blockSize = 4;
-  auto created = StatePool::create(options);
-  ASSERT_TRUE(created.ok()) << created.message();
-  StatePool &shared = **created;
+  std::unique_ptr<StatePool> six = mtpPool(6);
+  ASSERT_TRUE(six);
+  StatePool &shared = *six;
   StepProgram program(countingStep, signature);
   constexpr int kSteps = 300, kChurn = 150;
   std::atomic<int> failures{0};
