@@ -517,9 +517,18 @@ LogicalResult PlanBuilder::lower(TopKOp op) {
   return launchTopK(op, spec, *in, *lengths, std::nullopt, *out);
 }
 
+/// The largest block size of the GPU path: the select kernel pools a block
+/// with one warp, 32 slots a step, in code unrolled over the block, so the
+/// kernel's size grows with the block (2^31 - 31 slots: gigabytes of IR).
+constexpr int64_t kMaxGpuBlockSize = 4096;
+
 /// Rejects the selections the GPU path does not implement: block
-/// reductions other than A1 and the age-based exploration policies.
+/// reductions other than A1, the age-based exploration policies and
+/// blocks larger than kMaxGpuBlockSize.
 static LogicalResult checkSelectSupported(FusedSelectOp op) {
+  if (static_cast<int64_t>(op.getBlockSize()) > kMaxGpuBlockSize)
+    return op.emitOpError("GPU path: block_size must be at most ")
+           << kMaxGpuBlockSize << " (got " << op.getBlockSize() << ")";
   if (op.getReduction() != Reduction::a1)
     return op.emitOpError("GPU path: only the A1 block reduction is "
                           "supported (got ")

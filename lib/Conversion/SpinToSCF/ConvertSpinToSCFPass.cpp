@@ -98,14 +98,24 @@ private:
 /// handle of a layer must describe the same buffers and come from a
 /// spin.layer_state (which names the request ids).
 static LogicalResult collectLayerUses(func::FuncOp func, LayerUses &layers) {
-  LayerStateOp mismatch;
+  // The state type of each layer: the first seen, by a spin.layer_state
+  // or by any op that takes a handle (one may come from a function
+  // argument, with no spin.layer_state of its layer).
+  llvm::SmallDenseMap<int64_t, StateType> types;
+  Operation *mismatch = nullptr;
+  StateType mismatched;
+  auto bind = [&](Operation *op, StateType type) {
+    auto [it, inserted] = types.try_emplace(type.getLayer(), type);
+    if (!inserted && it->second != type && !mismatch) {
+      mismatch = op;
+      mismatched = type;
+    }
+  };
   func.walk([&](Operation *op) {
     if (auto layerState = dyn_cast<LayerStateOp>(op)) {
       StateType type = layerState.getState().getType();
+      bind(op, type);
       LayerUse &use = layers[type.getLayer()];
-      if (use.requestIds && (use.level != type.getLevel() ||
-                             use.lastObserved != type.getLastObserved()))
-        mismatch = layerState;
       use.requestIds = layerState.getRequestIds();
       use.level = type.getLevel();
       use.lastObserved = type.getLastObserved();
@@ -113,14 +123,15 @@ static LogicalResult collectLayerUses(func::FuncOp func, LayerUses &layers) {
     bool buffers = isa<ObserveOp, CommitOp>(op);
     if (auto score = dyn_cast<FusedScoreOp>(op))
       buffers = score.getUpdate() == UpdateKind::observe;
-    if (buffers)
-      for (Value operand : op->getOperands())
-        if (auto state = dyn_cast<StateType>(operand.getType()))
-          layers[state.getLayer()].buffersRows = true;
+    for (Value operand : op->getOperands())
+      if (auto state = dyn_cast<StateType>(operand.getType())) {
+        bind(op, state);
+        layers[state.getLayer()].buffersRows |= buffers;
+      }
   });
   if (mismatch)
-    return mismatch.emitError()
-           << "layer " << mismatch.getState().getType().getLayer()
+    return mismatch->emitError()
+           << "layer " << mismatched.getLayer()
            << " is bound with two different state types in @"
            << func.getSymName();
   for (auto &[layer, use] : layers)

@@ -254,11 +254,12 @@ std::pair<Value, Value> LoopBuilder::pool(PoolingKind kind, Value begin,
   return {select(any, pooled, ninf), count};
 }
 
-const StateBuffers &mlir::spin::lookupState(const StateBufferMap &buffers,
+const StateBuffers *mlir::spin::lookupState(const StateBufferMap &buffers,
                                             Operation *op, Value state) {
   auto func = op->getParentOfType<FunctionOpInterface>();
+  if (!func)
+    return nullptr;
   int64_t layer = cast<StateType>(state.getType()).getLayer();
   auto it = buffers.find({func.getOperation(), layer});
-  assert(it != buffers.end() && "state buffers were not prepared");
-  return it->second;
+  return it == buffers.end() ? nullptr : &it->second;
 }

@@ -93,8 +93,10 @@ private:
   void at(OpBuilder &nested, function_ref<void()> body);
 };
 
-/// The state buffers of the layer `state` belongs to in `op`'s function.
-const StateBuffers &lookupState(const StateBufferMap &buffers, Operation *op,
+/// The state buffers of the layer `state` belongs to in `op`'s function;
+/// null where the pass bound none (an op outside the functions it
+/// prepares), which the patterns report as a failure to match.
+const StateBuffers *lookupState(const StateBufferMap &buffers, Operation *op,
                                 Value state);
 
 /// Base for patterns of ops that read or write a layer's state buffers.
@@ -103,8 +105,13 @@ struct StatefulLowering : public OpConversionPattern<OpTy> {
   StatefulLowering(MLIRContext *ctx, const StateBufferMap &buffers)
       : OpConversionPattern<OpTy>(ctx), buffers(buffers) {}
 
-  const StateBuffers &stateOf(OpTy op) const {
+  const StateBuffers *stateOf(OpTy op) const {
     return lookupState(buffers, op, op.getState());
+  }
+
+  LogicalResult notBound(OpTy op, ConversionPatternRewriter &rewriter) const {
+    return rewriter.notifyMatchFailure(
+        op, "no state buffers are bound for this layer here");
   }
 
   const StateBufferMap &buffers;

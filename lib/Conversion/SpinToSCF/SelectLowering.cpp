@@ -25,7 +25,10 @@ struct PredictLowering : public StatefulLowering<PredictOp> {
   LogicalResult
   matchAndRewrite(PredictOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     LoopBuilder lb(rewriter, op.getLoc());
     Value positions = lb.toBuffer(adaptor.getPositions());
     Value lengths = lb.toBuffer(adaptor.getLengths());
@@ -397,7 +400,10 @@ struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
   LogicalResult
   matchAndRewrite(SelectBlocksOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     if (op.getExplorePolicy() != ExplorePolicy::random && !state.lastObserved)
       return rewriter.notifyMatchFailure(
           op, "an age-based exploration policy needs the state's "

@@ -98,7 +98,10 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
   LogicalResult
   matchAndRewrite(EmaUpdateOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
@@ -129,7 +132,10 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
   LogicalResult
   matchAndRewrite(ObserveOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
@@ -183,7 +189,10 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
   LogicalResult
   matchAndRewrite(CommitOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     LoopBuilder lb(rewriter, op.getLoc());
     Value accepted = lb.toBuffer(adaptor.getAccepted());
     Value blockSize = lb.index(op.getBlockSize());
@@ -229,7 +238,10 @@ struct ResetLowering : public StatefulLowering<ResetOp> {
   LogicalResult
   matchAndRewrite(ResetOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers &state = stateOf(op);
+    const StateBuffers *bound = stateOf(op);
+    if (!bound)
+      return notBound(op, rewriter);
+    const StateBuffers &state = *bound;
     LoopBuilder lb(rewriter, op.getLoc());
     Value requests =
         adaptor.getRequests() ? lb.toBuffer(adaptor.getRequests()) : Value();

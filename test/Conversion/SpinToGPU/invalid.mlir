@@ -77,6 +77,24 @@ func.func @rejects_dynamic_batch(%q: tensor<?x1x8x32xbf16> {spin.input = "q"},
 
 // -----
 
+// The select kernel's code is unrolled over a block: blocks are bounded.
+func.func @rejects_huge_blocks(%positions: tensor<2x1xi32> {spin.positions},
+    %lengths: tensor<2x1xi32> {spin.input = "lengths"},
+    %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1xf32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  // expected-error @below {{GPU path: block_size must be at most 4096 (got 2147483617)}}
+  %m = spin.fused_select %s positions(%positions : tensor<2x1xi32>)
+      lengths(%lengths : tensor<2x1xi32>)
+      {block_size = 2147483617 : i64, pooling = #spin.pooling<max>,
+       sparsity = 5.0e-01, topk = 8 : i64}
+      : !spin.state<layer = 0> -> tensor<2x8xi1>
+  %r = spin.block_sparsity %m lengths(%lengths : tensor<2x1xi32>)
+      {block_size = 2147483617 : i64} : tensor<2x8xi1> -> tensor<2x1xf32>
+  return %r : tensor<2x1xf32>
+}
+
+// -----
+
 // The GPU select kernel explores by hash rank only; the policies that rank
 // blocks by age (SPIN_SPEC §7.1) run on the CPU path.
 func.func @rejects_age_exploration_policy(%q: tensor<2x1x16x64xbf16> {spin.input = "q"},

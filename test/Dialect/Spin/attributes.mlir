@@ -83,6 +83,22 @@ func.func @rejects_a_negative_layer(%a: memref<?x?xf32> {spin.state = "v", spin.
 
 // -----
 
+// expected-error @+1 {{argument 0: 'spin.layer' must be a layer id of at most 2147483646, got 2147483647 : i64}}
+func.func @rejects_a_layer_past_int32(%a: memref<?x?xf32> {spin.state = "v", spin.layer = 2147483647 : i64}) {
+  return
+}
+
+// -----
+
+// Wider than 64 bits: refused whole, never truncated by the readers'
+// getInt().
+// expected-error @+1 {{argument 0: 'spin.dim' must be a non-negative integer, got 18446744073709551616 : i128}}
+func.func @rejects_a_dim_wider_than_64_bits(%a: i32 {spin.role = "dim", spin.argument = 0 : i64, spin.dim = 18446744073709551616 : i128}) {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{argument 0: 'spin.positions' and 'spin.request_ids' mark the same argument}}
 func.func @rejects_two_roles_on_one_argument(%a: tensor<2xi64> {spin.positions, spin.request_ids}) {
   return

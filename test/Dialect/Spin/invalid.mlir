@@ -16,6 +16,16 @@ func.func @state_rejects_negative_layer(%ids: tensor<2xi64>) {
 
 // -----
 
+// The runtime counts layers in an int32; a larger id would also collide
+// with DenseMap's reserved keys in the passes.
+func.func @state_rejects_a_layer_past_int32(%ids: tensor<2xi64>) {
+  // expected-error @+1 {{layer id must be at most 2147483646 (the runtime counts layers in an int32), got 9223372036854775807}}
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 9223372036854775807>
+  return
+}
+
+// -----
+
 func.func @state_rejects_unknown_level(%ids: tensor<2xi64>) {
   // expected-error @+2 {{expected ::mlir::spin::StateLevel to be one of: slot, block}}
   // expected-error @+1 {{failed to parse Spin_StateType parameter 'level' which is to be a `::mlir::spin::StateLevel`}}
@@ -369,6 +379,24 @@ func.func @sparse_indexer_rejects_zero_block_size(%q: tensor<2x1x4x16xbf16>, %w:
 
 // -----
 
+// Sizes past 2^31 - 1 are refused before the slot arithmetic
+// (blocks x block_size) can overflow.
+func.func @sparse_indexer_rejects_a_block_size_past_int32(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.sparse_indexer' op attribute 'block_size' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive whose maximum value is 2147483647}}
+  %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) {block_size = 9223372036854775807 : i64} -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
+func.func @sparse_indexer_rejects_a_static_size_past_int32(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4611686018427387904xi1>) {
+  // expected-error @+1 {{'spin.sparse_indexer' op operand #5 dim 1 is 4611686018427387904: static sizes must be at most 2147483647 (the runtime's sizes and indices are 32-bit)}}
+  %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4611686018427387904xi1>) {block_size = 16 : i64} -> tensor<2x1x64xf32>
+  return
+}
+
+// -----
+
 func.func @sparse_indexer_rejects_missing_block_size(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>, %k: tensor<8x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x1xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.sparse_indexer' op requires attribute 'block_size'}}
   %z = spin.sparse_indexer q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k : tensor<8x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) -> tensor<2x1x64xf32>
@@ -446,6 +474,14 @@ func.func @topk_rejects_k_mismatch(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) 
 func.func @topk_rejects_zero_k(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) {
   // expected-error @+1 {{'spin.topk' op attribute 'k' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 0 : i64} : tensor<2x1x64xf32> -> tensor<2x1x?xi32>
+  return
+}
+
+// -----
+
+func.func @topk_rejects_a_k_past_int32(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) {
+  // expected-error @+1 {{'spin.topk' op attribute 'k' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive whose maximum value is 2147483647}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 2147483648 : i64} : tensor<2x1x64xf32> -> tensor<2x1x?xi32>
   return
 }
 

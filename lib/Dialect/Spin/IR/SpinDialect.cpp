@@ -15,6 +15,9 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+#include <string>
+
 using namespace mlir;
 using namespace mlir::spin;
 
@@ -58,13 +61,37 @@ LogicalResult expectKind(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-bool nonNegative(IntegerAttr value) { return !value.getValue().isNegative(); }
+/// Whether `value` is in [least, most]. Values wider than 64 bits are
+/// compared whole: the passes read these attributes with getInt().
+bool inRange(IntegerAttr value, int64_t least,
+             int64_t most = std::numeric_limits<int64_t>::max()) {
+  const APInt &v = value.getValue();
+  if (v.getSignificantBits() > 64)
+    return false;
+  int64_t x = v.getSExtValue();
+  return x >= least && x <= most;
+}
+
+bool nonNegative(IntegerAttr value) { return inRange(value, 0); }
 
 bool isNonNegativeIntArray(ArrayAttr values, int64_t least) {
   return llvm::all_of(values, [&](Attribute a) {
     auto i = dyn_cast<IntegerAttr>(a);
-    return i && i.getInt() >= least;
+    return i && inRange(i, least);
   });
+}
+
+/// `spin.layer`: a non-negative integer, and a layer id the state type and
+/// the runtime can hold.
+LogicalResult verifyLayerAttr(function_ref<InFlightDiagnostic()> emitError,
+                              NamedAttribute attr) {
+  if (failed(expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
+                                     nonNegative)))
+    return failure();
+  return expectKind<IntegerAttr>(
+      emitError, attr,
+      "a layer id of at most " + std::to_string(kMaxLayerId),
+      [](IntegerAttr i) { return inRange(i, 0, kMaxLayerId); });
 }
 
 /// Verifies one argument attribute of a function (`func`'s argument `arg`).
@@ -105,8 +132,9 @@ LogicalResult verifyArgAttr(function_ref<InFlightDiagnostic()> emitError,
                          << "' on the same argument";
     return success();
   }
-  if (name == SpinDialect::LayerAttrHelper::getNameStr() ||
-      name == SpinDialect::ArgumentAttrHelper::getNameStr() ||
+  if (name == SpinDialect::LayerAttrHelper::getNameStr())
+    return verifyLayerAttr(emitError, attr);
+  if (name == SpinDialect::ArgumentAttrHelper::getNameStr() ||
       name == SpinDialect::DimAttrHelper::getNameStr())
     return expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
                                    nonNegative);
@@ -190,14 +218,15 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
       name == LayersAttrHelper::getNameStr() ||
       name == CapacityAttrHelper::getNameStr() ||
       name == BlockSizeAttrHelper::getNameStr() ||
-      name == LayerAttrHelper::getNameStr() ||
       name == StreamAttrHelper::getNameStr())
     return expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
                                    nonNegative);
+  if (name == LayerAttrHelper::getNameStr())
+    return verifyLayerAttr(emitError, attr);
   if (name == RecordAttrHelper::getNameStr())
     return expectKind<IntegerAttr>(
         emitError, attr, "an event index, or -1 for none",
-        [](IntegerAttr i) { return i.getInt() >= -1; });
+        [](IntegerAttr i) { return inRange(i, -1); });
   if (name == WaitAttrHelper::getNameStr())
     return expectKind<ArrayAttr>(
         emitError, attr, "an array of event indices",

@@ -35,6 +35,28 @@ struct NamedDim {
 
 } // namespace
 
+LogicalResult mlir::spin::verifySizesFitInt32(Operation *op) {
+  auto check = [&](Type type, StringRef kind, unsigned index) -> LogicalResult {
+    auto shaped = dyn_cast<ShapedType>(type);
+    if (!shaped || !shaped.hasRank())
+      return success();
+    for (auto [dim, size] : llvm::enumerate(shaped.getShape()))
+      if (!ShapedType::isDynamic(size) && size > kMaxStaticSize)
+        return op->emitOpError()
+               << kind << " #" << index << " dim " << dim << " is " << size
+               << ": static sizes must be at most " << kMaxStaticSize
+               << " (the runtime's sizes and indices are 32-bit)";
+    return success();
+  };
+  for (auto [index, type] : llvm::enumerate(op->getOperandTypes()))
+    if (failed(check(type, "operand", index)))
+      return failure();
+  for (auto [index, type] : llvm::enumerate(op->getResultTypes()))
+    if (failed(check(type, "result", index)))
+      return failure();
+  return success();
+}
+
 /// Checks that every static size among `dims` is the same; `what` says which
 /// quantity the dimensions share (batch size, rows, ...).
 static LogicalResult verifySameSize(Operation *op, StringRef what,

@@ -23,6 +23,10 @@ LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 bool lastObserved) {
   if (layer < 0)
     return emitError() << "layer id must be non-negative, got " << layer;
+  if (layer > kMaxLayerId)
+    return emitError() << "layer id must be at most " << kMaxLayerId
+                       << " (the runtime counts layers in an int32), got "
+                       << layer;
   return success();
 }
 

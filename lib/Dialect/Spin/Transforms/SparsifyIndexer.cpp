@@ -236,6 +236,10 @@ SpinSparsifyIndexerPass::assignLayers(MutableArrayRef<Candidate> candidates) {
   for (Candidate &candidate : candidates) {
     if (candidate.layer >= 0)
       continue;
+    if (next > kMaxLayerId)
+      return candidate.indexer.emitError()
+             << "no layer id is left for this indexer: layer " << kMaxLayerId
+             << ", the largest, is in use";
     candidate.layer = next++;
     taken.insert(candidate.layer);
   }

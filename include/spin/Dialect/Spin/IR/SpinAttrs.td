@@ -156,6 +156,10 @@ def Spin_UnitIntervalF64Attr : ConfinedAttr<F64Attr, [AttrConstraint<
           "::llvm::cast<::mlir::FloatAttr>($_self).getValueAsDouble() <= 1.0">,
     "whose value is in [0, 1]">]>;
 
-def Spin_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+// Block sizes and top-K counts: slot indices, lengths and positions are
+// i32, so a size past 2^31 - 1 can never be met (and would overflow the
+// 64-bit slot arithmetic of the lowerings).
+def Spin_PositiveI64Attr
+    : ConfinedAttr<I64Attr, [IntPositive, IntMaxValue<2147483647>]>;
 
 #endif // SPIN_DIALECT_SPIN_IR_SPINATTRS_TD

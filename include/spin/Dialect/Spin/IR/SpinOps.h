@@ -16,12 +16,31 @@
 #include "spin/Dialect/Spin/IR/SpinDialect.h"
 #include "spin/Dialect/Spin/IR/SpinTypes.h"
 
+#include <cstdint>
+#include <limits>
+
 namespace mlir::spin {
 /// The runtime-owned memory behind `!spin.state` handles: ops that read or
 /// update SPIN state declare effects on it, so that no transformation moves
 /// a state read across a state write.
 struct StateResource : public SideEffects::Resource::Base<StateResource> {
   StringRef getName() final { return "spin.state"; }
+};
+
+/// The largest static size of a spin op's tensors.
+inline constexpr int64_t kMaxStaticSize = std::numeric_limits<int32_t>::max();
+
+/// Fails, naming the operand or result, if a static size of `op`'s tensors
+/// is larger than kMaxStaticSize.
+LogicalResult verifySizesFitInt32(Operation *op);
+
+/// Trait of every spin op: verifySizesFitInt32.
+template <typename ConcreteType>
+class SizesFitInt32 : public OpTrait::TraitBase<ConcreteType, SizesFitInt32> {
+public:
+  static LogicalResult verifyTrait(Operation *op) {
+    return verifySizesFitInt32(op);
+  }
 };
 } // namespace mlir::spin
 

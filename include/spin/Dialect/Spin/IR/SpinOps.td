@@ -48,8 +48,15 @@ def Spin_StateResource : Resource<"::mlir::spin::StateResource">;
 // Base classes
 //===----------------------------------------------------------------------===//
 
+// Every static size of an op's tensors is at most 2^31 - 1: the runtime's
+// sizes and the ops' slot indices, lengths and positions are 32-bit, and
+// the lowerings multiply sizes in 64 bits (SpinOps.h).
+def Spin_SizesFitInt32 : NativeOpTrait<"SizesFitInt32"> {
+  let cppNamespace = "::mlir::spin";
+}
+
 class Spin_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Spin_Dialect, mnemonic, traits>;
+    : Op<Spin_Dialect, mnemonic, !listconcat(traits, [Spin_SizesFitInt32])>;
 
 /// Shared operand list and syntax of the dense and sparse indexer ops.
 class Spin_IndexerOp<string mnemonic, dag extraArgs, string extraFormat>

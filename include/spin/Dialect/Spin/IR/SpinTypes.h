@@ -12,6 +12,15 @@
 #include "mlir/IR/Types.h"
 #include "spin/Dialect/Spin/IR/SpinAttrs.h"
 
+#include <cstdint>
+#include <limits>
+
+namespace mlir::spin {
+/// The largest layer id: the runtime holds a program's layer count in an
+/// int32 (the manifest's `layers`), and ids are below it.
+inline constexpr int64_t kMaxLayerId = std::numeric_limits<int32_t>::max() - 1;
+} // namespace mlir::spin
+
 #define GET_TYPEDEF_CLASSES
 #include "spin/Dialect/Spin/IR/SpinOpsTypes.h.inc"
 

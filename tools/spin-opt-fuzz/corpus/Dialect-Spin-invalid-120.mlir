@@ -1,0 +1,4 @@
+‘Ifunc.func @observe_rejects_pooling_with_slot_state(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, pooling = #spin.pooling<top4>} : !spin.state<layer = 0>
+  return
+}

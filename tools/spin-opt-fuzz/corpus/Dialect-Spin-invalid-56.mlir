@@ -1,0 +1,4 @@
+‘Ifunc.func @topk_rejects_batch_mismatch(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) {
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 16 : i64} : tensor<2x1x64xf32> -> tensor<4x1x16xi32>
+  return
+}

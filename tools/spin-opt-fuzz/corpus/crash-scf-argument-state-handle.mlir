@@ -1,0 +1,1 @@
+ÿÿfunc.func@a(%s:!spin.state<layer=0>,%p:tensor<2x1xi32>,%n:tensor<2x1xi32>){spin.fused_select%s positions(%p:tensor<2x1xi32>)lengths(%n:tensor<2x1xi32>){topk=2, block_size =4,sparsity= 0.,pooling=#spin.pooling<max>}:!spin.state<layer=0>->tensor<2x4xi1>return}
