@@ -39,6 +39,8 @@ __all__ = ["load", "read_manifest", "CudaProgram", "CudaState"]
 
 #: Roles whose tensors the caller passes in ``inputs``.
 _INPUT_ROLES = (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.RESET)
+# A device batch also takes the rows' slots and accepted counts as tensors.
+_BATCH_INPUT_ROLES = _INPUT_ROLES + (abi.SLOTS, abi.ACCEPTED)
 
 
 def read_manifest(artifact_dir: str) -> Dict[str, Any]:
@@ -261,11 +263,62 @@ class CudaProgram:
         lengths, positions).
         """
         torch = _require_torch_cuda("running a GPU artifact")
-        if not isinstance(inputs, dict):
-            raise TypeError(f"inputs must be a dict of tensors, got {type(inputs).__name__}")
-        inputs = dict(inputs)
-        outputs = dict(outputs or {})
         stateful = any(a["role"] == abi.STATE for a in self.signature)
+        self._check_state(state, stateful)
+        ids = self._request_ids(request_ids, stateful)
+        inputs = dict(self._check_dict("inputs", inputs))
+        for arg in self.signature:
+            name = arg["name"]
+            if (arg["role"] == abi.REQUEST_IDS and name not in inputs
+                    and ids is not None):
+                if torch.cuda.is_current_stream_capturing():
+                    raise ValueError("pass the 'request_ids' input tensor when "
+                                     "capturing a CUDA graph")
+                inputs[name] = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        native_in, native_out, outputs = self._bind(
+            inputs, outputs, _INPUT_ROLES,
+            len(ids) if ids is not None else self.manifest["batch"])
+        pool = state._native() if state is not None and stateful else None
+        self._native.run(pool, native_in, native_out, ids or [], _stream(self.device))
+        return outputs
+
+    def run_batch(self, inputs: Dict[str, Any], state: CudaState,
+                  outputs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Issues one step whose batch is given by device tensors alone
+        (docs/GPU-ABI.md, "Device batches"); returns the outputs.
+
+        Besides the graph inputs, "positions" and "request_ids" (the ids
+        the exploration hash mixes in), ``inputs`` holds "slots" (int32
+        [B]: each row's slot in ``state``, chosen by the caller; -1 for a
+        padding row, whose top-K row is -1 and whose state is not touched),
+        for programs that commit MTP rows "accepted" (int32 [B]: the drafts
+        accepted at the row's previous step) and optionally "reset" (bool
+        [B]: the slot starts afresh before the step). Nothing is read on the
+        host, so a CUDA graph captured from this call replays correctly for
+        whatever those tensors hold at each replay. Bad slots and accepted
+        counts are skipped on the device and reported by :meth:`check`.
+        The first call hands ``state`` to device batches for good: it must
+        have no requests added by id, and it refuses ``add`` afterwards.
+        """
+        _require_torch_cuda("running a GPU artifact")
+        if not any(a["role"] == abi.STATE for a in self.signature):
+            raise ValueError("run_batch is for programs with SPIN state; call the "
+                             "program directly (padding rows are rows of length 0)")
+        self._check_state(state, True)
+        native_in, native_out, outputs = self._bind(
+            self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
+            self.manifest["batch"])
+        self._native.run_batch(state._native(), native_in, native_out,
+                               _stream(self.device))
+        return outputs
+
+    @staticmethod
+    def _check_dict(what: str, value) -> Dict[str, Any]:
+        if not isinstance(value, dict):
+            raise TypeError(f"{what} must be a dict of tensors, got {type(value).__name__}")
+        return value
+
+    def _check_state(self, state, stateful: bool) -> None:
         if stateful and not isinstance(state, CudaState):
             raise TypeError("state must be a spin.CudaState (from new_state), got "
                             f"{type(state).__name__}")
@@ -274,33 +327,33 @@ class CudaProgram:
         if state is not None and state.device != self.device:
             raise ValueError(f"state is on {state.device}, but the program runs on "
                              f"{self.device}")
-        ids = self._request_ids(request_ids, stateful)
 
+    def _bind(self, inputs: Dict[str, Any], outputs: Optional[Dict[str, Any]],
+              roles: Tuple[str, ...], default_batch: int):
+        """The native (pointer, shape, dtype) of every input of ``roles`` and
+        every output (allocating missing outputs), checked against the
+        signature."""
+        torch = _torch
+        outputs = dict(self._check_dict("outputs", outputs or {}))
         native_in, batch = {}, None
         for arg in self.signature:
             role, name = arg["role"], arg["name"]
-            if role not in _INPUT_ROLES:
+            if role not in roles:
                 continue
             if name not in inputs:
                 if role == abi.RESET:
                     continue
-                if role == abi.REQUEST_IDS and ids is not None:
-                    if torch.cuda.is_current_stream_capturing():
-                        raise ValueError("pass the 'request_ids' input tensor when "
-                                         "capturing a CUDA graph")
-                    inputs[name] = torch.tensor(ids, dtype=torch.int64, device=self.device)
-                else:
-                    want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
-                    raise ValueError(f"missing input {name!r} [{want}] {arg['dtype']}")
+                want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
+                raise ValueError(f"missing input {name!r} [{want}] {arg['dtype']}")
             native_in[name] = self._tensor("input", name, inputs[name], arg)
             if batch is None and not name.startswith(("keys", "scales")):
                 batch = inputs[name].shape[0]
-        known = {a["name"] for a in self.signature if a["role"] in _INPUT_ROLES}
+        known = {a["name"] for a in self.signature if a["role"] in roles}
         unknown = sorted(set(inputs) - known)
         if unknown:
             raise ValueError(f"unknown inputs {unknown}")
         if batch is None:
-            batch = len(ids) if ids is not None else self.manifest["batch"]
+            batch = default_batch
 
         native_out = {}
         for arg in self.signature:
@@ -319,10 +372,7 @@ class CudaProgram:
                                          if a["role"] == abi.OUTPUT})
         if unknown:
             raise ValueError(f"unknown outputs {unknown}")
-
-        pool = state._native() if state is not None and stateful else None
-        self._native.run(pool, native_in, native_out, ids or [], _stream(self.device))
-        return outputs
+        return native_in, native_out, outputs
 
     run = __call__
 

@@ -379,6 +379,24 @@ static void bindGpuProgram(py::module_ &m) {
           py::arg("pool").none(true), py::arg("inputs"), py::arg("outputs"),
           py::arg("request_ids"), py::arg("stream"))
       .def(
+          "run_batch",
+          [](rt::GpuProgram &program, rt::GpuStatePool &pool,
+             const py::dict &inputs, const py::dict &outputs,
+             uintptr_t stream) {
+            auto in = deviceTensors(inputs);
+            auto out = deviceTensors(outputs);
+            rt::Status status;
+            {
+              py::gil_scoped_release release;
+              status = program.runBatch(pool, in, out, streamFrom(stream));
+            }
+            check(status);
+          },
+          py::arg("pool"), py::arg("inputs"), py::arg("outputs"),
+          py::arg("stream"),
+          "A step whose slots, accepted counts and resets are device "
+          "tensors in `inputs` (docs/GPU-ABI.md, \"Device batches\")")
+      .def(
           "check",
           [](rt::GpuProgram &program, uintptr_t stream) {
             rt::Status status;

@@ -3,7 +3,8 @@
 examples/torch_decode_loop.py and examples/multi_rank.py --device cuda
 (python/tests/test_multi_rank.py) and of spin-replay --device cuda
 (python/tests/test_replay.py, with the CPU replay's report to compare with)
-into a cache directory.
+and the device-batch programs of test_device_batches_cuda.py into a cache
+directory.
 
 Run on a machine with the compiler (no GPU needed); carry the directory to
 the GPU machine, whose runtime-only build cannot compile, and point
@@ -87,6 +88,13 @@ def main(argv=None):
                                  seed=rc.SEED)
             rc.write_cpu_report(replay, trace_dir, out, case)
     print(f"spin-replay --device cuda: {time.time() - t:.1f} s", flush=True)
+    # Device batches (test_device_batches_cuda.py).
+    t = time.time()
+    import device_batch_cases as db
+    for name, case in db.CASES.items():
+        for layer in range(case["layers"]):
+            db.artifact(spin, name, layer, chips, cache_dir=out)
+    print(f"device batches: {time.time() - t:.1f} s", flush=True)
     from spin import cache
     # spin.compile(target="cuda") of a multi-layer graph on the runtime-only
     # build (test_indexer_cuda.py), sized for the H200's 132 SMs.

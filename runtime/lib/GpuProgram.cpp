@@ -406,6 +406,19 @@ Status GpuProgram::run(GpuStatePool &pool,
   return issue(&pool, inputs, outputs, requestIds, stream);
 }
 
+Status
+GpuProgram::runBatch(GpuStatePool &pool,
+                     const std::map<std::string, DeviceTensorRef> &inputs,
+                     const std::map<std::string, DeviceTensorRef> &outputs,
+                     CUstream stream) {
+  if (!spec.stateful())
+    return Status::error("the program " + spec.function +
+                         " keeps no SPIN state: run it without a state pool "
+                         "(its padding rows are rows of length 0)");
+  static const std::vector<int64_t> kNoIds;
+  return issue(&pool, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true);
+}
+
 Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
                        const std::map<std::string, DeviceTensorRef> &outputs,
                        CUstream stream) {
@@ -420,14 +433,17 @@ Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
 /// the issue got, which `failStep` needs to undo it.
 struct GpuProgram::Step {
   Step(GpuStatePool *pool, const std::vector<int64_t> &requestIds,
-       CUstream stream, bool stateful, size_t arguments)
+       CUstream stream, bool stateful, bool deviceBatch, size_t arguments)
       : pool(pool), requestIds(requestIds), stream(stream), stateful(stateful),
-        address(arguments, 0), shapes(arguments) {}
+        deviceBatch(deviceBatch), address(arguments, 0), shapes(arguments) {}
 
   GpuStatePool *pool;
   const std::vector<int64_t> &requestIds;
   CUstream stream;
   const bool stateful;
+  /// The slots and accepted counts are the caller's device tensors
+  /// (runBatch): no request bookkeeping, no staging.
+  const bool deviceBatch;
   /// Per step argument: its device address and its run-time shape.
   std::vector<CUdeviceptr> address;
   std::vector<std::vector<int64_t>> shapes;
@@ -448,8 +464,9 @@ Status GpuProgram::issue(GpuStatePool *pool,
                          const std::map<std::string, DeviceTensorRef> &inputs,
                          const std::map<std::string, DeviceTensorRef> &outputs,
                          const std::vector<int64_t> &requestIds,
-                         CUstream stream) {
-  Step step(pool, requestIds, stream, spec.stateful(), spec.arguments.size());
+                         CUstream stream, bool deviceBatch) {
+  Step step(pool, requestIds, stream, spec.stateful(), deviceBatch,
+            spec.arguments.size());
   if (Status s = bindArguments(inputs, outputs, step); !s.ok())
     return s;
   if (Status s = bindState(step); !s.ok())
@@ -464,6 +481,17 @@ Status GpuProgram::issue(GpuStatePool *pool,
   // Admission: from here on a failure goes through failStep, which ends the
   // step's bookkeeping.
   std::lock_guard<std::mutex> lock(mutex);
+  if (deviceBatch) {
+    if (Status s = pool->useDeviceBatches(); !s.ok())
+      return s;
+    if (Status s = launchKernels(step); !s.ok())
+      return failStep(step, s);
+    ++stepsSinceCheck;
+    if (history.size() == kHistory)
+      history.pop_front();
+    history.push_back({});
+    return Status::success();
+  }
   const Span<int64_t> ids(requestIds);
   const Span<int64_t> stepLayers(step.layers);
   if (step.stateful)
@@ -545,6 +573,11 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
   for (size_t i = 0; i < n; ++i) {
     const ArgSpec &arg = args[i];
     switch (arg.role) {
+    case ArgSpec::Role::Slots:
+    case ArgSpec::Role::Accepted:
+      if (!step.deviceBatch)
+        break;
+      [[fallthrough]];
     case ArgSpec::Role::Input:
     case ArgSpec::Role::Positions:
     case ArgSpec::Role::RequestIds:
@@ -584,8 +617,11 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
   auto known = [&](const std::string &name, bool output) {
     return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
       bool isOutput = a.role == ArgSpec::Role::Output;
+      bool staged = a.role == ArgSpec::Role::Slots ||
+                    a.role == ArgSpec::Role::Accepted;
       return a.name == name && isOutput == output &&
-             a.role != ArgSpec::Role::State;
+             a.role != ArgSpec::Role::State &&
+             (!staged || step.deviceBatch);
     });
   };
   for (const auto &entry : inputs)
@@ -630,7 +666,7 @@ Status GpuProgram::bindState(Step &step) const {
                          str(pool->context()->device()) +
                          ") than the program (device " + str(ctx->device()) +
                          ")");
-  if (static_cast<int64_t>(step.requestIds.size()) != batch)
+  if (!step.deviceBatch && static_cast<int64_t>(step.requestIds.size()) != batch)
     return Status::error(str(static_cast<int64_t>(step.requestIds.size())) +
                          " request ids given for a batch of " + str(batch));
   const StatePoolOptions &o = pool->options();
@@ -713,8 +749,9 @@ Status GpuProgram::checkKernelSizes(Step &step) const {
   const std::vector<ArgSpec> &args = spec.arguments;
   std::vector<std::vector<int64_t>> &shapes = step.shapes;
   for (size_t i = 0; i < args.size(); ++i)
-    if (args[i].role == ArgSpec::Role::Slots ||
-        args[i].role == ArgSpec::Role::Accepted ||
+    if (((args[i].role == ArgSpec::Role::Slots ||
+          args[i].role == ArgSpec::Role::Accepted) &&
+         !step.deviceBatch) ||
         (args[i].role == ArgSpec::Role::Reset && shapes[i].empty()))
       shapes[i] = {step.batch};
 
@@ -736,7 +773,7 @@ Status GpuProgram::checkKernelSizes(Step &step) const {
 /// and the error tells the caller to reset the requests, whose state the
 /// issued kernels may have changed.
 Status GpuProgram::failStep(Step &step, const Status &error) {
-  if (step.stateful)
+  if (step.stateful && !step.deviceBatch)
     step.pool->bookkeeping().endStep(Span<int64_t>(step.requestIds),
                                      Span<int64_t>(step.layers));
   if (!step.issued)
@@ -1082,7 +1119,10 @@ Status GpuProgram::check(CUstream stream) {
       !s.ok())
     return s;
   std::string who;
-  if (steps == 1 && index >= 0 && index < static_cast<int64_t>(lastIds.size()))
+  if (steps == 1 && lastIds.empty())
+    who = "batch index " + str(index);
+  else if (steps == 1 && index >= 0 &&
+           index < static_cast<int64_t>(lastIds.size()))
     who =
         "request " + str(lastIds[index]) + " (batch index " + str(index) + ")";
   else if (steps > 1)

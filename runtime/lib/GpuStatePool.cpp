@@ -178,6 +178,19 @@ Status GpuStatePool::orderAfterSteps(int32_t slot, CUstream stream) {
   return Status::success();
 }
 
+Status GpuStatePool::useDeviceBatches() {
+  std::lock_guard<std::mutex> lock(streamsMutex);
+  if (deviceBatches)
+    return Status::success();
+  if (int64_t live = host->liveRequests(); live > 0)
+    return Status::error(
+        "the state pool has " + std::to_string(live) +
+        " admitted request(s): device batches address its slots directly, "
+        "so they need a pool that admits none (release them first)");
+  deviceBatches = true;
+  return Status::success();
+}
+
 StatusOr<int32_t> GpuStatePool::acquire(int64_t requestId, CUstream stream) {
   StatusOr<int32_t> slot = host->acquire(requestId);
   if (!slot.ok())
@@ -185,7 +198,17 @@ StatusOr<int32_t> GpuStatePool::acquire(int64_t requestId, CUstream stream) {
   Status ordered = Status::success();
   {
     ContextScope scope(*ctx);
+    // Tested after the admission, under the lock useDeviceBatches takes to
+    // count admitted requests: one of the two always sees the other.
     std::lock_guard<std::mutex> lock(streamsMutex);
+    if (deviceBatches) {
+      host->release(requestId).ignore();
+      return Status::error(
+          "cannot admit request " + std::to_string(requestId) +
+          ": the state pool serves device batches, whose slots the caller "
+          "assigns (GpuProgram::runBatch); use a pool of its own for "
+          "requests admitted by id");
+    }
     ordered = scope.status().ok() ? orderAfterSteps(*slot, stream)
                                   : scope.status();
   }

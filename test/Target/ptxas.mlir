@@ -52,16 +52,22 @@
 // cache's record after the predict kernel (which writes block scores only);
 // the scoring kernel the row's length and
 // queries; the top-K the selected-block count (the select kernel's, two
-// launches back). The reset, predict and update kernels load nothing there.
+// launches back). The reset and predict kernels load only the batch's slots
+// there (read-only loads: their row's slot, and the earlier rows' to find a
+// repeated one), the update kernel nothing.
 // The sparse scoring kernel also stages the queries in shared memory there
 // (with the bf16 queries' prescale, then wgmma's B layout and its proxy
 // fence), loads its head weights and prefetches its request's block-table
 // row into L2.
 // WAIT-LABEL: .entry spin_reset_0(
-// WAIT-NOT: ld.global
+// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
+// WAIT: ld.global.nc.b32
+// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
 // WAIT: griddepcontrol.wait
 // WAIT-LABEL: .entry spin_select_1_predict(
-// WAIT-NOT: ld.global
+// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
+// WAIT: ld.global.nc.b32
+// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
 // WAIT: griddepcontrol.wait
 // WAIT-LABEL: .entry spin_select_1(
 // WAIT: ld.global.nc.b32

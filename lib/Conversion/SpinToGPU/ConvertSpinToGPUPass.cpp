@@ -197,6 +197,11 @@ private:
   Buffer pagesOf(Value keys);
   /// The state fields of `layer`, bound on first use.
   std::array<Buffer, 3> stateOf(Operation *user, Value state);
+  /// The slot count of `state`'s layer (bound with its fields).
+  Buffer slotCountOf(Operation *user, Value state) {
+    stateOf(user, state);
+    return slotCounts.at(cast<StateType>(state.getType()).getLayer());
+  }
   /// The prediction cache of `state`'s layer (pred_at, pred_keys), bound on
   /// first use.
   std::pair<Buffer, Buffer> predictionOf(Value state) {
@@ -329,6 +334,11 @@ private:
   DenseMap<int64_t, std::pair<Buffer, Buffer>> predictions;
   DenseMap<Value, int64_t> scoreEvents; // scores -> the event after them
   std::optional<Buffer> slots, errors;
+  /// Per layer: the pool's slot count (an i32 `dim` argument, size 0 of
+  /// the layer's `v`), which every kernel that reads `slots` takes.
+  std::map<int64_t, Buffer> slotCounts;
+  /// Layers whose buffered MTP rows the step commits (spin.commit).
+  std::set<int64_t> committedLayers;
   SmallVector<Launch, 0> launches;
   int64_t events = 0;
 };
@@ -374,6 +384,12 @@ std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
                                   addStateField(StateField::D, layer),
                                   addStateField(StateField::It, layer)};
   states[layer] = fields;
+  NamedAttrList attrs;
+  attrs.append(attr::kRole,
+               b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Dim)));
+  attrs.append(attr::kArgument, b.getI64IntegerAttr(fields[0]));
+  attrs.append(attr::kDim, b.getI64IntegerAttr(0));
+  slotCounts[layer] = addArg(b.getI32Type(), attrs);
   return fields;
 }
 
@@ -617,12 +633,14 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
   SmallVector<Buffer> operands = predictOperands;
   if (spec.prefetchOnMiss)
     operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
+  operands.push_back(slotCountOf(op, op.getState()));
   launch(spec.name + "_predict", predict, operands, op);
   if (spec.predictionCache) {
     LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
                                           /*next=*/true);
     mask.predictNext.emplace(spec.name + "_predict_next", next);
     mask.predictOperands = predictOperands;
+    mask.predictOperands.push_back(slotCountOf(op, op.getState()));
   }
   return predicted;
 }
@@ -649,6 +667,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   if (failed(positions) || failed(lengths) || failed(ids))
     return failure();
   auto [v, d, it] = stateOf(op, op.getState());
+  spec.committed = committedLayers.count(spec.layer) > 0;
   MaskBuffers mask = selectMaskBuffers(spec);
   std::optional<Buffer> predicted;
   if (canPredictByMax(spec))
@@ -667,7 +686,9 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     operands.push_back(predictionOf(op.getState()).first);
   if (*sparsity)
     operands.push_back(**sparsity);
-  operands.push_back(*errors);
+  if (spec.committed)
+    operands.push_back(observationsOf(op, op.getState()).rows);
+  operands.append({*errors, slotCountOf(op, op.getState())});
   Launch &select = launch(spec.name, shape, operands, op);
   if (spec.layerParameter)
     select.constants.push_back(static_cast<int32_t>(spec.layer));
@@ -873,6 +894,7 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
     spec.observations = true;
     operands.push_back(observationsOf(op, op.getState()).rows);
   }
+  operands.push_back(slotCountOf(op, op.getState()));
   LaunchShape shape = buildResetKernel(b, op.getLoc(), kernels, spec);
   launch(spec.name, shape, operands, op);
   return success();
@@ -976,9 +998,12 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z},
+         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z,
+          *errors, slotCountOf(op, op.getState())},
          op);
-  launch(spec.name + "_finish", shapes.finish, {*slots, it, obs.rows}, op);
+  launch(spec.name + "_finish", shapes.finish,
+         {*slots, it, obs.rows, *accepted, slotCountOf(op, op.getState())}, op);
+  committedLayers.insert(layer);
   return success();
 }
 

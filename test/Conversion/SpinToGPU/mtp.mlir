@@ -32,9 +32,9 @@
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 3, 8]}
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 3]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
-// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>)
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>, %[[NSLOTS:arg[0-9]+]] : i32)
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[ACC]] : {{.*}}, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks
 // The sparse scoring grid is (rows, CTAs per row): launch order takes the

@@ -14,7 +14,7 @@
 // prefetches on a cache miss and takes the hint scratch as its last
 // argument; with more CTAs than SMs it does neither.
 // HINT: %[[HINT:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 8 : i64, spin.name = "spin_select_1_hint", spin.role = "scratch"}
-// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}}, %[[HINT]] : !llvm.ptr<1>) {spin.record
+// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}}, %[[HINT]] : !llvm.ptr<1>, %{{.*}} : i32) {spin.record
 // HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict_next
 // HINT-NOT: %[[HINT]]
 // HINT-SAME: {spin.record

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelLibrary.h"
+#include "Kernels.h"
 
 #include "llvm/ADT/Twine.h"
 
@@ -478,6 +479,70 @@ void mlir::spin::gpu_codegen::recordError(KernelBuilder &kb, Value errors,
     kb.storeAt(value, errors, kb.i32(1));
     kb.storeAt(request, errors, kb.i32(2));
     kb.storeAt(row, errors, kb.i32(3));
+  });
+}
+
+BatchSlot mlir::spin::gpu_codegen::loadBatchSlot(KernelBuilder &kb,
+                                                Value slots, Value row,
+                                                Value numSlots, int64_t batch,
+                                                bool wholeWarp) {
+  Type i32 = kb.i32T();
+  Value value = kb.loadAt(i32, slots, row, true);
+  Value inPool = kb.andI(kb.cmp(CmpIPredicate::sge, value, kb.i32(0)),
+                         kb.cmp(CmpIPredicate::slt, value, numSlots));
+  // Whether an earlier row has the same slot.
+  auto sameAt = [&](Value j) {
+    Value other =
+        kb.loadAt(i32, slots, kb.minS(j, kb.i32(batch - 1)), true);
+    return kb.andI(kb.cmp(CmpIPredicate::slt, j, row),
+                   kb.cmp(CmpIPredicate::eq, other, value));
+  };
+  Value duplicate;
+  if (wholeWarp) {
+    // The lanes split the rows: ceil(batch / 32) loads each, all in flight
+    // at once, then one vote.
+    Value lane = kb.laneId(), found = kb.i1(false);
+    for (int64_t first = 0; first < batch; first += 32)
+      found = kb.orI(found, sameAt(kb.add(lane, kb.i32(first))));
+    duplicate = kb.cmp(CmpIPredicate::ne, kb.ballot(found), kb.i32(0));
+  } else {
+    // One thread alone: eight loads in flight a round.
+    constexpr int64_t kUnroll = 8;
+    duplicate = kb.forLoopWith(
+        kb.i32(0), row, kb.i32(kUnroll), {kb.i1(false)},
+        [&](Value first, ValueRange in) -> SmallVector<Value> {
+          SmallVector<Value> same;
+          for (int64_t u = 0; u < kUnroll; ++u)
+            same.push_back(sameAt(kb.add(first, kb.i32(u))));
+          Value found = in[0];
+          for (Value v : same)
+            found = kb.orI(found, v);
+          return {found};
+        })[0];
+  }
+  duplicate = kb.andI(duplicate, inPool);
+  Value live = kb.andI(inPool, kb.not1(duplicate));
+  Value padding = kb.cmp(CmpIPredicate::eq, value, kb.i32(-1));
+  return {kb.select(live, value, kb.i32(0)), live,
+          kb.andI(kb.not1(live), kb.not1(padding)), duplicate, value};
+}
+
+BatchSlot mlir::spin::gpu_codegen::loadBatchSlotBeforeWait(
+    KernelBuilder &kb, OpBuilder &b, gpu::GPUFuncOp func, Value slots,
+    function_ref<Value()> row, Value numSlots, int64_t batch, bool wholeWarp) {
+  OpBuilder::InsertionGuard guard(b);
+  setInsertionBeforeGridWait(b, func);
+  return loadBatchSlot(kb, slots, row(), numSlots, batch, wholeWarp);
+}
+
+void mlir::spin::gpu_codegen::recordSlotError(KernelBuilder &kb, Value errors,
+                                              const BatchSlot &slot,
+                                              Value row) {
+  kb.ifThen(slot.duplicate, [&] {
+    recordError(kb, errors, ErrorDuplicateSlot, slot.value, row, kb.i32(0));
+  });
+  kb.ifThen(kb.andI(slot.bad, kb.not1(slot.duplicate)), [&] {
+    recordError(kb, errors, ErrorBadSlot, slot.value, row, kb.i32(0));
   });
 }
 

@@ -96,6 +96,31 @@ struct RowChecks {
 RowChecks checkRow(KernelBuilder &kb, Value p, Value n, int64_t capacity,
                    int64_t reach);
 
+/// A batch row's state slot (docs/GPU-ABI.md, "Device batches"). The row
+/// is `live` when its slot is in `[0, numSlots)` and no earlier row of the
+/// batch has it; -1 marks a padding row, any other slot that is not live is
+/// `bad` (`duplicate` when an earlier row has it). `slot` is the slot where
+/// live and 0 otherwise, so that loads issued before the test stay inside
+/// the pool (which has at least one slot). With `wholeWarp` (every lane of
+/// the warp calls it for the same row) the lanes share the scan of the
+/// earlier rows; otherwise each thread scans them alone.
+struct BatchSlot {
+  Value slot, live, bad, duplicate, value;
+};
+BatchSlot loadBatchSlot(KernelBuilder &kb, Value slots, Value row,
+                        Value numSlots, int64_t batch, bool wholeWarp = true);
+/// loadBatchSlot of the row `row()` placed before the grid wait of `func`
+/// (slots are a step input, which no kernel writes), so that its loads
+/// overlap the kernel before.
+BatchSlot loadBatchSlotBeforeWait(KernelBuilder &kb, OpBuilder &b,
+                                  gpu::GPUFuncOp func, Value slots,
+                                  function_ref<Value()> row, Value numSlots,
+                                  int64_t batch, bool wholeWarp = true);
+/// Records the error of a `bad` batch slot (ErrorBadSlot or
+/// ErrorDuplicateSlot) for batch row `row`; call it from one thread.
+void recordSlotError(KernelBuilder &kb, Value errors, const BatchSlot &slot,
+                     Value row);
+
 /// `for (i = tid; i < n; i += blockThreads) body(i)`.
 void forEachThreadStrided(KernelBuilder &kb, Value n, int64_t blockThreads,
                           function_ref<void(Value)> body);

@@ -42,6 +42,11 @@ enum ErrorCode : int32_t {
       static_cast<int32_t>(::spin::runtime::DeviceError::BadLength),
   ErrorBadPosition =
       static_cast<int32_t>(::spin::runtime::DeviceError::BadPosition),
+  ErrorBadSlot = static_cast<int32_t>(::spin::runtime::DeviceError::BadSlot),
+  ErrorBadAccepted =
+      static_cast<int32_t>(::spin::runtime::DeviceError::BadAccepted),
+  ErrorDuplicateSlot =
+      static_cast<int32_t>(::spin::runtime::DeviceError::DuplicateSlot),
 };
 
 //===----------------------------------------------------------------------===//
@@ -176,8 +181,13 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// of selected blocks. Optionally the realized block sparsity per row.
 ///
 /// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
-/// counts, mask, skip (ptrs; `skip` is cleared for the step), [sparsity
-/// (ptr)], errors (ptr), [layer (i32)].
+/// counts, mask, skip (ptrs; `skip` is set for the requests the step
+/// rejects and cleared for the others), [keys], [pred_at], [sparsity],
+/// [obs_rows] (ptrs), errors (ptr), slots in the pool (i32), [layer (i32)].
+/// Every kernel that reads `slots` takes the pool's slot count and skips
+/// the batch rows whose slot is not live (loadBatchSlot: padding rows,
+/// slots outside the pool, repeated slots); the select kernel reports the
+/// bad ones.
 /// Grid: (batch).
 struct SelectKernelSpec {
   std::string name;
@@ -191,6 +201,10 @@ struct SelectKernelSpec {
   PoolingKind pooling = PoolingKind::max;
   bool rowZeroOnly = false;
   bool reportSparsity = false;
+  /// The layer's MTP rows are committed by the step: the kernel takes
+  /// `obs_rows` (before `errors`) and skips a request whose rows are still
+  /// buffered (its commit was refused).
+  bool committed = false;
   int64_t threads = 1024;
   /// Block scores come from buildPredictKernel (an extra parameter, the
   /// keys [batch * rows, maxBlocks], before `sparsity`).
@@ -227,7 +241,8 @@ bool canPredictByMax(const SelectKernelSpec &spec);
 /// order-preserving u32 keys, `predictBlocksPerCta` blocks per CTA.
 /// Parameters: positions, lengths, slots, v, d, it, keys (ptrs); with
 /// `predictionCache` pred_at, pred_keys instead of keys, and for
-/// `<name>_predict` with `prefetchOnMiss` the hint. Grid:
+/// `<name>_predict` with `prefetchOnMiss` the hint; last the pool's slot
+/// count (i32). Grid:
 /// (ceil(maxBlocks / predictBlocksPerCta), batch * rows). Warm-up rows and
 /// rows the select kernel rejects are skipped. `next` builds
 /// `<name>_predict_next` (predictionCache only).
@@ -266,7 +281,7 @@ LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
 /// Zeroes V and D, sets `it = 0` and clears the prediction cache's record
 /// (`pred_at`) for the requests whose reset flag is set (and drops their
 /// buffered MTP rows: `obs_rows = 0`). Parameters: reset (i8), slots, v, d,
-/// it, pred_at, [obs_rows] (ptrs). Grid:
+/// it, pred_at, [obs_rows] (ptrs), the pool's slot count (i32). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
   std::string name;
@@ -289,9 +304,10 @@ LaunchShape buildResetKernel(OpBuilder &b, Location loc,
 /// mask in `obs_mask` (0/1, the first min(maxBlocks, stateBlocks) entries)
 /// and, for every scored slot `i < N_r` of row `r`, its score in
 /// `obs_z[r][i]` (read from the sparse score layout above; other entries
-/// keep stale values no commit reads). A request whose `skip` flag is set or
-/// one of whose rows has a bad length or position (reported by the select
-/// kernel) buffers nothing: `obs_rows = 0`.
+/// keep stale values no commit reads). A request whose `skip` flag is set
+/// (the select kernel rejected it, or scoring met a bad page) is not
+/// touched; one of whose rows has a bad length or position buffers
+/// nothing: `obs_rows = 0`.
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, mask,
 /// skip, obs_rows, obs_pos, obs_len, obs_mask, obs_z (ptrs).
@@ -321,8 +337,13 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///  2. `<name>_finish` (one thread per request) advances `it` and drops the
 ///     buffer, after every CTA of the first launch has read `obs_rows`.
 ///
+/// A request whose accepted count is outside `[0, obs_rows)` is reported
+/// (the error record, by the replay) and left untouched by both; the
+/// select kernel then skips it (SelectKernelSpec::committed).
+///
 /// Parameters: replay(accepted, slots, v, d, obs_rows, obs_pos, obs_len,
-/// obs_mask, obs_z); finish(slots, it, obs_rows) (ptrs).
+/// obs_mask, obs_z, errors (ptrs), slot count (i32)); finish(slots, it,
+/// obs_rows, accepted (ptrs), slot count (i32)).
 struct CommitKernelSpec {
   std::string name;
   /// `rows` is the pool's `maxRows` (the row stride of the obs fields).

@@ -22,6 +22,15 @@ using namespace mlir::spin::gpu_codegen;
 using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
+/// Whether a request with `buffered` MTP rows may commit `accepted` of its
+/// drafts: 0 <= accepted < buffered (anything goes with nothing buffered).
+static Value acceptedInRange(KernelBuilder &kb, Value accepted,
+                             Value buffered) {
+  Value inRange = kb.andI(kb.cmp(CmpIPredicate::sge, accepted, kb.i32(0)),
+                          kb.cmp(CmpIPredicate::slt, accepted, buffered));
+  return kb.orI(kb.cmp(CmpIPredicate::sle, buffered, kb.i32(0)), inRange);
+}
+
 LaunchShape
 mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
@@ -48,9 +57,12 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   Value requestRows = kb.mul(request, kb.i32(rows));
 
   // Buffered only when scoring met no bad page and every row is valid (the
-  // select kernel reported the bad ones and selected nothing).
-  Value ok =
+  // select kernel reported the bad ones and selected nothing). A request the
+  // select kernel skipped (its slot, its refused commit, a bad row) is not
+  // touched at all: its slot may be a padding row's -1.
+  Value stepped =
       kb.cmp(CmpIPredicate::eq, kb.loadAt(i32, skip, request, true), kb.i32(0));
+  Value ok = stepped;
   ok = kb.forLoopWith(
       kb.i32(0), kb.i32(rows), kb.i32(1), {ok},
       [&](Value r, ValueRange in) -> SmallVector<Value> {
@@ -62,9 +74,12 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
       })[0];
 
   Value firstCta = kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0));
-  kb.ifThen(kb.andI(firstCta, kb.cmp(CmpIPredicate::eq, tid, kb.i32(0))), [&] {
-    kb.storeAt(kb.select(ok, kb.i32(rows), kb.i32(0)), obsRows, slot64);
-  });
+  kb.ifThen(kb.andI(stepped, kb.andI(firstCta, kb.cmp(CmpIPredicate::eq, tid,
+                                                       kb.i32(0)))),
+            [&] {
+              kb.storeAt(kb.select(ok, kb.i32(rows), kb.i32(0)), obsRows,
+                         slot64);
+            });
   kb.ifThen(ok, [&] {
     // Positions, lengths and the union mask: by the first CTA.
     kb.ifThen(firstCta, [&] {
@@ -145,7 +160,9 @@ private:
   void foldEntry(Value x, bool diagonal);
 
   // Parameters.
+  gpu::GPUFuncOp func;
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
+  Value errors, numSlots;
   // The request's values.
   Value request, slot64, count, rowBase, decay, keep, stateBase, maskBase, bsV;
   /// The replayed rows, read once per thread (those at or past `count`
@@ -159,11 +176,30 @@ LaunchShape CommitReplayKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();
   request = kb.blockIdY();
-  Value slot = kb.loadAt(kb.i32T(), slots, request, true);
-  slot64 = kb.extS64(slot);
-  Value buffered =
-      kb.minS(kb.loadAt(kb.i32T(), obsRows, slot), kb.i32(spec.rows));
-  kb.ifThen(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)),
+  BatchSlot batchSlot = loadBatchSlotBeforeWait(
+      kb, b, func, slots, [&] { return kb.blockIdY(); }, numSlots, spec.batch);
+  slot64 = kb.extS64(batchSlot.slot);
+  Value buffered = kb.select(
+      batchSlot.live,
+      kb.minS(kb.loadAt(kb.i32T(), obsRows, batchSlot.slot), kb.i32(spec.rows)),
+      kb.i32(0));
+  // With mtp_update = row0 the count is not used, hence not checked.
+  Value acceptedNow = spec.rowZeroOnly
+                          ? kb.i32(0)
+                          : kb.loadAt(kb.i32T(), accepted, request, true);
+  Value acceptedOk = spec.rowZeroOnly
+                         ? kb.i1(true)
+                         : acceptedInRange(kb, acceptedNow, buffered);
+  kb.ifThen(kb.andI(kb.not1(acceptedOk),
+                    kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                            kb.cmp(CmpIPredicate::eq, kb.threadIdX(),
+                                   kb.i32(0)))),
+            [&] {
+              recordError(kb, errors, ErrorBadAccepted, acceptedNow, request,
+                          kb.i32(0));
+            });
+  kb.ifThen(kb.andI(acceptedOk, kb.cmp(CmpIPredicate::sgt, buffered,
+                                       kb.i32(0))),
             [&] { replayRequest(buffered); });
   LaunchShape shape;
   shape.grid = {spec.ctasPerRequest, spec.batch, 1};
@@ -173,22 +209,23 @@ LaunchShape CommitReplayKernel::build() {
 
 /// The kernel `spec.name` with its nine buffer parameters.
 void CommitReplayKernel::declareKernel() {
-  SmallVector<Type> params(9, kb.ptrT(Global));
-  gpu::GPUFuncOp func =
-      beginKernel(b, loc, module, spec.name, params, spec.threads);
+  SmallVector<Type> params(10, kb.ptrT(Global));
+  params.push_back(kb.i32T());
+  func = beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
   accepted = func.getArgument(a++), slots = func.getArgument(a++);
   vState = func.getArgument(a++), dState = func.getArgument(a++);
   obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
   obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
   obsZ = func.getArgument(a++);
+  errors = func.getArgument(a++), numSlots = func.getArgument(a++);
 }
 
 /// Replays rows 0..accepted of a request that has `buffered` rows: the
 /// entries below the rows' reach, spread over the request's CTAs.
 void CommitReplayKernel::replayRequest(Value buffered) {
-  // The runtime checked 0 <= accepted < buffered; clamp regardless so that
-  // a bad value never reads outside the buffer.
+  // Checked against `buffered` by `build`; clamped regardless so that no
+  // value reads outside the buffer.
   Value last = kb.i32(0);
   if (!spec.rowZeroOnly)
     last = kb.minS(
@@ -294,18 +331,38 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   KernelBuilder kb(b, loc, module);
   Type i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 128;
-  SmallVector<Type> params(3, kb.ptrT(Global));
+  SmallVector<Type> params(4, kb.ptrT(Global));
+  params.push_back(i32);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name + "_finish", params, threads);
   Value slots = func.getArgument(0), itState = func.getArgument(1);
-  Value obsRows = func.getArgument(2);
+  Value obsRows = func.getArgument(2), accepted = func.getArgument(3);
+  Value numSlots = func.getArgument(4);
   Value request =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+  // Rows past the batch load row 0's slot (and do nothing with it).
+  BatchSlot batchSlot = loadBatchSlotBeforeWait(
+      kb, b, func, slots,
+      [&] {
+        Value row =
+            kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+        return kb.select(kb.cmp(CmpIPredicate::slt, row, kb.i32(spec.batch)),
+                         row, kb.i32(0));
+      },
+      numSlots, spec.batch, /*wholeWarp=*/false); // a row per thread
   kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
-    Value slot = kb.loadAt(i32, slots, request, true);
+    Value slot = batchSlot.slot;
+    Value buffered = kb.select(
+        batchSlot.live,
+        kb.minS(kb.loadAt(i32, obsRows, slot), kb.i32(spec.rows)), kb.i32(0));
+    Value acceptedOk =
+        spec.rowZeroOnly
+            ? kb.i1(true)
+            : acceptedInRange(kb, kb.loadAt(i32, accepted, request, true),
+                              buffered);
     kb.ifThen(
-        kb.cmp(CmpIPredicate::sgt, kb.loadAt(i32, obsRows, slot), kb.i32(0)),
+        kb.andI(acceptedOk, kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0))),
         [&] {
           Value at = kb.gep(itState, i64, slot);
           kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);

@@ -676,15 +676,17 @@ Value ScoreKernel::stageHeadWeights() {
   return table;
 }
 
-/// The rows' length checks (a bad one is reported once per row) and the
-/// CTA's part of the rows: `active` when its first entry lies below the
-/// entry count `total` (dense: the largest valid length; sparse: the
-/// request's selected entries).
+/// The rows' length checks (a bad one is reported once per row, by the
+/// dense kernel: the select kernel reports those of sparse steps, and knows
+/// their padding rows, whose lengths mean nothing) and the CTA's part of
+/// the rows: `active` when its first entry lies below the entry count
+/// `total` (dense: the largest valid length; sparse: the request's
+/// selected entries).
 void ScoreKernel::boundCtaRange() {
   g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
   Value reporter = kb.andI(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)),
                            kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)));
-  for (int64_t r = 0; r < rowsPerCta; ++r)
+  for (int64_t r = 0; !spec.sparse && r < rowsPerCta; ++r)
     kb.ifThen(kb.andI(kb.not1(lengthOk[r]), reporter), [&] {
       recordError(kb, errors, ErrorBadLength, visible[r], request,
                   kb.add(firstRow, kb.i32(r)));

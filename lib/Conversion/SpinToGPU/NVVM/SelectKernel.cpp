@@ -169,7 +169,9 @@ private:
 
   gpu::GPUFuncOp func;
   Value positions, lengths, slots, vState, dState, itState, predAt, keysOut;
-  Value hints;
+  Value hints, numSlots;
+  /// Whether the batch row's slot is live (loadBatchSlot).
+  Value live;
   Value lane, warp, rowId, missedBefore, slot, iteration, warmup, p, n;
   /// The cache record's fields, loaded before the hinted prefetch.
   SmallVector<Value, 4> cached;
@@ -191,7 +193,7 @@ LaunchShape PredictKernel::build() {
   if (cache && !next)
     skipPredicted();
   if (next)
-    recordNext(record, atBase);
+    kb.ifThen(live, [&] { recordNext(record, atBase); });
   Value rowBlocks = rowBlocksOf(), firstBlock = firstBlockOf();
   Value active = kb.andI(ok, kb.cmp(CmpIPredicate::slt, firstBlock, rowBlocks));
   kb.ifThen(active, [&] { poolCtaBlocks(firstBlock, rowBlocks); });
@@ -205,19 +207,21 @@ LaunchShape PredictKernel::build() {
 /// and the hints (when hinted) are optional.
 void PredictKernel::declareKernel() {
   Type ptr = kb.ptrT(Global);
-  func = beginKernel(
-      b, loc, module, spec.name + (next ? "_predict_next" : "_predict"),
-      SmallVector<Type>(hinted  ? 9
-                        : cache ? 8
-                                : 7,
-                        ptr),
-      threads);
+  SmallVector<Type> params(hinted  ? 9
+                           : cache ? 8
+                                   : 7,
+                           ptr);
+  params.push_back(kb.i32T());
+  func = beginKernel(b, loc, module,
+                     spec.name + (next ? "_predict_next" : "_predict"), params,
+                     threads);
   positions = func.getArgument(0), lengths = func.getArgument(1);
   slots = func.getArgument(2), vState = func.getArgument(3);
   dState = func.getArgument(4), itState = func.getArgument(5);
   predAt = cache ? func.getArgument(6) : Value();
   keysOut = func.getArgument(cache ? 7 : 6);
   hints = hinted ? func.getArgument(8) : Value();
+  numSlots = func.getArguments().back();
 }
 
 /// The row's step (one token further for the next step), its state and
@@ -232,7 +236,12 @@ void PredictKernel::loadRow() {
       hinted ? kb.cmp(CmpIPredicate::ne, kb.loadVolatileAt(i32, hints, rowId),
                       kb.i32(0))
              : Value();
-  slot = kb.loadAt(i32, slots, request, true);
+  BatchSlot batchSlot = loadBatchSlotBeforeWait(
+      kb, b, func, slots,
+      [&] { return kb.divU(kb.blockIdY(), kb.i32(spec.rows)); }, numSlots,
+      spec.batch);
+  slot = batchSlot.slot;
+  live = batchSlot.live;
   iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   p = kb.loadAt(i32, positions, rowId, true);
@@ -247,7 +256,7 @@ void PredictKernel::loadRow() {
     n = kb.add(n, kb.i32(1));
   }
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
-  ok = kb.andI(checks.lengthOk, checks.positionOk);
+  ok = kb.andI(live, kb.andI(checks.lengthOk, checks.positionOk));
 }
 
 /// The row's blocks.
@@ -397,9 +406,11 @@ private:
   gpu::GPUFuncOp func;
   Value positions, lengths, requestIds, slots, vState, dState, itState;
   Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
-  Value sparsityOut, errors, layerParam;
+  Value sparsityOut, errors, layerParam, obsRows, numSlots;
   Value tid, lane, warp;
   Value request, slot, iteration, requestId, firstP, firstN;
+  /// The batch row's slot checks (loadBatchSlot).
+  BatchSlot batchSlot;
   /// Whether the request is in its warm-up step, its rows' offset in V and
   /// D, and the exploration hash of its rows without the block.
   Value warmup, stateBase, base;
@@ -409,6 +420,8 @@ private:
   int64_t run = 0;
   Value first, total;
   SmallVector<Value> bits;
+  /// Whether the row is stepped at all (its slot, its commit).
+  Value rowLive;
 };
 
 /// Builds the kernel, phase after phase (the rows one after the other,
@@ -418,10 +431,20 @@ LaunchShape SelectKernel::build() {
   declareKernel();
   tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
   loadBeforeWait();
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+            [&] { recordSlotError(kb, errors, batchSlot, request); });
+  // A request whose buffered MTP rows are still there had its commit
+  // refused (a bad accepted count, reported by the commit kernel): it is
+  // skipped, so that its buffer and state stay as they were.
+  Value live = batchSlot.live;
+  if (obsRows)
+    live = kb.andI(live, kb.cmp(CmpIPredicate::sle,
+                                kb.loadAt(i32, obsRows, slot), kb.i32(0)));
+  rowLive = live;
   hashRequest();
   allocateShared();
   Value requestOk = kb.forLoopWith(
-      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {kb.i1(true)},
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live},
       [&](Value r, ValueRange okIn) -> SmallVector<Value> {
         return {kb.andI(okIn[0], selectRow(r))};
       })[0];
@@ -446,7 +469,10 @@ void SelectKernel::declareKernel() {
     params.push_back(ptr);
   if (spec.reportSparsity)
     params.push_back(ptr);
+  if (spec.committed)
+    params.push_back(ptr);
   params.push_back(ptr);
+  params.push_back(kb.i32T());
   if (spec.layerParameter)
     params.push_back(kb.i32T());
   func = beginKernel(b, loc, module, spec.name, params, threads);
@@ -469,7 +495,9 @@ void SelectKernel::declareKernel() {
   precomputed = spec.precomputed ? func.getArgument(a++) : Value();
   predAt = spec.predictionCache ? func.getArgument(a++) : Value();
   sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
+  obsRows = spec.committed ? func.getArgument(a++) : Value();
   errors = func.getArgument(a++);
+  numSlots = func.getArgument(a++);
   layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
 }
 
@@ -481,7 +509,8 @@ void SelectKernel::loadBeforeWait() {
   OpBuilder::InsertionGuard beforeWait(b);
   setInsertionBeforeGridWait(b, func);
   request = kb.blockIdX();
-  slot = kb.loadAt(i32, slots, request, true);
+  batchSlot = loadBatchSlot(kb, slots, request, numSlots, spec.batch);
+  slot = batchSlot.slot;
   requestId = kb.loadAt(i64, requestIds, request, true);
   if (spec.rows == 1) {
     firstP = kb.loadAt(i32, positions, request, true);
@@ -543,7 +572,7 @@ Value SelectKernel::selectRow(Value r) {
   Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
   RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
   Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+  kb.ifThen(kb.andI(rowLive, kb.cmp(CmpIPredicate::eq, tid, kb.i32(0))), [&] {
     kb.ifThen(kb.not1(lengthOk), [&] {
       recordError(kb, errors, ErrorBadLength, n, request, r);
     });
@@ -552,7 +581,7 @@ Value SelectKernel::selectRow(Value r) {
     });
   });
   Value ok = kb.andI(lengthOk, positionOk);
-  Value used = ok;
+  Value used = kb.andI(ok, rowLive);
   if (spec.rowZeroOnly)
     used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
                                                kb.i32(0))));
@@ -800,7 +829,8 @@ void SelectKernel::writeList(Value requestOk) {
   }
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
     kb.storeAt(total, countsOut, request);
-    kb.storeAt(kb.i32(0), skipOut, request);
+    // The EMA update and the MTP buffering skip a rejected request.
+    kb.storeAt(kb.select(requestOk, kb.i32(0), kb.i32(1)), skipOut, request);
   });
 }
 
@@ -810,6 +840,7 @@ void SelectKernel::reportSparsity() {
   for (int64_t r = 0; r < spec.rows; ++r) {
     Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
     Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+    n = kb.select(rowLive, n, kb.i32(0)); // a padding row reports 0
     Value rowBlocks = kb.minS(
         kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
         kb.i32(MB));

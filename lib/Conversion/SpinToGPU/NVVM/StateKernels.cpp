@@ -198,6 +198,7 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
   SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
+  params.push_back(i32);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -205,10 +206,15 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4), predAt = func.getArgument(5);
   Value obsRows = spec.observations ? func.getArgument(6) : Value();
+  Value numSlots = func.getArguments().back();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
-  kb.ifThen(kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0)), [&] {
-    Value slot = kb.loadAt(i32, slots, request, true);
+  BatchSlot batchSlot = loadBatchSlotBeforeWait(
+      kb, b, func, slots, [&] { return kb.blockIdY(); }, numSlots, spec.batch);
+  Value slot = batchSlot.slot;
+  kb.ifThen(kb.andI(batchSlot.live,
+                    kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0))),
+            [&] {
     Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
                          kb.threadIdX());

@@ -224,6 +224,28 @@ public:
              const std::map<std::string, DeviceTensorRef> &outputs,
              const std::vector<int64_t> &requestIds, cuda::CUstream stream);
 
+  /// A step whose batch is described by device tensors only
+  /// (docs/GPU-ABI.md, "Device batches"): `inputs` holds, besides the
+  /// graph inputs, "positions" and "request_ids", the i32 [B] "slots"
+  /// (each row's state slot in `pool`, chosen by the caller; -1 marks a
+  /// padding row, which no kernel reads state for or writes, and whose
+  /// top-K row is -1), for programs that commit MTP rows the i32 [B]
+  /// "accepted" (the drafts accepted at each row's previous step, replayed
+  /// into the state at this one) and optionally "reset" (i1/i8 [B]: start
+  /// the row's slot afresh before the step). The host reads none of them:
+  /// a CUDA graph captured from such a step replays correctly for whatever
+  /// they hold at each replay, with no staging and no host work. The
+  /// kernels check them and skip a bad row, recording it in the error
+  /// record that `check` reads: a slot outside [0, slots) other than -1,
+  /// a slot an earlier row of the batch has, an accepted count outside
+  /// [0, buffered rows). The first such step hands `pool` to device
+  /// batches for good (GpuStatePool::useDeviceBatches), and fails if it
+  /// has admitted requests.
+  Status runBatch(GpuStatePool &pool,
+                  const std::map<std::string, DeviceTensorRef> &inputs,
+                  const std::map<std::string, DeviceTensorRef> &outputs,
+                  cuda::CUstream stream);
+
   /// A step of a stateless (dense) program, which takes no state pool.
   Status run(const std::map<std::string, DeviceTensorRef> &inputs,
              const std::map<std::string, DeviceTensorRef> &outputs,
@@ -281,7 +303,8 @@ private:
   Status issue(GpuStatePool *pool,
                const std::map<std::string, DeviceTensorRef> &inputs,
                const std::map<std::string, DeviceTensorRef> &outputs,
-               const std::vector<int64_t> &requestIds, cuda::CUstream stream);
+               const std::vector<int64_t> &requestIds, cuda::CUstream stream,
+               bool deviceBatch = false);
   /// The parts of `issue` (GpuProgram.cpp says what each does).
   Status bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
                        const std::map<std::string, DeviceTensorRef> &outputs,

@@ -24,6 +24,7 @@
 #include "spin/Runtime/StatePool.h"
 #include "spin/Runtime/Status.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -116,6 +117,15 @@ public:
   bool contains(int64_t requestId) const { return host->contains(requestId); }
   int64_t liveRequests() const { return host->liveRequests(); }
 
+  /// Hands the pool's slots to the caller for device batches
+  /// (GpuProgram::runBatch, docs/GPU-ABI.md "Device batches"): from then
+  /// on the caller picks each batch row's slot and resets slots through the
+  /// step's reset flags, and `acquire` is refused, since an admitted
+  /// request could share a slot with a row of the caller's. Fails while
+  /// requests are admitted. Calling it again is a no-op.
+  Status useDeviceBatches();
+  bool servesDeviceBatches() const { return deviceBatches; }
+
   //===--------------------------------------------------------------------===//
   // MTP bookkeeping (StatePool's, from the host's record of buffered rows)
   //===--------------------------------------------------------------------===//
@@ -193,6 +203,8 @@ private:
   std::vector<cuda::CUstream> lastStream;
   std::vector<cuda::CUevent> slotEvents;
   std::vector<bool> released;
+  /// Set by useDeviceBatches (under streamsMutex, as acquire's check).
+  std::atomic<bool> deviceBatches{false};
 };
 
 } // namespace spin::runtime

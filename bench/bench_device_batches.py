@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+#===- bench/bench_device_batches.py - graph replays of changing batches ----===#
+#
+# What a serving engine's decode loop costs with spin's SPIN step captured
+# in one CUDA graph, side by side in one run on one GPU:
+#
+#   same requests   today's step (request ids, slots staged at capture):
+#                   one graph replayed for the same requests in the same
+#                   batch rows, which is all such a graph can do;
+#   device batch    the step of docs/GPU-ABI.md "Device batches" (slots,
+#                   reset flags in device tensors): one graph replayed while
+#                   the requests move between batch rows at every replay.
+#
+# Both decode: before every replay the rows grow by one slot (lengths and
+# positions written into the graphs' input tensors, outside the timed
+# span), and the device batch's rows are shuffled (block-table rows,
+# request ids and slots move with their request). Timed per replay with
+# CUDA events around the replay alone; medians over the replays.
+# Configuration: fp8 keys with f32 scales, bf16 queries, H = 64, Dh = 128,
+# 64-slot pages and blocks, K = 2048, rho = 0.5, explore 0, R = 1,
+# B x N in {16, 96} x 128K (the serving shapes of issue 26).
+#
+#   bench/bench_device_batches.py --build DIR     on the build machine
+#                                                 (compiles 4 programs)
+#       [--baseline-compiler PATH]                also the same-request step
+#                                                 compiled by another
+#                                                 spin-compile (timed as
+#                                                 "baseline": what a change
+#                                                 to the kernels costs)
+#   bench/bench_device_batches.py --run DIR       on the GPU machine
+#
+#===----------------------------------------------------------------------===#
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H, DH, PAGE, BLOCK, K, RHO = 64, 128, 64, 64, 2048, 0.5
+SHAPES = ((16, 131072), (96, 131072))
+OPTIONS = {"sparsity": RHO, "block-size": BLOCK, "explore": 0.0, "seed": 1,
+           "pooling": "max"}
+
+
+def import_spin():
+    build = os.environ.get("SPIN_BUILD_DIR", os.path.join(ROOT, "build"))
+    sys.path.insert(0, os.path.join(build, "python"))
+    import spin
+    return spin
+
+
+MODES = ("baseline", "same", "device")
+
+
+def name_of(batch, slots, mode):
+    return f"b{batch}-n{slots // 1024}k-{mode}"
+
+
+def build(out, baseline_compiler=None):
+    spin = import_spin()
+    os.makedirs(out, exist_ok=True)
+    for batch, slots in SHAPES:
+        graph = spin._spin.build_indexer_graph(
+            heads=H, head_dim=DH, rows=1, topk=K, page_size=PAGE,
+            max_pages=slots // PAGE, key_format="fp8", layer=0, batch=batch,
+            query_format="")
+        for mode in ("same", "device"):
+            options = dict(OPTIONS, **({"reset-input": True} if mode == "device" else {}))
+            t = time.time()
+            spin.compile_artifact(graph, spin._INDEXER_FUNCTION,
+                                  os.path.join(out, name_of(batch, slots, mode)),
+                                  options, ["sm_90a"], sm_count=132)
+            print(f"{name_of(batch, slots, mode)}: {time.time() - t:.1f} s", flush=True)
+        if baseline_compiler:
+            source = os.path.join(out, name_of(batch, slots, "baseline") + ".mlir")
+            with open(source, "w") as f:
+                f.write(graph)
+            sparsify = " ".join(f"{k}={v}" for k, v in OPTIONS.items())
+            subprocess.run([baseline_compiler, source, f"--sparsify={sparsify}",
+                            "--target=sm_90a", "--sm-count=132",
+                            "-o", os.path.join(out, name_of(batch, slots, "baseline"))],
+                           check=True)
+
+
+def run(artifacts, out, replays, seed):
+    import torch
+    spin = import_spin()
+    torch.manual_seed(seed)
+    dev = torch.device("cuda")
+    results = []
+    for batch, slots in SHAPES:
+        pages_per_row = slots // PAGE
+        pages = batch * pages_per_row
+        keys = torch.randint(0, 256, (pages, PAGE, DH), dtype=torch.uint8, device=dev)
+        # Finite fp8 e4m3 values only (0x7f / 0xff are NaN).
+        keys[(keys & 0x7F) == 0x7F] = 0
+        keys = keys.view(torch.float8_e4m3fn)
+        scales = torch.rand((pages, PAGE), device=dev) + 0.5
+        tables = torch.randperm(pages, device=dev, dtype=torch.int32).view(batch, pages_per_row)
+        start = slots - replays - 64
+        base = {"q": (torch.randn((batch, 1, H, DH), device=dev) / 4).to(torch.bfloat16),
+                "w": torch.randn((batch, 1, H), device=dev),
+                "keys": keys, "scales": scales}
+        row = {"block_table": tables.clone(),
+               "lengths": torch.full((batch, 1), start, dtype=torch.int32, device=dev),
+               "positions": torch.full((batch, 1), start - 1, dtype=torch.int32, device=dev),
+               "request_ids": torch.arange(batch, dtype=torch.int64, device=dev) + 100}
+        for mode in MODES:
+            device_batch = mode == "device"
+            name = name_of(batch, slots, mode)
+            if not os.path.isdir(os.path.join(artifacts, name)):
+                continue
+            program = spin.load(os.path.join(artifacts, name), "cuda")
+            state = program.new_state(slots=batch)
+            inputs = dict(base, **{k: v.clone() for k, v in row.items()})
+            outputs = {"topk": torch.empty((batch, 1, K), dtype=torch.int32, device=dev)}
+            ids = list(range(100, 100 + batch))
+            if device_batch:
+                inputs["slots"] = torch.arange(batch, dtype=torch.int32, device=dev)
+                inputs["reset"] = torch.ones(batch, dtype=torch.bool, device=dev)
+
+                def step():
+                    program.run_batch(inputs, state, outputs=outputs)
+            else:
+                for r in ids:
+                    state.add(r)
+
+                def step():
+                    program(inputs, state, request_ids=ids, outputs=outputs)
+            # Warm-up, then the sparse steps, then capture.
+            for i in range(3):
+                step()
+                if device_batch:
+                    inputs["reset"].zero_()
+                inputs["lengths"] += 1
+                inputs["positions"] += 1
+            torch.cuda.synchronize()
+            program.reserve_captured_steps(1)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            torch.cuda.synchronize()
+            # Per replay: the rows' new lengths (and, for device batches, a
+            # new order of the requests over the batch rows), written before
+            # the timed span.
+            perms = [torch.randperm(batch, device=dev) for _ in range(replays)] \
+                if device_batch else None
+            lengths = inputs["lengths"].clone()
+            events = [(torch.cuda.Event(enable_timing=True),
+                       torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+            for i in range(replays):
+                lengths += 1
+                if device_batch:
+                    p = perms[i]
+                    inputs["slots"].copy_(p.to(torch.int32))
+                    inputs["block_table"].copy_(tables[p])
+                    inputs["request_ids"].copy_(p + 100)
+                    inputs["lengths"].copy_(lengths[p])
+                    inputs["positions"].copy_(lengths[p] - 1)
+                else:
+                    inputs["lengths"].copy_(lengths)
+                    inputs["positions"].copy_(lengths - 1)
+                events[i][0].record()
+                graph.replay()
+                events[i][1].record()
+            torch.cuda.synchronize()
+            program.check()
+            times = [a.elapsed_time(b) * 1000.0 for a, b in events[5:]]
+            med = statistics.median(times)
+            results.append({"name": name, "batch": batch, "slots": slots,
+                            "mode": mode, "replays": len(times),
+                            "median_us": med, "min_us": min(times),
+                            "p90_us": sorted(times)[int(0.9 * len(times))]})
+            print(f"{name}: median {med:.1f} us, min {min(times):.1f}, "
+                  f"p90 {results[-1]['p90_us']:.1f} over {len(times)} replays", flush=True)
+            del graph, state, program
+            torch.cuda.synchronize()
+    print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
+          "device batch, changing rows, us | device / same |")
+    print("|---|---|---|---|---|")
+    for batch, slots in SHAPES:
+        got = {r["mode"]: r["median_us"] for r in results if r["batch"] == batch}
+        cells = [f"{got[m]:.1f}" if m in got else "not measured" for m in MODES]
+        ratio = (f"{got['device'] / got['same']:.3f}"
+                 if "device" in got and "same" in got else "-")
+        print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {ratio} |")
+    with open(os.path.join(out, "device_batches.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "replays": replays,
+                   "seed": seed, "results": results}, f, indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--build", metavar="DIR")
+    p.add_argument("--baseline-compiler", metavar="PATH",
+                   help="with --build: a spin-compile to build the baseline with")
+    p.add_argument("--run", metavar="DIR")
+    p.add_argument("--out", default=os.environ.get("OUT") or ".")
+    p.add_argument("--replays", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if a.build:
+        build(a.build, a.baseline_compiler)
+    if a.run:
+        run(a.run, a.out, a.replays, a.seed)
+    if not a.build and not a.run:
+        p.error("give --build DIR or --run DIR")
+
+
+if __name__ == "__main__":
+    main()
