@@ -34,6 +34,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -331,9 +332,13 @@ Status CpuExecutable::jit(ModuleOp module, const std::string &function,
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
   });
+  // The options hold a function_ref: the std::function it refers to must
+  // outlive ExecutionEngine::create (a temporary would dangle).
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = makeOptimizingTransformer(
-      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.transformer = optimize;
   auto engine = ExecutionEngine::create(module, engineOptions);
   if (!engine)
     return Status::error("JIT compilation failed: " +

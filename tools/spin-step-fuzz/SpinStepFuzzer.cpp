@@ -138,7 +138,9 @@ void step(const Program &prog, rt::StatePool &pool, Bytes &in) {
   const int64_t B = in.u8() % (kMaxBatch + 1);
   const int64_t R = prog.config.rows, H = kHeads, D = kHeadDim, S = kPageSize;
   const int64_t P = in.u8() % 9, MB = kMaxPages;
-  const uint8_t bad = in.u8() < 200 ? 0 : in.u8() & 127;
+  // Flag 16 drops the scales, which only fp8 programs take.
+  const uint8_t bad = (in.u8() < 200 ? 0 : in.u8() & 127) &
+                      static_cast<uint8_t>(prog.fp8 ? 127 : 127 & ~16);
   std::vector<int64_t> ids(B);
   for (int64_t &id : ids)
     id = in.u8() % 7;
