@@ -30,16 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gpu_check  # noqa: E402  (encodings of the GPU check)
 
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
+from cuda_test_support import (  # noqa: E402
+    cuda, needs_compiler, needs_cuda, to_device as _device, torch)
 
-HAVE_CUDA = torch is not None and torch.cuda.is_available()
-cuda = pytest.mark.cuda
-needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="torch.cuda.is_available() is False")
-needs_compiler = pytest.mark.skipif(not spin.has_compiler,
-                                    reason="spin built without the compiler")
+needs_compiler = needs_compiler(spin)
 
 
 #===------------------------------------------------------------------------===#
@@ -89,17 +83,6 @@ def test_graph_of_the_cases_is_an_indexer_with_reset_flags():
 #===------------------------------------------------------------------------===#
 # On a GPU
 #===------------------------------------------------------------------------===#
-
-def _device(array, fmt=None):
-    a = np.ascontiguousarray(array)
-    if fmt == "bf16":
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    elif fmt == "fp8" and hasattr(torch, "float8_e4m3fn"):
-        t = torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn)
-    else:
-        t = torch.from_numpy(a)
-    return t.cuda()
-
 
 class Serving:
     """A case's programs (one per layer) with one state pool whose slots

@@ -34,16 +34,10 @@ from cuda_indexer_cases import CASES, EXAMPLE, ROOT, load_example, make_indexer 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gpu_check  # noqa: E402  (the GPU check's fp8 encoding and tolerances)
 
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
+from cuda_test_support import (  # noqa: E402
+    HAVE_CUDA, cuda, needs_compiler, needs_cuda, to_device, torch)
 
-HAVE_CUDA = torch is not None and torch.cuda.is_available()
-cuda = pytest.mark.cuda
-needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="torch.cuda.is_available() is False")
-needs_compiler = pytest.mark.skipif(not spin.has_compiler,
-                                    reason="spin built without the compiler")
+needs_compiler = needs_compiler(spin)
 
 SMALL = dict(heads=8, head_dim=64, page_size=64, block_size=64, topk=16, sparsity=0.5)
 
@@ -429,16 +423,7 @@ class Lockstep:
         self.requests = {}  # request -> [table, length, position gap]
         self.accepted = {}  # request -> its last commit (MTP)
 
-    @staticmethod
-    def _device(array, fmt=None):
-        a = np.ascontiguousarray(array)
-        if fmt == "bf16":
-            t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-        elif fmt == "fp8" and hasattr(torch, "float8_e4m3fn"):
-            t = torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn)
-        else:
-            t = torch.from_numpy(a)
-        return t.cuda()
+    _device = staticmethod(to_device)
 
     def add(self, request, length, gap=0):
         table = self.rng.permutation(self.pages)[:self.MB].astype(np.int32)
