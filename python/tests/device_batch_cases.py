@@ -13,15 +13,24 @@ import os
 # layers (one program per layer).
 CASES = {
     # One row a step: the prediction cache, its next-step prediction and
-    # exploration.
+    # exploration; the predict kernel applies the reset flags.
     "spin-bf16": dict(
         graph=dict(heads=8, head_dim=64, rows=1, topk=32, page_size=64,
                    max_pages=8, key_format="bf16"),
         options={"sparsity": 0.5, "block-size": 16, "explore": 0.25, "seed": 7,
                  "pooling": "max"},
         batch=4, layers=1),
+    # MTP (2 rows) with max pooling: the predict kernel applies the reset
+    # flags, after commits that leave the rows it resets alone.
+    "mtp-bf16-max": dict(
+        graph=dict(heads=8, head_dim=64, rows=2, topk=16, page_size=64,
+                   max_pages=8, key_format="bf16"),
+        options={"sparsity": 0.5, "block-size": 16, "explore": 0.1, "seed": 3,
+                 "pooling": "max"},
+        batch=3, layers=1),
     # MTP (3 rows): commits of the accepted counts on the device, the union
-    # mask, two layers stepped by two programs.
+    # mask, two layers stepped by two programs; mean pooling (no predict
+    # kernel), so a reset kernel runs first.
     "mtp-fp8-two-layers": dict(
         graph=dict(heads=16, head_dim=64, rows=3, topk=32, page_size=64,
                    max_pages=10, key_format="fp8"),

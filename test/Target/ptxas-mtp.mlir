@@ -14,7 +14,7 @@
 // single-row EMA update and the CPU path.
 
 // LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
-// PTX: .entry spin_reset_0
+// PTX-NOT: .entry spin_reset_0
 // PTX: .entry spin_commit_1(
 // PTX-NOT: fma.rn.f32
 // PTX: mul.rn.f32

@@ -25,7 +25,9 @@
 
 // LOG: spin-compile: wrote {{.*}}manifest.json and 3 PTX module(s)
 // PTX: .target sm_90a
-// PTX: .entry spin_reset_0
+// The predict kernel applies the reset flags (no reset kernel with max
+// pooling); the kernel of the first launch is a model of all of them.
+// PTX: .entry spin_select_1_predict(
 // PTX: griddepcontrol.wait;
 // PTX-NEXT: // end inline asm
 // PTX-NEXT: // begin inline asm
@@ -52,18 +54,13 @@
 // cache's record after the predict kernel (which writes block scores only);
 // the scoring kernel the row's length and
 // queries; the top-K the selected-block count (the select kernel's, two
-// launches back). The reset and predict kernels load only the batch's slots
-// there (read-only loads: their row's slot, and the earlier rows' to find a
+// launches back). The predict kernel loads only the batch's slots there
+// (read-only loads: its row's slot, and the earlier rows' to find a
 // repeated one), the update kernel nothing.
 // The sparse scoring kernel also stages the queries in shared memory there
 // (with the bf16 queries' prescale, then wgmma's B layout and its proxy
 // fence), loads its head weights and prefetches its request's block-table
 // row into L2.
-// WAIT-LABEL: .entry spin_reset_0(
-// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
-// WAIT: ld.global.nc.b32
-// WAIT-NOT: ld.global.{{[bfsu][0-9]}}
-// WAIT: griddepcontrol.wait
 // WAIT-LABEL: .entry spin_select_1_predict(
 // WAIT-NOT: ld.global.{{[bfsu][0-9]}}
 // WAIT: ld.global.nc.b32

@@ -258,6 +258,7 @@ private:
   LogicalResult lower(FusedScoreOp op);
   LogicalResult lower(EmaUpdateOp op);
   LogicalResult lower(ResetOp op);
+  bool resetFusesIntoPredict(ResetOp op);
   LogicalResult lower(BlockSparsityOp op);
   LogicalResult lower(ObserveOp op);
   LogicalResult lower(CommitOp op);
@@ -339,6 +340,10 @@ private:
   std::map<int64_t, Buffer> slotCounts;
   /// Layers whose buffered MTP rows the step commits (spin.commit).
   std::set<int64_t> committedLayers;
+  /// Per layer: reset flags that the layer's predict kernel applies
+  /// (SelectKernelSpec::fusedReset), set by the spin.reset, consumed by
+  /// the spin.fused_select.
+  std::map<int64_t, Buffer> fusedResets;
   SmallVector<Launch, 0> launches;
   int64_t events = 0;
 };
@@ -633,6 +638,12 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
   SmallVector<Buffer> operands = predictOperands;
   if (spec.prefetchOnMiss)
     operands.push_back(addScratch(spec.name + "_hint", spec.batch * 4));
+  if (spec.fusedReset) {
+    operands.append({fusedResets.at(spec.layer),
+                     predictionOf(op.getState()).first});
+    if (spec.resetObservations)
+      operands.push_back(observationsOf(op, op.getState()).rows);
+  }
   operands.push_back(slotCountOf(op, op.getState()));
   launch(spec.name + "_predict", predict, operands, op);
   if (spec.predictionCache) {
@@ -668,6 +679,11 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     return failure();
   auto [v, d, it] = stateOf(op, op.getState());
   spec.committed = committedLayers.count(spec.layer) > 0;
+  if (fusedResets.count(spec.layer)) {
+    assert(canPredictByMax(spec) && "lower(ResetOp) fuses only these");
+    spec.fusedReset = true;
+    spec.resetObservations = bufferingLayers.count(spec.layer) > 0;
+  }
   MaskBuffers mask = selectMaskBuffers(spec);
   std::optional<Buffer> predicted;
   if (canPredictByMax(spec))
@@ -688,6 +704,10 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     operands.push_back(**sparsity);
   if (spec.committed)
     operands.push_back(observationsOf(op, op.getState()).rows);
+  if (spec.fusedReset) {
+    operands.push_back(fusedResets.at(spec.layer));
+    fusedResets.erase(spec.layer);
+  }
   operands.append({*errors, slotCountOf(op, op.getState())});
   Launch &select = launch(spec.name, shape, operands, op);
   if (spec.layerParameter)
@@ -895,9 +915,38 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
     operands.push_back(observationsOf(op, op.getState()).rows);
   }
   operands.push_back(slotCountOf(op, op.getState()));
+  // Where the layer's selection has a predict kernel, that kernel applies
+  // the flags (docs/GPU-ABI.md, "Device batches"): one launch fewer a step.
+  if (resetFusesIntoPredict(op)) {
+    fusedResets[layer] = *flags;
+    return success();
+  }
   LaunchShape shape = buildResetKernel(b, op.getLoc(), kernels, spec);
   launch(spec.name, shape, operands, op);
   return success();
+}
+
+/// Whether the first spin.fused_select of `op`'s layer after it predicts
+/// its block scores by max pooling (a predict kernel, which can apply the
+/// reset; canPredictByMax).
+bool PlanBuilder::resetFusesIntoPredict(ResetOp op) {
+  int64_t layer = cast<StateType>(op.getState().getType()).getLayer();
+  // The selection may sit in an async.execute (spin-schedule-async).
+  FusedSelectOp select;
+  for (Operation *next = op->getNextNode(); next && !select;
+       next = next->getNextNode())
+    next->walk([&](FusedSelectOp candidate) {
+      if (!select &&
+          cast<StateType>(candidate.getState().getType()).getLayer() == layer)
+        select = candidate;
+    });
+  if (!select)
+    return false;
+  // (A selection the GPU path does not support fails its own lowering.)
+  PoolingKind pooling =
+      select.getPooling() ? *select.getPooling() : PoolingKind::max;
+  int64_t bs = static_cast<int64_t>(select.getBlockSize());
+  return pooling == PoolingKind::max && (bs % 32 == 0 || 32 % bs == 0);
 }
 
 //===----------------------------------------------------------------------===//
@@ -992,17 +1041,25 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   spec.rowZeroOnly = op.getMtpUpdate() == MtpUpdate::row0;
   spec.ctasPerRequest =
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
+  auto pendingReset = fusedResets.find(layer);
+  spec.resetAfter = pendingReset != fusedResets.end();
   auto [v, d, it] = stateOf(op, op.getState());
   ObservationFields obs = observationsOf(op, op.getState());
   CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
+  SmallVector<Buffer> replay = {*accepted, *slots,   v,        d,
+                                obs.rows,  obs.pos,  obs.len,  obs.mask,
+                                obs.z,     *errors};
+  SmallVector<Buffer> finish = {*slots, it, obs.rows, *accepted};
+  if (spec.resetAfter) {
+    replay.push_back(pendingReset->second);
+    finish.push_back(pendingReset->second);
+  }
+  replay.push_back(slotCountOf(op, op.getState()));
+  finish.push_back(slotCountOf(op, op.getState()));
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
-  launch(spec.name, shapes.replay,
-         {*accepted, *slots, v, d, obs.rows, obs.pos, obs.len, obs.mask, obs.z,
-          *errors, slotCountOf(op, op.getState())},
-         op);
-  launch(spec.name + "_finish", shapes.finish,
-         {*slots, it, obs.rows, *accepted, slotCountOf(op, op.getState())}, op);
+  launch(spec.name, shapes.replay, replay, op);
+  launch(spec.name + "_finish", shapes.finish, finish, op);
   committedLayers.insert(layer);
   return success();
 }

@@ -2,9 +2,10 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 schedule-async=false mtp-mask=row0 mtp-update=row0" --convert-spin-to-gpu | FileCheck %s --check-prefix=FUSED
 
 // An MTP verification step (3 query rows) after spin-sparsify-pipeline
-// becomes: the reset (which also drops buffered rows), the replay of the
-// previous step's accepted rows and its finish (it += 1, obs_rows = 0)
-// before the selection that reads the committed state, the selection over
+// becomes: the replay of the previous step's accepted rows and its finish
+// (it += 1, obs_rows = 0), which leave the rows the step resets alone, the
+// prediction, which applies the reset flags (V, D, it, the record, and the
+// buffered rows dropped: no reset launch), the selection over
 // every row (their union), sparse scoring of all rows recording event 0,
 // each row's top-K on the caller's stream, and the buffering of the rows on
 // the side stream after event 0. The plan takes the accepted counts and
@@ -32,10 +33,10 @@
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 3, 8]}
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 3]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
-// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0 {{.*}} args(%[[RESET]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>, %[[NSLOTS:arg[0-9]+]] : i32)
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[ACC]] : {{.*}}, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict
+// CHECK-NOT: @spin_reset_0
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[RESET]] : !llvm.ptr<1>, %[[NSLOTS:arg[0-9]+]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[ACC]] : {{.*}}, %[[RESET]] : {{.*}}, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict {{.*}} args({{.*}}, %[[RESET]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>, %[[NSLOTS]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks
 // The sparse scoring grid is (rows, CTAs per row): launch order takes the
 // rows' first CTAs, which have entries, before their later ones. (bf16
@@ -49,24 +50,24 @@
 // CHECK-NOT: spin.observe
 // Several rows select each into a row mask, merged into the request's.
 // CHECK: llvm.mlir.global internal @spin_select_2_row_mask()
-// The reset also clears the prediction cache's record (argument 5): four
-// zeros at the request's slot.
-// CHECK-LABEL: gpu.func @spin_reset_0(
-// CHECK: %[[AT0:.*]] = llvm.getelementptr %arg5[
-// CHECK-NEXT: llvm.store %{{.*}}, %[[AT0]] {{.*}} : i32, !llvm.ptr<1>
-// CHECK: %[[AT1:.*]] = llvm.getelementptr %arg5[
-// CHECK-NEXT: llvm.store %{{.*}}, %[[AT1]] {{.*}} : i32, !llvm.ptr<1>
-// CHECK: %[[AT2:.*]] = llvm.getelementptr %arg5[
-// CHECK-NEXT: llvm.store %{{.*}}, %[[AT2]] {{.*}} : i32, !llvm.ptr<1>
-// CHECK: %[[AT3:.*]] = llvm.getelementptr %arg5[
-// CHECK-NEXT: llvm.store %{{.*}}, %[[AT3]] {{.*}} : i32, !llvm.ptr<1>
-
 // CHECK-LABEL: gpu.func @spin_commit_1(
 // CHECK: nvvm.read.ptx.sreg.ctaid.y
 // The accepted count of the request (mtp-update=prefix) is read.
 // CHECK: llvm.getelementptr %arg0[
 // CHECK: gpu.return
 // CHECK-LABEL: gpu.func @spin_commit_1_finish(
+// The reset also clears the prediction cache's record (the predict
+// kernel's argument 8, pred_at): four zeros at the request's slot.
+// CHECK-LABEL: gpu.func @spin_select_2_predict(
+// CHECK: %[[AT0:.*]] = llvm.getelementptr %arg8[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT0]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT1:.*]] = llvm.getelementptr %arg8[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT1]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT2:.*]] = llvm.getelementptr %arg8[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT2]] {{.*}} : i32, !llvm.ptr<1>
+// CHECK: %[[AT3:.*]] = llvm.getelementptr %arg8[
+// CHECK-NEXT: llvm.store %{{.*}}, %[[AT3]] {{.*}} : i32, !llvm.ptr<1>
+
 // CHECK-LABEL: gpu.func @spin_observe_5(
 
 // Without spin-schedule-async the buffering is fused into the scoring op and

@@ -3,9 +3,10 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --spin-configure-gpu-kernels="sm-count=1" --convert-spin-to-gpu | FileCheck %s --check-prefix=NOHINT
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
-// scheduled asynchronously) becomes: reset, prediction and max pooling
-// (many CTAs per row, into the state's prediction cache, skipped where the
-// last step predicted this one), selection (and realized sparsity), sparse
+// scheduled asynchronously) becomes: prediction and max pooling (many CTAs
+// per row, into the state's prediction cache, skipped where the last step
+// predicted this one; the same kernel applies the reset flags, so there is
+// no reset launch), selection (and realized sparsity), sparse
 // tensor-core scoring that records event 0, sparse top-K on the caller's
 // stream (one launch: a cluster of CTAs per row), and on the side stream
 // after event 0 the EMA update, then the next step's prediction.
@@ -14,7 +15,7 @@
 // prefetches on a cache miss and takes the hint scratch as its last
 // argument; with more CTAs than SMs it does neither.
 // HINT: %[[HINT:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 8 : i64, spin.name = "spin_select_1_hint", spin.role = "scratch"}
-// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}}, %[[HINT]] : !llvm.ptr<1>, %{{.*}} : i32) {spin.record
+// HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}}, %[[HINT]] : !llvm.ptr<1>, {{.*}} : i32) {spin.record
 // HINT: gpu.launch_func @spin_kernels::@spin_select_1_predict_next
 // HINT-NOT: %[[HINT]]
 // HINT-SAME: {spin.record
@@ -35,19 +36,19 @@
 // CHECK-LABEL: func.func @layer(
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 1]}
 // CHECK-SAME: {spin.dtype = "i64", spin.name = "request_ids", spin.role = "request_ids", spin.shape = [2]}
-// CHECK-SAME: {spin.dtype = "i1", spin.name = "reset", spin.role = "reset", spin.shape = [2]}
+// CHECK-SAME: %[[RESET:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i1", spin.name = "reset", spin.role = "reset", spin.shape = [2]}
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "slots", spin.role = "slots", spin.shape = [-1]}
 // CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "v", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "f32", spin.layer = 0 : i64, spin.name = "d", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "i64", spin.layer = 0 : i64, spin.name = "it", spin.role = "state", spin.shape = [-1]}
-// CHECK-SAME: {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_at", spin.role = "state", spin.shape = [-1, 4]}
+// CHECK-SAME: %[[PREDAT:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_at", spin.role = "state", spin.shape = [-1, 4]}
 // CHECK-SAME: {spin.dtype = "i32", spin.layer = 0 : i64, spin.name = "pred_keys", spin.role = "state", spin.shape = [-1, -1]}
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 1, 8]}
 // CHECK-SAME: {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 1]}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
-// CHECK: gpu.launch_func @spin_kernels::@spin_reset_0
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in ({{.*}}) threads in (%c256
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024
+// CHECK-NOT: @spin_reset_0
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in ({{.*}}) threads in (%c256{{.*}}, %[[RESET]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %{{.*}} : i32)
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1 blocks in ({{.*}}) threads in (%c1024{{.*}}, %[[RESET]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}} {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}

@@ -205,6 +205,15 @@ struct SelectKernelSpec {
   /// `obs_rows` (before `errors`) and skips a request whose rows are still
   /// buffered (its commit was refused).
   bool committed = false;
+  /// The step's per-row reset flags are applied by `<name>_predict`
+  /// instead of a reset kernel (docs/GPU-ABI.md, "Device batches"): it
+  /// takes reset (i8), pred_at and, with `resetObservations`, obs_rows
+  /// (ptrs) before the slot count, zeroes a flagged row's V and D across
+  /// its CTAs, its `it`, record and buffered rows, and predicts nothing for
+  /// it (a warm-up). The select kernel then takes the flags too (before
+  /// `errors`) and counts such a row's iteration as 0.
+  bool fusedReset = false;
+  bool resetObservations = false;
   int64_t threads = 1024;
   /// Block scores come from buildPredictKernel (an extra parameter, the
   /// keys [batch * rows, maxBlocks], before `sparsity`).
@@ -280,7 +289,9 @@ LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
 
 /// Zeroes V and D, sets `it = 0` and clears the prediction cache's record
 /// (`pred_at`) for the requests whose reset flag is set (and drops their
-/// buffered MTP rows: `obs_rows = 0`). Parameters: reset (i8), slots, v, d,
+/// buffered MTP rows: `obs_rows = 0`). Only where the selection has no
+/// predict kernel, which applies the flags otherwise
+/// (SelectKernelSpec::fusedReset). Parameters: reset (i8), slots, v, d,
 /// it, pred_at, [obs_rows] (ptrs), the pool's slot count (i32). Grid:
 /// (ctasPerRequest, batch).
 struct ResetKernelSpec {
@@ -351,6 +362,10 @@ struct CommitKernelSpec {
   int64_t stateBlocks = 1; ///< entries of an obs_mask row: ceil(C / block)
   double decay = 0.5;
   bool rowZeroOnly = false; ///< `mtp_update = row0`
+  /// The reset flags are applied after the commit (by the predict kernel,
+  /// SelectKernelSpec::fusedReset): both launches take them (a ptr before
+  /// the slot count) and leave a flagged row alone.
+  bool resetAfter = false;
   int64_t threads = 256, ctasPerRequest = 1;
 };
 struct CommitLaunches {

@@ -162,7 +162,7 @@ private:
   // Parameters.
   gpu::GPUFuncOp func;
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
-  Value errors, numSlots;
+  Value errors, numSlots, resetFlags;
   // The request's values.
   Value request, slot64, count, rowBase, decay, keep, stateBase, maskBase, bsV;
   /// The replayed rows, read once per thread (those at or past `count`
@@ -179,8 +179,16 @@ LaunchShape CommitReplayKernel::build() {
   BatchSlot batchSlot = loadBatchSlotBeforeWait(
       kb, b, func, slots, [&] { return kb.blockIdY(); }, numSlots, spec.batch);
   slot64 = kb.extS64(batchSlot.slot);
+  // A row the step resets afterwards (SelectKernelSpec::fusedReset) drops
+  // its buffer instead: nothing to replay.
+  Value replays = batchSlot.live;
+  if (resetFlags)
+    replays = kb.andI(replays,
+                      kb.cmp(CmpIPredicate::eq,
+                             kb.loadAt(kb.i8T(), resetFlags, request, true),
+                             kb.constant(kb.i8T(), 0)));
   Value buffered = kb.select(
-      batchSlot.live,
+      replays,
       kb.minS(kb.loadAt(kb.i32T(), obsRows, batchSlot.slot), kb.i32(spec.rows)),
       kb.i32(0));
   // With mtp_update = row0 the count is not used, hence not checked.
@@ -209,7 +217,7 @@ LaunchShape CommitReplayKernel::build() {
 
 /// The kernel `spec.name` with its nine buffer parameters.
 void CommitReplayKernel::declareKernel() {
-  SmallVector<Type> params(10, kb.ptrT(Global));
+  SmallVector<Type> params(spec.resetAfter ? 11 : 10, kb.ptrT(Global));
   params.push_back(kb.i32T());
   func = beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
@@ -218,7 +226,9 @@ void CommitReplayKernel::declareKernel() {
   obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
   obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
   obsZ = func.getArgument(a++);
-  errors = func.getArgument(a++), numSlots = func.getArgument(a++);
+  errors = func.getArgument(a++);
+  resetFlags = spec.resetAfter ? func.getArgument(a++) : Value();
+  numSlots = func.getArgument(a++);
 }
 
 /// Replays rows 0..accepted of a request that has `buffered` rows: the
@@ -331,14 +341,15 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   KernelBuilder kb(b, loc, module);
   Type i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 128;
-  SmallVector<Type> params(4, kb.ptrT(Global));
+  SmallVector<Type> params(spec.resetAfter ? 5 : 4, kb.ptrT(Global));
   params.push_back(i32);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name + "_finish", params, threads);
   Value slots = func.getArgument(0), itState = func.getArgument(1);
   Value obsRows = func.getArgument(2), accepted = func.getArgument(3);
-  Value numSlots = func.getArgument(4);
+  Value resetFlags = spec.resetAfter ? func.getArgument(4) : Value();
+  Value numSlots = func.getArguments().back();
   Value request =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
   // Rows past the batch load row 0's slot (and do nothing with it).
@@ -353,8 +364,14 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
       numSlots, spec.batch, /*wholeWarp=*/false); // a row per thread
   kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
     Value slot = batchSlot.slot;
+    Value replays = batchSlot.live;
+    if (resetFlags)
+      replays = kb.andI(
+          replays, kb.cmp(CmpIPredicate::eq,
+                          kb.loadAt(kb.i8T(), resetFlags, request, true),
+                          kb.constant(kb.i8T(), 0)));
     Value buffered = kb.select(
-        batchSlot.live,
+        replays,
         kb.minS(kb.loadAt(i32, obsRows, slot), kb.i32(spec.rows)), kb.i32(0));
     Value acceptedOk =
         spec.rowZeroOnly

@@ -157,6 +157,7 @@ private:
   void prefetchMissedRow();
   void skipPredicted();
   void recordNext(Value record, Value atBase);
+  void resetRow();
   void poolCtaBlocks(Value firstBlock, Value rowBlocks);
 
   const bool next;
@@ -169,9 +170,10 @@ private:
 
   gpu::GPUFuncOp func;
   Value positions, lengths, slots, vState, dState, itState, predAt, keysOut;
-  Value hints, numSlots;
-  /// Whether the batch row's slot is live (loadBatchSlot).
-  Value live;
+  Value hints, numSlots, resetFlags, resetPredAt, resetObsRows;
+  /// Whether the batch row's slot is live (loadBatchSlot), and whether the
+  /// step resets it (SelectKernelSpec::fusedReset).
+  Value live, resetting;
   Value lane, warp, rowId, missedBefore, slot, iteration, warmup, p, n;
   /// The cache record's fields, loaded before the hinted prefetch.
   SmallVector<Value, 4> cached;
@@ -187,6 +189,10 @@ LaunchShape PredictKernel::build() {
   loadRow();
   if (hinted)
     prefetchMissedRow();
+  if (resetFlags) {
+    kb.ifThen(resetting, [&] { resetRow(); });
+    warmup = kb.orI(warmup, resetting); // nothing to predict
+  }
   ok = kb.andI(ok, kb.not1(warmup));
   Value record = kb.trunc32(iteration);
   Value atBase = kb.mul(slot, kb.i32(4));
@@ -207,10 +213,13 @@ LaunchShape PredictKernel::build() {
 /// and the hints (when hinted) are optional.
 void PredictKernel::declareKernel() {
   Type ptr = kb.ptrT(Global);
+  const bool resets = spec.fusedReset && !next;
   SmallVector<Type> params(hinted  ? 9
                            : cache ? 8
                                    : 7,
                            ptr);
+  if (resets)
+    params.append(spec.resetObservations ? 3 : 2, ptr);
   params.push_back(kb.i32T());
   func = beginKernel(b, loc, module,
                      spec.name + (next ? "_predict_next" : "_predict"), params,
@@ -221,6 +230,12 @@ void PredictKernel::declareKernel() {
   predAt = cache ? func.getArgument(6) : Value();
   keysOut = func.getArgument(cache ? 7 : 6);
   hints = hinted ? func.getArgument(8) : Value();
+  if (resets) {
+    unsigned a = hinted ? 9 : cache ? 8 : 7;
+    resetFlags = func.getArgument(a++);
+    resetPredAt = func.getArgument(a++);
+    resetObsRows = spec.resetObservations ? func.getArgument(a++) : Value();
+  }
   numSlots = func.getArguments().back();
 }
 
@@ -242,6 +257,11 @@ void PredictKernel::loadRow() {
       spec.batch);
   slot = batchSlot.slot;
   live = batchSlot.live;
+  if (resetFlags)
+    resetting = kb.andI(
+        live, kb.cmp(CmpIPredicate::ne,
+                     kb.loadAt(kb.i8T(), resetFlags, request, true),
+                     kb.constant(kb.i8T(), 0)));
   iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   p = kb.loadAt(i32, positions, rowId, true);
@@ -317,6 +337,33 @@ void PredictKernel::skipPredicted() {
                 kb.storeVolatileAt(kb.select(ok, kb.i32(1), kb.i32(0)), hints,
                                    rowId);
               });
+}
+
+/// A reset (SPIN_SPEC §2) of the row's slot, before anything of the step
+/// reads its state: V and D zeroed by all the row's CTAs together, then
+/// `it`, the prediction-cache record and the buffered MTP rows by thread 0
+/// of CTA 0. (Every CTA of a request's rows zeroes the same entries: MTP
+/// rows repeat the same stores.)
+void PredictKernel::resetRow() {
+  const int64_t ctas = (MB + range - 1) / range;
+  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+  kb.forLoop(start, kb.i32(spec.capacity), kb.i32(ctas * threads),
+             [&](Value i) {
+               Value at = kb.add(stateBase, kb.extS64(i));
+               kb.storeAt(kb.f32(0.0), vState, at);
+               kb.storeAt(kb.f32(0.0), dState, at);
+             });
+  kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                    kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+            [&] {
+              kb.storeAt(kb.i64(0), itState, slot);
+              for (int64_t f = 0; f < 4; ++f)
+                kb.storeAt(kb.i32(0), resetPredAt,
+                           kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
+              if (resetObsRows)
+                kb.storeAt(kb.i32(0), resetObsRows, slot);
+            });
 }
 
 /// The next step's record: for which step the cache holds scores (or
@@ -406,7 +453,7 @@ private:
   gpu::GPUFuncOp func;
   Value positions, lengths, requestIds, slots, vState, dState, itState;
   Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
-  Value sparsityOut, errors, layerParam, obsRows, numSlots;
+  Value sparsityOut, errors, layerParam, obsRows, numSlots, resetFlags;
   Value tid, lane, warp;
   Value request, slot, iteration, requestId, firstP, firstN;
   /// The batch row's slot checks (loadBatchSlot).
@@ -471,6 +518,8 @@ void SelectKernel::declareKernel() {
     params.push_back(ptr);
   if (spec.committed)
     params.push_back(ptr);
+  if (spec.fusedReset)
+    params.push_back(ptr);
   params.push_back(ptr);
   params.push_back(kb.i32T());
   if (spec.layerParameter)
@@ -496,6 +545,7 @@ void SelectKernel::declareKernel() {
   predAt = spec.predictionCache ? func.getArgument(a++) : Value();
   sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   obsRows = spec.committed ? func.getArgument(a++) : Value();
+  resetFlags = spec.fusedReset ? func.getArgument(a++) : Value();
   errors = func.getArgument(a++);
   numSlots = func.getArgument(a++);
   layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
@@ -516,14 +566,28 @@ void SelectKernel::loadBeforeWait() {
     firstP = kb.loadAt(i32, positions, request, true);
     firstN = kb.loadAt(i32, lengths, request, true);
   }
-  if (spec.precomputed)
+  // A request the step resets (in the predict kernel, which this kernel
+  // follows) starts at iteration 0, whatever `it` held before.
+  Value resetting =
+      resetFlags
+          ? kb.andI(batchSlot.live,
+                    kb.cmp(CmpIPredicate::ne,
+                           kb.loadAt(kb.i8T(), resetFlags, request, true),
+                           kb.constant(kb.i8T(), 0)))
+          : Value();
+  if (spec.precomputed) {
     iteration = kb.loadAt(i64, itState, slot);
+    if (resetting)
+      iteration = kb.select(resetting, kb.i64(0), iteration);
+  }
   if (spec.predictionCache) {
     // A request whose block scores the previous step predicted (the
     // predict kernel's test, on the same record) needs nothing of the
     // predict kernel, which skips it: its CTA does not wait for it.
-    skipGridWaitIf(b, func,
-                   predictedFor(kb, predAt, slot, firstP, firstN, iteration));
+    Value predicted = predictedFor(kb, predAt, slot, firstP, firstN, iteration);
+    if (resetting)
+      predicted = kb.andI(predicted, kb.not1(resetting));
+    skipGridWaitIf(b, func, predicted);
   }
   Value emptyMask = kb.sharedArray(spec.name + "_mask", i8, MB);
   forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
