@@ -546,6 +546,30 @@ void mlir::spin::gpu_codegen::recordSlotError(KernelBuilder &kb, Value errors,
   });
 }
 
+void mlir::spin::gpu_codegen::resetSlotState(KernelBuilder &kb,
+                                             const SlotStateArrays &state,
+                                             Value slot, int64_t capacity,
+                                             int64_t threads, int64_t ctas) {
+  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(capacity));
+  Value start =
+      kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+  kb.forLoop(start, kb.i32(capacity), kb.i32(threads * ctas), [&](Value i) {
+    Value at = kb.add(stateBase, kb.extS64(i));
+    kb.storeAt(kb.f32(0.0), state.v, at);
+    kb.storeAt(kb.f32(0.0), state.d, at);
+  });
+  kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                    kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
+            [&] {
+              kb.storeAt(kb.i64(0), state.it, slot);
+              for (int64_t f = 0; f < 4; ++f)
+                kb.storeAt(kb.i32(0), state.predAt,
+                           kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
+              if (state.obsRows)
+                kb.storeAt(kb.i32(0), state.obsRows, slot);
+            });
+}
+
 RowChecks mlir::spin::gpu_codegen::checkRow(KernelBuilder &kb, Value p,
                                             Value n, int64_t capacity,
                                             int64_t reach) {

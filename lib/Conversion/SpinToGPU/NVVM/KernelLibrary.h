@@ -121,6 +121,17 @@ BatchSlot loadBatchSlotBeforeWait(KernelBuilder &kb, OpBuilder &b,
 void recordSlotError(KernelBuilder &kb, Value errors, const BatchSlot &slot,
                      Value row);
 
+/// SPIN_SPEC §2's reset of state slot `slot`: V and D zeroed by the `ctas`
+/// CTAs of `threads` threads along x that share the row, then `it`, the
+/// prediction cache's record (`predAt`) and, when given, the buffered MTP
+/// rows (`obsRows`) by thread 0 of CTA 0.
+struct SlotStateArrays {
+  Value v, d, it, predAt, obsRows;
+};
+void resetSlotState(KernelBuilder &kb, const SlotStateArrays &state,
+                    Value slot, int64_t capacity, int64_t threads,
+                    int64_t ctas);
+
 /// `for (i = tid; i < n; i += blockThreads) body(i)`.
 void forEachThreadStrided(KernelBuilder &kb, Value n, int64_t blockThreads,
                           function_ref<void(Value)> body);

@@ -345,25 +345,8 @@ void PredictKernel::skipPredicted() {
 /// of CTA 0. (Every CTA of a request's rows zeroes the same entries: MTP
 /// rows repeat the same stores.)
 void PredictKernel::resetRow() {
-  const int64_t ctas = (MB + range - 1) / range;
-  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-  Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
-  kb.forLoop(start, kb.i32(spec.capacity), kb.i32(ctas * threads),
-             [&](Value i) {
-               Value at = kb.add(stateBase, kb.extS64(i));
-               kb.storeAt(kb.f32(0.0), vState, at);
-               kb.storeAt(kb.f32(0.0), dState, at);
-             });
-  kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                    kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
-            [&] {
-              kb.storeAt(kb.i64(0), itState, slot);
-              for (int64_t f = 0; f < 4; ++f)
-                kb.storeAt(kb.i32(0), resetPredAt,
-                           kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
-              if (resetObsRows)
-                kb.storeAt(kb.i32(0), resetObsRows, slot);
-            });
+  resetSlotState(kb, {vState, dState, itState, resetPredAt, resetObsRows},
+                 slot, spec.capacity, threads, (MB + range - 1) / range);
 }
 
 /// The next step's record: for which step the cache holds scores (or

@@ -196,9 +196,9 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
     OpBuilder &b, Location loc, gpu::GPUModuleOp module,
     const ResetKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i32 = kb.i32T(), f32 = kb.f32T();
+  Type ptr = kb.ptrT(Global);
   SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
-  params.push_back(i32);
+  params.push_back(kb.i32T());
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -215,27 +215,10 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   kb.ifThen(kb.andI(batchSlot.live,
                     kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0))),
             [&] {
-    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
-    Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)),
-                         kb.threadIdX());
-    kb.forLoop(start, kb.i32(spec.capacity),
-               kb.i32(spec.threads * spec.ctasPerRequest), [&](Value i) {
-                 Value at = kb.add(stateBase, kb.extS64(i));
-                 kb.storeAt(kb.f32(0.0), vState, at);
-                 kb.storeAt(kb.f32(0.0), dState, at);
-               });
-    kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                      kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
-              [&] {
-                kb.storeAt(kb.i64(0), itState, slot);
-                for (int64_t f = 0; f < 4; ++f)
-                  kb.storeAt(kb.i32(0), predAt,
-                             kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));
-                if (obsRows)
-                  kb.storeAt(kb.i32(0), obsRows, slot);
-              });
-  });
-  (void)f32;
+              resetSlotState(kb, {vState, dState, itState, predAt, obsRows},
+                             slot, spec.capacity, spec.threads,
+                             spec.ctasPerRequest);
+            });
   LaunchShape shape;
   shape.grid = {spec.ctasPerRequest, spec.batch, 1};
   shape.blockThreads = spec.threads;
