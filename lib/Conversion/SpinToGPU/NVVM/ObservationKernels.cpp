@@ -22,13 +22,47 @@ using namespace mlir::spin::gpu_codegen;
 using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
-/// Whether a request with `buffered` MTP rows may commit `accepted` of its
-/// drafts: 0 <= accepted < buffered (anything goes with nothing buffered).
-static Value acceptedInRange(KernelBuilder &kb, Value accepted,
-                             Value buffered) {
-  Value inRange = kb.andI(kb.cmp(CmpIPredicate::sge, accepted, kb.i32(0)),
-                          kb.cmp(CmpIPredicate::slt, accepted, buffered));
-  return kb.orI(kb.cmp(CmpIPredicate::sle, buffered, kb.i32(0)), inRange);
+namespace {
+/// What a batch row's commit replays, as both commit kernels see it: its
+/// buffered rows (none for a row that is not live or that the step resets
+/// afterwards), its accepted count, and whether the count may be committed.
+struct CommitRow {
+  Value buffered, accepted, ok;
+};
+} // namespace
+
+/// The commit of batch row `request` (slot checks in `batchSlot`; reset
+/// flags only with SelectKernelSpec::fusedReset). A count is good when
+/// 0 <= accepted < buffered, or nothing is buffered; with mtp_update = row0
+/// it is not used, hence not read or checked.
+static CommitRow commitRowOf(KernelBuilder &kb, const CommitKernelSpec &spec,
+                             const BatchSlot &batchSlot, Value request,
+                             Value accepted, Value obsRows, Value resetFlags) {
+  Type i32 = kb.i32T();
+  // A row the step resets afterwards drops its buffer instead: nothing to
+  // replay.
+  Value replays = batchSlot.live;
+  if (resetFlags)
+    replays = kb.andI(replays,
+                      kb.cmp(CmpIPredicate::eq,
+                             kb.loadAt(kb.i8T(), resetFlags, request, true),
+                             kb.constant(kb.i8T(), 0)));
+  CommitRow row;
+  row.buffered = kb.select(
+      replays,
+      kb.minS(kb.loadAt(i32, obsRows, batchSlot.slot), kb.i32(spec.rows)),
+      kb.i32(0));
+  if (spec.rowZeroOnly) {
+    row.accepted = kb.i32(0);
+    row.ok = kb.i1(true);
+    return row;
+  }
+  row.accepted = kb.loadAt(i32, accepted, request, true);
+  Value inRange =
+      kb.andI(kb.cmp(CmpIPredicate::sge, row.accepted, kb.i32(0)),
+              kb.cmp(CmpIPredicate::slt, row.accepted, row.buffered));
+  row.ok = kb.orI(kb.cmp(CmpIPredicate::sle, row.buffered, kb.i32(0)), inRange);
+  return row;
 }
 
 LaunchShape
@@ -179,25 +213,10 @@ LaunchShape CommitReplayKernel::build() {
   BatchSlot batchSlot = loadBatchSlotBeforeWait(
       kb, b, func, slots, [&] { return kb.blockIdY(); }, numSlots, spec.batch);
   slot64 = kb.extS64(batchSlot.slot);
-  // A row the step resets afterwards (SelectKernelSpec::fusedReset) drops
-  // its buffer instead: nothing to replay.
-  Value replays = batchSlot.live;
-  if (resetFlags)
-    replays = kb.andI(replays,
-                      kb.cmp(CmpIPredicate::eq,
-                             kb.loadAt(kb.i8T(), resetFlags, request, true),
-                             kb.constant(kb.i8T(), 0)));
-  Value buffered = kb.select(
-      replays,
-      kb.minS(kb.loadAt(kb.i32T(), obsRows, batchSlot.slot), kb.i32(spec.rows)),
-      kb.i32(0));
-  // With mtp_update = row0 the count is not used, hence not checked.
-  Value acceptedNow = spec.rowZeroOnly
-                          ? kb.i32(0)
-                          : kb.loadAt(kb.i32T(), accepted, request, true);
-  Value acceptedOk = spec.rowZeroOnly
-                         ? kb.i1(true)
-                         : acceptedInRange(kb, acceptedNow, buffered);
+  CommitRow row = commitRowOf(kb, spec, batchSlot, request, accepted, obsRows,
+                              resetFlags);
+  Value buffered = row.buffered, acceptedNow = row.accepted,
+        acceptedOk = row.ok;
   kb.ifThen(kb.andI(kb.not1(acceptedOk),
                     kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                             kb.cmp(CmpIPredicate::eq, kb.threadIdX(),
@@ -364,22 +383,10 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
       numSlots, spec.batch, /*wholeWarp=*/false); // a row per thread
   kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
     Value slot = batchSlot.slot;
-    Value replays = batchSlot.live;
-    if (resetFlags)
-      replays = kb.andI(
-          replays, kb.cmp(CmpIPredicate::eq,
-                          kb.loadAt(kb.i8T(), resetFlags, request, true),
-                          kb.constant(kb.i8T(), 0)));
-    Value buffered = kb.select(
-        replays,
-        kb.minS(kb.loadAt(i32, obsRows, slot), kb.i32(spec.rows)), kb.i32(0));
-    Value acceptedOk =
-        spec.rowZeroOnly
-            ? kb.i1(true)
-            : acceptedInRange(kb, kb.loadAt(i32, accepted, request, true),
-                              buffered);
+    CommitRow row = commitRowOf(kb, spec, batchSlot, request, accepted,
+                                obsRows, resetFlags);
     kb.ifThen(
-        kb.andI(acceptedOk, kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0))),
+        kb.andI(row.ok, kb.cmp(CmpIPredicate::sgt, row.buffered, kb.i32(0))),
         [&] {
           Value at = kb.gep(itState, i64, slot);
           kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);
