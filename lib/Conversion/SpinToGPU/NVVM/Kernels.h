@@ -183,7 +183,8 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
 /// counts, mask, skip (ptrs; `skip` is set for the requests the step
 /// rejects and cleared for the others), [keys], [pred_at], [sparsity],
-/// [obs_rows] (ptrs), errors (ptr), slots in the pool (i32), [layer (i32)].
+/// [obs_rows], [reset] (ptrs), errors (ptr), slots in the pool (i32),
+/// [layer (i32)].
 /// Every kernel that reads `slots` takes the pool's slot count and skips
 /// the batch rows whose slot is not live (loadBatchSlot: padding rows,
 /// slots outside the pool, repeated slots); the select kernel reports the
