@@ -14,7 +14,9 @@
 # 4. runs spin.Indexer(device="cuda") against the numpy reference,
 #    python/tests/test_indexer_cuda.py, spin-replay --device cuda against
 #    the CPU replay's report (python/tests/test_replay_cuda.py), device
-#    batches in CUDA graphs (python/tests/test_device_batches_cuda.py), and the example
+#    batches in CUDA graphs (python/tests/test_device_batches_cuda.py), the
+#    serving loop (examples/serving_loop.py --check, 1000 graph replays per
+#    configuration, python/tests/test_serving_loop_cuda.py), and the example
 #    examples/torch_decode_loop.py --device cuda (MTP with two draft tokens,
 #    and --draft 0: one token per step), with the GPU programs
 #    from cuda-cache/ (SPIN_CACHE_DIR): the runtime-only build cannot
@@ -84,10 +86,10 @@ log "pytest python/tests/test_cuda.py"
 SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -rs "$ROOT/python/tests/test_cuda.py"
 tests=$?
 
-log "pytest python/tests/test_indexer_cuda.py test_replay_cuda.py test_device_batches_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
-SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest -q -rs \
+log "pytest python/tests/test_indexer_cuda.py test_replay_cuda.py test_device_batches_cuda.py test_serving_loop_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
+SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest -q -rs -s \
   "$ROOT/python/tests/test_indexer_cuda.py" "$ROOT/python/tests/test_replay_cuda.py" \
-  "$ROOT/python/tests/test_device_batches_cuda.py"
+  "$ROOT/python/tests/test_device_batches_cuda.py" "$ROOT/python/tests/test_serving_loop_cuda.py"
 indexer=$?
 
 log "examples/torch_decode_loop.py --device cuda (--draft 2, then --draft 0)"
@@ -113,7 +115,7 @@ log "result"
 status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }
 echo "gpu_check.py:              $(status $check)"
 echo "test_cuda.py:              $(status $tests)"
-echo "test_indexer/replay/device_batches_cuda: $(status $indexer)"
+echo "test_indexer/replay/device_batches/serving_loop_cuda: $(status $indexer)"
 echo "torch_decode_loop.py cuda: $(status $example)"
 echo "test_bad_inputs.py:        $(status $bad)"
 [ "${SANITIZE:-0}" = 1 ] && echo "compute-sanitizer:         $(status $sanitizers)"

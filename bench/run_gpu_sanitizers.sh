@@ -7,18 +7,23 @@
 #   bench/run_gpu_sanitizers.sh [gpu_check.py options, e.g. --only spin-fp8]
 #
 # runs bench/gpu_check.py over gpu-artifacts/ (every configuration unless
-# --only) and the runtime's CUDA tests (python/tests/test_cuda.py) under
-# each compute-sanitizer tool in $TOOLS (default: memcheck racecheck
-# synccheck initcheck), each gpu_check run with a fresh seed, and prints per
-# tool the errors compute-sanitizer reported, the check's result and the
-# time. API errors are not reported: the runtime's own tests provoke some on
+# --only), the runtime's CUDA tests (python/tests/test_cuda.py) and the
+# device-batch tests (python/tests/test_device_batches_cuda.py and
+# test_serving_loop_cuda.py, the serving loop shortened to
+# $SERVING_STEPS graph replays per configuration, default 60, with the
+# programs of cuda-cache/) under each compute-sanitizer tool in $TOOLS
+# (default: memcheck racecheck synccheck initcheck), each gpu_check run
+# with a fresh seed, and prints per tool the errors compute-sanitizer
+# reported, the check's result and the time. $RUNS picks the runs (default:
+# gpu_check test_cuda device_batches). API errors are not reported: the runtime's own tests provoke some on
 # purpose (bad launches, a stub driver) and check that they come back as a
 # Status.
 #
 # Exit status: 0 only if every run passed with 0 errors.
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
-# ARTIFACTS (default gpu-artifacts), TOOLS, OUT_DIR (logs; default
-# sanitizer-logs), BUILD (1: build the runtime first).
+# ARTIFACTS (default gpu-artifacts), INDEXER_CACHE (default cuda-cache),
+# TOOLS, RUNS, SERVING_STEPS, OUT_DIR (logs; default sanitizer-logs),
+# BUILD (1: build the runtime first).
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -29,6 +34,8 @@ PYTHON="${PYTHON:-python3}"
 export BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 ARTIFACTS="${ARTIFACTS:-$ROOT/gpu-artifacts}"
 TOOLS="${TOOLS:-memcheck racecheck synccheck initcheck}"
+RUNS="${RUNS:-gpu_check test_cuda device_batches}"
+INDEXER_CACHE="${INDEXER_CACHE:-$ROOT/cuda-cache}"
 OUT_DIR="${OUT_DIR:-$ROOT/sanitizer-logs}"
 SANITIZER="${SANITIZER:-compute-sanitizer}"
 
@@ -60,12 +67,20 @@ errors_of() {
 status=0
 summary=()
 for tool in $TOOLS; do
-  for run in gpu_check test_cuda; do
+  for run in $RUNS; do
     log="$OUT_DIR/$tool-$run.log"
     seed=$(( (RANDOM << 15) | RANDOM ))
     start=$(date +%s)
     if [ "$run" = gpu_check ]; then
       cmd=("$PYTHON" "$ROOT/bench/gpu_check.py" "$ARTIFACTS" --seed "$seed" "$@")
+    elif [ "$run" = device_batches ]; then
+      # The spinning-kernel check of the serving loop is off: the
+      # sanitizer slows the host more than the 20 ms it allows.
+      cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE"
+           SPIN_SERVING_STEPS="${SERVING_STEPS:-60}" SPIN_SERVING_ARGS="--sleep-every 0"
+           "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda
+           "$ROOT/python/tests/test_device_batches_cuda.py"
+           "$ROOT/python/tests/test_serving_loop_cuda.py")
     else
       cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
            "$ROOT/python/tests/test_cuda.py")

@@ -486,6 +486,11 @@ class Indexer:
     patterns (numpy or torch) or ``torch.float8_e4m3fn``. ``query_format``
     may also name the key format's own query type; anything else is a
     ValueError.
+
+    ``reset_input=True`` compiles steps that take per-row reset flags
+    (``reset``, bool [B]: the row's state starts afresh before the step,
+    as ``state.reset`` does), which device batches need for new turns
+    (:meth:`run_batch`, docs/Serving.md).
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -501,7 +506,8 @@ class Indexer:
                  max_pages: Optional[int] = None,
                  batch_sizes: Sequence[int] = (), layers: int = 1,
                  explore_policy: str = "random",
-                 query_format: Optional[str] = None):
+                 query_format: Optional[str] = None,
+                 reset_input: bool = False):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -554,6 +560,13 @@ class Indexer:
         # cache keys made from them) of random exploration stay as they were.
         if explore_policy != "random":
             self._options["explore-policy"] = explore_policy
+        if not isinstance(reset_input, (bool, np.bool_)):
+            raise TypeError(f"reset_input must be a bool, got {reset_input!r}")
+        if reset_input:
+            if self.dense:
+                raise ValueError("reset_input needs SPIN state: a dense indexer has none")
+            self._options["reset-input"] = True
+        self.reset_input = bool(reset_input)
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
         # can be captured in a CUDA graph after an eager step with the same
@@ -791,12 +804,14 @@ class Indexer:
 
     def __call__(self, q, w, keys, block_table, lengths, positions,
                  state, *, request_ids, scales=None, layer: int = 0,
-                 return_sparsity: bool = False):
+                 return_sparsity: bool = False, reset=None):
         """One decode step of ``layer`` for a batch of requests.
 
         Shapes: ``q`` [B, R, H, D], ``w`` [B, R, H] f32, ``keys`` [P, S, D],
         ``scales`` [P, S] f32 (fp8 keys only), ``block_table`` [B, MB] i32,
-        ``lengths`` / ``positions`` [B, R] i32, ``request_ids`` [B] i64.
+        ``lengths`` / ``positions`` [B, R] i32, ``request_ids`` [B] i64,
+        ``reset`` [B] bool (``reset_input`` indexers only; optional: a
+        flagged row's state starts afresh before the step).
         Returns the top-K slot indices [B, R, K] (int32, -1 padded), and with
         ``return_sparsity`` also the realized block sparsity [B, R] (zeros
         for a dense indexer).
@@ -823,9 +838,12 @@ class Indexer:
         is reserved: ``indexer.program(layer, pages, batch)
         .reserve_captured_steps(n)``.
         """
+        if reset is not None and not self.reset_input:
+            raise ValueError("reset flags are taken only by an Indexer made with "
+                             "reset_input=True (otherwise call state.reset(request))")
         if self.device != "cpu":
             return self._call_cuda(q, w, keys, block_table, lengths, positions, state,
-                                   request_ids, scales, layer, return_sparsity)
+                                   request_ids, scales, layer, return_sparsity, reset)
         if not isinstance(state, State):
             raise TypeError(f"state must be a spin.State, got {type(state).__name__}")
         pool = state._native()
@@ -868,6 +886,8 @@ class Indexer:
         if self.dense:
             inputs.pop("positions")
             inputs.pop("request_ids")
+        if reset is not None:
+            inputs["reset"] = _tensor("reset", reset, "i1", 1)
         program = self.program(layer, table.shape[1])
         topk = np.empty((batch, self.rows, self.topk), dtype=np.int32)
         sparsity = np.zeros((batch, self.rows), dtype=np.float32)
@@ -878,6 +898,48 @@ class Indexer:
         if torch_out:
             topk, sparsity = _torch.from_numpy(topk), _torch.from_numpy(sparsity)
         return (topk, sparsity) if return_sparsity else topk
+
+    def run_batch(self, inputs: Dict[str, Any], state, outputs: Optional[Dict[str, Any]] = None,
+                  *, layer: int = 0) -> Dict[str, Any]:
+        """One step of ``layer`` whose batch is given by device tensors alone
+        (device="cuda"; docs/Serving.md): the program for the batch size of
+        ``inputs["q"]`` and the block-table width of ``inputs["block_table"]``
+        (compiled or looked up on first use), stepped by
+        :meth:`CudaProgram.run_batch` with ``inputs`` (the step's tensors,
+        ``positions``, ``request_ids``, ``slots`` and, as the program takes
+        them, ``accepted`` and ``reset``) and ``outputs`` (written in place;
+        allocated when absent). Captured in a CUDA graph, the step replays for
+        whatever the tensors hold at each replay; a graph per batch bucket
+        serves every batch up to it through padding rows (slot -1)."""
+        if self.device == "cpu":
+            raise ValueError("run_batch is for device='cuda' indexers (on the CPU "
+                             "call the Indexer with request ids)")
+        if self.dense:
+            raise ValueError("run_batch steps SPIN state: a dense indexer has none; "
+                             "call the Indexer (padding rows are rows of length 0)")
+        torch = _require_torch_cuda(f"Indexer(device={self.device!r}).run_batch")
+        if not isinstance(inputs, dict):
+            raise TypeError(f"inputs must be a dict of tensors, got {type(inputs).__name__}")
+        if not isinstance(state, CudaState):
+            raise TypeError("state must be a spin.CudaState (from Indexer.new_state "
+                            f"on cuda), got {type(state).__name__}")
+        if state.block_size != self.block_size or state.rows < self.rows:
+            raise ValueError("state was made for another indexer (block size or rows differ)")
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+                or not 0 <= layer < state.layers:
+            raise ValueError(f"layer {layer} is outside the state's {state.layers} layers")
+        for name in ("q", "block_table"):
+            value = inputs.get(name)
+            if not isinstance(value, torch.Tensor) or value.dim() < 2:
+                raise ValueError(f"inputs[{name!r}] must be a CUDA tensor of rank "
+                                 f"{4 if name == 'q' else 2}, got "
+                                 f"{type(value).__name__ if value is not None else 'nothing'}")
+        batch, width = int(inputs["q"].shape[0]), int(inputs["block_table"].shape[1])
+        if width * self.page_size != state.capacity:
+            raise ValueError(
+                f"block_table is {width} pages wide ({width * self.page_size} slots), "
+                f"but the state holds capacity_slots={state.capacity}")
+        return self.program(layer, width, batch).run_batch(inputs, state, outputs)
 
     def _ids_on_device(self, device, request_ids):
         """The device copy of a host batch of request ids, kept for the last
@@ -899,7 +961,7 @@ class Indexer:
         return ids
 
     def _call_cuda(self, q, w, keys, block_table, lengths, positions, state,
-                   request_ids, scales, layer, return_sparsity):
+                   request_ids, scales, layer, return_sparsity, reset):
         torch = _require_torch_cuda(f"Indexer(device={self.device!r})")
         if not isinstance(state, CudaState):
             raise TypeError("state must be a spin.CudaState (from Indexer.new_state "
@@ -940,6 +1002,8 @@ class Indexer:
                   "lengths": lengths}
         if scales is not None:
             inputs["scales"] = scales
+        if reset is not None:
+            inputs["reset"] = reset
         ids = request_ids
         if not self.dense:
             inputs["positions"] = positions

@@ -513,7 +513,8 @@ def indexer_arguments(indexer) -> Dict[str, Any]:
             "page_size": indexer.page_size, "rows": indexer.rows,
             "dense": indexer.dense, "explore_policy": indexer.explore_policy,
             # None (the default) unless the queries are fp8: the same programs
-            "query_format": "fp8" if indexer.query_format == "fp8" else None}
+            "query_format": "fp8" if indexer.query_format == "fp8" else None,
+            "reset_input": indexer.reset_input}
 
 
 def _flag(name: str) -> str:

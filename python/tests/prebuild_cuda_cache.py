@@ -2,9 +2,9 @@
 """Compiles the GPU programs of python/tests/test_indexer_cuda.py, of
 examples/torch_decode_loop.py and examples/multi_rank.py --device cuda
 (python/tests/test_multi_rank.py) and of spin-replay --device cuda
-(python/tests/test_replay.py, with the CPU replay's report to compare with)
-and the device-batch programs of test_device_batches_cuda.py into a cache
-directory.
+(python/tests/test_replay.py, with the CPU replay's report to compare with),
+the device-batch programs of test_device_batches_cuda.py and those of
+examples/serving_loop.py --check into a cache directory.
 
 Run on a machine with the compiler (no GPU needed); carry the directory to
 the GPU machine, whose runtime-only build cannot compile, and point
@@ -95,6 +95,12 @@ def main(argv=None):
         for layer in range(case["layers"]):
             db.artifact(spin, name, layer, chips, cache_dir=out)
     print(f"device batches: {time.time() - t:.1f} s", flush=True)
+    # examples/serving_loop.py --check (test_serving_loop_cuda.py).
+    t = time.time()
+    import serving_loop
+    for rows, layers, pooling in serving_loop.CHECKED:
+        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out)
+    print(f"examples/serving_loop.py: {time.time() - t:.1f} s", flush=True)
     from spin import cache
     # spin.compile(target="cuda") of a multi-layer graph on the runtime-only
     # build (test_indexer_cuda.py), sized for the H200's 132 SMs.
