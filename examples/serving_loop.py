@@ -175,7 +175,10 @@ class Engine:
     def _outputs(self, B):
         t = self.torch
         return {"topk": t.zeros((B, self.R, self.shape.topk), dtype=t.int32, device=self.dev),
-                "sparsity": t.zeros((B, self.R), dtype=t.float32, device=self.dev)}
+                "sparsity": t.zeros((B, self.R), dtype=t.float32, device=self.dev),
+                # Each row's status: 0 stepped, -1 padding, else why it was
+                # skipped (spin.abi.row_status); no sync needed to read it.
+                "status": t.zeros(B, dtype=t.int32, device=self.dev)}
 
     def _garbage_row(self):
         """Padding rows gather lengths and accepted counts that no step may
@@ -453,10 +456,16 @@ class Checker:
                     reset_flags=[plan.rows[r][1] for r in live])
                 want_top[live], want_sp[live] = top, sp
                 self.sparse_rows += int((sp > 0).sum())
+            want_status = np.full(b, -1, np.int32)
+            want_status[live] = 0
             for what, out in (("graph", e.out), ("eager", e.eager_out)):
                 got_top = out[layer]["topk"][:b].cpu().numpy()
                 got_sp = out[layer]["sparsity"][:b].cpu().numpy()
+                got_status = out[layer]["status"][:b].cpu().numpy()
                 where = f"step {step} layer {layer} ({what}, bucket {b}, rows {live})"
+                if not np.array_equal(got_status, want_status):
+                    raise AssertionError(f"{where}: row status {got_status.tolist()}, "
+                                         f"expected {want_status.tolist()}")
                 if not np.array_equal(got_top, want_top):
                     bad = sorted({int(i) for i in np.argwhere(got_top != want_top)[:, 0]})
                     raise AssertionError(f"{where}: top-K differs from the reference in "

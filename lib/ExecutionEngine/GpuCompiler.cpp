@@ -91,6 +91,12 @@ std::vector<GpuLaunchArg> readPlanArguments(func::FuncOp plan, GpuManifest &m) {
       ref.kind = *kind;
       continue;
     }
+    // Status outputs are numbered in plan order, as the compiler named them.
+    if (kind == abi::LaunchArgKind::Status) {
+      ref.kind = *kind;
+      ref.index = m.statusOutputs++;
+      continue;
+    }
     if (kind == abi::LaunchArgKind::Dim) {
       ref.kind = *kind;
       ref.index =

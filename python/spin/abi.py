@@ -13,6 +13,8 @@ same names instead of spelling them again:
   enumerator (``ROLES["RequestIds"] == "request_ids"``), and each as a
   constant (``REQUEST_IDS``, ``STATE``, ``TOPK``, ...);
 * ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``);
+* ``DEVICE_ERRORS``: the device error codes by value (``{4: "BadSlot"}``),
+  and ``row_status(code)``, what a row status output's value means;
 * ``block_budget``: SPIN's block budget, computed by the runtime's rule.
 """
 
@@ -39,10 +41,27 @@ RESET: str = ROLES["Reset"]
 SLOTS: str = ROLES["Slots"]
 STATE: str = ROLES["State"]
 OUTPUT: str = ROLES["Output"]
+DEVICE_ERRORS: Dict[int, str] = {int(k): str(v) for k, v in dict(_abi.device_errors).items()}
+
 #: Result kinds (the k-th result of a kind is named with the suffix ``_k``).
 TOPK: str = OUTPUTS["TopK"]
 SPARSITY: str = OUTPUTS["Sparsity"]
 SCORES: str = OUTPUTS["Scores"]
+
+
+def row_status(code: int) -> str:
+    """What a row status value means (docs/GPU-ABI.md, "Row status"):
+    "stepped", "padding", or the device error that skipped the row
+    ("BadSlot", "DuplicateSlot", "BadAccepted", "BadLength",
+    "BadPosition")."""
+    code = int(code)
+    if code == 0:
+        return "stepped"
+    if code == -1:
+        return "padding"
+    if code in DEVICE_ERRORS:
+        return DEVICE_ERRORS[code]
+    raise ValueError(f"{code} is not a row status")
 
 
 def block_budget(blocks: int, block_size: int, topk: int, sparsity: float) -> int:

@@ -191,6 +191,18 @@ class CudaProgram:
         return self._native.signature
 
     @property
+    def status_outputs(self) -> List[str]:
+        """The names of the optional per-row status outputs ("status", then
+        "status_1", ... per SPIN selection of the step): int32 [B] tensors
+        given in ``outputs`` get each batch row's status at every step,
+        written on the device (read them whenever convenient: no sync is
+        needed to produce them). 0: stepped; -1: a padding row; otherwise
+        the device error code that skipped the row
+        (:func:`spin.abi.row_status` names it). docs/GPU-ABI.md, "Row
+        status"."""
+        return list(self._native.status_outputs)
+
+    @property
     def chip(self) -> str:
         """The PTX that was loaded ("sm_90a", or a portable "sm_90")."""
         return self._native.chip
@@ -296,7 +308,9 @@ class CudaProgram:
         [B]: the slot starts afresh before the step). Nothing is read on the
         host, so a CUDA graph captured from this call replays correctly for
         whatever those tensors hold at each replay. Bad slots and accepted
-        counts are skipped on the device and reported by :meth:`check`.
+        counts are skipped on the device and reported by :meth:`check`,
+        and per row in a "status" output when one is given
+        (:attr:`status_outputs`).
         The first call hands ``state`` to device batches for good: it must
         have no requests added by id, and it refuses ``add`` afterwards.
         """
@@ -368,8 +382,15 @@ class CudaProgram:
                 outputs[name] = torch.empty(shape, dtype=_torch_dtypes(arg["dtype"])[0],
                                             device=self.device)
             native_out[name] = self._tensor("output", name, outputs[name], arg)
+        # Row status outputs: written only where the caller gives them.
+        status = self.status_outputs
+        for name in status:
+            if name in outputs:
+                native_out[name] = self._tensor(
+                    "output", name, outputs[name],
+                    {"dtype": "i32", "shape": [self.manifest["batch"]]})
         unknown = sorted(set(outputs) - {a["name"] for a in self.signature
-                                         if a["role"] == abi.OUTPUT})
+                                         if a["role"] == abi.OUTPUT} - set(status))
         if unknown:
             raise ValueError(f"unknown outputs {unknown}")
         return native_in, native_out, outputs

@@ -81,6 +81,12 @@ void spin::python::bindAbi(py::module_ &m) {
 #define SPIN_OUTPUT(E, NAME) outputs[#E] = NAME;
 #include "spin/Runtime/Abi.def"
   abi.attr("outputs") = outputs;
+  // The row status codes (docs/GPU-ABI.md, "Row status"): the device errors
+  // that skip a row, and what each means.
+  py::dict errors;
+#define SPIN_DEVICE_ERROR(E, CODE, WHAT) errors[py::int_(CODE)] = #E;
+#include "spin/Runtime/Abi.def"
+  abi.attr("device_errors") = errors;
   py::dict keys;
   for (const rt::manifest::KeyEntry &entry : rt::manifest::kKeys)
     keys[entry.symbol] = entry.key;

@@ -424,6 +424,14 @@ static void bindGpuProgram(py::module_ &m) {
           "manifest",
           [](const rt::GpuProgram &p) { return manifestDict(p.manifest()); })
       .def_property_readonly("chip", &rt::GpuProgram::chip)
+      .def_property_readonly("status_outputs",
+                             [](const rt::GpuProgram &p) {
+                               std::vector<std::string> names;
+                               for (int64_t k = 0;
+                                    k < p.manifest().statusOutputs; ++k)
+                                 names.push_back(rt::statusOutputName(k));
+                               return names;
+                             })
       .def_property_readonly("device", [](const rt::GpuProgram &p) {
         return p.context()->device();
       });

@@ -71,6 +71,11 @@ def test_device_batch_programs_take_slots_and_accepted_counts(tmp_path, name):
         counted = [args[d["argument"]]["name"] for d in dims if d["dim"] == 0] == ["v"]
         flagged = any(n.endswith("_skip") for n in scratch)
         assert counted or flagged, kernel
+    # The select kernel writes its rows' status ("status"; a program of
+    # several layers has "status_1", ... in launch order).
+    status = [a["index"] for launch in manifest["launches"] for a in launch["args"]
+              if a["kind"] == "status"]
+    assert status == [0]
 
 
 @needs_compiler
@@ -134,7 +139,8 @@ class Serving:
         if R > 1:
             self.batch["accepted"] = torch.zeros(B, dtype=torch.int32, device="cuda")
         self.outputs = [{"topk": torch.zeros((B, R, self.K), dtype=torch.int32, device="cuda"),
-                         "sparsity": torch.zeros((B, R), dtype=torch.float32, device="cuda")}
+                         "sparsity": torch.zeros((B, R), dtype=torch.float32, device="cuda"),
+                         "status": torch.full((B,), 77, dtype=torch.int32, device="cuda")}
                         for _ in range(self.L)]
         self.live = {}     # request -> {"slot", "table", "n", "accepted", "fresh"}
         self.refs = {}     # slot -> [LayerState per layer]
@@ -226,12 +232,17 @@ class Serving:
         with torch.cuda.graph(self.graph):
             self.issue()
 
-    def expect(self, rows, host, queries, skipped=()):
-        """The reference's top-K and sparsity of every layer for the live
-        rows of ``rows`` (not those of ``skipped``), updating the reference
-        state; padding and skipped rows expect -1 and 0."""
+    def expect(self, rows, host, queries, skipped=None):
+        """The reference's top-K, sparsity and row status of every layer for
+        the live rows of ``rows`` (not those of ``skipped``, a dict of batch
+        row -> the error code that skips it), updating the reference state;
+        padding and skipped rows expect -1 and 0, and status -1 (padding) or
+        their code."""
         B, R = self.B, self.R
+        skipped = skipped or {}
         live = [b for b, r in enumerate(rows) if r is not None and b not in skipped]
+        status = np.array([-1 if r is None else skipped.get(b, 0) for b, r in enumerate(rows)],
+                          np.int32)
         want = []
         for layer in range(self.L):
             top = np.full((B, R, self.K), -1, np.int32)
@@ -253,15 +264,18 @@ class Serving:
                     accepted=[int(host["accepted"][b]) for b in live] if R > 1 else None,
                     reset_flags=[bool(host["reset"][b]) for b in live])
                 top[live], sp[live] = got_top, got_sp
-            want.append((top, sp))
+            want.append((top, sp, status))
         return want
 
     def compare(self, want, where):
-        for layer, (top, sp) in enumerate(want):
+        for layer, (top, sp, status) in enumerate(want):
             got_top = self.outputs[layer]["topk"].cpu().numpy()
             got_sp = self.outputs[layer]["sparsity"].cpu().numpy()
+            got_status = self.outputs[layer]["status"].cpu().numpy()
             np.testing.assert_array_equal(got_top, top, err_msg=f"{where} layer {layer}")
             np.testing.assert_allclose(got_sp, sp, atol=1e-6, err_msg=f"{where} layer {layer}")
+            np.testing.assert_array_equal(got_status, status,
+                                          err_msg=f"{where} layer {layer}: row status")
 
     def advance(self, rows):
         """After a step: fresh requests are no longer fresh; single-row
@@ -340,17 +354,20 @@ def test_bad_slots_are_skipped_and_reported(rng):
         run.programs[0].check()
         run.advance(rows)
     run.capture()
-    cases = [({3: run.slots}, "state slot 7 is outside \\[0, slots\\)"),
-             ({3: -2}, "state slot -2 is outside"),
-             ({3: None}, "state slot \\d+ is already the slot of an earlier row")]
-    for override, message in cases:
+    cases = [({3: run.slots}, "state slot 7 is outside \\[0, slots\\)", "BadSlot"),
+             ({3: -2}, "state slot -2 is outside", "BadSlot"),
+             ({3: None}, "state slot \\d+ is already the slot of an earlier row",
+              "DuplicateSlot")]
+    codes = {v: k for k, v in spin.abi.DEVICE_ERRORS.items()}
+    for override, message, error in cases:
         rows = sorted(run.live)[:3] + [None]
         if override[3] is None:  # the slot of row 0, again in row 3
             override = {3: run.live[rows[0]]["slot"]}
         host, queries = run.write_batch(rows, slot_override=override)
         run.graph.replay()
-        want = run.expect(rows, host, queries, skipped=(3,))
+        want = run.expect(rows, host, queries, skipped={3: codes[error]})
         torch.cuda.synchronize()
+        assert spin.abi.row_status(run.outputs[0]["status"][3].item()) == error
         with pytest.raises(RuntimeError, match=f"batch index 3\\b.*, row 0: {message}"):
             run.programs[0].check()
         run.compare(want, f"override {override}")
@@ -378,7 +395,9 @@ def test_bad_accepted_counts_are_skipped_and_reported(rng):
     for bad in (run.R, -1):
         host, queries = run.write_batch(rows, accepted_override={2: bad})
         run.issue()
-        want = run.expect(rows, host, queries, skipped=(2,))
+        want = run.expect(rows, host, queries,
+                          skipped={2: [k for k, v in spin.abi.DEVICE_ERRORS.items()
+                                       if v == "BadAccepted"][0]})
         torch.cuda.synchronize()
         for program in run.programs:
             with pytest.raises(RuntimeError,

@@ -159,6 +159,10 @@ const char *outputName(OutputKind kind) {
   return kOutputNames[static_cast<size_t>(kind)];
 }
 
+std::string statusOutputName(int64_t index) {
+  return index == 0 ? "status" : "status_" + std::to_string(index);
+}
+
 const char *launchArgKindName(LaunchArgKind kind) {
   return kLaunchArgNames[static_cast<size_t>(kind)];
 }

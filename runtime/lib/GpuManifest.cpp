@@ -345,6 +345,10 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     arg.value = static_cast<int32_t>(v);
     return Status::success();
   }
+  case LaunchArgKind::Status:
+    if (Status s = r.object(value, path, {k::Kind, k::Index}); !s.ok())
+      return s;
+    return r.integer(value, path, k::Index, arg.index, 0, kMaxStatusOutputs - 1);
   }
   return Status::success();
 }
@@ -700,6 +704,8 @@ Status ManifestParser::readLaunches() {
               readLaunchArg(r, (*args)[a], at(join(path, k::Args), a), m, arg);
           !s.ok())
         return s;
+      if (arg.kind == LaunchArgKind::Status)
+        m.statusOutputs = std::max(m.statusOutputs, arg.index + 1);
       launch.args.push_back(arg);
     }
     m.launches.push_back(std::move(launch));
@@ -782,6 +788,9 @@ void writeLaunchArg(JsonWriter &w, const GpuLaunchArg &arg) {
     break;
   case LaunchArgKind::I32:
     w.member(k::Value, int64_t(arg.value));
+    break;
+  case LaunchArgKind::Status:
+    w.member(k::Index, arg.index);
     break;
   }
   w.end();

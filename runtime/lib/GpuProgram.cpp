@@ -245,6 +245,14 @@ Status GpuProgram::allocateBuffers() {
       return zeros.status();
     noReset = std::move(zeros).value();
   }
+  if (spec.statusOutputs > 0) {
+    StatusOr<DeviceMemory> sink = DeviceMemory::allocate(
+        ctx, static_cast<size_t>(spec.batch) * sizeof(int32_t),
+        "the row status nobody reads");
+    if (!sink.ok())
+      return sink.status();
+    statusSink = std::move(sink).value();
+  }
   return Status::success();
 }
 
@@ -446,6 +454,8 @@ struct GpuProgram::Step {
   const bool deviceBatch;
   /// Per step argument: its device address and its run-time shape.
   std::vector<CUdeviceptr> address;
+  /// Per status output: the caller's tensor or the program's sink.
+  std::vector<CUdeviceptr> status;
   std::vector<std::vector<int64_t>> shapes;
   /// Requests in the step, and query rows per request.
   int64_t batch = -1;
@@ -614,7 +624,15 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
       break;
     }
   }
+  auto isStatus = [&](const std::string &name) {
+    for (int64_t k = 0; k < spec.statusOutputs; ++k)
+      if (name == statusOutputName(k))
+        return true;
+    return false;
+  };
   auto known = [&](const std::string &name, bool output) {
+    if (output && isStatus(name))
+      return true;
     return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
       bool isOutput = a.role == ArgSpec::Role::Output;
       bool staged = a.role == ArgSpec::Role::Slots ||
@@ -642,6 +660,26 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
   for (size_t i = 0; i < n; ++i)
     if (args[i].role == ArgSpec::Role::Positions && shapes[i].size() == 2)
       step.rows = shapes[i][1];
+  // Row status outputs: optional; i32 [B] where given.
+  step.status.assign(static_cast<size_t>(spec.statusOutputs), statusSink.get());
+  for (int64_t k = 0; k < spec.statusOutputs; ++k) {
+    auto it = outputs.find(statusOutputName(k));
+    if (it == outputs.end())
+      continue;
+    const DeviceTensorRef &t = it->second;
+    std::string name = "output '" + it->first + "'";
+    if (t.dtype != DType::i32)
+      return Status::error(name + " has element type " + dtypeName(t.dtype) +
+                           ", expected i32");
+    // The selections' grids cover the compiled batch.
+    if (t.shape != std::vector<int64_t>{spec.batch})
+      return Status::error(name + " has shape " + shapeString(t.shape) +
+                           ", expected " + shapeString({spec.batch}) +
+                           " (one status per batch row)");
+    if (!t.data)
+      return Status::error(name + " has no data (a null device pointer)");
+    step.status[static_cast<size_t>(k)] = t.data;
+  }
   return Status::success();
 }
 
@@ -1054,6 +1092,9 @@ void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
     case GpuLaunchArg::Kind::I32:
       word = p.value;
       std::memcpy(&values[a], &word, sizeof(word));
+      break;
+    case GpuLaunchArg::Kind::Status:
+      values[a] = step.status[p.index];
       break;
     }
     params[a] = &values[a];

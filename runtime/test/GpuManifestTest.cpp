@@ -310,7 +310,11 @@ const BadCase kBadCases[] = {
      "launches[0].args[0].dim: unknown member (expected one of kind, index)"},
     {"{\"kind\": \"argument\", \"index\": 0}", "{\"kind\": \"pointer\"}",
      "launches[0].args[0].kind: unknown kind \"pointer\" (expected argument, "
-     "scratch, errors, dim or i32)"},
+     "scratch, errors, dim, i32 or status)"},
+    {"{\"kind\": \"errors\"}", "{\"kind\": \"status\", \"index\": -1}",
+     "launches[0].args[8].index: -1 is outside [0, 1023]"},
+    {"{\"kind\": \"errors\"}", "{\"kind\": \"status\"}",
+     "launches[0].args[8]: missing member \"index\""},
     {"{\"kind\": \"dim\", \"argument\": 0, \"dim\": 1}",
      "{\"kind\": \"dim\", \"argument\": 0, \"dim\": 2}",
      "launches[0].args[5].dim: 2 is out of range: argument \"x\" has rank 2"},
@@ -329,6 +333,25 @@ const BadCase kBadCases[] = {
      "launches[1].argz: unknown member (expected one of kernel, grid, "
      "stream, wait, record, args)"},
 };
+
+// Status outputs are counted from the launches that write them and named
+// "status", "status_1", ...
+TEST(GpuManifest, CountsTheRowStatusOutputs) {
+  TempDir dir;
+  dir.write("sm_90.ptx", "// not loaded");
+  const std::string base = toyManifest();
+  StatusOr<GpuManifest> none = GpuManifest::parse(base, dir.path());
+  ASSERT_TRUE(none.ok()) << none.message();
+  EXPECT_EQ(none->statusOutputs, 0);
+  StatusOr<GpuManifest> m = GpuManifest::parse(
+      edit(base, "{\"kind\": \"errors\"}", "{\"kind\": \"status\", \"index\": 2}"),
+      dir.path());
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->statusOutputs, 3);
+  EXPECT_EQ(m->launches[0].args[8].kind, LaunchArgKind::Status);
+  EXPECT_EQ(statusOutputName(0), "status");
+  EXPECT_EQ(statusOutputName(2), "status_2");
+}
 
 TEST(GpuManifest, NamesTheFieldOfEveryError) {
   TempDir dir;

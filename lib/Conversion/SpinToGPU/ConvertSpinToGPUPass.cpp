@@ -190,6 +190,16 @@ private:
     return addArg(pointer(), attrs);
   }
   Type pointer() { return LLVM::LLVMPointerType::get(b.getContext(), Global); }
+  /// The next selection's per-row status output (docs/GPU-ABI.md, "Row
+  /// status"), named as the runtime binds it.
+  Buffer addStatus() {
+    NamedAttrList attrs;
+    attrs.append(attr::kRole,
+                 b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Status)));
+    attrs.append(attr::kName, b.getStringAttr(abi::statusOutputName(
+                                  statusOutputs++)));
+    return addArg(pointer(), attrs);
+  }
 
   /// The plan buffer of a tensor value that lives in device memory.
   FailureOr<Buffer> bufferOf(Operation *user, Value value);
@@ -346,6 +356,8 @@ private:
   std::map<int64_t, Buffer> fusedResets;
   SmallVector<Launch, 0> launches;
   int64_t events = 0;
+  /// Status outputs added so far (addStatus).
+  int64_t statusOutputs = 0;
 };
 
 FailureOr<Buffer> PlanBuilder::bufferOf(Operation *user, Value value) {
@@ -708,7 +720,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     operands.push_back(fusedResets.at(spec.layer));
     fusedResets.erase(spec.layer);
   }
-  operands.append({*errors, slotCountOf(op, op.getState())});
+  operands.append({addStatus(), *errors, slotCountOf(op, op.getState())});
   Launch &select = launch(spec.name, shape, operands, op);
   if (spec.layerParameter)
     select.constants.push_back(static_cast<int32_t>(spec.layer));
@@ -1098,7 +1110,7 @@ LogicalResult PlanBuilder::lowerOne(Operation *op) {
 namespace {
 /// The order of argument groups in the plan (docs/GPU-ABI.md): the graph's
 /// own arguments, slots, state fields by layer, results, then what only the
-/// runtime binds (scratch, the error record, dimensions).
+/// runtime binds (scratch, the error record and row status, dimensions).
 int64_t groupOf(const NamedAttrList &attrs) {
   std::string role =
       cast<StringAttr>(attrs.get(attr::kRole)).getValue().str();
@@ -1118,6 +1130,7 @@ int64_t groupOf(const NamedAttrList &attrs) {
   case LaunchArgKind::Scratch:
     return 4;
   case LaunchArgKind::Errors:
+  case LaunchArgKind::Status:
     return 5;
   case LaunchArgKind::Dim:
     return 6;

@@ -23,6 +23,7 @@
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "topk", spin.role = "output", spin.shape = [2, 3, 8]}
 // CHECK-SAME: %[[SCORES:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 3072 : i64, spin.name = "spin_score_sparse_2_scores", spin.role = "scratch"}
 // CHECK-SAME: %[[ERR:arg[0-9]+]]: !llvm.ptr<1> {spin.role = "errors"}
+// CHECK-SAME: %[[STATUS:arg[0-9]+]]: !llvm.ptr<1> {spin.name = "status", spin.role = "status"}
 // CHECK-SAME: %[[NSLOTS:arg[0-9]+]]: i32 {spin.argument = {{[0-9]+}} : i64, spin.dim = 0 : i64, spin.role = "dim"}
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 1 : i64, spin.launch_plan, spin.layers = 1 : i64}
 // The replay reads the accepted counts and the buffered rows into V and D:
@@ -32,7 +33,7 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1_predict {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // The select kernel skips a request whose rows are still buffered (its
 // commit was refused): it reads obs_rows.
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_1 {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[ERR]] : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_1 {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[STATUS]] : !llvm.ptr<1>, %[[ERR]] : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[SCORES]] : !llvm.ptr<1>, {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // The observe reads the scores and writes every observation field:

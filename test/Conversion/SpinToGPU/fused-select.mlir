@@ -19,6 +19,8 @@
 // CHECK-SAME: %[[RHO:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "f32", spin.name = "sparsity", spin.role = "output", spin.shape = [2, 1]}
 // CHECK-SAME: {spin.bytes = 64 : i64, spin.name = "spin_select_0_blocks", spin.role = "scratch"}
 // CHECK-SAME: %[[ERR:arg[0-9]+]]: !llvm.ptr<1> {spin.role = "errors"}
+// Where the select kernel writes each batch row's status:
+// CHECK-SAME: %[[STATUS:arg[0-9]+]]: !llvm.ptr<1> {spin.name = "status", spin.role = "status"}
 // The pool's slot count, size 0 of `v`, for the kernels that read slots:
 // CHECK-SAME: %[[NSLOTS:arg[0-9]+]]: i32 {spin.argument = 4 : i64, spin.dim = 0 : i64, spin.role = "dim"})
 // CHECK-SAME: attributes {spin.block_size = 16 : i64, spin.capacity = 128 : i64, spin.events = 0 : i64, spin.launch_plan, spin.layers = 1 : i64}
@@ -26,7 +28,7 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_0_predict blocks in (%c1{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c256{{.*}}) args(%[[POS]] : !llvm.ptr<1>, %[[LEN]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[PREDKEYS]] : !llvm.ptr<1>, {{.*}}, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // One CTA of 1024 threads per request selects, reading the request ids for
 // the exploration hash, and writes the sparsity:
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_0 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c1024{{.*}}) args(%[[POS]] : !llvm.ptr<1>, %[[LEN]] : !llvm.ptr<1>, %[[IDS]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, {{.*}}, %[[RHO]] : !llvm.ptr<1>, %[[ERR]] : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_0 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}) threads in (%c1024{{.*}}) args(%[[POS]] : !llvm.ptr<1>, %[[LEN]] : !llvm.ptr<1>, %[[IDS]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>, %[[IT]] : !llvm.ptr<1>, {{.*}}, %[[RHO]] : !llvm.ptr<1>, %[[STATUS]] : !llvm.ptr<1>, %[[ERR]] : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK-NOT: gpu.launch_func
 // CHECK: return
 // CHECK-NOT: spin.fused_select

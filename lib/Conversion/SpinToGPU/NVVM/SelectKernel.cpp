@@ -427,7 +427,7 @@ private:
   std::pair<Value, Value> budget(Value rowBlocks);
   void exploit(Value rowBlocks, Value last, Value count);
   void explore(Value rowBlocks, Value count);
-  void writeList(Value requestOk);
+  void writeList(Value requestOk, Value status);
   void reportSparsity();
 
   Type i32, i64, f32, i8;
@@ -437,6 +437,7 @@ private:
   Value positions, lengths, requestIds, slots, vState, dState, itState;
   Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
   Value sparsityOut, errors, layerParam, obsRows, numSlots, resetFlags;
+  Value statusOut;
   Value tid, lane, warp;
   Value request, slot, iteration, requestId, firstP, firstN;
   /// The batch row's slot checks (loadBatchSlot).
@@ -467,18 +468,36 @@ LaunchShape SelectKernel::build() {
   // refused (a bad accepted count, reported by the commit kernel): it is
   // skipped, so that its buffer and state stay as they were.
   Value live = batchSlot.live;
-  if (obsRows)
-    live = kb.andI(live, kb.cmp(CmpIPredicate::sle,
-                                kb.loadAt(i32, obsRows, slot), kb.i32(0)));
+  Value refused = kb.i1(false);
+  if (obsRows) {
+    refused = kb.andI(live, kb.cmp(CmpIPredicate::sgt,
+                                   kb.loadAt(i32, obsRows, slot), kb.i32(0)));
+    live = kb.andI(live, kb.not1(refused));
+  }
   rowLive = live;
   hashRequest();
   allocateShared();
-  Value requestOk = kb.forLoopWith(
-      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live},
-      [&](Value r, ValueRange okIn) -> SmallVector<Value> {
-        return {kb.andI(okIn[0], selectRow(r))};
-      })[0];
-  writeList(requestOk);
+  // Whether every row passed its checks, and the error code of the first
+  // that did not.
+  SmallVector<Value> rowsOk = kb.forLoopWith(
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live, kb.i32(0)},
+      [&](Value r, ValueRange in) -> SmallVector<Value> {
+        Value code = selectRow(r);
+        Value ok = kb.cmp(CmpIPredicate::eq, code, kb.i32(0));
+        Value first = kb.cmp(CmpIPredicate::eq, in[1], kb.i32(0));
+        return {kb.andI(in[0], ok), kb.select(first, code, in[1])};
+      });
+  // The row status (docs/GPU-ABI.md, "Row status"): 0 stepped, -1 a
+  // padding row, else the code of the error that skipped it.
+  Value slotCode = kb.select(
+      batchSlot.bad,
+      kb.select(batchSlot.duplicate, kb.i32(ErrorDuplicateSlot),
+                kb.i32(ErrorBadSlot)),
+      kb.i32(-1));
+  Value status = kb.select(
+      batchSlot.live,
+      kb.select(refused, kb.i32(ErrorBadAccepted), rowsOk[1]), slotCode);
+  writeList(rowsOk[0], status);
   if (spec.reportSparsity)
     reportSparsity();
 
@@ -503,6 +522,7 @@ void SelectKernel::declareKernel() {
     params.push_back(ptr);
   if (spec.fusedReset)
     params.push_back(ptr);
+  params.push_back(ptr); // the row status
   params.push_back(ptr);
   params.push_back(kb.i32T());
   if (spec.layerParameter)
@@ -529,6 +549,7 @@ void SelectKernel::declareKernel() {
   sparsityOut = spec.reportSparsity ? func.getArgument(a++) : Value();
   obsRows = spec.committed ? func.getArgument(a++) : Value();
   resetFlags = spec.fusedReset ? func.getArgument(a++) : Value();
+  statusOut = func.getArgument(a++);
   errors = func.getArgument(a++);
   numSlots = func.getArgument(a++);
   layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
@@ -612,7 +633,8 @@ void SelectKernel::allocateShared() {
 
 /// Row `r` of the request: its checks (SPIN_SPEC §2: N <= p + 1 <= C, and
 /// N within the block table; errors recorded by thread 0) and, when used,
-/// its selection OR-ed into the request's mask. Returns whether it passed.
+/// its selection OR-ed into the request's mask. Returns 0 if it passed,
+/// else the code of the check it failed.
 Value SelectKernel::selectRow(Value r) {
   Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
   Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
@@ -633,7 +655,9 @@ Value SelectKernel::selectRow(Value r) {
     used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
                                                kb.i32(0))));
   kb.ifThen(used, [&] { markRow(rowId, p, n); });
-  return ok;
+  return kb.select(lengthOk,
+                   kb.select(positionOk, kb.i32(0), kb.i32(ErrorBadPosition)),
+                   kb.i32(ErrorBadLength));
 }
 
 /// A used row's mask: every block in warm-up, else its selection; then the
@@ -843,7 +867,8 @@ void SelectKernel::explore(Value rowBlocks, Value count) {
 /// thread owns a contiguous run of blocks, so an exclusive scan of the
 /// per-thread counts gives every selected block its list position. A
 /// request with a bad row selects nothing (and its state is untouched).
-void SelectKernel::writeList(Value requestOk) {
+/// Thread 0 also writes the row's `status`.
+void SelectKernel::writeList(Value requestOk, Value status) {
   run = (MB + threads - 1) / threads;
   first = kb.mul(tid, kb.i32(run));
   Value own = kb.i32(0);
@@ -878,6 +903,7 @@ void SelectKernel::writeList(Value requestOk) {
     kb.storeAt(total, countsOut, request);
     // The EMA update and the MTP buffering skip a rejected request.
     kb.storeAt(kb.select(requestOk, kb.i32(0), kb.i32(1)), skipOut, request);
+    kb.storeAt(status, statusOut, request);
   });
 }
 

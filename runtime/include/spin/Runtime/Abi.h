@@ -158,6 +158,15 @@ enum class LaunchArgKind {
 #include "spin/Runtime/Abi.def"
 };
 const char *launchArgKindName(LaunchArgKind kind);
+
+/// The most per-row status outputs a manifest may name (one per SPIN
+/// selection of the step).
+inline constexpr int64_t kMaxStatusOutputs = 1024;
+
+/// The name of status output `index` (docs/GPU-ABI.md, "Row status"):
+/// "status", then "status_1", ... (the selections in launch order, as the
+/// top-K results are named).
+std::string statusOutputName(int64_t index);
 std::optional<LaunchArgKind> launchArgKindFromName(std::string_view name);
 /// "argument, scratch, errors, dim or i32", for messages.
 std::string launchArgKindList();

@@ -31,6 +31,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,7 +66,8 @@ struct GpuLaunchArg {
   /// Argument: pointer, the device address of step argument `index`;
   /// Scratch: pointer, scratch buffer `index`; Errors: pointer, the error
   /// record; Dim: i32, run-time size `dim` of step argument `index`; I32:
-  /// i32, the constant `value`.
+  /// i32, the constant `value`; Status: pointer, the i32 [B] status output
+  /// `index` (statusOutputName), the caller's or a buffer of the program.
   using Kind = LaunchArgKind;
   Kind kind = Kind::Argument;
   int64_t index = 0;
@@ -133,6 +135,9 @@ struct GpuManifest {
   int64_t events = 0;
   std::vector<GpuKernelSpec> kernels;
   std::vector<GpuLaunchSpec> launches;
+  /// How many per-row status outputs the launches write (1 + the largest
+  /// Status index; docs/GPU-ABI.md, "Row status").
+  int64_t statusOutputs = 0;
 
   /// Reads and validates `directory`/manifest.json; every listed PTX file
   /// must exist. Errors name the file and the field
@@ -334,6 +339,9 @@ private:
   cuda::PinnedMemory errorHost;
   /// `batch` zero bytes: the `reset` argument when the caller gives none.
   cuda::DeviceMemory noReset;
+  /// `batch` i32: where the selections write the row status that the
+  /// caller does not ask for.
+  cuda::DeviceMemory statusSink;
   cuda::CUstream sideStream = nullptr;
   /// Stateful programs: the stream that uploads a captured step's staging
   /// at capture time (outside the graph).
