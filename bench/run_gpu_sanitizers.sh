@@ -8,8 +8,8 @@
 #
 # runs bench/gpu_check.py over gpu-artifacts/ (every configuration unless
 # --only), the runtime's CUDA tests (python/tests/test_cuda.py) and the
-# device-batch tests (python/tests/test_device_batches_cuda.py and
-# test_serving_loop_cuda.py, the serving loop shortened to
+# device-batch tests (python/tests/test_device_batches_cuda.py,
+# test_ops_cuda.py and test_serving_loop_cuda.py, the serving loop shortened to
 # $SERVING_STEPS graph replays per configuration, default 60, with the
 # programs of cuda-cache/) under each compute-sanitizer tool in $TOOLS
 # (default: memcheck racecheck synccheck initcheck), each gpu_check run
@@ -80,7 +80,8 @@ for tool in $TOOLS; do
            SPIN_SERVING_STEPS="${SERVING_STEPS:-60}" SPIN_SERVING_ARGS="--sleep-every 0"
            "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda
            "$ROOT/python/tests/test_device_batches_cuda.py"
-           "$ROOT/python/tests/test_serving_loop_cuda.py")
+           "$ROOT/python/tests/test_serving_loop_cuda.py"
+           "$ROOT/python/tests/test_ops_cuda.py")
     else
       cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
            "$ROOT/python/tests/test_cuda.py")

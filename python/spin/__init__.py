@@ -37,10 +37,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _spin, abi
-from .cuda import CudaProgram, CudaState, _require_torch_cuda, load, read_manifest
+from .cuda import (CudaProgram, CudaState, CudaStateTensors, _require_torch_cuda, load,
+                   read_manifest, state_shapes)
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
-           "load", "read_manifest", "CudaProgram", "CudaState"]
+           "load", "read_manifest", "CudaProgram", "CudaState", "CudaStateTensors",
+           "state_bytes"]
 
 #: True when the extension was built with the compiler (JIT) part.
 has_compiler: bool = bool(_spin.has_compiler)
@@ -567,6 +569,7 @@ class Indexer:
                 raise ValueError("reset_input needs SPIN state: a dense indexer has none")
             self._options["reset-input"] = True
         self.reset_input = bool(reset_input)
+        self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
         # can be captured in a CUDA graph after an eager step with the same
@@ -802,6 +805,47 @@ class Indexer:
         return CudaState(pool, device, int(max_requests), int(capacity_slots),
                          int(layers), self.rows, self.block_size)
 
+    def _state_fields(self, capacity_slots: int, batch: Optional[int]) -> List[str]:
+        """The state fields the GPU programs bind, from the manifest of layer
+        0's program for ``batch`` (default: the first of ``batch_sizes``)."""
+        if self.device == "cpu":
+            raise ValueError("state tensors are for device='cuda' indexers")
+        if self.dense:
+            raise ValueError("a dense indexer keeps no SPIN state")
+        if capacity_slots % self.page_size:
+            raise ValueError(f"capacity_slots must be a multiple of page_size "
+                             f"{self.page_size}, got {capacity_slots}")
+        if batch is None:
+            if not self._batch_sizes:
+                raise ValueError("batch is required (no batch_sizes were given): the "
+                                 "state fields are read from a compiled program")
+            batch = self._batch_sizes[0]
+        manifest = read_manifest(self.artifact(0, capacity_slots // self.page_size, int(batch)))
+        names = []
+        for a in manifest[abi.KEY["Arguments"]]:
+            if a[abi.KEY["Role"]] == abi.STATE and a[abi.KEY["Name"]] not in names:
+                names.append(a[abi.KEY["Name"]])
+        return names
+
+    def state_bytes(self, capacity_slots: int, layers: int = 1, max_requests: int = 64,
+                    batch: Optional[int] = None) -> int:
+        """Device memory of the SPIN state of ``max_requests`` slots of
+        ``capacity_slots`` KV slots on ``layers`` layers (device="cuda"),
+        as :meth:`new_state` and :meth:`new_state_tensors` allocate it."""
+        return state_bytes(self._state_fields(capacity_slots, batch), max_requests,
+                           capacity_slots, self.rows, self.block_size, layers)
+
+    def new_state_tensors(self, capacity_slots: int, layers: int = 1,
+                          max_requests: int = 64, batch: Optional[int] = None):
+        """Zeroed state tensors the caller owns (:class:`CudaStateTensors`)
+        for ``max_requests`` slots of ``capacity_slots`` KV slots on
+        ``layers`` layers (device="cuda"), for :meth:`run_batch` and the
+        torch op (``spin.ops``; docs/GPU-ABI.md, "State tensors")."""
+        _require_torch_cuda(f"Indexer(device={self.device!r}).new_state_tensors")
+        return CudaStateTensors.allocate(self._state_fields(capacity_slots, batch),
+                                         self._torch_device(), max_requests, capacity_slots,
+                                         layers, self.rows, self.block_size)
+
     def __call__(self, q, w, keys, block_table, lengths, positions,
                  state, *, request_ids, scales=None, layer: int = 0,
                  return_sparsity: bool = False, reset=None):
@@ -920,9 +964,10 @@ class Indexer:
         torch = _require_torch_cuda(f"Indexer(device={self.device!r}).run_batch")
         if not isinstance(inputs, dict):
             raise TypeError(f"inputs must be a dict of tensors, got {type(inputs).__name__}")
-        if not isinstance(state, CudaState):
-            raise TypeError("state must be a spin.CudaState (from Indexer.new_state "
-                            f"on cuda), got {type(state).__name__}")
+        if not isinstance(state, (CudaState, CudaStateTensors)):
+            raise TypeError("state must be a spin.CudaState or spin.CudaStateTensors (from "
+                            "Indexer.new_state or new_state_tensors on cuda), got "
+                            f"{type(state).__name__}")
         if state.block_size != self.block_size or state.rows < self.rows:
             raise ValueError("state was made for another indexer (block size or rows differ)")
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
@@ -939,7 +984,14 @@ class Indexer:
             raise ValueError(
                 f"block_table is {width} pages wide ({width * self.page_size} slots), "
                 f"but the state holds capacity_slots={state.capacity}")
-        return self.program(layer, width, batch).run_batch(inputs, state, outputs)
+        program = self.program(layer, width, batch)
+        if isinstance(state, CudaStateTensors) and outputs is not None:
+            from . import ops
+            if ops.AVAILABLE:
+                # The torch op: the same step, visible to torch.compile.
+                ops.run_batch(ops.program_handle(program), inputs, state, outputs)
+                return outputs
+        return program.run_batch(inputs, state, outputs)
 
     def _ids_on_device(self, device, request_ids):
         """The device copy of a host batch of request ids, kept for the last
@@ -1023,6 +1075,18 @@ class Indexer:
             sparsity = torch.zeros((batch, self.rows), dtype=torch.float32,
                                    device=topk.device)
         return topk, sparsity
+
+
+def state_bytes(fields: Sequence[str], slots: int, capacity: int, rows: int,
+                block_size: int, layers: int = 1) -> int:
+    """Bytes of the SPIN state of ``fields`` (``CudaProgram.state_fields``)
+    for ``slots`` state slots of ``capacity`` KV slots, MTP buffers of
+    ``rows`` rows and SPIN blocks of ``block_size`` slots, on ``layers``
+    layers: the pool layout of docs/GPU-ABI.md, "State tensors" (the same
+    for ``new_state`` and ``new_state_tensors``). ``Indexer.state_bytes``
+    and ``CudaProgram.new_state_tensors(...).nbytes`` give it for theirs."""
+    return sum(int(np.prod(shape)) * np.dtype(_NUMPY_TYPES[dtype]).itemsize for shape, dtype in
+               state_shapes(fields, slots, capacity, rows, block_size, range(layers)).values())
 
 
 _NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,

@@ -24,7 +24,7 @@ before anything is issued; driver and device failures raise
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -177,6 +177,78 @@ class CudaState:
         self._pool = None
 
 
+def state_tensor_name(layer: int, field: str) -> str:
+    """The name of the tensor holding state ``field`` of ``layer``
+    ("state.0.v"), as :meth:`CudaProgram.run_batch` takes it."""
+    return f"state.{int(layer)}.{field}"
+
+
+def state_shapes(fields: Iterable[str], slots: int, capacity: int, max_rows: int,
+                 block_size: int, layers: Iterable[int]) -> Dict[str, Tuple[List[int], str]]:
+    """name -> (shape, runtime element type) of every state tensor of
+    ``fields`` on ``layers`` for ``slots`` state slots of ``capacity`` KV
+    slots (docs/GPU-ABI.md, "State tensors"): the runtime's pool layout,
+    from the ABI's field table."""
+    sizes = {"slots": int(slots), abi.KEY["Capacity"]: int(capacity),
+             abi.KEY["MaxRows"]: int(max_rows),
+             "blocks": -(-int(capacity) // int(block_size)),
+             "prediction": abi.PREDICTION_RECORD_SIZE}
+    info = {f["name"]: f for f in abi.STATE_FIELDS}
+    shapes = {}
+    for layer in layers:
+        for field in fields:
+            f = info[field]
+            shapes[state_tensor_name(layer, field)] = ([sizes[d] for d in f["dims"]],
+                                                       f["dtype"])
+    return shapes
+
+
+class CudaStateTensors:
+    """SPIN state in device tensors the caller owns: one zero-initialised
+    tensor per state field and layer (``tensors``, by
+    :func:`state_tensor_name`), for device-batch steps
+    (:meth:`CudaProgram.run_batch`) and the torch op (``spin.ops``). No pool,
+    no request table: the caller's ``slots`` input picks each row's state,
+    and a new request's first step sets its ``reset`` flag. ``nbytes`` is
+    the memory they take (:func:`spin.state_bytes`)."""
+
+    def __init__(self, tensors: Dict[str, Any], device, slots: int, capacity: int,
+                 layers: int, rows: int, block_size: int):
+        self.tensors = tensors
+        self.device = device
+        self.slots, self.capacity, self.layers = slots, capacity, layers
+        self.rows, self.block_size = rows, block_size
+
+    @classmethod
+    def allocate(cls, fields: Iterable[str], device, slots: int, capacity: int,
+                 layers: int, rows: int, block_size: int) -> "CudaStateTensors":
+        torch = _require_torch_cuda("allocating state tensors")
+        for name, value in (("slots", slots), ("capacity", capacity), ("layers", layers),
+                            ("rows", rows), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        shapes = state_shapes(fields, slots, capacity, rows, block_size, range(layers))
+        tensors = {name: torch.zeros(shape, dtype=_torch_dtypes(dtype)[0], device=device)
+                   for name, (shape, dtype) in shapes.items()}
+        return cls(tensors, device, int(slots), int(capacity), int(layers), int(rows),
+                   int(block_size))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def __getitem__(self, name: str):
+        return self.tensors[name]
+
+    def zero_slot_(self, slot: int) -> None:
+        """Zeroes one slot's state on every layer (torch's current stream),
+        as a ``reset`` flag does at a step."""
+        if not 0 <= int(slot) < self.slots:
+            raise ValueError(f"slot {slot} is outside [0, {self.slots})")
+        for t in self.tensors.values():
+            t[int(slot)].zero_()
+
+
 class CudaProgram:
     """A loaded GPU artifact (see :func:`load`)."""
 
@@ -206,6 +278,30 @@ class CudaProgram:
     def chip(self) -> str:
         """The PTX that was loaded ("sm_90a", or a portable "sm_90")."""
         return self._native.chip
+
+    @property
+    def state_fields(self) -> List[str]:
+        """The state fields the program binds (on each of its layers), in
+        signature order."""
+        names = []
+        for a in self.signature:
+            if a["role"] == abi.STATE and a["name"] not in names:
+                names.append(a["name"])
+        return names
+
+    def new_state_tensors(self, slots: int = 64, layers: Optional[int] = None,
+                          capacity: Optional[int] = None) -> CudaStateTensors:
+        """Zeroed state tensors for ``slots`` slots on layers ``0 .. layers -
+        1`` (default: the manifest's), of the fields this program binds
+        (docs/GPU-ABI.md, "State tensors")."""
+        section = self.manifest.get(abi.KEY["State"]) or {}
+        if not section:
+            raise ValueError("the artifact keeps no SPIN state")
+        return CudaStateTensors.allocate(
+            self.state_fields, self.device, slots,
+            capacity if capacity is not None else section[abi.KEY["Capacity"]],
+            layers if layers is not None else section[abi.KEY["Layers"]],
+            section[abi.KEY["MaxRows"]], section[abi.KEY["BlockSize"]])
 
     def new_state(self, slots: int = 64, capacity: Optional[int] = None,
                   layers: Optional[int] = None, rows: Optional[int] = None,
@@ -294,7 +390,7 @@ class CudaProgram:
         self._native.run(pool, native_in, native_out, ids or [], _stream(self.device))
         return outputs
 
-    def run_batch(self, inputs: Dict[str, Any], state: CudaState,
+    def run_batch(self, inputs: Dict[str, Any], state: Union[CudaState, CudaStateTensors],
                   outputs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Issues one step whose batch is given by device tensors alone
         (docs/GPU-ABI.md, "Device batches"); returns the outputs.
@@ -311,13 +407,23 @@ class CudaProgram:
         counts are skipped on the device and reported by :meth:`check`,
         and per row in a "status" output when one is given
         (:attr:`status_outputs`).
-        The first call hands ``state`` to device batches for good: it must
-        have no requests added by id, and it refuses ``add`` afterwards.
+        The first call hands a ``CudaState`` to device batches for good: it
+        must have no requests added by id, and it refuses ``add``
+        afterwards. ``state`` may instead be :class:`CudaStateTensors`
+        (:meth:`new_state_tensors`): tensors the caller owns, stepped in
+        place.
         """
         _require_torch_cuda("running a GPU artifact")
         if not any(a["role"] == abi.STATE for a in self.signature):
             raise ValueError("run_batch is for programs with SPIN state; call the "
                              "program directly (padding rows are rows of length 0)")
+        if isinstance(state, CudaStateTensors):
+            native_in, native_out, outputs = self._bind(
+                self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
+                self.manifest["batch"])
+            native_in.update(self._state_tensors(state))
+            self._native.run_batch_tensors(native_in, native_out, _stream(self.device))
+            return outputs
         self._check_state(state, True)
         native_in, native_out, outputs = self._bind(
             self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
@@ -325,6 +431,24 @@ class CudaProgram:
         self._native.run_batch(state._native(), native_in, native_out,
                                _stream(self.device))
         return outputs
+
+    def _state_tensors(self, state: CudaStateTensors) -> Dict[str, Any]:
+        """The native refs of the state tensors this program binds (the
+        runtime checks their shapes against the compiled state)."""
+        if state.device != self.device:
+            raise ValueError(f"state is on {state.device}, but the program runs on "
+                             f"{self.device}")
+        refs = {}
+        for a in self.signature:
+            if a["role"] != abi.STATE:
+                continue
+            name = state_tensor_name(a["layer"], a["name"])
+            if name not in state.tensors:
+                raise ValueError(f"the state tensors lack {name!r}: the program binds "
+                                 f"state field {a['name']!r} of layer {a['layer']}")
+            refs[name] = self._tensor("state tensor", name, state.tensors[name],
+                                      {"dtype": a["dtype"], "shape": a["shape"]})
+        return refs
 
     @staticmethod
     def _check_dict(what: str, value) -> Dict[str, Any]:

@@ -397,6 +397,23 @@ static void bindGpuProgram(py::module_ &m) {
           "A step whose slots, accepted counts and resets are device "
           "tensors in `inputs` (docs/GPU-ABI.md, \"Device batches\")")
       .def(
+          "run_batch_tensors",
+          [](rt::GpuProgram &program, const py::dict &inputs,
+             const py::dict &outputs, uintptr_t stream) {
+            auto in = deviceTensors(inputs);
+            auto out = deviceTensors(outputs);
+            rt::Status status;
+            {
+              py::gil_scoped_release release;
+              status = program.runBatch(in, out, streamFrom(stream));
+            }
+            check(status);
+          },
+          py::arg("inputs"), py::arg("outputs"), py::arg("stream"),
+          "A device-batch step on the caller's state tensors, given in "
+          "`inputs` as state.<layer>.<field> (docs/GPU-ABI.md, \"State "
+          "tensors\")")
+      .def(
           "check",
           [](rt::GpuProgram &program, uintptr_t stream) {
             rt::Status status;

@@ -159,6 +159,10 @@ const char *outputName(OutputKind kind) {
   return kOutputNames[static_cast<size_t>(kind)];
 }
 
+std::string stateTensorName(int64_t layer, std::string_view field) {
+  return "state." + std::to_string(layer) + "." + std::string(field);
+}
+
 std::string statusOutputName(int64_t index) {
   return index == 0 ? "status" : "status_" + std::to_string(index);
 }

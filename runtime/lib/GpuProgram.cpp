@@ -427,6 +427,18 @@ GpuProgram::runBatch(GpuStatePool &pool,
   return issue(&pool, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true);
 }
 
+Status
+GpuProgram::runBatch(const std::map<std::string, DeviceTensorRef> &inputs,
+                     const std::map<std::string, DeviceTensorRef> &outputs,
+                     CUstream stream) {
+  if (!spec.stateful())
+    return Status::error("the program " + spec.function +
+                         " keeps no SPIN state: run it without state tensors "
+                         "(its padding rows are rows of length 0)");
+  static const std::vector<int64_t> kNoIds;
+  return issue(nullptr, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true);
+}
+
 Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
                        const std::map<std::string, DeviceTensorRef> &outputs,
                        CUstream stream) {
@@ -479,7 +491,10 @@ Status GpuProgram::issue(GpuStatePool *pool,
             spec.arguments.size());
   if (Status s = bindArguments(inputs, outputs, step); !s.ok())
     return s;
-  if (Status s = bindState(step); !s.ok())
+  // A device batch without a pool steps the caller's state tensors.
+  if (Status s = deviceBatch && !pool ? bindStateTensors(inputs, step)
+                                      : bindState(step);
+      !s.ok())
     return s;
   if (Status s = checkKernelSizes(step); !s.ok())
     return s;
@@ -492,8 +507,9 @@ Status GpuProgram::issue(GpuStatePool *pool,
   // step's bookkeeping.
   std::lock_guard<std::mutex> lock(mutex);
   if (deviceBatch) {
-    if (Status s = pool->useDeviceBatches(); !s.ok())
-      return s;
+    if (pool)
+      if (Status s = pool->useDeviceBatches(); !s.ok())
+        return s;
     if (Status s = launchKernels(step); !s.ok())
       return failStep(step, s);
     ++stepsSinceCheck;
@@ -630,8 +646,15 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
         return true;
     return false;
   };
+  const bool stateTensors = step.deviceBatch && !step.pool;
   auto known = [&](const std::string &name, bool output) {
     if (output && isStatus(name))
+      return true;
+    if (!output && stateTensors &&
+        std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
+          return a.role == ArgSpec::Role::State &&
+                 stateTensorName(a.layer, a.name) == name;
+        }))
       return true;
     return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
       bool isOutput = a.role == ArgSpec::Role::Output;
@@ -775,6 +798,59 @@ Status GpuProgram::bindState(Step &step) const {
       step.layers.push_back(arg.layer);
     if (field == StateField::ObsRows)
       step.bufferingLayers.push_back(arg.layer);
+  }
+  return Status::success();
+}
+
+/// Binds the caller's state tensors (runBatch without a pool): each state
+/// argument's tensor must exist, have the field's element type and the
+/// shape the kernels were compiled for, with one slot count (size 0) for
+/// all of them.
+Status GpuProgram::bindStateTensors(
+    const std::map<std::string, DeviceTensorRef> &inputs, Step &step) const {
+  const GpuStateSpec &want = *spec.state;
+  StateSizes sizes;
+  sizes.capacity = want.capacity;
+  sizes.maxRows = want.maxRows;
+  sizes.blocks = (want.capacity + want.blockSize - 1) / want.blockSize;
+  std::string slotsFrom;
+  for (size_t i = 0; i < spec.arguments.size(); ++i) {
+    const ArgSpec &arg = spec.arguments[i];
+    if (arg.role != ArgSpec::Role::State)
+      continue;
+    const std::string name = stateTensorName(arg.layer, arg.name);
+    StateField field = *stateFieldFromName(arg.name);
+    auto it = inputs.find(name);
+    if (it == inputs.end())
+      return Status::error("missing state tensor '" + name + "' (" +
+                           dtypeName(arg.dtype) +
+                           ", size 0 the slot count): the program binds "
+                           "state field '" +
+                           arg.name + "' of layer " + str(arg.layer));
+    const DeviceTensorRef &t = it->second;
+    const std::string what = "state tensor '" + name + "'";
+    if (t.dtype != arg.dtype)
+      return Status::error(what + " has element type " + dtypeName(t.dtype) +
+                           ", expected " + dtypeName(arg.dtype));
+    if (t.shape.empty() || t.shape[0] <= 0)
+      return Status::error(what + " has shape " + shapeString(t.shape) +
+                           ": size 0 is the slot count, at least 1");
+    if (slotsFrom.empty()) {
+      sizes.slots = t.shape[0];
+      slotsFrom = name;
+    } else if (t.shape[0] != sizes.slots) {
+      return Status::error(what + " has " + str(t.shape[0]) + " slots but '" +
+                           slotsFrom + "' has " + str(sizes.slots));
+    }
+    std::vector<int64_t> shape = stateFieldShape(field, sizes);
+    if (t.shape != shape)
+      return Status::error(what + " has shape " + shapeString(t.shape) +
+                           ", expected " + shapeString(shape) + " for " +
+                           spec.directory);
+    if (!t.data)
+      return Status::error(what + " has no data (a null device pointer)");
+    step.address[i] = t.data;
+    step.shapes[i] = shape;
   }
   return Status::success();
 }

@@ -111,6 +111,10 @@ struct StateSizes {
 /// The shape of `field` in a pool of `sizes`.
 std::vector<int64_t> stateFieldShape(StateField field, const StateSizes &sizes);
 
+/// The name of the caller's tensor holding state field `field` of `layer`
+/// in a step on state tensors: "state.<layer>.<field>".
+std::string stateTensorName(int64_t layer, std::string_view field);
+
 //===----------------------------------------------------------------------===//
 // Step-function arguments and results
 //===----------------------------------------------------------------------===//

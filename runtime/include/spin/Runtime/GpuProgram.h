@@ -251,6 +251,16 @@ public:
                   const std::map<std::string, DeviceTensorRef> &outputs,
                   cuda::CUstream stream);
 
+  /// A device-batch step (as above) on state the caller allocated: every
+  /// state field the program binds is a contiguous device tensor in
+  /// `inputs`, named stateTensorName(layer, field) ("state.0.v"), of the
+  /// field's element type and shape with the slot count as size 0 (the
+  /// same for every field; docs/GPU-ABI.md, "State tensors"), and zeroed
+  /// before its first use. No pool is involved: the tensors are the state.
+  Status runBatch(const std::map<std::string, DeviceTensorRef> &inputs,
+                  const std::map<std::string, DeviceTensorRef> &outputs,
+                  cuda::CUstream stream);
+
   /// A step of a stateless (dense) program, which takes no state pool.
   Status run(const std::map<std::string, DeviceTensorRef> &inputs,
              const std::map<std::string, DeviceTensorRef> &outputs,
@@ -315,6 +325,8 @@ private:
                        const std::map<std::string, DeviceTensorRef> &outputs,
                        Step &step) const;
   Status bindState(Step &step) const;
+  Status bindStateTensors(const std::map<std::string, DeviceTensorRef> &inputs,
+                          Step &step) const;
   Status checkKernelSizes(Step &step) const;
   Status stageSlots(Step &step);
   Status uploadStaging(Step &step, const Staging &staging, bool captured,
