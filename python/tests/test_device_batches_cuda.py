@@ -241,8 +241,8 @@ class Serving:
         B, R = self.B, self.R
         skipped = skipped or {}
         live = [b for b, r in enumerate(rows) if r is not None and b not in skipped]
-        status = np.array([-1 if r is None else skipped.get(b, 0) for b, r in enumerate(rows)],
-                          np.int32)
+        status = np.array([skipped[b] if b in skipped else -1 if r is None else 0
+                           for b, r in enumerate(rows)], np.int32)
         want = []
         for layer in range(self.L):
             top = np.full((B, R, self.K), -1, np.int32)
