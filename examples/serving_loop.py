@@ -78,13 +78,14 @@ def buckets_up_to(max_batch):
 def make_indexer(rows, layers, pooling="max", shape=Shape(), buckets=BUCKETS,
                  chips=None, cache_dir=None):
     """The loop's indexer: fp8 keys with f32 scales, bf16 queries, reset
-    flags; the programs of every layer and bucket are compiled (or found in
-    the cache) now, for ``chips`` (default: the device's)."""
+    flags, and the layer as a run-time argument (one program per bucket
+    serves every layer); the programs are compiled (or found in the cache)
+    now, for ``chips`` (default: the device's)."""
     return spin.Indexer(heads=shape.heads, head_dim=shape.head_dim,
                         block_size=shape.block, page_size=shape.page, topk=shape.topk,
                         sparsity=shape.sparsity, explore=shape.explore, seed=11,
                         pooling=pooling, rows=rows, key_format="fp8",
-                        reset_input=True, device="cuda", chips=chips,
+                        reset_input=True, layer_argument=True, device="cuda", chips=chips,
                         cache_dir=cache_dir, max_pages=shape.max_pages,
                         batch_sizes=list(buckets), layers=layers)
 
@@ -572,7 +573,8 @@ def main(argv=None):
     engine.warm_up()
     print(f"seed {seed}: R = {args.rows}, {args.layers} layers, {args.pooling} pooling, "
           f"buckets {buckets}, {shape.slots} state slots of {shape.capacity} slots; "
-          f"{len(buckets) * args.layers} programs loaded and {len(buckets)} graphs "
+          f"{len(buckets)} programs (one per bucket, for every layer) loaded and "
+          f"{len(buckets)} graphs "
           f"captured in {time.time() - t:.1f} s", flush=True)
     scheduler = Scheduler(shape, args.rows, buckets, seed)
     if args.check:

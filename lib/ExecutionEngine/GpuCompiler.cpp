@@ -91,6 +91,12 @@ std::vector<GpuLaunchArg> readPlanArguments(func::FuncOp plan, GpuManifest &m) {
       ref.kind = *kind;
       continue;
     }
+    if (kind == abi::LaunchArgKind::Layer) {
+      ref.kind = *kind;
+      ref.value = static_cast<int32_t>(
+          plan.getArgAttrOfType<IntegerAttr>(i, kLayerAttrName).getInt());
+      continue;
+    }
     // Status outputs are numbered in plan order, as the compiler named them.
     if (kind == abi::LaunchArgKind::Status) {
       ref.kind = *kind;
@@ -254,6 +260,7 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;
+    gpu.layerArgument = options.layerArgument;
     toGpu.addPass(createConvertSpinToGPU(gpu));
     if (failed(toGpu.run(*plan)))
       return fail("convert-spin-to-gpu failed");

@@ -261,21 +261,27 @@ def compile(mlir_text: str, function: str,
 def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = None,
                      chips: Sequence[str] = ("sm_90a",),
-                     ptx_version: int = 0, sm_count: int = _DEFAULT_SM_COUNT) -> str:
+                     ptx_version: int = 0, sm_count: int = _DEFAULT_SM_COUNT,
+                     layer_argument: bool = False) -> str:
     """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
     does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
     "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
     :func:`load` on the serving machine. No GPU is needed. ``ptx_version``
     (e.g. 88) defaults to the lowest every chip accepts. ``sm_count`` is the
     serving GPU's SM count, which sizes the scoring grids (``spin-compile
-    --sm-count``; 132 for an H100 SXM or H200, 148 for a B200 or B300)."""
+    --sm-count``; 132 for an H100 SXM or H200, 148 for a B200 or B300).
+    ``layer_argument``: the step takes its layer at run time (``layer=`` of
+    :meth:`CudaProgram.run_batch`), the graph's state layers being offsets
+    from it, so that one program serves every layer (docs/GPU-ABI.md, "The
+    layer at run time")."""
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: "
                            "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
     if isinstance(chips, str):
         chips = [chips]
     _spin.compile_gpu(mlir_text, function, pipeline_options, list(chips),
-                      int(ptx_version), os.fspath(out_dir), int(sm_count))
+                      int(ptx_version), os.fspath(out_dir), int(sm_count),
+                      bool(layer_argument))
     return os.fspath(out_dir)
 
 
@@ -493,6 +499,11 @@ class Indexer:
     (``reset``, bool [B]: the row's state starts afresh before the step,
     as ``state.reset`` does), which device batches need for new turns
     (:meth:`run_batch`, docs/Serving.md).
+
+    ``layer_argument=True`` (cuda) compiles one program per batch size and
+    block-table width that serves every layer: the layer is a run-time
+    argument of its steps (docs/GPU-ABI.md, "The layer at run time"), so a
+    model of many layers needs one program per batch bucket.
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -509,7 +520,7 @@ class Indexer:
                  batch_sizes: Sequence[int] = (), layers: int = 1,
                  explore_policy: str = "random",
                  query_format: Optional[str] = None,
-                 reset_input: bool = False):
+                 reset_input: bool = False, layer_argument: bool = False):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -569,6 +580,12 @@ class Indexer:
                 raise ValueError("reset_input needs SPIN state: a dense indexer has none")
             self._options["reset-input"] = True
         self.reset_input = bool(reset_input)
+        if not isinstance(layer_argument, (bool, np.bool_)):
+            raise TypeError(f"layer_argument must be a bool, got {layer_argument!r}")
+        if layer_argument and (self.dense or str(device) == "cpu"):
+            raise ValueError("layer_argument is for SPIN indexers on cuda (the CPU path "
+                             "compiles any layer on demand; a dense indexer keeps no state)")
+        self.layer_argument = bool(layer_argument)
         self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
@@ -676,6 +693,8 @@ class Indexer:
         if self.query_format == "fp8":
             # Named only then, so that the other programs keep their keys.
             spec["query_format"] = "fp8"
+        if self.layer_argument:
+            spec["layer_argument"] = True
         return spec
 
     def artifact(self, layer: int, max_pages: int, batch: int,
@@ -693,6 +712,8 @@ class Indexer:
                                  f"integer, got {value!r}")
         from . import cache
         chips = sorted(set(self.chips if chips is None else chips))
+        if self.layer_argument:
+            layer = 0  # one program for every layer: the layer is a step argument
         spec = self._spec(layer, max_pages, batch)
         name = cache.entry_name("indexer-gpu-", _INDEXER_CACHE_FORMAT,
                                 _INDEXER_CACHE_VERSION, spec)
@@ -705,7 +726,8 @@ class Indexer:
             def build(out_dir: str, want: List[str]) -> Dict[str, Any]:
                 compile_artifact(graph, _INDEXER_FUNCTION, out_dir,
                                  None if self.dense else self._options, want,
-                                 sm_count=self.sm_count)
+                                 sm_count=self.sm_count,
+                                 layer_argument=self.layer_argument)
                 return fresh
         try:
             return cache.ensure(self.cache_dir, name, _INDEXER_CACHE_FORMAT,
@@ -753,7 +775,8 @@ class Indexer:
             raise ValueError("batch is required on cuda: GPU programs have a static batch size")
         _require_torch_cuda(f"Indexer(device={self.device!r})")
         device = self._torch_device()
-        key = (int(layer), int(max_pages), int(batch), device.index)
+        key = (0 if self.layer_argument else int(layer), int(max_pages), int(batch),
+               device.index)
         if key not in self._programs:
             chip = _device_chip(_torch, device)
             if chip not in self.chips:
@@ -985,13 +1008,15 @@ class Indexer:
                 f"block_table is {width} pages wide ({width * self.page_size} slots), "
                 f"but the state holds capacity_slots={state.capacity}")
         program = self.program(layer, width, batch)
+        step_layer = int(layer) if self.layer_argument else 0
         if isinstance(state, CudaStateTensors) and outputs is not None:
             from . import ops
             if ops.AVAILABLE:
                 # The torch op: the same step, visible to torch.compile.
-                ops.run_batch(ops.program_handle(program), inputs, state, outputs)
+                ops.run_batch(ops.program_handle(program), inputs, state, outputs,
+                              layer=step_layer)
                 return outputs
-        return program.run_batch(inputs, state, outputs)
+        return program.run_batch(inputs, state, outputs, layer=step_layer)
 
     def _ids_on_device(self, device, request_ids):
         """The device copy of a host batch of request ids, kept for the last
@@ -1065,6 +1090,8 @@ class Indexer:
                 inputs["request_ids"] = self._ids_on_device(q.device, request_ids)
         if self.dense:
             out = program(inputs, state)
+        elif self.layer_argument:
+            out = program(inputs, state, request_ids=ids, layer=int(layer))
         else:
             out = program(inputs, state, request_ids=ids)
         topk = out["topk"]

@@ -441,17 +441,20 @@ def graph_spec(mlir_text: str, function: str, sparsify: Optional[str],
 def graph_artifact(mlir_text: str, function: str,
                    pipeline_options: Optional[Dict[str, Any]] = None,
                    chips: Sequence[str] = ("sm_90a",), sm_count: int = 132,
-                   cache_dir: Optional[str] = None) -> str:
+                   cache_dir: Optional[str] = None, layer_argument: bool = False) -> str:
     """The cache entry (an artifact directory for :func:`spin.load`) of
     ``function`` of ``mlir_text`` compiled with ``pipeline_options`` for
     ``chips`` and ``sm_count`` SMs: compiled on first use where spin has the
     compiler, looked up only where it does not (a RuntimeError names the
     entry and the prebuild command). ``cache_dir`` defaults to
-    ``$SPIN_CACHE_DIR`` (see :func:`cache_root`)."""
+    ``$SPIN_CACHE_DIR`` (see :func:`cache_root`). ``layer_argument``: the
+    step takes its layer at run time (:func:`spin.compile_artifact`)."""
     import spin
     chips = sorted(set([chips] if isinstance(chips, str) else chips))
     sparsify = spin._sparsify_text(pipeline_options)
     spec = graph_spec(mlir_text, function, sparsify, sm_count)
+    if layer_argument:
+        spec["layer_argument"] = True  # named only then: other keys unchanged
     root = cache_root(cache_dir)
     if root is None:
         if not spin.has_compiler:
@@ -465,7 +468,7 @@ def graph_artifact(mlir_text: str, function: str,
 
         def build(out_dir, want):
             spin.compile_artifact(mlir_text, function, out_dir, pipeline_options, want,
-                                  sm_count=int(sm_count))
+                                  sm_count=int(sm_count), layer_argument=layer_argument)
             return fresh
     try:
         return ensure(root, name, GRAPH_FORMAT, GRAPH_VERSION, spec, chips, fresh, build)
@@ -475,6 +478,8 @@ def graph_artifact(mlir_text: str, function: str,
                    "--graph", "MODEL.mlir", "--function", function]
         if sparsify:
             command += ["--options", sparsify]
+        if layer_argument:
+            command.append("--layer-argument")
         command += ["--chips", ",".join(chips), "--sm-count", str(int(sm_count))]
         raise RuntimeError(
             f"no usable GPU program for {function} (chips {', '.join(chips)}, "
@@ -514,7 +519,8 @@ def indexer_arguments(indexer) -> Dict[str, Any]:
             "dense": indexer.dense, "explore_policy": indexer.explore_policy,
             # None (the default) unless the queries are fp8: the same programs
             "query_format": "fp8" if indexer.query_format == "fp8" else None,
-            "reset_input": indexer.reset_input}
+            "reset_input": indexer.reset_input,
+            "layer_argument": indexer.layer_argument}
 
 
 def _flag(name: str) -> str:
@@ -896,6 +902,9 @@ def _prebuild_jobs(args) -> Tuple[str, List[Tuple[str, Callable[[], str]]]]:
                             ("--batch-sizes", args.batch_sizes), ("--layers", args.layers)):
             if value is not None:
                 raise _UsageError(f"{flag} is for Indexer programs, not with --graph")
+        # --layer-argument compiles a graph as it does an Indexer's programs.
+        layer_argument = bool(getattr(args, "layer_argument", False))
+        indexer_given = [n for n in indexer_given if n != "layer_argument"]
         if indexer_given:
             raise _UsageError(f"{_flag(indexer_given[0])} is an Indexer parameter, "
                               "not taken with --graph (use --options)")
@@ -907,7 +916,8 @@ def _prebuild_jobs(args) -> Tuple[str, List[Tuple[str, Callable[[], str]]]]:
         options = parse_options(args.options) if args.options else None
         label = f"{args.function} of {args.graph}"
         return root, [(label, lambda: graph_artifact(text, args.function, options, chips,
-                                                     sm_count, root))]
+                                                     sm_count, root,
+                                                     layer_argument=layer_argument))]
     if args.function is not None or args.options is not None:
         raise _UsageError("--function and --options go with --graph")
     if args.max_pages is None or args.batch_sizes is None:

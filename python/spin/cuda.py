@@ -356,7 +356,7 @@ class CudaProgram:
 
     def __call__(self, inputs: Dict[str, Any], state: Optional[CudaState] = None,
                  request_ids: Optional[Iterable[int]] = None,
-                 outputs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 outputs: Optional[Dict[str, Any]] = None, *, layer: int = 0) -> Dict[str, Any]:
         """Issues one step on torch's current stream; returns the outputs.
 
         ``inputs`` maps the graph's input names (and "positions",
@@ -387,11 +387,27 @@ class CudaProgram:
             inputs, outputs, _INPUT_ROLES,
             len(ids) if ids is not None else self.manifest["batch"])
         pool = state._native() if state is not None and stateful else None
-        self._native.run(pool, native_in, native_out, ids or [], _stream(self.device))
+        self._native.run(pool, native_in, native_out, ids or [], _stream(self.device),
+                         self._layer(layer))
         return outputs
 
+    @property
+    def layer_argument(self) -> bool:
+        """Whether the step takes its layer at run time (``layer=``; compiled
+        with ``layer_argument``): one program for every layer."""
+        return bool(self._native.layer_argument)
+
+    def _layer(self, layer) -> int:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or layer < 0:
+            raise ValueError(f"layer must be a non-negative integer, got {layer!r}")
+        if layer and not self.layer_argument:
+            raise ValueError(f"this program was compiled for fixed layers (no "
+                             f"layer_argument): it takes no layer={layer}")
+        return int(layer)
+
     def run_batch(self, inputs: Dict[str, Any], state: Union[CudaState, CudaStateTensors],
-                  outputs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                  outputs: Optional[Dict[str, Any]] = None, *,
+                  layer: int = 0) -> Dict[str, Any]:
         """Issues one step whose batch is given by device tensors alone
         (docs/GPU-ABI.md, "Device batches"); returns the outputs.
 
@@ -411,7 +427,9 @@ class CudaProgram:
         must have no requests added by id, and it refuses ``add``
         afterwards. ``state`` may instead be :class:`CudaStateTensors`
         (:meth:`new_state_tensors`): tensors the caller owns, stepped in
-        place.
+        place. ``layer``: the run-time layer of a program compiled with
+        ``layer_argument`` (:attr:`layer_argument`); its state is that of
+        layer ``layer``.
         """
         _require_torch_cuda("running a GPU artifact")
         if not any(a["role"] == abi.STATE for a in self.signature):
@@ -421,18 +439,19 @@ class CudaProgram:
             native_in, native_out, outputs = self._bind(
                 self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
                 self.manifest["batch"])
-            native_in.update(self._state_tensors(state))
-            self._native.run_batch_tensors(native_in, native_out, _stream(self.device))
+            native_in.update(self._state_tensors(state, self._layer(layer)))
+            self._native.run_batch_tensors(native_in, native_out, _stream(self.device),
+                                           self._layer(layer))
             return outputs
         self._check_state(state, True)
         native_in, native_out, outputs = self._bind(
             self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
             self.manifest["batch"])
         self._native.run_batch(state._native(), native_in, native_out,
-                               _stream(self.device))
+                               _stream(self.device), self._layer(layer))
         return outputs
 
-    def _state_tensors(self, state: CudaStateTensors) -> Dict[str, Any]:
+    def _state_tensors(self, state: CudaStateTensors, layer: int = 0) -> Dict[str, Any]:
         """The native refs of the state tensors this program binds (the
         runtime checks their shapes against the compiled state)."""
         if state.device != self.device:
@@ -442,10 +461,10 @@ class CudaProgram:
         for a in self.signature:
             if a["role"] != abi.STATE:
                 continue
-            name = state_tensor_name(a["layer"], a["name"])
+            name = state_tensor_name(a["layer"] + layer, a["name"])
             if name not in state.tensors:
                 raise ValueError(f"the state tensors lack {name!r}: the program binds "
-                                 f"state field {a['name']!r} of layer {a['layer']}")
+                                 f"state field {a['name']!r} of layer {a['layer'] + layer}")
             refs[name] = self._tensor("state tensor", name, state.tensors[name],
                                       {"dtype": a["dtype"], "shape": a["shape"]})
         return refs

@@ -7,11 +7,13 @@ in tensors the caller owns (:class:`spin.CudaStateTensors`) and writes the
 state and the caller's output tensors in place::
 
     handle = spin.ops.program_handle(program)      # once, outside compile
-    spin.ops.run_batch(handle, inputs, state, outputs)
+    spin.ops.run_batch(handle, inputs, state, outputs, layer=0)
 
 ``run_batch`` orders the tensors as the op takes them:
-``torch.ops.spin.run_batch(handle, inputs: Tensor[], state: Tensor(a!)[],
-outputs: Tensor(b!)[]) -> ()``, with the names of :func:`op_arguments`. The
+``torch.ops.spin.run_batch(handle, layer, inputs: Tensor[], state:
+Tensor(a!)[], outputs: Tensor(b!)[]) -> ()``, with the names of
+:func:`op_arguments` (``layer``: the run-time layer of a program compiled
+with ``layer_argument``, else 0). The
 op has a fake (meta) implementation (it returns nothing and allocates
 nothing), so it traces under ``torch.compile(fullgraph=True)``, and it is
 checked with ``torch.library.opcheck`` on the GPU machine
@@ -39,19 +41,30 @@ _programs: Dict[int, Any] = {}
 _names: Dict[int, Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]] = {}
 
 
-def op_arguments(program) -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]:
+def op_arguments(program, layer: int = 0) -> Tuple[Tuple[str, ...], Tuple[str, ...],
+                                                  Tuple[str, ...]]:
     """The names of the op's ``inputs``, ``state`` and ``outputs`` lists for
-    ``program`` (a :class:`spin.CudaProgram`), in order: every device-batch
-    input the program takes ("reset" included where it takes one), the
-    state tensors it binds (:func:`spin.cuda.state_tensor_name`), its
-    outputs, then its row status outputs."""
-    from .cuda import _BATCH_INPUT_ROLES, state_tensor_name
+    ``program`` (a :class:`spin.CudaProgram`) at run-time layer ``layer``,
+    in order: every device-batch input the program takes ("reset" included
+    where it takes one), the state tensors it binds
+    (:func:`spin.cuda.state_tensor_name`), its outputs, then its row status
+    outputs."""
+    return _op_names(_signature_of(program), layer)
+
+
+def _signature_of(program):
+    from .cuda import _BATCH_INPUT_ROLES
     signature = program.signature
     inputs = tuple(a["name"] for a in signature if a["role"] in _BATCH_INPUT_ROLES)
-    state = tuple(state_tensor_name(a["layer"], a["name"]) for a in signature
-                  if a["role"] == abi.STATE)
+    state = tuple((a["layer"], a["name"]) for a in signature if a["role"] == abi.STATE)
     outputs = tuple(a["name"] for a in signature if a["role"] == abi.OUTPUT)
     return inputs, state, outputs + tuple(program.status_outputs)
+
+
+def _op_names(signature, layer):
+    from .cuda import state_tensor_name
+    inputs, state, outputs = signature
+    return inputs, tuple(state_tensor_name(at + layer, field) for at, field in state), outputs
 
 
 def program_handle(program) -> int:
@@ -66,7 +79,7 @@ def program_handle(program) -> int:
                 return handle
         handle = len(_programs) + 1
         _programs[handle] = program
-        _names[handle] = op_arguments(program)
+        _names[handle] = _signature_of(program)
         return handle
 
 
@@ -77,15 +90,19 @@ def _require():
                            f"{getattr(torch, '__version__', 'missing')}")
 
 
-def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any]) -> None:
+def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any],
+              layer: int = 0) -> None:
     """One device-batch step through the op: ``inputs`` and ``outputs``
     (dicts of CUDA tensors, the status outputs included) and ``state``
     (:class:`spin.CudaStateTensors` or a dict by state tensor name) are put
-    in the op's order; every name of :func:`op_arguments` must be given."""
+    in the op's order; every name of :func:`op_arguments` must be given.
+    ``layer``: the run-time layer (programs compiled with
+    ``layer_argument``)."""
     _require()
-    names = _names.get(handle)
-    if names is None:
+    signature = _names.get(handle)
+    if signature is None:
         raise ValueError(f"{handle!r} is not a program handle (spin.ops.program_handle)")
+    names = _op_names(signature, layer)
     tensors = getattr(state, "tensors", state)
     lists = []
     for what, given, wanted in (("inputs", inputs, names[0]), ("state", tensors, names[1]),
@@ -97,23 +114,23 @@ def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any
         if unknown:
             raise ValueError(f"unknown {what} {unknown} (the op takes {list(wanted)})")
         lists.append([given[n] for n in wanted])
-    torch.ops.spin.run_batch(handle, *lists)
+    torch.ops.spin.run_batch(handle, layer, *lists)
 
 
 if AVAILABLE:
     @torch.library.custom_op("spin::run_batch", mutates_args=("state", "outputs"),
                              device_types="cuda")
-    def _run_batch(handle: int, inputs: List[torch.Tensor], state: List[torch.Tensor],
-                   outputs: List[torch.Tensor]) -> None:
+    def _run_batch(handle: int, layer: int, inputs: List[torch.Tensor],
+                   state: List[torch.Tensor], outputs: List[torch.Tensor]) -> None:
         from .cuda import CudaStateTensors
         program = _programs[handle]
-        input_names, state_names, output_names = _names[handle]
+        input_names, state_names, output_names = _op_names(_names[handle], layer)
         tensors = dict(zip(state_names, state))
         first = state[0]
         view = CudaStateTensors(tensors, first.device, int(first.shape[0]), 0, 0, 0, 0)
         program.run_batch(dict(zip(input_names, inputs)), view,
-                          dict(zip(output_names, outputs)))
+                          dict(zip(output_names, outputs)), layer=layer)
 
     @_run_batch.register_fake
-    def _run_batch_fake(handle, inputs, state, outputs) -> None:
+    def _run_batch_fake(handle, layer, inputs, state, outputs) -> None:
         return None

@@ -364,52 +364,55 @@ static void bindGpuProgram(py::module_ &m) {
           "run",
           [](rt::GpuProgram &program, rt::GpuStatePool *pool,
              const py::dict &inputs, const py::dict &outputs,
-             const std::vector<int64_t> &requestIds, uintptr_t stream) {
+             const std::vector<int64_t> &requestIds, uintptr_t stream,
+             int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
             rt::Status status;
             {
               py::gil_scoped_release release;
               status = pool ? program.run(*pool, in, out, requestIds,
-                                          streamFrom(stream))
+                                          streamFrom(stream), layer)
                             : program.run(in, out, streamFrom(stream));
             }
             check(status);
           },
           py::arg("pool").none(true), py::arg("inputs"), py::arg("outputs"),
-          py::arg("request_ids"), py::arg("stream"))
+          py::arg("request_ids"), py::arg("stream"), py::arg("layer") = 0)
       .def(
           "run_batch",
           [](rt::GpuProgram &program, rt::GpuStatePool &pool,
              const py::dict &inputs, const py::dict &outputs,
-             uintptr_t stream) {
+             uintptr_t stream, int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
             rt::Status status;
             {
               py::gil_scoped_release release;
-              status = program.runBatch(pool, in, out, streamFrom(stream));
+              status =
+                  program.runBatch(pool, in, out, streamFrom(stream), layer);
             }
             check(status);
           },
           py::arg("pool"), py::arg("inputs"), py::arg("outputs"),
-          py::arg("stream"),
+          py::arg("stream"), py::arg("layer") = 0,
           "A step whose slots, accepted counts and resets are device "
           "tensors in `inputs` (docs/GPU-ABI.md, \"Device batches\")")
       .def(
           "run_batch_tensors",
           [](rt::GpuProgram &program, const py::dict &inputs,
-             const py::dict &outputs, uintptr_t stream) {
+             const py::dict &outputs, uintptr_t stream, int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
             rt::Status status;
             {
               py::gil_scoped_release release;
-              status = program.runBatch(in, out, streamFrom(stream));
+              status = program.runBatch(in, out, streamFrom(stream), layer);
             }
             check(status);
           },
           py::arg("inputs"), py::arg("outputs"), py::arg("stream"),
+          py::arg("layer") = 0,
           "A device-batch step on the caller's state tensors, given in "
           "`inputs` as state.<layer>.<field> (docs/GPU-ABI.md, \"State "
           "tensors\")")
@@ -441,6 +444,10 @@ static void bindGpuProgram(py::module_ &m) {
           "manifest",
           [](const rt::GpuProgram &p) { return manifestDict(p.manifest()); })
       .def_property_readonly("chip", &rt::GpuProgram::chip)
+      .def_property_readonly("layer_argument",
+                             [](const rt::GpuProgram &p) {
+                               return p.manifest().layerArgument;
+                             })
       .def_property_readonly("status_outputs",
                              [](const rt::GpuProgram &p) {
                                std::vector<std::string> names;
@@ -651,7 +658,8 @@ static void bindCompiler(py::module_ &m) {
       "compile_gpu",
       [](const std::string &source, const std::string &function,
          py::object options, const std::vector<std::string> &chips,
-         int64_t ptxVersion, const std::string &outDir, int64_t smCount) {
+         int64_t ptxVersion, const std::string &outDir, int64_t smCount,
+         bool layerArgument) {
         if (smCount <= 0)
           throw py::value_error("sm_count must be positive (got " +
                                 std::to_string(smCount) + ")");
@@ -662,6 +670,7 @@ static void bindCompiler(py::module_ &m) {
         gpu.chips = chips;
         gpu.ptxVersion = ptxVersion;
         gpu.smCount = smCount;
+        gpu.layerArgument = layerArgument;
         rt::Status written = rt::Status::success();
         {
           py::gil_scoped_release release;
@@ -675,10 +684,11 @@ static void bindCompiler(py::module_ &m) {
       },
       py::arg("source"), py::arg("function"), py::arg("options"),
       py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),
-      py::arg("sm_count") = 132,
+      py::arg("sm_count") = 132, py::arg("layer_argument") = false,
       "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
       "chip and manifest.json in `out_dir`; the scoring grids are sized for "
-      "`sm_count` SMs");
+      "`sm_count` SMs; with `layer_argument` the step takes its layer at "
+      "run time");
 }
 #endif
 

@@ -37,6 +37,15 @@ CASES = {
         options={"sparsity": 0.6, "block-size": 32, "explore": 0.25,
                  "seed": 2 ** 63 + 31, "pooling": "mean"},
         batch=4, layers=2),
+    # The same steps with one program for both layers: the layer is a
+    # run-time argument (layer-argument), which picks the state and the
+    # exploration hash's layer.
+    "mtp-fp8-shared-program": dict(
+        graph=dict(heads=16, head_dim=64, rows=3, topk=32, page_size=64,
+                   max_pages=10, key_format="fp8"),
+        options={"sparsity": 0.6, "block-size": 32, "explore": 0.25,
+                 "seed": 2 ** 63 + 31, "pooling": "mean"},
+        batch=4, layers=2, layer_argument=True),
 }
 
 SM_COUNT = 132  # the H200's, as spin.Indexer's default
@@ -79,10 +88,20 @@ def options(name):
     return dict(CASES[name]["options"], **{"reset-input": True})
 
 
+def programs(name):
+    """The layers whose programs the case compiles: every layer, or layer 0
+    alone where the layer is a run-time argument."""
+    case = CASES[name]
+    return [0] if case.get("layer_argument") else list(range(case["layers"]))
+
+
 def artifact(spin, name, layer, chips=("sm_90a",), cache_dir=None):
     """The cache entry of layer ``layer``'s program (compiled where spin has
-    the compiler, looked up where it does not)."""
+    the compiler, looked up where it does not); with a run-time layer, the
+    one program of every layer."""
     from spin import cache
+    shared = bool(CASES[name].get("layer_argument"))
+    layer = 0 if shared else layer
     return cache.graph_artifact(graph_text(spin, name, layer, cache_dir),
                                 spin._INDEXER_FUNCTION, options(name), chips,
-                                SM_COUNT, cache_dir=cache_dir)
+                                SM_COUNT, cache_dir=cache_dir, layer_argument=shared)

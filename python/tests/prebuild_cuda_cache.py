@@ -91,8 +91,8 @@ def main(argv=None):
     # Device batches (test_device_batches_cuda.py).
     t = time.time()
     import device_batch_cases as db
-    for name, case in db.CASES.items():
-        for layer in range(case["layers"]):
+    for name in db.CASES:
+        for layer in db.programs(name):
             db.artifact(spin, name, layer, chips, cache_dir=out)
     print(f"device batches: {time.time() - t:.1f} s", flush=True)
     # examples/serving_loop.py --check (test_serving_loop_cuda.py).

@@ -75,6 +75,10 @@ def test_device_batch_programs_take_slots_and_accepted_counts(tmp_path, name):
     # several layers has "status_1", ... in launch order).
     status = [a["index"] for launch in manifest["launches"] for a in launch["args"]
               if a["kind"] == "status"]
+    # A shared program takes the layer at run time, in its select kernel.
+    layer_args = [a for launch in manifest["launches"] for a in launch["args"]
+                  if a["kind"] == "layer"]
+    assert len(layer_args) == (1 if case.get("layer_argument") else 0)
     assert status == [0]
 
 
@@ -107,8 +111,13 @@ class Serving:
         self.NS = self.MB * self.S
         self.pages = self.MB + 6
         self.slots = slots
+        # One program per layer, or one for all (a run-time layer).
+        self.shared = bool(case.get("layer_argument"))
         self.programs = [spin.load(artifact(spin, name, layer), "cuda")
-                         for layer in range(self.L)]
+                         for layer in (range(1) if self.shared else range(self.L))]
+        if self.shared:
+            assert self.programs[0].layer_argument
+            self.programs = self.programs * self.L
         self.state = self.programs[0].new_state(slots=slots, layers=self.L)
         self.keys, self.scales, self.inputs = [], [], []
         B, R = self.B, self.R
@@ -223,7 +232,8 @@ class Serving:
         """Every layer's step on the current batch description."""
         for layer, program in enumerate(self.programs):
             program.run_batch(dict(self.inputs[layer], **self.batch), self.state,
-                              outputs=self.outputs[layer])
+                              outputs=self.outputs[layer],
+                              layer=layer if self.shared else 0)
 
     def capture(self):
         """One CUDA graph of every layer's step, replayed for later batches."""

@@ -72,7 +72,7 @@ def _serving(rng, name):
 
 @cuda
 @needs_cuda
-@pytest.mark.parametrize("name", ["spin-bf16", "mtp-fp8-two-layers"])
+@pytest.mark.parametrize("name", ["spin-bf16", "mtp-fp8-two-layers", "mtp-fp8-shared-program"])
 def test_state_tensors_step_as_the_pool_does(rng, name):
     """The same device batches on a pool and on state tensors: equal top-K,
     sparsity and status at every step, and equal to the reference."""
@@ -87,7 +87,8 @@ def test_state_tensors_step_as_the_pool_does(rng, name):
         host, queries = run.write_batch(rows)
         run.issue()
         for layer, program in enumerate(run.programs):
-            program.run_batch(dict(run.inputs[layer], **run.batch), tensors, other[layer])
+            program.run_batch(dict(run.inputs[layer], **run.batch), tensors, other[layer],
+                              layer=layer if run.shared else 0)
         want = run.expect(rows, host, queries)
         torch.cuda.synchronize()
         run.compare(want, f"{name} step {step} (pool)")
@@ -154,7 +155,7 @@ def test_the_op_equals_the_direct_call_and_passes_opcheck(rng):
     assert (outputs["topk"][:-1] >= 0).any() and (outputs["status"][:-1] == 0).all()
     assert outputs["status"][-1].item() == -1
     names = ops.op_arguments(program)
-    args = (handle, [inputs[n] for n in names[0]], [tensors.tensors[n] for n in names[1]],
+    args = (handle, 0, [inputs[n] for n in names[0]], [tensors.tensors[n] for n in names[1]],
             [outputs[n] for n in names[2]])
     torch.library.opcheck(torch.ops.spin.run_batch.default, args)
     with pytest.raises(ValueError, match="inputs lacks \\['slots'\\]"):

@@ -349,6 +349,15 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     if (Status s = r.object(value, path, {k::Kind, k::Index}); !s.ok())
       return s;
     return r.integer(value, path, k::Index, arg.index, 0, kMaxStatusOutputs - 1);
+  case LaunchArgKind::Layer: {
+    if (Status s = r.object(value, path, {k::Kind, k::Value}); !s.ok())
+      return s;
+    int64_t v = 0;
+    if (Status s = r.integer(value, path, k::Value, v, 0, kInt32Max); !s.ok())
+      return s;
+    arg.value = static_cast<int32_t>(v);
+    return Status::success();
+  }
   }
   return Status::success();
 }
@@ -706,6 +715,8 @@ Status ManifestParser::readLaunches() {
         return s;
       if (arg.kind == LaunchArgKind::Status)
         m.statusOutputs = std::max(m.statusOutputs, arg.index + 1);
+      if (arg.kind == LaunchArgKind::Layer)
+        m.layerArgument = true;
       launch.args.push_back(arg);
     }
     m.launches.push_back(std::move(launch));
@@ -791,6 +802,9 @@ void writeLaunchArg(JsonWriter &w, const GpuLaunchArg &arg) {
     break;
   case LaunchArgKind::Status:
     w.member(k::Index, arg.index);
+    break;
+  case LaunchArgKind::Layer:
+    w.member(k::Value, int64_t(arg.value));
     break;
   }
   w.end();

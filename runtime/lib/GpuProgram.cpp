@@ -410,33 +410,36 @@ Status GpuProgram::run(GpuStatePool &pool,
                        const std::map<std::string, DeviceTensorRef> &inputs,
                        const std::map<std::string, DeviceTensorRef> &outputs,
                        const std::vector<int64_t> &requestIds,
-                       CUstream stream) {
-  return issue(&pool, inputs, outputs, requestIds, stream);
+                       CUstream stream, int64_t layer) {
+  return issue(&pool, inputs, outputs, requestIds, stream,
+               /*deviceBatch=*/false, layer);
 }
 
 Status
 GpuProgram::runBatch(GpuStatePool &pool,
                      const std::map<std::string, DeviceTensorRef> &inputs,
                      const std::map<std::string, DeviceTensorRef> &outputs,
-                     CUstream stream) {
+                     CUstream stream, int64_t layer) {
   if (!spec.stateful())
     return Status::error("the program " + spec.function +
                          " keeps no SPIN state: run it without a state pool "
                          "(its padding rows are rows of length 0)");
   static const std::vector<int64_t> kNoIds;
-  return issue(&pool, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true);
+  return issue(&pool, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true,
+               layer);
 }
 
 Status
 GpuProgram::runBatch(const std::map<std::string, DeviceTensorRef> &inputs,
                      const std::map<std::string, DeviceTensorRef> &outputs,
-                     CUstream stream) {
+                     CUstream stream, int64_t layer) {
   if (!spec.stateful())
     return Status::error("the program " + spec.function +
                          " keeps no SPIN state: run it without state tensors "
                          "(its padding rows are rows of length 0)");
   static const std::vector<int64_t> kNoIds;
-  return issue(nullptr, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true);
+  return issue(nullptr, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true,
+               layer);
 }
 
 Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
@@ -468,6 +471,8 @@ struct GpuProgram::Step {
   std::vector<CUdeviceptr> address;
   /// Per status output: the caller's tensor or the program's sink.
   std::vector<CUdeviceptr> status;
+  /// The run-time layer (programs with a Layer launch argument).
+  int64_t layer = 0;
   std::vector<std::vector<int64_t>> shapes;
   /// Requests in the step, and query rows per request.
   int64_t batch = -1;
@@ -486,9 +491,18 @@ Status GpuProgram::issue(GpuStatePool *pool,
                          const std::map<std::string, DeviceTensorRef> &inputs,
                          const std::map<std::string, DeviceTensorRef> &outputs,
                          const std::vector<int64_t> &requestIds,
-                         CUstream stream, bool deviceBatch) {
+                         CUstream stream, bool deviceBatch, int64_t layer) {
+  if (layer != 0 && !spec.layerArgument)
+    return Status::error("the program " + spec.function + " (" +
+                         spec.directory +
+                         ") was compiled for fixed layers: it takes no "
+                         "run-time layer (got layer " +
+                         str(layer) + "; compile it with layer-argument)");
+  if (layer < 0 || layer > kInt32Max)
+    return Status::error("layer " + str(layer) + " is outside [0, 2^31)");
   Step step(pool, requestIds, stream, spec.stateful(), deviceBatch,
             spec.arguments.size());
+  step.layer = layer;
   if (Status s = bindArguments(inputs, outputs, step); !s.ok())
     return s;
   // A device batch without a pool steps the caller's state tensors.
@@ -653,7 +667,7 @@ GpuProgram::bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
     if (!output && stateTensors &&
         std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
           return a.role == ArgSpec::Role::State &&
-                 stateTensorName(a.layer, a.name) == name;
+                 stateTensorName(a.layer + step.layer, a.name) == name;
         }))
       return true;
     return std::any_of(args.begin(), args.end(), [&](const ArgSpec &a) {
@@ -772,32 +786,34 @@ Status GpuProgram::bindState(Step &step) const {
     const ArgSpec &arg = args[i];
     if (arg.role != ArgSpec::Role::State)
       continue;
-    if (arg.layer >= o.numLayers)
-      return Status::error("the program uses state of layer " + str(arg.layer) +
+    // The state layer: a run-time layer shifts the compiled ones.
+    const int64_t layer = arg.layer + step.layer;
+    if (layer >= o.numLayers)
+      return Status::error("the program uses state of layer " + str(layer) +
                            " but the pool has " + str(o.numLayers) + " layers");
     if (arg.blockSize > 0 &&
         pool->numBlocks() < (o.capacity + arg.blockSize - 1) / arg.blockSize)
       return Status::error(
           "the state pool's block size (" + str(o.blockSize) +
-          ") is larger than layer " + str(arg.layer) + "'s SPIN block size (" +
+          ") is larger than layer " + str(layer) + "'s SPIN block size (" +
           str(arg.blockSize) +
           "): its per-block buffers cannot hold the program's blocks");
-    GpuLayerBuffers buffers = pool->layer(arg.layer);
+    GpuLayerBuffers buffers = pool->layer(layer);
     StateField field = *stateFieldFromName(arg.name);
     step.address[i] = buffers.field(field);
     step.shapes[i] = stateFieldShape(field, buffers.sizes());
     for (size_t d = 0; d < arg.shape.size(); ++d)
       if (arg.shape[d] >= 0 && arg.shape[d] != step.shapes[i][d])
         return Status::error("state field '" + arg.name + "' of layer " +
-                             str(arg.layer) + " is " +
+                             str(layer) + " is " +
                              shapeString(step.shapes[i]) +
                              " in the state pool, but the program expects " +
                              shapeString(arg.shape));
-    if (std::find(step.layers.begin(), step.layers.end(), arg.layer) ==
+    if (std::find(step.layers.begin(), step.layers.end(), layer) ==
         step.layers.end())
-      step.layers.push_back(arg.layer);
+      step.layers.push_back(layer);
     if (field == StateField::ObsRows)
-      step.bufferingLayers.push_back(arg.layer);
+      step.bufferingLayers.push_back(layer);
   }
   return Status::success();
 }
@@ -818,7 +834,8 @@ Status GpuProgram::bindStateTensors(
     const ArgSpec &arg = spec.arguments[i];
     if (arg.role != ArgSpec::Role::State)
       continue;
-    const std::string name = stateTensorName(arg.layer, arg.name);
+    const int64_t layer = arg.layer + step.layer;
+    const std::string name = stateTensorName(layer, arg.name);
     StateField field = *stateFieldFromName(arg.name);
     auto it = inputs.find(name);
     if (it == inputs.end())
@@ -826,7 +843,7 @@ Status GpuProgram::bindStateTensors(
                            dtypeName(arg.dtype) +
                            ", size 0 the slot count): the program binds "
                            "state field '" +
-                           arg.name + "' of layer " + str(arg.layer));
+                           arg.name + "' of layer " + str(layer));
     const DeviceTensorRef &t = it->second;
     const std::string what = "state tensor '" + name + "'";
     if (t.dtype != arg.dtype)
@@ -1171,6 +1188,10 @@ void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
       break;
     case GpuLaunchArg::Kind::Status:
       values[a] = step.status[p.index];
+      break;
+    case GpuLaunchArg::Kind::Layer:
+      word = static_cast<int32_t>(p.value + step.layer);
+      std::memcpy(&values[a], &word, sizeof(word));
       break;
     }
     params[a] = &values[a];

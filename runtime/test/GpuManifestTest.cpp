@@ -310,7 +310,9 @@ const BadCase kBadCases[] = {
      "launches[0].args[0].dim: unknown member (expected one of kind, index)"},
     {"{\"kind\": \"argument\", \"index\": 0}", "{\"kind\": \"pointer\"}",
      "launches[0].args[0].kind: unknown kind \"pointer\" (expected argument, "
-     "scratch, errors, dim, i32 or status)"},
+     "scratch, errors, dim, i32, status or layer)"},
+    {"{\"kind\": \"i32\", \"value\": 3}", "{\"kind\": \"layer\", \"value\": -1}",
+     "launches[1].args[2].value: -1 is outside [0, 2147483647]"},
     {"{\"kind\": \"errors\"}", "{\"kind\": \"status\", \"index\": -1}",
      "launches[0].args[8].index: -1 is outside [0, 1023]"},
     {"{\"kind\": \"errors\"}", "{\"kind\": \"status\"}",
@@ -351,6 +353,16 @@ TEST(GpuManifest, CountsTheRowStatusOutputs) {
   EXPECT_EQ(m->launches[0].args[8].kind, LaunchArgKind::Status);
   EXPECT_EQ(statusOutputName(0), "status");
   EXPECT_EQ(statusOutputName(2), "status_2");
+  EXPECT_FALSE(m->layerArgument);
+  // A layer launch argument makes the layer a run-time argument.
+  StatusOr<GpuManifest> layered = GpuManifest::parse(
+      edit(base, "{\"kind\": \"i32\", \"value\": 3}",
+           "{\"kind\": \"layer\", \"value\": 3}"),
+      dir.path());
+  ASSERT_TRUE(layered.ok()) << layered.message();
+  EXPECT_TRUE(layered->layerArgument);
+  EXPECT_EQ(layered->launches[1].args[2].kind, LaunchArgKind::Layer);
+  EXPECT_EQ(layered->launches[1].args[2].value, 3);
 }
 
 TEST(GpuManifest, NamesTheFieldOfEveryError) {

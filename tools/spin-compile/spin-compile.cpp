@@ -69,6 +69,12 @@ static cl::opt<bool>
             cl::desc("Score with mma.sync on sm_90a too (default: wgmma "
                      "there)"),
             cl::init(false));
+static cl::opt<bool> layerArgument(
+    "layer-argument",
+    cl::desc("The step takes its layer at run time: the graph's state layers "
+             "are offsets from it, so one program serves every layer "
+             "(docs/GPU-ABI.md, \"The layer at run time\")"),
+    cl::init(false));
 static cl::opt<std::string>
     sparsify("sparsify",
              cl::desc("Run spin-sparsify-pipeline with these options first "
@@ -129,6 +135,7 @@ int main(int argc, char **argv) {
   options.smCount = smCount;
   options.mTiles = mTiles;
   options.wgmma = !noWgmma;
+  options.layerArgument = layerArgument;
 
   auto file = MemoryBuffer::getFile(inputFile);
   if (!file)

@@ -120,6 +120,10 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
   let options = [
     Option<"capacity", "capacity", "int64_t", "0",
            "slots of state per request (0: the block table's reach)">,
+    Option<"layerArgument", "layer-argument", "bool", "false",
+           "the step takes its layer at run time (a `layer` launch "
+           "argument): the graph's state layers are offsets from it, so one "
+           "program serves every layer of a model">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -190,6 +190,15 @@ private:
     return addArg(pointer(), attrs);
   }
   Type pointer() { return LLVM::LLVMPointerType::get(b.getContext(), Global); }
+  /// The run-time layer plus `layer` (docs/GPU-ABI.md, "The layer at run
+  /// time"), an i32 kernel parameter.
+  Buffer addLayer(int64_t layer) {
+    NamedAttrList attrs;
+    attrs.append(attr::kRole,
+                 b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Layer)));
+    attrs.append(kLayerAttrName, b.getI64IntegerAttr(layer));
+    return addArg(b.getI32Type(), attrs);
+  }
   /// The next selection's per-row status output (docs/GPU-ABI.md, "Row
   /// status"), named as the runtime binds it.
   Buffer addStatus() {
@@ -679,7 +688,9 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
                           "spin.layer_state");
   SelectKernelSpec spec = selectSpecOf(op);
   // With several layers, one select kernel serves them all.
-  spec.layerParameter = capacities.size() > 1;
+  // A kernel shared by several layers, or a step whose layer is a run-time
+  // argument, takes the layer of the exploration hash as a parameter.
+  spec.layerParameter = capacities.size() > 1 || options.layerArgument;
   FailureOr<std::optional<Buffer>> sparsity = selectSparsityOf(op);
   if (failed(sparsity))
     return failure();
@@ -721,8 +732,10 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     fusedResets.erase(spec.layer);
   }
   operands.append({addStatus(), *errors, slotCountOf(op, op.getState())});
+  if (options.layerArgument)
+    operands.push_back(addLayer(spec.layer));
   Launch &select = launch(spec.name, shape, operands, op);
-  if (spec.layerParameter)
+  if (spec.layerParameter && !options.layerArgument)
     select.constants.push_back(static_cast<int32_t>(spec.layer));
   masks[op.getMask()] = mask;
   stateBlockSize = spec.blockSize;
@@ -1133,6 +1146,7 @@ int64_t groupOf(const NamedAttrList &attrs) {
   case LaunchArgKind::Status:
     return 5;
   case LaunchArgKind::Dim:
+  case LaunchArgKind::Layer:
     return 6;
   default:
     return 0;
@@ -1413,7 +1427,7 @@ struct ConvertSpinToGPUPass
     if (failed(gpu_codegen::configureKernels(
             module, SpinConfigureGpuKernelsOptions())))
       return signalPassFailure();
-    ConvertSpinToGPUOptions opts{capacity};
+    ConvertSpinToGPUOptions opts{capacity, layerArgument};
     unsigned counter = 0;
     SharedKernels shared(kernels);
     for (func::FuncOp func : graphs) {

@@ -1,4 +1,5 @@
 // RUN: spin-opt %s --convert-spin-to-gpu | FileCheck %s
+// RUN: spin-opt %s --convert-spin-to-gpu=layer-argument=true | FileCheck %s --check-prefix=LAYER
 
 // spin.fused_select on its own input, as spin-sparsify-pipeline leaves it
 // (a1, max pooling, explore 0.25, seed 7), with the block sparsity report:
@@ -37,6 +38,12 @@
 // CHECK: gpu.func @spin_select_0_predict({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK: gpu.func @spin_select_0_predict_next({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK: gpu.func @spin_select_0({{.*}}) kernel attributes {known_block_size = array<i32: 1024, 1, 1>}
+// With layer-argument, the select kernel takes the layer of the exploration
+// hash from a run-time `layer` argument (plus the graph's layer, 0 here):
+// LAYER-LABEL: func.func @select(
+// LAYER-SAME: %[[NSLOTS:arg[0-9]+]]: i32 {spin.argument = 4 : i64, spin.dim = 0 : i64, spin.role = "dim"}, %[[LAYER:arg[0-9]+]]: i32 {spin.layer = 0 : i64, spin.role = "layer"})
+// LAYER: gpu.launch_func @spin_kernels::@spin_select_0 {{.*}} %[[NSLOTS]] : i32, %[[LAYER]] : i32)
+// LAYER: gpu.func @spin_select_0({{.*}}: i32, %{{.*}}: i32) kernel
 func.func @select(%p: tensor<2x1xi32> {spin.positions}, %n: tensor<2x1xi32> {spin.input = "lengths"},
                   %ids: tensor<2xi64> {spin.request_ids}) -> (tensor<2x1xf32> {spin.sparsity}) {
   %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>

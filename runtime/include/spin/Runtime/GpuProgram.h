@@ -67,7 +67,8 @@ struct GpuLaunchArg {
   /// Scratch: pointer, scratch buffer `index`; Errors: pointer, the error
   /// record; Dim: i32, run-time size `dim` of step argument `index`; I32:
   /// i32, the constant `value`; Status: pointer, the i32 [B] status output
-  /// `index` (statusOutputName), the caller's or a buffer of the program.
+  /// `index` (statusOutputName), the caller's or a buffer of the program;
+  /// Layer: i32, `value` plus the step's run-time layer.
   using Kind = LaunchArgKind;
   Kind kind = Kind::Argument;
   int64_t index = 0;
@@ -138,6 +139,10 @@ struct GpuManifest {
   /// How many per-row status outputs the launches write (1 + the largest
   /// Status index; docs/GPU-ABI.md, "Row status").
   int64_t statusOutputs = 0;
+  /// Whether the step takes its layer at run time (a Layer launch argument;
+  /// docs/GPU-ABI.md, "The layer at run time"): state argument `layer`s
+  /// are then offsets from it.
+  bool layerArgument = false;
 
   /// Reads and validates `directory`/manifest.json; every listed PTX file
   /// must exist. Errors name the file and the field
@@ -224,10 +229,16 @@ public:
   /// upload the slots and accepted counts of the capture (replay a graph
   /// only for the same requests, and capture MTP steps without pending
   /// commits); `reserveCapturedSteps` adds buffers outside a capture.
+  ///
+  /// `layer` (here and in runBatch): the run-time layer of a program
+  /// compiled with `layer-argument` (docs/GPU-ABI.md, "The layer at run
+  /// time"), which steps the state of layer `layer` plus each state
+  /// argument's layer; 0 for other programs.
   Status run(GpuStatePool &pool,
              const std::map<std::string, DeviceTensorRef> &inputs,
              const std::map<std::string, DeviceTensorRef> &outputs,
-             const std::vector<int64_t> &requestIds, cuda::CUstream stream);
+             const std::vector<int64_t> &requestIds, cuda::CUstream stream,
+             int64_t layer = 0);
 
   /// A step whose batch is described by device tensors only
   /// (docs/GPU-ABI.md, "Device batches"): `inputs` holds, besides the
@@ -249,7 +260,7 @@ public:
   Status runBatch(GpuStatePool &pool,
                   const std::map<std::string, DeviceTensorRef> &inputs,
                   const std::map<std::string, DeviceTensorRef> &outputs,
-                  cuda::CUstream stream);
+                  cuda::CUstream stream, int64_t layer = 0);
 
   /// A device-batch step (as above) on state the caller allocated: every
   /// state field the program binds is a contiguous device tensor in
@@ -259,7 +270,7 @@ public:
   /// before its first use. No pool is involved: the tensors are the state.
   Status runBatch(const std::map<std::string, DeviceTensorRef> &inputs,
                   const std::map<std::string, DeviceTensorRef> &outputs,
-                  cuda::CUstream stream);
+                  cuda::CUstream stream, int64_t layer = 0);
 
   /// A step of a stateless (dense) program, which takes no state pool.
   Status run(const std::map<std::string, DeviceTensorRef> &inputs,
@@ -319,7 +330,7 @@ private:
                const std::map<std::string, DeviceTensorRef> &inputs,
                const std::map<std::string, DeviceTensorRef> &outputs,
                const std::vector<int64_t> &requestIds, cuda::CUstream stream,
-               bool deviceBatch = false);
+               bool deviceBatch = false, int64_t layer = 0);
   /// The parts of `issue` (GpuProgram.cpp says what each does).
   Status bindArguments(const std::map<std::string, DeviceTensorRef> &inputs,
                        const std::map<std::string, DeviceTensorRef> &outputs,
