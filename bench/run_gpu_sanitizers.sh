@@ -23,7 +23,8 @@
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
 # ARTIFACTS (default gpu-artifacts), INDEXER_CACHE (default cuda-cache),
 # TOOLS, RUNS, SERVING_STEPS, OUT_DIR (logs; default sanitizer-logs),
-# BUILD (1: build the runtime first).
+# BUILD (1: build the runtime first), RUN_TIMEOUT (seconds one run may take
+# before it is stopped and counted as failed; default: no limit).
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -86,7 +87,9 @@ for tool in $TOOLS; do
       cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
            "$ROOT/python/tests/test_cuda.py")
     fi
-    "$SANITIZER" --tool "$tool" --target-processes all --report-api-errors no \
+    limit=()
+    [ -n "${RUN_TIMEOUT:-}" ] && limit=(timeout "$RUN_TIMEOUT")
+    "${limit[@]}" "$SANITIZER" --tool "$tool" --target-processes all --report-api-errors no \
       --print-limit 50 "${cmd[@]}" > "$log" 2>&1
     rc=$?
     errors=$(errors_of "$log")
