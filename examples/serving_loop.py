@@ -104,7 +104,7 @@ class Engine:
         self.L, self.R, self.buckets = layers, indexer.rows, list(buckets)
         dev = self.dev = torch.device("cuda")
         S, MP, B, R = shape.slots, shape.max_pages, max(buckets), self.R
-        H, D, K = shape.heads, shape.head_dim, shape.topk
+        H, D = shape.heads, shape.head_dim
         self.gen = torch.Generator(device=dev).manual_seed(seed)
         rng = np.random.default_rng(seed)
         # Each layer's fp8 key cache and f32 scales. For the reference: small

@@ -10,7 +10,6 @@ reference; the op equals the direct call, passes torch.library.opcheck,
 traces under torch.compile(fullgraph=True) and replays in a CUDA graph.
 """
 
-import numpy as np
 import pytest
 
 spin = pytest.importorskip("spin", reason="the spin extension is not built")
@@ -126,7 +125,8 @@ def test_state_tensors_are_checked(rng):
 
 def _reset_step(rng, name="mtp-bf16-max"):
     """A batch whose every row starts afresh (a warm-up step: the same
-    result at every call, as opcheck needs), with its state tensors."""
+    result at every call, as opcheck needs), its state tensors, output
+    tensors, the program's op handle and the outputs of the direct call."""
     run = _serving(rng, name)
     program = run.programs[0]
     while len(run.live) < run.B - 1:
@@ -136,18 +136,18 @@ def _reset_step(rng, name="mtp-bf16-max"):
     run.batch["reset"].fill_(True)
     tensors = program.new_state_tensors(slots=run.slots, layers=1)
     outputs = {k: torch.empty_like(v) for k, v in run.outputs[0].items()}
-    return run, program, dict(run.inputs[0], **run.batch), tensors, outputs
+    inputs = dict(run.inputs[0], **run.batch)
+    want = {k: torch.empty_like(v) for k, v in outputs.items()}
+    program.run_batch(inputs, tensors, want)
+    return program, inputs, tensors, outputs, ops.program_handle(program), want
 
 
 @cuda
 @needs_cuda
 @needs_op
 def test_the_op_equals_the_direct_call_and_passes_opcheck(rng):
-    run, program, inputs, tensors, outputs = _reset_step(rng)
-    handle = ops.program_handle(program)
+    program, inputs, tensors, outputs, handle, want = _reset_step(rng)
     assert ops.program_handle(program) == handle
-    want = {k: torch.empty_like(v) for k, v in outputs.items()}
-    program.run_batch(inputs, tensors, want)
     ops.run_batch(handle, inputs, tensors, outputs)
     torch.cuda.synchronize()
     for key in want:
@@ -167,10 +167,7 @@ def test_the_op_equals_the_direct_call_and_passes_opcheck(rng):
 @needs_cuda
 @needs_op
 def test_the_op_compiles_fullgraph_and_replays_in_a_cuda_graph(rng):
-    run, program, inputs, tensors, outputs = _reset_step(rng)
-    handle = ops.program_handle(program)
-    want = {k: torch.empty_like(v) for k, v in outputs.items()}
-    program.run_batch(inputs, tensors, want)
+    program, inputs, tensors, outputs, handle, want = _reset_step(rng)
 
     def step(q, inputs, state, outputs):
         inputs = dict(inputs, q=q * 1)  # torch work around the op
