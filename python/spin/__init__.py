@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _spin, abi
 from .cuda import (CudaProgram, CudaState, CudaStateTensors, _require_torch_cuda, load,
-                   read_manifest, state_shapes)
+                   read_manifest, state_field_names, state_shapes)
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
            "load", "read_manifest", "CudaProgram", "CudaState", "CudaStateTensors",
@@ -844,11 +844,7 @@ class Indexer:
                                  "state fields are read from a compiled program")
             batch = self._batch_sizes[0]
         manifest = read_manifest(self.artifact(0, capacity_slots // self.page_size, int(batch)))
-        names = []
-        for a in manifest[abi.KEY["Arguments"]]:
-            if a[abi.KEY["Role"]] == abi.STATE and a[abi.KEY["Name"]] not in names:
-                names.append(a[abi.KEY["Name"]])
-        return names
+        return state_field_names(manifest[abi.KEY["Arguments"]])
 
     def state_bytes(self, capacity_slots: int, layers: int = 1, max_requests: int = 64,
                     batch: Optional[int] = None) -> int:
@@ -1090,10 +1086,9 @@ class Indexer:
                 inputs["request_ids"] = self._ids_on_device(q.device, request_ids)
         if self.dense:
             out = program(inputs, state)
-        elif self.layer_argument:
-            out = program(inputs, state, request_ids=ids, layer=int(layer))
         else:
-            out = program(inputs, state, request_ids=ids)
+            out = program(inputs, state, request_ids=ids,
+                          layer=int(layer) if self.layer_argument else 0)
         topk = out["topk"]
         if not return_sparsity:
             return topk

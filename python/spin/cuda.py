@@ -183,6 +183,16 @@ def state_tensor_name(layer: int, field: str) -> str:
     return f"state.{int(layer)}.{field}"
 
 
+def state_field_names(arguments: Iterable[Dict[str, Any]]) -> List[str]:
+    """The state fields that step ``arguments`` (a signature, or a
+    manifest's ``arguments``) bind, each once, in order."""
+    names = []
+    for a in arguments:
+        if a[abi.KEY["Role"]] == abi.STATE and a[abi.KEY["Name"]] not in names:
+            names.append(a[abi.KEY["Name"]])
+    return names
+
+
 def state_shapes(fields: Iterable[str], slots: int, capacity: int, max_rows: int,
                  block_size: int, layers: Iterable[int]) -> Dict[str, Tuple[List[int], str]]:
     """name -> (shape, runtime element type) of every state tensor of
@@ -237,17 +247,6 @@ class CudaStateTensors:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
-    def __getitem__(self, name: str):
-        return self.tensors[name]
-
-    def zero_slot_(self, slot: int) -> None:
-        """Zeroes one slot's state on every layer (torch's current stream),
-        as a ``reset`` flag does at a step."""
-        if not 0 <= int(slot) < self.slots:
-            raise ValueError(f"slot {slot} is outside [0, {self.slots})")
-        for t in self.tensors.values():
-            t[int(slot)].zero_()
-
 
 class CudaProgram:
     """A loaded GPU artifact (see :func:`load`)."""
@@ -256,6 +255,8 @@ class CudaProgram:
         self._native = native
         self.manifest = manifest
         self.device = device
+        # Read by every step's binding: fixed for the program's life.
+        self._status_outputs = tuple(native.status_outputs)
 
     @property
     def signature(self) -> List[Dict[str, Any]]:
@@ -272,7 +273,7 @@ class CudaProgram:
         the device error code that skipped the row
         (:func:`spin.abi.row_status` names it). docs/GPU-ABI.md, "Row
         status"."""
-        return list(self._native.status_outputs)
+        return list(self._status_outputs)
 
     @property
     def chip(self) -> str:
@@ -283,11 +284,7 @@ class CudaProgram:
     def state_fields(self) -> List[str]:
         """The state fields the program binds (on each of its layers), in
         signature order."""
-        names = []
-        for a in self.signature:
-            if a["role"] == abi.STATE and a["name"] not in names:
-                names.append(a["name"])
-        return names
+        return state_field_names(self.signature)
 
     def new_state_tensors(self, slots: int = 64, layers: Optional[int] = None,
                           capacity: Optional[int] = None) -> CudaStateTensors:
@@ -435,20 +432,20 @@ class CudaProgram:
         if not any(a["role"] == abi.STATE for a in self.signature):
             raise ValueError("run_batch is for programs with SPIN state; call the "
                              "program directly (padding rows are rows of length 0)")
-        if isinstance(state, CudaStateTensors):
-            native_in, native_out, outputs = self._bind(
-                self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
-                self.manifest["batch"])
-            native_in.update(self._state_tensors(state, self._layer(layer)))
-            self._native.run_batch_tensors(native_in, native_out, _stream(self.device),
-                                           self._layer(layer))
-            return outputs
-        self._check_state(state, True)
+        layer = self._layer(layer)
+        tensors = isinstance(state, CudaStateTensors)
+        if not tensors:
+            self._check_state(state, True)
         native_in, native_out, outputs = self._bind(
             self._check_dict("inputs", inputs), outputs, _BATCH_INPUT_ROLES,
             self.manifest["batch"])
-        self._native.run_batch(state._native(), native_in, native_out,
-                               _stream(self.device), self._layer(layer))
+        if tensors:
+            native_in.update(self._state_tensors(state, layer))
+            self._native.run_batch_tensors(native_in, native_out, _stream(self.device),
+                                           layer)
+        else:
+            self._native.run_batch(state._native(), native_in, native_out,
+                                   _stream(self.device), layer)
         return outputs
 
     def _state_tensors(self, state: CudaStateTensors, layer: int = 0) -> Dict[str, Any]:
@@ -526,7 +523,7 @@ class CudaProgram:
                                             device=self.device)
             native_out[name] = self._tensor("output", name, outputs[name], arg)
         # Row status outputs: written only where the caller gives them.
-        status = self.status_outputs
+        status = self._status_outputs
         for name in status:
             if name in outputs:
                 native_out[name] = self._tensor(

@@ -39,6 +39,9 @@ AVAILABLE = torch is not None and hasattr(torch, "library") and \
 _lock = threading.Lock()
 _programs: Dict[int, Any] = {}
 _names: Dict[int, Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]] = {}
+#: id(program) -> handle (the programs are kept alive in _programs, so their
+#: ids stay theirs): Indexer.run_batch looks its program up at every step.
+_handles: Dict[int, int] = {}
 
 
 def op_arguments(program, layer: int = 0) -> Tuple[Tuple[str, ...], Tuple[str, ...],
@@ -71,15 +74,18 @@ def program_handle(program) -> int:
     """The integer the op names ``program`` by (registered on first use;
     call it outside ``torch.compile`` and graph captures). The program
     stays alive while registered."""
+    handle = _handles.get(id(program))
+    if handle is not None:
+        return handle
     if not any(a["role"] == abi.STATE for a in program.signature):
         raise ValueError("the op steps SPIN state: this program keeps none")
     with _lock:
-        for handle, known in _programs.items():
-            if known is program:
-                return handle
-        handle = len(_programs) + 1
-        _programs[handle] = program
-        _names[handle] = _signature_of(program)
+        handle = _handles.get(id(program))
+        if handle is None:
+            handle = len(_programs) + 1
+            _programs[handle] = program
+            _names[handle] = _signature_of(program)
+            _handles[id(program)] = handle
         return handle
 
 

@@ -10,7 +10,7 @@ runtime-only build.
 import os
 
 # name -> graph sizes, pipeline options, the compiled batch and the state
-# layers (one program per layer).
+# layers (one program per layer; one for all with layer_argument).
 CASES = {
     # One row a step: the prediction cache, its next-step prediction and
     # exploration; the predict kernel applies the reset flags.
@@ -37,16 +37,11 @@ CASES = {
         options={"sparsity": 0.6, "block-size": 32, "explore": 0.25,
                  "seed": 2 ** 63 + 31, "pooling": "mean"},
         batch=4, layers=2),
-    # The same steps with one program for both layers: the layer is a
-    # run-time argument (layer-argument), which picks the state and the
-    # exploration hash's layer.
-    "mtp-fp8-shared-program": dict(
-        graph=dict(heads=16, head_dim=64, rows=3, topk=32, page_size=64,
-                   max_pages=10, key_format="fp8"),
-        options={"sparsity": 0.6, "block-size": 32, "explore": 0.25,
-                 "seed": 2 ** 63 + 31, "pooling": "mean"},
-        batch=4, layers=2, layer_argument=True),
 }
+# The same steps with one program for both layers: the layer is a run-time
+# argument (layer-argument), which picks the state and the exploration
+# hash's layer.
+CASES["mtp-fp8-shared-program"] = dict(CASES["mtp-fp8-two-layers"], layer_argument=True)
 
 SM_COUNT = 132  # the H200's, as spin.Indexer's default
 

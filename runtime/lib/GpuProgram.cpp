@@ -415,31 +415,24 @@ Status GpuProgram::run(GpuStatePool &pool,
                /*deviceBatch=*/false, layer);
 }
 
+/// A device batch has no request ids: the slots are the caller's tensor.
+static const std::vector<int64_t> kNoRequestIds;
+
 Status
 GpuProgram::runBatch(GpuStatePool &pool,
                      const std::map<std::string, DeviceTensorRef> &inputs,
                      const std::map<std::string, DeviceTensorRef> &outputs,
                      CUstream stream, int64_t layer) {
-  if (!spec.stateful())
-    return Status::error("the program " + spec.function +
-                         " keeps no SPIN state: run it without a state pool "
-                         "(its padding rows are rows of length 0)");
-  static const std::vector<int64_t> kNoIds;
-  return issue(&pool, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true,
-               layer);
+  return issue(&pool, inputs, outputs, kNoRequestIds, stream,
+               /*deviceBatch=*/true, layer);
 }
 
 Status
 GpuProgram::runBatch(const std::map<std::string, DeviceTensorRef> &inputs,
                      const std::map<std::string, DeviceTensorRef> &outputs,
                      CUstream stream, int64_t layer) {
-  if (!spec.stateful())
-    return Status::error("the program " + spec.function +
-                         " keeps no SPIN state: run it without state tensors "
-                         "(its padding rows are rows of length 0)");
-  static const std::vector<int64_t> kNoIds;
-  return issue(nullptr, inputs, outputs, kNoIds, stream, /*deviceBatch=*/true,
-               layer);
+  return issue(nullptr, inputs, outputs, kNoRequestIds, stream,
+               /*deviceBatch=*/true, layer);
 }
 
 Status GpuProgram::run(const std::map<std::string, DeviceTensorRef> &inputs,
@@ -492,6 +485,10 @@ Status GpuProgram::issue(GpuStatePool *pool,
                          const std::map<std::string, DeviceTensorRef> &outputs,
                          const std::vector<int64_t> &requestIds,
                          CUstream stream, bool deviceBatch, int64_t layer) {
+  if (deviceBatch && !spec.stateful())
+    return Status::error("the program " + spec.function +
+                         " keeps no SPIN state: step it with run() and no "
+                         "state (its padding rows are rows of length 0)");
   if (layer != 0 && !spec.layerArgument)
     return Status::error("the program " + spec.function + " (" +
                          spec.directory +

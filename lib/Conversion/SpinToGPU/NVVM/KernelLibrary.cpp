@@ -546,6 +546,13 @@ void mlir::spin::gpu_codegen::recordSlotError(KernelBuilder &kb, Value errors,
   });
 }
 
+Value mlir::spin::gpu_codegen::rowResets(KernelBuilder &kb, Value live,
+                                         Value resetFlags, Value row) {
+  return kb.andI(live, kb.cmp(CmpIPredicate::ne,
+                              kb.loadAt(kb.i8T(), resetFlags, row, true),
+                              kb.constant(kb.i8T(), 0)));
+}
+
 void mlir::spin::gpu_codegen::resetSlotState(KernelBuilder &kb,
                                              const SlotStateArrays &state,
                                              Value slot, int64_t capacity,

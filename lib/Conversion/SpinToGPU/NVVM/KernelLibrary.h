@@ -120,6 +120,9 @@ BatchSlot loadBatchSlotBeforeWait(KernelBuilder &kb, OpBuilder &b,
 /// ErrorDuplicateSlot) for batch row `row`; call it from one thread.
 void recordSlotError(KernelBuilder &kb, Value errors, const BatchSlot &slot,
                      Value row);
+/// Whether the step resets batch row `row`'s slot: the row is live and its
+/// flag in `resetFlags` (i8 [batch], a step input) is set.
+Value rowResets(KernelBuilder &kb, Value live, Value resetFlags, Value row);
 
 /// SPIN_SPEC §2's reset of state slot `slot`: V and D zeroed by the `ctas`
 /// CTAs of `threads` threads along x that share the row, then `it`, the

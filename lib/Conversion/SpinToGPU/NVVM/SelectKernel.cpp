@@ -258,10 +258,7 @@ void PredictKernel::loadRow() {
   slot = batchSlot.slot;
   live = batchSlot.live;
   if (resetFlags)
-    resetting = kb.andI(
-        live, kb.cmp(CmpIPredicate::ne,
-                     kb.loadAt(kb.i8T(), resetFlags, request, true),
-                     kb.constant(kb.i8T(), 0)));
+    resetting = rowResets(kb, live, resetFlags, request);
   iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
   p = kb.loadAt(i32, positions, rowId, true);
@@ -573,12 +570,7 @@ void SelectKernel::loadBeforeWait() {
   // A request the step resets (in the predict kernel, which this kernel
   // follows) starts at iteration 0, whatever `it` held before.
   Value resetting =
-      resetFlags
-          ? kb.andI(batchSlot.live,
-                    kb.cmp(CmpIPredicate::ne,
-                           kb.loadAt(kb.i8T(), resetFlags, request, true),
-                           kb.constant(kb.i8T(), 0)))
-          : Value();
+      resetFlags ? rowResets(kb, batchSlot.live, resetFlags, request) : Value();
   if (spec.precomputed) {
     iteration = kb.loadAt(i64, itState, slot);
     if (resetting)
