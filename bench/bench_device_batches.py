@@ -9,7 +9,10 @@
 #                   batch rows, which is all such a graph can do;
 #   device batch    the step of docs/GPU-ABI.md "Device batches" (slots,
 #                   reset flags in device tensors): one graph replayed while
-#                   the requests move between batch rows at every replay.
+#                   the requests move between batch rows at every replay;
+#   paged           the device batch on state pages that follow the KV
+#                   pages (docs/GPU-ABI.md, "Paged state"; the block table
+#                   is the state table), state tensors instead of a pool.
 #
 # Both decode: before every replay the rows grow by one slot (lengths and
 # positions written into the graphs' input tensors, outside the timed
@@ -23,7 +26,7 @@
 # B x N in {16, 96} x 128K (the serving shapes of issue 26).
 #
 #   bench/bench_device_batches.py --build DIR     on the build machine
-#                                                 (compiles 4 programs)
+#                                                 (compiles 6 programs)
 #       [--baseline-compiler PATH]                also the same-request step
 #                                                 compiled by another
 #                                                 spin-compile (timed as
@@ -57,7 +60,7 @@ def import_spin():
 
 # "device-fixed": the device batch's program and path with every request
 # kept in its row (what the moving rows themselves cost).
-MODES = ("baseline", "same", "device-fixed", "device")
+MODES = ("baseline", "same", "device-fixed", "device", "paged")
 
 
 def name_of(batch, slots, mode):
@@ -72,12 +75,13 @@ def build(out, baseline_compiler=None):
             heads=H, head_dim=DH, rows=1, topk=K, page_size=PAGE,
             max_pages=slots // PAGE, key_format="fp8", layer=0, batch=batch,
             query_format="")
-        for mode in ("same", "device"):
-            options = dict(OPTIONS, **({"reset-input": True} if mode == "device" else {}))
+        for mode in ("same", "device", "paged"):
+            options = dict(OPTIONS, **({} if mode == "same" else {"reset-input": True}))
             t = time.time()
             spin.compile_artifact(graph, spin._INDEXER_FUNCTION,
                                   os.path.join(out, name_of(batch, slots, mode)),
-                                  options, ["sm_90a"], sm_count=132)
+                                  options, ["sm_90a"], sm_count=132,
+                                  paged_state=mode == "paged")
             print(f"{name_of(batch, slots, mode)}: {time.time() - t:.1f} s", flush=True)
         if baseline_compiler:
             source = os.path.join(out, name_of(batch, slots, "baseline") + ".mlir")
@@ -114,14 +118,18 @@ def run(artifacts, out, replays, seed):
                "positions": torch.full((batch, 1), start - 1, dtype=torch.int32, device=dev),
                "request_ids": torch.arange(batch, dtype=torch.int64, device=dev) + 100}
         for mode in MODES:
-            device_batch = mode.startswith("device")
-            shuffle = mode == "device"
-            name = name_of(batch, slots, "device" if device_batch else mode)
+            paged = mode == "paged"
+            device_batch = mode.startswith("device") or paged
+            shuffle = mode in ("device", "paged")
+            name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
             if not os.path.isdir(os.path.join(artifacts, name)):
                 continue
             program = spin.load(os.path.join(artifacts, name), "cuda")
-            state = program.new_state(slots=batch)
+            state = (program.new_state_tensors(slots=batch, pages=pages) if paged
+                     else program.new_state(slots=batch))
             inputs = dict(base, **{k: v.clone() for k, v in row.items()})
+            if paged:
+                inputs["state_block_table"] = tables.clone()
             outputs = {"topk": torch.empty((batch, 1, K), dtype=torch.int32, device=dev)}
             ids = list(range(100, 100 + batch))
             if device_batch:
@@ -165,6 +173,8 @@ def run(artifacts, out, replays, seed):
                                "block_table": tables[p].contiguous(),
                                "request_ids": p + 100, "lengths": n,
                                "positions": n - 1})
+                if paged:
+                    staged[-1]["state_block_table"] = staged[-1]["block_table"]
             keys_written = [k for k in staged[0]
                             if device_batch or k in ("lengths", "positions")]
             events = [(torch.cuda.Event(enable_timing=True),
@@ -193,14 +203,14 @@ def run(artifacts, out, replays, seed):
             torch.cuda.synchronize()
     print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
           "device batch, fixed rows, us | device batch, changing rows, us | "
-          "device / same |")
-    print("|---|---|---|---|---|---|")
+          "paged state, changing rows, us | device / same | paged / same |")
+    print("|---|---|---|---|---|---|---|---|")
     for batch, slots in SHAPES:
         got = {r["mode"]: r["median_us"] for r in results if r["batch"] == batch}
         cells = [f"{got[m]:.1f}" if m in got else "not measured" for m in MODES]
-        ratio = (f"{got['device'] / got['same']:.3f}"
-                 if "device" in got and "same" in got else "-")
-        print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {ratio} |")
+        ratios = [f"{got[m] / got['same']:.3f}" if m in got and "same" in got else "-"
+                  for m in ("device", "paged")]
+        print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {' | '.join(ratios)} |")
     with open(os.path.join(out, "device_batches.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "replays": replays,
                    "seed": seed, "results": results}, f, indent=1)

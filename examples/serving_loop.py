@@ -14,7 +14,14 @@ the bucket), the reset flags, the request ids; lengths, positions, block
 tables and accepted counts are gathered on the GPU from per-slot tensors.
 
     python3 examples/serving_loop.py [--rows 2] [--layers 2] [--steps 1000]
-        [--pooling max|mean|top4] [--max-batch 64] [--check] [--seed N]
+        [--pooling max|mean|top4] [--max-batch 64] [--paged] [--check] [--seed N]
+
+``--paged`` keeps the SPIN state in pages that follow the KV pages
+(docs/GPU-ABI.md, "Paged state"): each request gets state pages from a
+shared pool as its length grows (scattered, and reused after other
+requests finished, so they hold stale state; the pool starts filled with
+garbage), named by a ``state_block_table`` whose entries past the request's
+pages are -1.
 
 ``--check`` also steps a second state eagerly (no graph) on the same inputs,
 and compares every step's top-K and sparsity of both with the independent
@@ -50,6 +57,8 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 #: layers (max pooling: the predict kernel applies the resets), MTP with two
 #: drafts (mean pooling: a reset kernel).
 CHECKED = ((1, 1, "max"), (2, 2, "max"), (3, 1, "mean"))
+#: The same runs with --paged (state pages that follow the KV pages).
+CHECKED_PAGED = CHECKED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +72,7 @@ class Shape:
     max_pages: int = 8      # block-table width: capacity = max_pages * page slots
     kv_pages: int = 256     # pages in each layer's key cache
     slots: int = 96         # state slots (requests holding state), > the largest bucket
+    state_pages: int = 512  # --paged: state pages shared by all requests (each layer)
     sparsity: float = 0.5
     explore: float = 0.1
 
@@ -76,18 +86,19 @@ def buckets_up_to(max_batch):
 
 
 def make_indexer(rows, layers, pooling="max", shape=Shape(), buckets=BUCKETS,
-                 chips=None, cache_dir=None):
+                 chips=None, cache_dir=None, paged=False):
     """The loop's indexer: fp8 keys with f32 scales, bf16 queries, reset
     flags, and the layer as a run-time argument (one program per bucket
-    serves every layer); the programs are compiled (or found in the cache)
-    now, for ``chips`` (default: the device's)."""
+    serves every layer), with ``paged`` state pages; the programs are
+    compiled (or found in the cache) now, for ``chips`` (default: the
+    device's)."""
     return spin.Indexer(heads=shape.heads, head_dim=shape.head_dim,
                         block_size=shape.block, page_size=shape.page, topk=shape.topk,
                         sparsity=shape.sparsity, explore=shape.explore, seed=11,
                         pooling=pooling, rows=rows, key_format="fp8",
                         reset_input=True, layer_argument=True, device="cuda", chips=chips,
                         cache_dir=cache_dir, max_pages=shape.max_pages,
-                        batch_sizes=list(buckets), layers=layers)
+                        batch_sizes=list(buckets), layers=layers, paged_state=paged)
 
 
 class Engine:
@@ -136,6 +147,8 @@ class Engine:
         self.positions = torch.zeros((B, R), dtype=i32, **z)
         self.request_ids = torch.zeros(B, dtype=torch.int64, **z)
         self.slots = torch.full((B,), -1, dtype=i32, **z)
+        self.paged = indexer.paged_state
+        self.state_table = torch.full((B, MP), -1, dtype=i32, **z)
         self.reset = torch.zeros(B, dtype=torch.bool, **z)
         self.accepted = torch.zeros(B, dtype=i32, **z)
         self.out = [self._outputs(B) for _ in range(layers)]
@@ -160,18 +173,33 @@ class Engine:
                           adm_slot=torch.full((B,), S, dtype=torch.int64, **pin),
                           adm_len=torch.zeros(B, dtype=i32, **pin),
                           adm_table=torch.zeros((B, MP), dtype=i32, **pin),
+                          state_table=torch.full((B, MP), -1, dtype=i32, **pin),
                           done=None)
                      for _ in range(self.RING)]
         self.ring_at = 0
-        self.state = indexer.new_state(capacity_slots=shape.capacity, layers=layers,
-                                       max_requests=S)
+        self.state = self._new_state(rng)
         self.eager_state = self.eager_out = None
         if eager_state:
-            self.eager_state = indexer.new_state(capacity_slots=shape.capacity,
-                                                 layers=layers, max_requests=S)
+            self.eager_state = self._new_state(rng)
             self.eager_out = [self._outputs(B) for _ in range(layers)]
         self.graphs = {}
         self.issue_seconds, self.issued = 0.0, 0
+
+    def _new_state(self, rng):
+        """A state pool, or with paged state the caller's state tensors:
+        per-KV-slot pages filled with garbage (what a reused page holds),
+        which the steps must never read as state."""
+        sh = self.shape
+        if not self.paged:
+            return self.indexer.new_state(capacity_slots=sh.capacity, layers=self.L,
+                                          max_requests=sh.slots)
+        state = self.indexer.new_state_tensors(sh.capacity, layers=self.L,
+                                               max_requests=sh.slots, pages=sh.state_pages)
+        for name, t in state.tensors.items():
+            if name.split(".")[-1] in ("v", "d", "obs_z"):
+                t.copy_(self.torch.from_numpy(
+                    rng.normal(0, 100, size=tuple(t.shape)).astype(np.float32)))
+        return state
 
     def _outputs(self, B):
         t = self.torch
@@ -201,6 +229,8 @@ class Engine:
                   "reset": self.reset[:b]}
         if self.R > 1:
             inputs["accepted"] = self.accepted[:b]
+        if self.paged:
+            inputs["state_block_table"] = self.state_table[:b]
         return inputs
 
     def issue(self, b, state, outputs):
@@ -249,6 +279,13 @@ class Engine:
         ids[:b] = plan.garbage_ids
         for row, (slot, fresh, request) in plan.rows.items():
             slots[row], reset[row], ids[row] = slot, fresh, request
+        if self.paged:
+            # Each row's state pages; a padding row's are garbage.
+            tables = entry["state_table"].numpy()
+            tables[:b] = plan.garbage_ids[:b, None].astype(np.int32) | 1
+            for row, pages in plan.state_tables.items():
+                tables[row] = pages
+            self.state_table[:b].copy_(entry["state_table"][:b], non_blocking=True)
         adm_slot, adm_len, adm_table = (entry["adm_slot"].numpy(), entry["adm_len"].numpy(),
                                         entry["adm_table"].numpy())
         adm_slot[:] = self.shape.slots
@@ -341,6 +378,8 @@ class Plan:
     rows: dict
     admitted: list
     garbage_ids: np.ndarray
+    #: row -> the request's state block-table row (paged state only)
+    state_tables: dict = dataclasses.field(default_factory=dict)
 
 
 class Scheduler:
@@ -352,7 +391,7 @@ class Scheduler:
     bound could pass the capacity."""
 
     def __init__(self, shape, rows, buckets, seed, churn=True, lengths=None,
-                 max_admit=8):
+                 max_admit=8, paged=False):
         self.shape, self.R, self.buckets = shape, rows, sorted(buckets)
         self.max_batch = self.buckets[-1]
         # First lengths are drawn from [lo, hi); without churn every
@@ -363,6 +402,29 @@ class Scheduler:
         self.live = {}  # request -> {"slot", "fresh", "bound"}
         self.next_id, self.target, self.churn = 1, self.max_batch, churn
         self.admissions = self.turns = 0
+        # Paged state: free state pages (taken in random order), and the
+        # most ever in use.
+        self.paged = paged
+        self.free_pages = list(self.rng.permutation(shape.state_pages)) if paged else []
+        self.pages_peak = 0
+
+    def _finish(self, request):
+        self.free_pages.extend(self.live.pop(request).get("pages", []))
+
+    def _grow(self, v):
+        """Paged state: the request's state pages for lengths up to its
+        bound this step (entries past them -1); None if the pool is out of
+        pages."""
+        page, width = self.shape.page, self.shape.max_pages
+        need = min(width, -(-(v["bound"] + self.R - 1) // page))
+        pages = v.setdefault("pages", [])
+        if need - len(pages) > len(self.free_pages):
+            return None
+        while len(pages) < need:
+            pages.append(int(self.free_pages.pop()))
+        self.pages_peak = max(self.pages_peak,
+                              self.shape.state_pages - len(self.free_pages))
+        return np.array(pages + [-1] * (width - len(pages)), np.int32)
 
     def _admit(self, admitted):
         used = {r["slot"] for r in self.live.values()}
@@ -386,15 +448,15 @@ class Scheduler:
             self.target = max(1, min(self.target, self.max_batch))
         # Requests whose length could pass the capacity at this step finish.
         for request in [r for r, v in self.live.items() if v["bound"] + self.R - 1 > cap]:
-            del self.live[request]
+            self._finish(request)
         if self.churn:
             for request in list(self.live):
                 if rng.random() < 0.01:
-                    del self.live[request]
+                    self._finish(request)
             extra = len(self.live) - self.target
             for request in (list(rng.permutation(sorted(self.live)))[:min(extra, 8)]
                             if extra > 0 else []):
-                del self.live[int(request)]
+                self._finish(int(request))
         admitted = []
         while len(self.live) < self.target and len(admitted) < self.max_admit:
             self._admit(admitted)
@@ -408,14 +470,19 @@ class Scheduler:
                     if not self.churn or self.live[r]["fresh"] or rng.random() < 0.9]
         stepping = stepping[:self.max_batch] or sorted(self.live)[:1]
         bucket = next(b for b in self.buckets if b >= len(stepping))
-        rows = {}
+        rows, tables = {}, {}
         for row, request in zip(rng.permutation(bucket), stepping):
             v = self.live[request]
+            if self.paged:
+                table = self._grow(v)
+                if table is None:  # out of state pages: the request waits
+                    continue
+                tables[int(row)] = table
             rows[int(row)] = (v["slot"], v["fresh"], request)
             v["fresh"] = False
             v["bound"] += self.R
         garbage = rng.integers(0, 2 ** 62, size=bucket).astype(np.int64)
-        return Plan(bucket, rows, admitted, garbage)
+        return Plan(bucket, rows, admitted, garbage, tables)
 
 
 class Checker:
@@ -547,6 +614,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=None, help="default: a fresh one")
+    parser.add_argument("--paged", action="store_true",
+                        help="state pages that follow the KV pages (docs/GPU-ABI.md, "
+                             "\"Paged state\")")
     parser.add_argument("--check", action="store_true",
                         help="compare every step with eager steps and the numpy reference")
     parser.add_argument("--sleep-every", type=int, default=10, metavar="N",
@@ -567,16 +637,18 @@ def main(argv=None):
     shape = Shape()
     buckets = buckets_up_to(args.max_batch)
     t = time.time()
-    indexer = make_indexer(args.rows, args.layers, args.pooling, shape, buckets)
+    indexer = make_indexer(args.rows, args.layers, args.pooling, shape, buckets,
+                           paged=args.paged)
     engine = Engine(indexer, args.layers, shape, buckets, seed, eager_state=args.check)
     engine.capture()
     engine.warm_up()
     print(f"seed {seed}: R = {args.rows}, {args.layers} layers, {args.pooling} pooling, "
-          f"buckets {buckets}, {shape.slots} state slots of {shape.capacity} slots; "
+          f"buckets {buckets}, {shape.slots} state slots of {shape.capacity} slots"
+          f"{f' in {shape.state_pages} state pages' if args.paged else ''}; "
           f"{len(buckets)} programs (one per bucket, for every layer) loaded and "
           f"{len(buckets)} graphs "
           f"captured in {time.time() - t:.1f} s", flush=True)
-    scheduler = Scheduler(shape, args.rows, buckets, seed)
+    scheduler = Scheduler(shape, args.rows, buckets, seed, paged=args.paged)
     if args.check:
         checker = Checker(engine, args.pooling)
         t = time.time()
@@ -585,6 +657,7 @@ def main(argv=None):
         print(f"{args.steps} graph replays ({', '.join(f'{b}: {n}' for b, n in replays.items())}"
               f" per bucket), {checker.rows_checked} request rows, "
               f"{checker.sparse_rows} sparse row-layers, {scheduler.admissions} admissions, "
+              f"{f'at most {scheduler.pages_peak} state pages in use, ' if args.paged else ''}"
               f"{scheduler.turns} new turns: top-K and sparsity of the graphs and of eager "
               f"steps equal the reference at every step; no step waited for the device "
               f"(sync debug mode 'error'; {sleeps} steps issued behind a spinning kernel) "

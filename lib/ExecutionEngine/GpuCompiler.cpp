@@ -192,6 +192,8 @@ StatusOr<std::string> buildManifest(func::FuncOp plan,
     state.blockSize =
         plan->getAttrOfType<IntegerAttr>(attr::kBlockSize).getInt();
     state.maxRows = m.rows;
+    if (auto page = plan->getAttrOfType<IntegerAttr>(attr::kPageSize))
+      state.pageSize = page.getInt();
     m.state = state;
   }
   m.streams = 2;
@@ -261,6 +263,7 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;
     gpu.layerArgument = options.layerArgument;
+    gpu.pagedState = options.pagedState;
     toGpu.addPass(createConvertSpinToGPU(gpu));
     if (failed(toGpu.run(*plan)))
       return fail("convert-spin-to-gpu failed");

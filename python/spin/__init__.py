@@ -262,7 +262,7 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = None,
                      chips: Sequence[str] = ("sm_90a",),
                      ptx_version: int = 0, sm_count: int = _DEFAULT_SM_COUNT,
-                     layer_argument: bool = False) -> str:
+                     layer_argument: bool = False, paged_state: bool = False) -> str:
     """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
     does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
     "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
@@ -273,7 +273,9 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
     ``layer_argument``: the step takes its layer at run time (``layer=`` of
     :meth:`CudaProgram.run_batch`), the graph's state layers being offsets
     from it, so that one program serves every layer (docs/GPU-ABI.md, "The
-    layer at run time")."""
+    layer at run time"). ``paged_state``: the state follows the KV pages
+    (docs/GPU-ABI.md, "Paged state"): its steps take a
+    ``state_block_table`` and state tensors of pages."""
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: "
                            "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
@@ -281,7 +283,7 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
         chips = [chips]
     _spin.compile_gpu(mlir_text, function, pipeline_options, list(chips),
                       int(ptx_version), os.fspath(out_dir), int(sm_count),
-                      bool(layer_argument))
+                      bool(layer_argument), bool(paged_state))
     return os.fspath(out_dir)
 
 
@@ -504,6 +506,13 @@ class Indexer:
     block-table width that serves every layer: the layer is a run-time
     argument of its steps (docs/GPU-ABI.md, "The layer at run time"), so a
     model of many layers needs one program per batch bucket.
+
+    ``paged_state=True`` (cuda, SPIN) keeps V, D and the MTP scores in pages
+    that follow the KV pages (docs/GPU-ABI.md, "Paged state"): state
+    tensors from :meth:`new_state_tensors` with ``pages=`` state pages,
+    stepped by :meth:`run_batch` through a ``state_block_table`` input
+    (default: the step's ``block_table``), so the state's memory grows with
+    the pages allocated rather than with requests x capacity.
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -520,7 +529,8 @@ class Indexer:
                  batch_sizes: Sequence[int] = (), layers: int = 1,
                  explore_policy: str = "random",
                  query_format: Optional[str] = None,
-                 reset_input: bool = False, layer_argument: bool = False):
+                 reset_input: bool = False, layer_argument: bool = False,
+                 paged_state: bool = False):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -586,6 +596,12 @@ class Indexer:
             raise ValueError("layer_argument is for SPIN indexers on cuda (the CPU path "
                              "compiles any layer on demand; a dense indexer keeps no state)")
         self.layer_argument = bool(layer_argument)
+        if not isinstance(paged_state, (bool, np.bool_)):
+            raise TypeError(f"paged_state must be a bool, got {paged_state!r}")
+        if paged_state and (self.dense or str(device) == "cpu"):
+            raise ValueError("paged_state is for SPIN indexers on cuda (the CPU path keeps "
+                             "the compact state layout; a dense indexer keeps no state)")
+        self.paged_state = bool(paged_state)
         self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
@@ -695,6 +711,8 @@ class Indexer:
             spec["query_format"] = "fp8"
         if self.layer_argument:
             spec["layer_argument"] = True
+        if self.paged_state:
+            spec["paged_state"] = True
         return spec
 
     def artifact(self, layer: int, max_pages: int, batch: int,
@@ -727,7 +745,8 @@ class Indexer:
                 compile_artifact(graph, _INDEXER_FUNCTION, out_dir,
                                  None if self.dense else self._options, want,
                                  sm_count=self.sm_count,
-                                 layer_argument=self.layer_argument)
+                                 layer_argument=self.layer_argument,
+                                 paged_state=self.paged_state)
                 return fresh
         try:
             return cache.ensure(self.cache_dir, name, _INDEXER_CACHE_FORMAT,
@@ -817,6 +836,9 @@ class Indexer:
         if capacity_slots % self.page_size:
             raise ValueError(f"capacity_slots must be a multiple of page_size "
                              f"{self.page_size} on cuda, got {capacity_slots}")
+        if self.paged_state:
+            raise ValueError("a paged_state Indexer steps on state tensors: use "
+                             "new_state_tensors(..., pages=) and run_batch")
         torch = _require_torch_cuda(f"Indexer(device={self.device!r}).new_state")
         device = self._torch_device()
         torch.cuda.init()
@@ -846,24 +868,45 @@ class Indexer:
         manifest = read_manifest(self.artifact(0, capacity_slots // self.page_size, int(batch)))
         return state_field_names(manifest[abi.KEY["Arguments"]])
 
+    def _state_pages(self, pages: Optional[int]) -> int:
+        """``pages`` checked against the layout: required (positive) with
+        paged_state, refused without."""
+        if not self.paged_state:
+            if pages is not None:
+                raise ValueError("pages= is for Indexers made with paged_state=True")
+            return 0
+        if isinstance(pages, bool) or not isinstance(pages, (int, np.integer)) or pages <= 0:
+            raise ValueError("a paged_state Indexer needs pages=, the number of state "
+                             f"pages (a positive integer), got {pages!r}")
+        return int(pages)
+
     def state_bytes(self, capacity_slots: int, layers: int = 1, max_requests: int = 64,
-                    batch: Optional[int] = None) -> int:
+                    batch: Optional[int] = None, pages: Optional[int] = None) -> int:
         """Device memory of the SPIN state of ``max_requests`` slots of
         ``capacity_slots`` KV slots on ``layers`` layers (device="cuda"),
-        as :meth:`new_state` and :meth:`new_state_tensors` allocate it."""
+        as :meth:`new_state` and :meth:`new_state_tensors` allocate it; with
+        ``paged_state``, V, D and the MTP scores of ``pages`` state pages
+        (``capacity_slots`` is then the block table's reach)."""
+        pages = self._state_pages(pages)
         return state_bytes(self._state_fields(capacity_slots, batch), max_requests,
-                           capacity_slots, self.rows, self.block_size, layers)
+                           capacity_slots, self.rows, self.block_size, layers, pages,
+                           self.page_size if pages else 0)
 
     def new_state_tensors(self, capacity_slots: int, layers: int = 1,
-                          max_requests: int = 64, batch: Optional[int] = None):
+                          max_requests: int = 64, batch: Optional[int] = None,
+                          pages: Optional[int] = None):
         """Zeroed state tensors the caller owns (:class:`CudaStateTensors`)
         for ``max_requests`` slots of ``capacity_slots`` KV slots on
         ``layers`` layers (device="cuda"), for :meth:`run_batch` and the
-        torch op (``spin.ops``; docs/GPU-ABI.md, "State tensors")."""
+        torch op (``spin.ops``; docs/GPU-ABI.md, "State tensors"); with
+        ``paged_state``, ``pages`` state pages of ``page_size`` KV slots hold
+        V, D and the MTP scores (docs/GPU-ABI.md, "Paged state")."""
         _require_torch_cuda(f"Indexer(device={self.device!r}).new_state_tensors")
+        pages = self._state_pages(pages)
         return CudaStateTensors.allocate(self._state_fields(capacity_slots, batch),
                                          self._torch_device(), max_requests, capacity_slots,
-                                         layers, self.rows, self.block_size)
+                                         layers, self.rows, self.block_size, pages,
+                                         self.page_size if pages else 0)
 
     def __call__(self, q, w, keys, block_table, lengths, positions,
                  state, *, request_ids, scales=None, layer: int = 0,
@@ -1003,6 +1046,17 @@ class Indexer:
             raise ValueError(
                 f"block_table is {width} pages wide ({width * self.page_size} slots), "
                 f"but the state holds capacity_slots={state.capacity}")
+        if self.paged_state:
+            if not isinstance(state, CudaStateTensors) or state.page_size != self.page_size:
+                raise ValueError("a paged_state Indexer steps on paged state tensors "
+                                 "(new_state_tensors(..., pages=))")
+            if "state_block_table" not in inputs:
+                # The KV pages are the state pages unless the caller says
+                # otherwise (shared prefix pages need private state pages).
+                inputs = dict(inputs, state_block_table=inputs["block_table"])
+        elif isinstance(state, CudaStateTensors) and state.page_size:
+            raise ValueError("state holds paged tensors, but this Indexer was made "
+                             "without paged_state")
         program = self.program(layer, width, batch)
         step_layer = int(layer) if self.layer_argument else 0
         if isinstance(state, CudaStateTensors) and outputs is not None:
@@ -1036,6 +1090,9 @@ class Indexer:
     def _call_cuda(self, q, w, keys, block_table, lengths, positions, state,
                    request_ids, scales, layer, return_sparsity, reset):
         torch = _require_torch_cuda(f"Indexer(device={self.device!r})")
+        if self.paged_state:
+            raise ValueError("a paged_state Indexer is stepped by run_batch on state "
+                             "tensors (request ids need a state pool, which is compact)")
         if not isinstance(state, CudaState):
             raise TypeError("state must be a spin.CudaState (from Indexer.new_state "
                             f"on cuda), got {type(state).__name__}")
@@ -1100,15 +1157,20 @@ class Indexer:
 
 
 def state_bytes(fields: Sequence[str], slots: int, capacity: int, rows: int,
-                block_size: int, layers: int = 1) -> int:
+                block_size: int, layers: int = 1, pages: int = 0,
+                page_size: int = 0) -> int:
     """Bytes of the SPIN state of ``fields`` (``CudaProgram.state_fields``)
     for ``slots`` state slots of ``capacity`` KV slots, MTP buffers of
     ``rows`` rows and SPIN blocks of ``block_size`` slots, on ``layers``
     layers: the pool layout of docs/GPU-ABI.md, "State tensors" (the same
-    for ``new_state`` and ``new_state_tensors``). ``Indexer.state_bytes``
-    and ``CudaProgram.new_state_tensors(...).nbytes`` give it for theirs."""
+    for ``new_state`` and ``new_state_tensors``). With ``page_size`` (the
+    paged layout, "Paged state") V, D and the MTP scores take ``pages``
+    pages of ``page_size`` KV slots instead, so they grow with the pages
+    allocated, not with slots x capacity. ``Indexer.state_bytes`` and
+    ``CudaProgram.new_state_tensors(...).nbytes`` give it for theirs."""
     return sum(int(np.prod(shape)) * np.dtype(_NUMPY_TYPES[dtype]).itemsize for shape, dtype in
-               state_shapes(fields, slots, capacity, rows, block_size, range(layers)).values())
+               state_shapes(fields, slots, capacity, rows, block_size, range(layers),
+                            pages, page_size).values())
 
 
 _NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,

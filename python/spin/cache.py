@@ -520,7 +520,8 @@ def indexer_arguments(indexer) -> Dict[str, Any]:
             # None (the default) unless the queries are fp8: the same programs
             "query_format": "fp8" if indexer.query_format == "fp8" else None,
             "reset_input": indexer.reset_input,
-            "layer_argument": indexer.layer_argument}
+            "layer_argument": indexer.layer_argument,
+            "paged_state": indexer.paged_state}
 
 
 def _flag(name: str) -> str:

@@ -194,21 +194,28 @@ def state_field_names(arguments: Iterable[Dict[str, Any]]) -> List[str]:
 
 
 def state_shapes(fields: Iterable[str], slots: int, capacity: int, max_rows: int,
-                 block_size: int, layers: Iterable[int]) -> Dict[str, Tuple[List[int], str]]:
+                 block_size: int, layers: Iterable[int], pages: int = 0,
+                 page_size: int = 0) -> Dict[str, Tuple[List[int], str]]:
     """name -> (shape, runtime element type) of every state tensor of
     ``fields`` on ``layers`` for ``slots`` state slots of ``capacity`` KV
     slots (docs/GPU-ABI.md, "State tensors"): the runtime's pool layout,
-    from the ABI's field table."""
+    from the ABI's field table. With ``page_size`` (the paged layout,
+    docs/GPU-ABI.md, "Paged state") the per-KV-slot fields (V, D, obs_z)
+    are ``pages`` pages of ``page_size`` entries instead of a row of
+    ``capacity`` per slot."""
     sizes = {"slots": int(slots), abi.KEY["Capacity"]: int(capacity),
              abi.KEY["MaxRows"]: int(max_rows),
              "blocks": -(-int(capacity) // int(block_size)),
              "prediction": abi.PREDICTION_RECORD_SIZE}
+    paged_sizes = dict(sizes, slots=int(pages), **{abi.KEY["Capacity"]: int(page_size)})
     info = {f["name"]: f for f in abi.STATE_FIELDS}
     shapes = {}
     for layer in layers:
         for field in fields:
             f = info[field]
-            shapes[state_tensor_name(layer, field)] = ([sizes[d] for d in f["dims"]],
+            paged = page_size > 0 and abi.KEY["Capacity"] in f["dims"]
+            use = paged_sizes if paged else sizes
+            shapes[state_tensor_name(layer, field)] = ([use[d] for d in f["dims"]],
                                                        f["dtype"])
     return shapes
 
@@ -220,28 +227,39 @@ class CudaStateTensors:
     (:meth:`CudaProgram.run_batch`) and the torch op (``spin.ops``). No pool,
     no request table: the caller's ``slots`` input picks each row's state,
     and a new request's first step sets its ``reset`` flag. ``nbytes`` is
-    the memory they take (:func:`spin.state_bytes`)."""
+    the memory they take (:func:`spin.state_bytes`). With ``page_size``
+    (the paged layout, docs/GPU-ABI.md, "Paged state") V, D and the MTP
+    scores are ``pages`` pages of ``page_size`` KV slots, addressed by each
+    step's ``state_block_table``; ``capacity`` is then the reach of the
+    block table."""
 
     def __init__(self, tensors: Dict[str, Any], device, slots: int, capacity: int,
-                 layers: int, rows: int, block_size: int):
+                 layers: int, rows: int, block_size: int, pages: int = 0,
+                 page_size: int = 0):
         self.tensors = tensors
         self.device = device
         self.slots, self.capacity, self.layers = slots, capacity, layers
         self.rows, self.block_size = rows, block_size
+        self.pages, self.page_size = pages, page_size
 
     @classmethod
     def allocate(cls, fields: Iterable[str], device, slots: int, capacity: int,
-                 layers: int, rows: int, block_size: int) -> "CudaStateTensors":
+                 layers: int, rows: int, block_size: int, pages: int = 0,
+                 page_size: int = 0) -> "CudaStateTensors":
         torch = _require_torch_cuda("allocating state tensors")
-        for name, value in (("slots", slots), ("capacity", capacity), ("layers", layers),
-                            ("rows", rows), ("block_size", block_size)):
+        checks = [("slots", slots), ("capacity", capacity), ("layers", layers),
+                  ("rows", rows), ("block_size", block_size)]
+        if page_size:
+            checks += [("pages", pages), ("page_size", page_size)]
+        for name, value in checks:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        shapes = state_shapes(fields, slots, capacity, rows, block_size, range(layers))
+        shapes = state_shapes(fields, slots, capacity, rows, block_size, range(layers),
+                              pages, page_size)
         tensors = {name: torch.zeros(shape, dtype=_torch_dtypes(dtype)[0], device=device)
                    for name, (shape, dtype) in shapes.items()}
         return cls(tensors, device, int(slots), int(capacity), int(layers), int(rows),
-                   int(block_size))
+                   int(block_size), int(pages), int(page_size))
 
     @property
     def nbytes(self) -> int:
@@ -286,19 +304,35 @@ class CudaProgram:
         signature order."""
         return state_field_names(self.signature)
 
+    @property
+    def page_size(self) -> int:
+        """KV slots per state page of a program compiled with paged state
+        (docs/GPU-ABI.md, "Paged state"); 0 for the compact layout."""
+        section = self.manifest.get(abi.KEY["State"]) or {}
+        return int(section.get(abi.KEY["PageSize"], 0))
+
     def new_state_tensors(self, slots: int = 64, layers: Optional[int] = None,
-                          capacity: Optional[int] = None) -> CudaStateTensors:
+                          capacity: Optional[int] = None,
+                          pages: Optional[int] = None) -> CudaStateTensors:
         """Zeroed state tensors for ``slots`` slots on layers ``0 .. layers -
         1`` (default: the manifest's), of the fields this program binds
-        (docs/GPU-ABI.md, "State tensors")."""
+        (docs/GPU-ABI.md, "State tensors"); a paged program's V, D and MTP
+        scores take ``pages`` state pages (required there)."""
         section = self.manifest.get(abi.KEY["State"]) or {}
         if not section:
             raise ValueError("the artifact keeps no SPIN state")
+        page_size = self.page_size
+        if page_size and pages is None:
+            raise ValueError("this program keeps its state in pages (page_size "
+                             f"{page_size}): give pages=, the state pages to allocate")
+        if not page_size and pages is not None:
+            raise ValueError("pages= is for programs compiled with paged state")
         return CudaStateTensors.allocate(
             self.state_fields, self.device, slots,
             capacity if capacity is not None else section[abi.KEY["Capacity"]],
             layers if layers is not None else section[abi.KEY["Layers"]],
-            section[abi.KEY["MaxRows"]], section[abi.KEY["BlockSize"]])
+            section[abi.KEY["MaxRows"]], section[abi.KEY["BlockSize"]],
+            pages or 0, page_size)
 
     def new_state(self, slots: int = 64, capacity: Optional[int] = None,
                   layers: Optional[int] = None, rows: Optional[int] = None,

@@ -49,6 +49,8 @@ const char *stateGroupName(rt::StateGroup group) {
     return "prediction";
   case rt::StateGroup::Staleness:
     return "staleness";
+  case rt::StateGroup::Paged:
+    return "paged";
   }
   return "?";
 }

@@ -124,6 +124,8 @@ py::dict manifestDict(const rt::GpuManifest &m) {
     state[k::Capacity] = m.state->capacity;
     state[k::BlockSize] = m.state->blockSize;
     state[k::MaxRows] = m.state->maxRows;
+    if (m.state->pageSize > 0)
+      state[k::PageSize] = m.state->pageSize;
     d[k::State] = state;
   } else {
     d[k::State] = py::none();
@@ -659,7 +661,7 @@ static void bindCompiler(py::module_ &m) {
       [](const std::string &source, const std::string &function,
          py::object options, const std::vector<std::string> &chips,
          int64_t ptxVersion, const std::string &outDir, int64_t smCount,
-         bool layerArgument) {
+         bool layerArgument, bool pagedState) {
         if (smCount <= 0)
           throw py::value_error("sm_count must be positive (got " +
                                 std::to_string(smCount) + ")");
@@ -671,6 +673,7 @@ static void bindCompiler(py::module_ &m) {
         gpu.ptxVersion = ptxVersion;
         gpu.smCount = smCount;
         gpu.layerArgument = layerArgument;
+        gpu.pagedState = pagedState;
         rt::Status written = rt::Status::success();
         {
           py::gil_scoped_release release;
@@ -685,10 +688,11 @@ static void bindCompiler(py::module_ &m) {
       py::arg("source"), py::arg("function"), py::arg("options"),
       py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),
       py::arg("sm_count") = 132, py::arg("layer_argument") = false,
+      py::arg("paged_state") = false,
       "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
       "chip and manifest.json in `out_dir`; the scoring grids are sized for "
       "`sm_count` SMs; with `layer_argument` the step takes its layer at "
-      "run time");
+      "run time; with `paged_state` the state follows the KV pages");
 }
 #endif
 

@@ -100,7 +100,14 @@ def main(argv=None):
     import serving_loop
     for rows, layers, pooling in serving_loop.CHECKED:
         serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out)
+    for rows, layers, pooling in serving_loop.CHECKED_PAGED:
+        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
+                                  paged=True)
     print(f"examples/serving_loop.py: {time.time() - t:.1f} s", flush=True)
+    # Paged state against the compact layout (test_paged_state_cuda.py).
+    import paged_state_cases
+    for paged in (True, False):
+        paged_state_cases.make_indexer(spin, paged, chips=chips, cache_dir=out)
     from spin import cache
     # spin.compile(target="cuda") of a multi-layer graph on the runtime-only
     # build (test_indexer_cuda.py), sized for the H200's 132 SMs.

@@ -63,6 +63,38 @@ def test_the_scheduler_moves_requests_through_every_bucket():
     assert sat_out > 0 and s.admissions > 100 and s.turns > 10
 
 
+def test_the_scheduler_gives_each_request_private_state_pages():
+    """--paged: a stepped row's state table names distinct pages of the
+    pool, enough for its longest row (its bound before the step plus rows -
+    1), -1 past them; no page belongs to two live requests; pages come back
+    when a request finishes and are handed out again (stale state); the
+    pool's size bounds what is in use, and a request waits when it runs
+    out."""
+    shape = serving_loop.Shape()
+    rows = 2
+    s = serving_loop.Scheduler(shape, rows, serving_loop.BUCKETS, seed=9, paged=True)
+    owner, reused = {}, 0
+    for step in range(3000):
+        plan = s.plan(step)
+        assert set(plan.state_tables) == set(plan.rows)
+        for row, table in plan.state_tables.items():
+            request = plan.rows[row][2]
+            pages = [int(p) for p in table if p >= 0]
+            assert table.tolist() == pages + [-1] * (shape.max_pages - len(pages))
+            assert len(set(pages)) == len(pages)
+            assert all(0 <= p < shape.state_pages for p in pages)
+            longest = s.live[request]["bound"] - rows + rows - 1
+            assert len(pages) * shape.page >= min(longest, shape.capacity)
+            for p in pages:
+                if owner.get(p) not in (None, request):
+                    assert owner[p] not in s.live, f"page {p} shared by live requests"
+                    reused += 1
+                owner[p] = request
+        in_use = sum(len(v.get("pages", [])) for v in s.live.values())
+        assert in_use + len(s.free_pages) == shape.state_pages
+    assert reused > 100 and 0 < s.pages_peak <= shape.state_pages
+
+
 @needs_compiler
 def test_reset_flags_on_the_cpu_equal_state_reset(rng):
     """A reset_input Indexer's reset flags restart exactly the flagged rows,
@@ -125,3 +157,17 @@ def test_the_serving_loop_matches_the_reference_without_host_syncs(rows, layers,
     extra = os.environ.get("SPIN_SERVING_ARGS", "").split()  # e.g. --sleep-every 0
     assert serving_loop.main(["--rows", str(rows), "--layers", str(layers),
                               "--pooling", pooling, "--steps", steps, "--check"] + extra) == 0
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("rows,layers,pooling", serving_loop.CHECKED_PAGED)
+def test_the_serving_loop_on_paged_state_matches_the_reference(rows, layers, pooling):
+    """The same loop with state pages that follow the KV pages: scattered in
+    a shared pool that starts as garbage, reused after requests finish,
+    table entries past a request's pages -1."""
+    steps = os.environ.get("SPIN_SERVING_STEPS", "1000")
+    extra = os.environ.get("SPIN_SERVING_ARGS", "").split()
+    assert serving_loop.main(["--rows", str(rows), "--layers", str(layers),
+                              "--pooling", pooling, "--steps", steps, "--check",
+                              "--paged"] + extra) == 0

@@ -7,6 +7,8 @@
 
 #include "spin/Runtime/Abi.h"
 
+#include <algorithm>
+
 #include <iterator>
 
 namespace spin::runtime {
@@ -113,12 +115,27 @@ int64_t StateSizes::of(StateDim dim) const {
   return 0;
 }
 
+bool isPagedField(StateField field, const StateSizes &sizes) {
+  const StateFieldInfo &info = stateFieldInfo(field);
+  return sizes.pageSize > 0 &&
+         std::find(info.dims.begin(), info.dims.end(), StateDim::Capacity) !=
+             info.dims.end();
+}
+
 std::vector<int64_t> stateFieldShape(StateField field,
                                      const StateSizes &sizes) {
   const StateFieldInfo &info = stateFieldInfo(field);
+  const bool paged = isPagedField(field, sizes);
   std::vector<int64_t> shape;
-  for (size_t d = 0; d < info.rank(); ++d)
-    shape.push_back(sizes.of(info.dims[d]));
+  for (size_t d = 0; d < info.rank(); ++d) {
+    StateDim dim = info.dims[d];
+    if (paged && dim == StateDim::Slots)
+      shape.push_back(sizes.pages);
+    else if (paged && dim == StateDim::Capacity)
+      shape.push_back(sizes.pageSize);
+    else
+      shape.push_back(sizes.of(dim));
+  }
   return shape;
 }
 

@@ -482,7 +482,8 @@ Status ManifestParser::readShapes() {
     return s;
   if (const JsonValue *state = root.find(k::State)) {
     if (Status s = r.object(*state, k::State,
-                            {k::Layers, k::Capacity, k::BlockSize, k::MaxRows});
+                            {k::Layers, k::Capacity, k::BlockSize, k::MaxRows,
+                             k::PageSize});
         !s.ok())
       return s;
     // A stateless (dense) program may write a section with no layers; its
@@ -505,6 +506,14 @@ Status ManifestParser::readShapes() {
                              kInt32Max);
         !s.ok())
       return s;
+    if (Status s = r.integer(*state, k::State, k::PageSize, spec.pageSize, 0,
+                             kInt32Max, 0);
+        !s.ok())
+      return s;
+    if (spec.pageSize > 0 && spec.capacity % spec.pageSize != 0)
+      return r.error("state.page_size",
+                     str(spec.pageSize) + " does not divide the capacity (" +
+                         str(spec.capacity) + ")");
     if (spec.layers > 0) {
       if (spec.maxRows < m.rows)
         return r.error("state.max_rows", str(spec.maxRows) +
@@ -847,14 +856,17 @@ std::string GpuManifest::toJson() const {
       .member(k::ProgrammaticLaunch, programmaticLaunch)
       .member(k::Batch, batch)
       .member(k::Rows, rows);
-  if (state)
+  if (state) {
     w.key(k::State)
         .beginObject()
         .member(k::Layers, state->layers)
         .member(k::Capacity, state->capacity)
         .member(k::BlockSize, state->blockSize)
-        .member(k::MaxRows, state->maxRows)
-        .end();
+        .member(k::MaxRows, state->maxRows);
+    if (state->pageSize > 0)
+      w.member(k::PageSize, state->pageSize);
+    w.end();
+  }
   w.key(k::Arguments).beginArray();
   for (const ArgSpec &arg : arguments)
     writeArgument(w, arg);

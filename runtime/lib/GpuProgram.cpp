@@ -732,6 +732,13 @@ Status GpuProgram::bindState(Step &step) const {
   if (!pool)
     return Status::error("the program " + spec.function +
                          " binds SPIN state: run it with a GpuStatePool");
+  if (spec.state->pageSize > 0)
+    return Status::error(
+        spec.directory +
+        " keeps its state in pages that follow the KV pages (page_size " +
+        str(spec.state->pageSize) +
+        "): step it on state tensors (runBatch without a pool, "
+        "docs/GPU-ABI.md, \"Paged state\")");
   if (pool->context()->handle() != ctx->handle())
     return Status::error("the state pool lives in another CUDA context "
                          "(device " +
@@ -826,7 +833,10 @@ Status GpuProgram::bindStateTensors(
   sizes.capacity = want.capacity;
   sizes.maxRows = want.maxRows;
   sizes.blocks = (want.capacity + want.blockSize - 1) / want.blockSize;
-  std::string slotsFrom;
+  sizes.pageSize = want.pageSize;
+  // Size 0 is the slot count, or the page count of a paged field; each is
+  // the same for every tensor that has it.
+  std::string slotsFrom, pagesFrom;
   for (size_t i = 0; i < spec.arguments.size(); ++i) {
     const ArgSpec &arg = spec.arguments[i];
     if (arg.role != ArgSpec::Role::State)
@@ -837,8 +847,9 @@ Status GpuProgram::bindStateTensors(
     auto it = inputs.find(name);
     if (it == inputs.end())
       return Status::error("missing state tensor '" + name + "' (" +
-                           dtypeName(arg.dtype) +
-                           ", size 0 the slot count): the program binds "
+                           dtypeName(arg.dtype) + ", size 0 the " +
+                           (isPagedField(field, sizes) ? "page" : "slot") +
+                           " count): the program binds "
                            "state field '" +
                            arg.name + "' of layer " + str(layer));
     const DeviceTensorRef &t = it->second;
@@ -846,15 +857,20 @@ Status GpuProgram::bindStateTensors(
     if (t.dtype != arg.dtype)
       return Status::error(what + " has element type " + dtypeName(t.dtype) +
                            ", expected " + dtypeName(arg.dtype));
+    const bool paged = isPagedField(field, sizes);
+    const char *unit = paged ? "pages" : "slots";
     if (t.shape.empty() || t.shape[0] <= 0)
       return Status::error(what + " has shape " + shapeString(t.shape) +
-                           ": size 0 is the slot count, at least 1");
-    if (slotsFrom.empty()) {
-      sizes.slots = t.shape[0];
-      slotsFrom = name;
-    } else if (t.shape[0] != sizes.slots) {
-      return Status::error(what + " has " + str(t.shape[0]) + " slots but '" +
-                           slotsFrom + "' has " + str(sizes.slots));
+                           ": size 0 is the " +
+                           (paged ? "page" : "slot") + " count, at least 1");
+    std::string &from = paged ? pagesFrom : slotsFrom;
+    int64_t &count = paged ? sizes.pages : sizes.slots;
+    if (from.empty()) {
+      count = t.shape[0];
+      from = name;
+    } else if (t.shape[0] != count) {
+      return Status::error(what + " has " + str(t.shape[0]) + " " + unit +
+                           " but '" + from + "' has " + str(count));
     }
     std::vector<int64_t> shape = stateFieldShape(field, sizes);
     if (t.shape != shape)

@@ -129,7 +129,8 @@ StatusOr<StateLayout> StatePool::layoutOf(const StatePoolOptions &options) {
   result.numBlocks = numBlocks;
   bool fits = true;
   for (const StateFieldInfo &info : kStateFields) {
-    if (info.group == StateGroup::Staleness && !options.lastObserved)
+    if ((info.group == StateGroup::Staleness && !options.lastObserved) ||
+        info.group == StateGroup::Paged)
       continue;
     int64_t elements = 1;
     for (int64_t size : stateFieldShape(info.field, sizes))

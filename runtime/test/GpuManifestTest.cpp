@@ -200,7 +200,11 @@ const BadCase kBadCases[] = {
     {"\"batch\": 4,", "", "the manifest: missing member \"batch\""},
     {"\"max_rows\": 1}", "\"max_rows\": 1, \"slots\": 4}",
      "state.slots: unknown member (expected one of layers, capacity, "
-     "block_size, max_rows)"},
+     "block_size, max_rows, page_size)"},
+    {"\"max_rows\": 1}", "\"max_rows\": 1, \"page_size\": 3}",
+     "state.page_size: 3 does not divide the capacity (8)"},
+    {"\"max_rows\": 1}", "\"max_rows\": 1, \"page_size\": -4}",
+     "state.page_size: -4 is outside [0, 2147483647]"},
     {"\"rows\": 1", "\"rows\": 2",
      "state.max_rows: 1 is less than the step's rows (2)"},
     {"\"state\": {\"layers\": 1, \"capacity\": 8, \"block_size\": 4, "
@@ -237,7 +241,7 @@ const BadCase kBadCases[] = {
      "arguments[1].shape: request_ids has rank 1 in the step ABI, got [?, 1]"},
     {"\"name\": \"v\", \"layer\": 0", "\"name\": \"w\", \"layer\": 0",
      "arguments[3].name: unknown state field \"w\" (expected v, d, it, "
-     "obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at or pred_keys)"},
+     "obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at, pred_keys or valid)"},
     {"\"name\": \"it\", \"layer\": 0, \"dtype\": \"i64\"",
      "\"name\": \"it\", \"layer\": 0, \"dtype\": \"i32\"",
      "arguments[4].dtype: state field \"it\" is i64 in the step ABI, got i32"},
@@ -560,6 +564,25 @@ TEST(GpuManifest, WritesWhatItReads) {
     expectSameManifest(*read, *again);
     EXPECT_EQ(again->toJson(), text) << name;
   }
+}
+
+TEST(GpuManifest, ReadsAndWritesThePagedStateLayout) {
+  // page_size is optional (0: the compact layout, not written); a paged
+  // program's is read and written back.
+  TempDir dir;
+  dir.write("sm_90.ptx", "// not loaded");
+  StatusOr<GpuManifest> compact = GpuManifest::parse(toyManifest(), dir.path());
+  ASSERT_TRUE(compact.ok()) << compact.message();
+  EXPECT_EQ(compact->state->pageSize, 0);
+  EXPECT_EQ(compact->toJson().find("page_size"), std::string::npos);
+  std::string text = edit(toyManifest(), "\"max_rows\": 1}",
+                          "\"max_rows\": 1, \"page_size\": 4}");
+  StatusOr<GpuManifest> paged = GpuManifest::parse(text, dir.path());
+  ASSERT_TRUE(paged.ok()) << paged.message();
+  EXPECT_EQ(paged->state->pageSize, 4);
+  StatusOr<GpuManifest> again = GpuManifest::parse(paged->toJson(), dir.path());
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(again->state->pageSize, 4);
 }
 
 TEST(GpuManifest, WritesStatelessProgramsWithoutAStateSection) {

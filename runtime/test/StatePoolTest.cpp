@@ -138,6 +138,36 @@ TEST(StatePoolCreate, LayerDescriptorsMatchTheAbi) {
   EXPECT_EQ(z.strides[2], 1);
 }
 
+TEST(StateLayout, PagedFieldsArePagesOfThePageSize) {
+  // The paged layout (docs/GPU-ABI.md, "Paged state"): the per-KV-slot
+  // fields (those with a capacity dim) are [pages, ..., page size]; the
+  // others keep their slot rows; `valid` is a paged program's only.
+  StateSizes sizes{/*slots=*/5, /*capacity=*/256, /*maxRows=*/3,
+                   /*blocks=*/4, /*pages=*/40, /*pageSize=*/64};
+  EXPECT_EQ(stateFieldShape(StateField::V, sizes),
+            (std::vector<int64_t>{40, 64}));
+  EXPECT_EQ(stateFieldShape(StateField::D, sizes),
+            (std::vector<int64_t>{40, 64}));
+  EXPECT_EQ(stateFieldShape(StateField::ObsZ, sizes),
+            (std::vector<int64_t>{40, 3, 64}));
+  EXPECT_EQ(stateFieldShape(StateField::ObsMask, sizes),
+            (std::vector<int64_t>{5, 4}));
+  EXPECT_EQ(stateFieldShape(StateField::Valid, sizes),
+            (std::vector<int64_t>{5}));
+  EXPECT_TRUE(isPagedField(StateField::ObsZ, sizes));
+  EXPECT_FALSE(isPagedField(StateField::PredKeys, sizes));
+  sizes.pageSize = 0; // compact
+  EXPECT_FALSE(isPagedField(StateField::V, sizes));
+  EXPECT_EQ(stateFieldShape(StateField::V, sizes),
+            (std::vector<int64_t>{5, 256}));
+  // Pools are compact: no `valid` among their arrays.
+  EXPECT_EQ(stateFieldInfo(StateField::Valid).group, StateGroup::Paged);
+  StatusOr<StateLayout> layout = StatePool::layoutOf(smallOptions());
+  ASSERT_TRUE(layout.ok()) << layout.message();
+  EXPECT_EQ(layout->offsets[static_cast<size_t>(StateField::Valid)], -1);
+  EXPECT_GE(layout->offsets[static_cast<size_t>(StateField::V)], 0);
+}
+
 TEST(StatePoolCreate, RejectsNonPositiveOptions) {
   StatePoolOptions o = smallOptions();
   o.numLayers = 0;

@@ -75,6 +75,12 @@ static cl::opt<bool> layerArgument(
              "are offsets from it, so one program serves every layer "
              "(docs/GPU-ABI.md, \"The layer at run time\")"),
     cl::init(false));
+static cl::opt<bool> pagedState(
+    "paged-state",
+    cl::desc("The state follows the KV pages: V, D and the MTP scores live in "
+             "pages addressed through a state_block_table input "
+             "(docs/GPU-ABI.md, \"Paged state\")"),
+    cl::init(false));
 static cl::opt<std::string>
     sparsify("sparsify",
              cl::desc("Run spin-sparsify-pipeline with these options first "
@@ -136,6 +142,7 @@ int main(int argc, char **argv) {
   options.mTiles = mTiles;
   options.wgmma = !noWgmma;
   options.layerArgument = layerArgument;
+  options.pagedState = pagedState;
 
   auto file = MemoryBuffer::getFile(inputFile);
   if (!file)

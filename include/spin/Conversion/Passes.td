@@ -124,6 +124,12 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "the step takes its layer at run time (a `layer` launch "
            "argument): the graph's state layers are offsets from it, so one "
            "program serves every layer of a model">,
+    Option<"pagedState", "paged-state", "bool", "false",
+           "the state follows the KV pages (docs/GPU-ABI.md, \"Paged "
+           "state\"): V, D and the MTP scores live in pages of the key "
+           "cache's page size, addressed through a `state_block_table` "
+           "input, and each slot keeps how far its pages are written "
+           "(`valid`); the capacity is the block table's reach">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -42,6 +42,8 @@ struct GpuCompileOptions {
   /// The step takes its layer at run time (convert-spin-to-gpu's
   /// `layer-argument`): one program serves every layer.
   bool layerArgument = false;
+  /// The state follows the KV pages (convert-spin-to-gpu's `paged-state`).
+  bool pagedState = false;
 };
 
 /// A compiled GPU program: the manifest text and the PTX of each chip.

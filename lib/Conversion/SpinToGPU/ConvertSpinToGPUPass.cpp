@@ -148,6 +148,7 @@ public:
 
 private:
   void collectCapacities();
+  LogicalResult collectPaging();
   LogicalResult collectMtpLayers();
   LogicalResult bindGraphArguments();
   FailureOr<SmallVector<Buffer>> bindResults(ArrayRef<std::string> names);
@@ -240,6 +241,10 @@ private:
   /// The observation fields of `state`'s layer, bound on first use (after
   /// its v, d and it, the CPU step function's order).
   ObservationFields observationsOf(Operation *user, Value state);
+  /// With the paged state: the kernels' trailing paged-state operands of
+  /// `state`'s layer (Kernels.h, PagedState): the state block table,
+  /// `valid` when `withValid`, and the page count. None otherwise.
+  SmallVector<Buffer> pagedOperands(Value state, bool withValid);
 
   /// Records one launch: kernel `name`, with arguments (buffers).
   struct Launch {
@@ -357,6 +362,11 @@ private:
   /// Per layer: the pool's slot count (an i32 `dim` argument, size 0 of
   /// the layer's `v`), which every kernel that reads `slots` takes.
   std::map<int64_t, Buffer> slotCounts;
+  /// The paged state (options.pagedState): the layout, the state block
+  /// table input, and per layer `valid` and the page count (size 0 of `v`).
+  PagedState paged;
+  std::optional<Buffer> stateTable;
+  std::map<int64_t, std::pair<Buffer, Buffer>> pagedFields;
   /// Layers whose buffered MTP rows the step commits (spin.commit).
   std::set<int64_t> committedLayers;
   /// Per layer: reset flags that the layer's predict kernel applies
@@ -410,13 +420,34 @@ std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
                                   addStateField(StateField::D, layer),
                                   addStateField(StateField::It, layer)};
   states[layer] = fields;
-  NamedAttrList attrs;
-  attrs.append(attr::kRole,
-               b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Dim)));
-  attrs.append(attr::kArgument, b.getI64IntegerAttr(fields[0]));
-  attrs.append(attr::kDim, b.getI64IntegerAttr(0));
-  slotCounts[layer] = addArg(b.getI32Type(), attrs);
+  auto sizeZeroOf = [&](Buffer field) {
+    NamedAttrList attrs;
+    attrs.append(attr::kRole,
+                 b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Dim)));
+    attrs.append(attr::kArgument, b.getI64IntegerAttr(field));
+    attrs.append(attr::kDim, b.getI64IntegerAttr(0));
+    return addArg(b.getI32Type(), attrs);
+  };
+  // Paged, size 0 of `v` is the page count; `it` has a row per slot.
+  slotCounts[layer] = sizeZeroOf(paged.enabled() ? fields[2] : fields[0]);
+  if (paged.enabled()) {
+    Buffer valid = addStateField(StateField::Valid, layer);
+    pagedFields[layer] = {valid, sizeZeroOf(fields[0])};
+  }
   return fields;
+}
+
+SmallVector<Buffer> PlanBuilder::pagedOperands(Value state, bool withValid) {
+  if (!paged.enabled())
+    return {};
+  stateOf(nullptr, state);
+  auto [valid, pages] =
+      pagedFields.at(cast<StateType>(state.getType()).getLayer());
+  SmallVector<Buffer> operands = {*stateTable};
+  if (withValid)
+    operands.push_back(valid);
+  operands.push_back(pages);
+  return operands;
 }
 
 PlanBuilder::ObservationFields PlanBuilder::observationsOf(Operation *user,
@@ -653,8 +684,9 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
   }
   predictOperands.push_back(predicted);
   auto config = SpinDialect::SelectConfigAttrHelper(op.getContext()).getAttr(op);
-  spec.prefetchOnMiss =
-      spec.predictionCache && config && config.getPrefetchOnMiss();
+  // The miss prefetch reads a compact row.
+  spec.prefetchOnMiss = spec.predictionCache && config &&
+                        config.getPrefetchOnMiss() && !paged.enabled();
   LaunchShape predict = buildPredictKernel(b, op.getLoc(), kernels, spec);
   SmallVector<Buffer> operands = predictOperands;
   if (spec.prefetchOnMiss)
@@ -666,6 +698,8 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
       operands.push_back(observationsOf(op, op.getState()).rows);
   }
   operands.push_back(slotCountOf(op, op.getState()));
+  SmallVector<Buffer> pagedArgs = pagedOperands(op.getState(), true);
+  operands.append(pagedArgs);
   launch(spec.name + "_predict", predict, operands, op);
   if (spec.predictionCache) {
     LaunchShape next = buildPredictKernel(b, op.getLoc(), kernels, spec,
@@ -673,6 +707,7 @@ Buffer PlanBuilder::launchPredict(FusedSelectOp op, SelectKernelSpec &spec,
     mask.predictNext.emplace(spec.name + "_predict_next", next);
     mask.predictOperands = predictOperands;
     mask.predictOperands.push_back(slotCountOf(op, op.getState()));
+    mask.predictOperands.append(pagedArgs);
   }
   return predicted;
 }
@@ -687,6 +722,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     return op.emitOpError("GPU path: the state must come from "
                           "spin.layer_state");
   SelectKernelSpec spec = selectSpecOf(op);
+  spec.paged = paged;
   // With several layers, one select kernel serves them all.
   // A kernel shared by several layers, or a step whose layer is a run-time
   // argument, takes the layer of the exploration hash as a parameter.
@@ -732,6 +768,7 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     fusedResets.erase(spec.layer);
   }
   operands.append({addStatus(), *errors, slotCountOf(op, op.getState())});
+  operands.append(pagedOperands(op.getState(), true));
   if (options.layerArgument)
     operands.push_back(addLayer(spec.layer));
   Launch &select = launch(spec.name, shape, operands, op);
@@ -864,6 +901,7 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
   spec.ctasPerRequest = std::max<int64_t>(
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
   spec.keepList = mask.previous.has_value();
+  spec.paged = paged;
   auto [v, d, it] = stateOf(op, state);
   LaunchShape shape = buildUpdateKernel(b, op->getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {scores,      positions,   lengths,   *slots,
@@ -871,6 +909,7 @@ LogicalResult PlanBuilder::lowerUpdate(Operation *op, Value state,
                                   d,           it};
   if (spec.keepList)
     operands.push_back(*mask.previous);
+  operands.append(pagedOperands(state, false));
   Launch &l = launch(spec.name, shape, operands, op);
   placeOn(l, stream, wait);
   // The next step's block scores, from the state just updated, on the
@@ -940,6 +979,9 @@ LogicalResult PlanBuilder::lower(ResetOp op) {
     operands.push_back(observationsOf(op, op.getState()).rows);
   }
   operands.push_back(slotCountOf(op, op.getState()));
+  spec.paged = paged;
+  if (paged.enabled())
+    operands.push_back(pagedFields.at(layer).first);
   // Where the layer's selection has a predict kernel, that kernel applies
   // the flags (docs/GPU-ABI.md, "Device batches"): one launch fewer a step.
   if (resetFusesIntoPredict(op)) {
@@ -1020,13 +1062,16 @@ LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
   spec.stateBlocks = llvm::divideCeil(spec.capacity, mask.blockSize);
   spec.ctasPerRequest = std::max<int64_t>(
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
+  spec.paged = paged;
   ObservationFields obs = observationsOf(op, state);
   LaunchShape shape = buildObserveKernel(b, op->getLoc(), kernels, spec);
-  Launch &l = launch(spec.name, shape,
-                     {scores, positions, lengths, *slots, mask.blocks,
-                      mask.counts, mask.mask, mask.skip, obs.rows, obs.pos,
-                      obs.len, obs.mask, obs.z},
-                     op);
+  SmallVector<Buffer> operands = {scores,      positions,   lengths,
+                                  *slots,      mask.blocks, mask.counts,
+                                  mask.mask,   mask.skip,   obs.rows,
+                                  obs.pos,     obs.len,     obs.mask,
+                                  obs.z};
+  operands.append(pagedOperands(state, false));
+  Launch &l = launch(spec.name, shape, operands, op);
   placeOn(l, stream, wait);
   return success();
 }
@@ -1068,6 +1113,7 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
       std::max<int64_t>(1, std::min<int64_t>(32, spec.capacity / 4096));
   auto pendingReset = fusedResets.find(layer);
   spec.resetAfter = pendingReset != fusedResets.end();
+  spec.paged = paged;
   auto [v, d, it] = stateOf(op, op.getState());
   ObservationFields obs = observationsOf(op, op.getState());
   CommitLaunches shapes = buildCommitKernels(b, op.getLoc(), kernels, spec);
@@ -1081,6 +1127,13 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   }
   replay.push_back(slotCountOf(op, op.getState()));
   finish.push_back(slotCountOf(op, op.getState()));
+  if (paged.enabled()) {
+    // The requests whose state pages the replay refused, for the finish.
+    Buffer refused = addScratch(spec.name + "_refused", spec.batch * 4);
+    replay.append(pagedOperands(op.getState(), false));
+    replay.push_back(refused);
+    finish.push_back(refused);
+  }
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state.
   launch(spec.name, shapes.replay, replay, op);
@@ -1196,6 +1249,8 @@ void PlanBuilder::emit() {
     capacity = std::max(capacity, capacityOf(layer));
   plan->setAttr(attr::kCapacity, b.getI64IntegerAttr(capacity));
   plan->setAttr(attr::kBlockSize, b.getI64IntegerAttr(stateBlockSize));
+  if (paged.enabled())
+    plan->setAttr(attr::kPageSize, b.getI64IntegerAttr(paged.page));
   // Layers are indices into the runtime's per-layer state: a graph of layer
   // 2 alone needs a pool of 3 layers.
   int64_t layers = states.empty() ? 0 : states.rbegin()->first + 1;
@@ -1244,6 +1299,50 @@ void PlanBuilder::collectCapacities() {
                             .getDimSize(1) *
                         static_cast<int64_t>(op.getBlockSize());
   });
+}
+
+/// The paged state layout (the `paged-state` option): the key cache's page
+/// size and the block table's shape, which every scoring op of the graph
+/// shares; the state block table input has that shape. Each layer's
+/// capacity is then its selection's reach, the table's.
+LogicalResult PlanBuilder::collectPaging() {
+  if (!options.pagedState)
+    return success();
+  if (options.capacity > 0)
+    return func.emitOpError("GPU path: paged-state takes the capacity from "
+                            "the block table (drop the capacity option)"),
+           failure();
+  std::optional<std::pair<int64_t, RankedTensorType>> layout;
+  WalkResult walk = func.walk([&](FusedScoreOp op) -> WalkResult {
+    auto keys = cast<RankedTensorType>(op.getKeys().getType());
+    auto table = cast<RankedTensorType>(op.getBlockTable().getType());
+    if (keys.isDynamicDim(1) || !table.hasStaticShape())
+      return op.emitOpError("GPU path: paged-state needs a static page size "
+                            "and block-table shape"),
+             WalkResult::interrupt();
+    std::pair<int64_t, RankedTensorType> mine = {keys.getDimSize(1), table};
+    if (layout && *layout != mine)
+      return op.emitOpError("GPU path: paged-state needs one page size and "
+                            "block-table shape for every layer"),
+             WalkResult::interrupt();
+    layout = mine;
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  if (!layout)
+    return success(); // no state to page
+  auto [page, table] = *layout;
+  paged = {page, table.getDimSize(1)};
+  for (auto [layer, capacity] : capacities)
+    if (capacity != page * paged.width)
+      return func.emitOpError("GPU path: paged-state needs layer ")
+                 << layer << "'s selection to reach the block table ("
+                 << page * paged.width << " slots, got " << capacity << ")",
+             failure();
+  stateTable = addPointer(ArgRole::Input, abi::kStateBlockTableName, "i32",
+                          table.getShape());
+  return success();
 }
 
 /// MTP layers: which buffer rows (observe, an observing fused score, or a
@@ -1372,7 +1471,8 @@ LogicalResult PlanBuilder::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("GPU path: needs a single-block function");
   collectCapacities();
-  if (failed(collectMtpLayers()) || failed(bindGraphArguments()))
+  if (failed(collectMtpLayers()) || failed(bindGraphArguments()) ||
+      failed(collectPaging()))
     return failure();
   errors = addArg(pointer(),
                   NamedAttrList(b.getNamedAttr(
@@ -1427,7 +1527,7 @@ struct ConvertSpinToGPUPass
     if (failed(gpu_codegen::configureKernels(
             module, SpinConfigureGpuKernelsOptions())))
       return signalPassFailure();
-    ConvertSpinToGPUOptions opts{capacity, layerArgument};
+    ConvertSpinToGPUOptions opts{capacity, layerArgument, pagedState};
     unsigned counter = 0;
     SharedKernels shared(kernels);
     for (func::FuncOp func : graphs) {

@@ -62,7 +62,7 @@ func.func @rejects_a_valued_role_marker(%a: tensor<2x1xi32> {spin.positions = 1 
 
 // -----
 
-// expected-error @+1 {{argument 0: 'spin.state' must be the name of a state field (v, d, it, obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at, pred_keys or last_observed), got "w"}}
+// expected-error @+1 {{argument 0: 'spin.state' must be the name of a state field (v, d, it, obs_rows, obs_pos, obs_len, obs_mask, obs_z, pred_at, pred_keys, last_observed or valid), got "w"}}
 func.func @rejects_an_unknown_state_field(%a: memref<?xf32> {spin.state = "w", spin.layer = 0 : i64}) {
   return
 }

@@ -553,22 +553,85 @@ Value mlir::spin::gpu_codegen::rowResets(KernelBuilder &kb, Value live,
                               kb.constant(kb.i8T(), 0)));
 }
 
+StateRows::StateRows(KernelBuilder &kb, const StatePaging &paging, Value slot,
+                     Value batchRow, int64_t capacity)
+    : kb(kb), paging(paging), slot(slot), capacity(capacity) {
+  if (paging.paged())
+    tableRow = kb.mul(batchRow, kb.i32(paging.width));
+  else
+    slotBase = kb.mul(kb.extS64(slot), kb.i64(capacity));
+}
+
+Value StateRows::pageOf(Value i) const {
+  return kb.loadAt(kb.i32T(), paging.table,
+                   kb.add(tableRow, kb.divU(i, kb.i32(paging.page))), true);
+}
+
+Value StateRows::inPool(Value i) const {
+  if (!paged())
+    return kb.i1(true);
+  return kb.cmp(CmpIPredicate::ult, pageOf(i), paging.pages);
+}
+
+Value StateRows::index(Value i, Value r, int64_t rows) const {
+  if (!paged() && !r)
+    return kb.add(slotBase, kb.extS64(i));
+  Value row = r ? kb.extS64(r) : kb.i64(0);
+  if (!paged())
+    return kb.add(
+        kb.mul(kb.add(kb.mul(kb.extS64(slot), kb.i64(rows)), row),
+               kb.i64(capacity)),
+        kb.extS64(i));
+  Value page = pageOf(i);
+  page = kb.select(kb.cmp(CmpIPredicate::ult, page, paging.pages), page,
+                   kb.i32(0));
+  return kb.add(kb.mul(kb.add(kb.mul(kb.extS64(page), kb.i64(rows)), row),
+                       kb.i64(paging.page)),
+                kb.extS64(kb.remU(i, kb.i32(paging.page))));
+}
+
+Value mlir::spin::gpu_codegen::statePagesInPool(
+    KernelBuilder &kb, const StatePaging &paging, Value row, Value reach,
+    int64_t threads, StringRef scanPrefix, Value errors) {
+  Type i32 = kb.i32T();
+  Value pages = kb.divU(kb.add(kb.maxS(reach, kb.i32(0)), kb.i32(paging.page - 1)),
+                        kb.i32(paging.page));
+  Value tableRow = kb.mul(row, kb.i32(paging.width));
+  Value outside = kb.forLoopWith(
+      kb.threadIdX(), pages, kb.i32(threads), {kb.i32(0)},
+      [&](Value j, ValueRange in) -> SmallVector<Value> {
+        Value entry = kb.loadAt(i32, paging.table, kb.add(tableRow, j), true);
+        Value bad = kb.cmp(CmpIPredicate::uge, entry, paging.pages);
+        kb.ifThen(bad, [&] {
+          recordError(kb, errors, ErrorBadStatePage, entry, row, kb.i32(0));
+        });
+        return {kb.add(in[0], kb.zext(bad, i32))};
+      })[0];
+  return kb.cmp(CmpIPredicate::eq,
+                blockExclusiveScan(kb, scanPrefix, outside, threads).second,
+                kb.i32(0));
+}
+
 void mlir::spin::gpu_codegen::resetSlotState(KernelBuilder &kb,
                                              const SlotStateArrays &state,
                                              Value slot, int64_t capacity,
                                              int64_t threads, int64_t ctas) {
-  Value stateBase = kb.mul(kb.extS64(slot), kb.i64(capacity));
-  Value start =
-      kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
-  kb.forLoop(start, kb.i32(capacity), kb.i32(threads * ctas), [&](Value i) {
-    Value at = kb.add(stateBase, kb.extS64(i));
-    kb.storeAt(kb.f32(0.0), state.v, at);
-    kb.storeAt(kb.f32(0.0), state.d, at);
-  });
+  if (!state.valid) {
+    Value stateBase = kb.mul(kb.extS64(slot), kb.i64(capacity));
+    Value start =
+        kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+    kb.forLoop(start, kb.i32(capacity), kb.i32(threads * ctas), [&](Value i) {
+      Value at = kb.add(stateBase, kb.extS64(i));
+      kb.storeAt(kb.f32(0.0), state.v, at);
+      kb.storeAt(kb.f32(0.0), state.d, at);
+    });
+  }
   kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                     kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),
             [&] {
               kb.storeAt(kb.i64(0), state.it, slot);
+              if (state.valid)
+                kb.storeAt(kb.i32(0), state.valid, slot);
               for (int64_t f = 0; f < 4; ++f)
                 kb.storeAt(kb.i32(0), state.predAt,
                            kb.add(kb.mul(slot, kb.i32(4)), kb.i32(f)));

@@ -124,12 +124,59 @@ void recordSlotError(KernelBuilder &kb, Value errors, const BatchSlot &slot,
 /// flag in `resetFlags` (i8 [batch], a step input) is set.
 Value rowResets(KernelBuilder &kb, Value live, Value resetFlags, Value row);
 
+/// The paged state layout of a kernel's state (docs/GPU-ABI.md, "Paged
+/// state"): the per-KV-slot fields (V, D, obs_z) live in pages of `page`
+/// KV slots, named by the state block table (i32 [batch, width], the
+/// `state_block_table` input) among `pages` (an i32 parameter); `valid`
+/// (i32 [slots]) says how many leading entries of each slot's pages hold
+/// state. `page == 0`: the compact layout, `[slots, ..., capacity]`.
+struct StatePaging {
+  int64_t page = 0, width = 0;
+  Value table, pages, valid;
+  bool paged() const { return page > 0; }
+};
+
+/// The entries of one request's per-KV-slot state fields: row `slot` of the
+/// compact layout, or the pages of batch row `batchRow`'s state block-table
+/// row.
+class StateRows {
+public:
+  StateRows(KernelBuilder &kb, const StatePaging &paging, Value slot,
+            Value batchRow, int64_t capacity);
+  /// The element index (i64) of entry `i` (an i32 KV slot, below the
+  /// request's reach) of row `r` of a field with `rows` rows per slot (V
+  /// and D: no `r`, obs_z: the MTP rows). A page entry outside the pool maps to
+  /// page 0, so that a load stays inside it (inPool says whether it was).
+  Value index(Value i, Value r = {}, int64_t rows = 1) const;
+  /// Whether entry `i`'s page is one of the pool's (always, compact).
+  Value inPool(Value i) const;
+  bool paged() const { return paging.paged(); }
+
+private:
+  Value pageOf(Value i) const;
+  KernelBuilder &kb;
+  StatePaging paging;
+  Value slot, tableRow, slotBase;
+  int64_t capacity;
+};
+
+/// Whether every state page that `reach` KV slots of batch row `row` span
+/// (entries [0, ceil(reach / page)) of its state block-table row) is one of
+/// the pool's; an entry outside is recorded in `errors` (the state-page
+/// error of the contract, the first error winning). Every thread of the
+/// CTA must call it (a CTA-wide reduction through `scanPrefix`'s shared
+/// memory).
+Value statePagesInPool(KernelBuilder &kb, const StatePaging &paging, Value row,
+                       Value reach, int64_t threads, StringRef scanPrefix,
+                       Value errors);
+
 /// SPIN_SPEC §2's reset of state slot `slot`: V and D zeroed by the `ctas`
 /// CTAs of `threads` threads along x that share the row, then `it`, the
 /// prediction cache's record (`predAt`) and, when given, the buffered MTP
-/// rows (`obsRows`) by thread 0 of CTA 0.
+/// rows (`obsRows`) by thread 0 of CTA 0. With `valid` (the paged layout)
+/// V and D are not touched: `valid = 0` makes every entry unwritten.
 struct SlotStateArrays {
-  Value v, d, it, predAt, obsRows;
+  Value v, d, it, predAt, obsRows, valid;
 };
 void resetSlotState(KernelBuilder &kb, const SlotStateArrays &state,
                     Value slot, int64_t capacity, int64_t threads,

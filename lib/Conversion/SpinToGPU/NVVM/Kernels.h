@@ -47,6 +47,8 @@ enum ErrorCode : int32_t {
       static_cast<int32_t>(::spin::runtime::DeviceError::BadAccepted),
   ErrorDuplicateSlot =
       static_cast<int32_t>(::spin::runtime::DeviceError::DuplicateSlot),
+  ErrorBadStatePage =
+      static_cast<int32_t>(::spin::runtime::DeviceError::BadStatePage),
 };
 
 //===----------------------------------------------------------------------===//
@@ -175,6 +177,18 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 // Prediction and block selection (SPIN_SPEC §3.1-3.7, §4)
 //===----------------------------------------------------------------------===//
 
+/// The paged state layout (docs/GPU-ABI.md, "Paged state"; StatePaging in
+/// KernelLibrary.h): `page` KV slots per state page (0: the compact layout)
+/// and `width` entries per state block-table row. A kernel of a spec with
+/// it takes, after all its other parameters (the select kernel: before its
+/// layer), the state block table (ptr), `valid` (ptr; the kernels that read
+/// or reset it: predict, select, reset) and the state's page count (i32),
+/// in that order; the reset kernel takes `valid` alone.
+struct PagedState {
+  int64_t page = 0, width = 0;
+  bool enabled() const { return page > 0; }
+};
+
 /// One CTA per request: predicted block scores from V and D (pooled per
 /// block in shared memory), then per row warm-up / budget / forced blocks /
 /// exploit / explore, the union over rows, and the compacted ascending list
@@ -238,6 +252,11 @@ struct SelectKernelSpec {
   /// larger grid) the select kernel triggers its dependents before its
   /// wait (buildSelectKernel).
   bool prefetchOnMiss = false;
+  /// The paged layout: the predict kernels read V and D entries at or past
+  /// a slot's `valid` as zero; the select kernel rejects a request with a
+  /// state page outside the pool, zeroes its entries from `valid` up to the
+  /// step's longest row and advances `valid` there.
+  PagedState paged;
   /// `ceil(capacity / blockSize)`: the row length of `pred_keys`.
   int64_t stateBlocks() const { return (capacity + blockSize - 1) / blockSize; }
   /// Whether the select kernel lets its dependent (the sparse scoring
@@ -283,6 +302,7 @@ struct UpdateKernelSpec {
   double decay = 0.5;
   int64_t threads = 256, ctasPerRequest = 1;
   bool keepList = false;
+  PagedState paged;
 };
 LaunchShape buildUpdateKernel(OpBuilder &b, Location loc,
                               gpu::GPUModuleOp module,
@@ -301,6 +321,9 @@ struct ResetKernelSpec {
   int64_t threads = 256, ctasPerRequest = 1;
   /// The layer buffers MTP rows: take `obs_rows` as a last parameter.
   bool observations = false;
+  /// The paged layout: `valid = 0` instead of zeroing V and D (its only
+  /// extra parameter is `valid`).
+  PagedState paged;
 };
 LaunchShape buildResetKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,
@@ -330,6 +353,7 @@ struct ObserveKernelSpec {
   int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
   int64_t stateBlocks = 1; ///< entries of an obs_mask row: ceil(C / block)
   int64_t threads = 256, ctasPerRequest = 1;
+  PagedState paged;
 };
 LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
                                gpu::GPUModuleOp module,
@@ -368,6 +392,10 @@ struct CommitKernelSpec {
   /// the slot count) and leave a flagged row alone.
   bool resetAfter = false;
   int64_t threads = 256, ctasPerRequest = 1;
+  /// The paged layout (the replay only): entries are found through the
+  /// step's state block table, and one whose page is outside the pool is
+  /// not written.
+  PagedState paged;
 };
 struct CommitLaunches {
   LaunchShape replay, finish;

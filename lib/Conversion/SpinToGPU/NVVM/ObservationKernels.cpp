@@ -72,6 +72,8 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T(), f32 = kb.f32T();
   SmallVector<Type> params(13, ptr);
+  if (spec.paged.enabled())
+    params.append({ptr, kb.i32T()});
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -83,11 +85,16 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   Value obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
   Value obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
   Value obsZ = func.getArgument(a++);
+  StatePaging paging;
+  if (spec.paged.enabled())
+    paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
+              func.getArgument(a + 1), Value()};
 
   const int64_t rows = spec.rows, bs = spec.blockSize, mb = spec.maxBlocks;
   Value request = kb.blockIdY();
   Value tid = kb.threadIdX();
-  Value slot64 = kb.extS64(kb.loadAt(i32, slots, request, true));
+  Value slot = kb.loadAt(i32, slots, request, true);
+  Value slot64 = kb.extS64(slot);
   Value requestRows = kb.mul(request, kb.i32(rows));
 
   // Buffered only when scoring met no bad page and every row is valid (the
@@ -137,11 +144,10 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
     Value total = kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(bs));
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), tid);
     Value stride = kb.i32(spec.threads * spec.ctasPerRequest);
+    StateRows entries(kb, paging, slot, request, spec.capacity);
     kb.forLoop(kb.i32(0), kb.i32(rows), kb.i32(1), [&](Value r) {
       Value rowId = kb.add(requestRows, r);
       Value n = kb.loadAt(i32, lengths, rowId, true);
-      Value zRow = kb.mul(kb.add(kb.mul(slot64, kb.i64(rows)), kb.extS64(r)),
-                          kb.i64(spec.capacity));
       Value scoreRow = kb.mul(kb.extS64(rowId), kb.i64(mb * bs));
       kb.forLoop(start, total, stride, [&](Value e) {
         Value bsV = kb.i32(bs);
@@ -152,7 +158,7 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
         kb.ifThen(kb.cmp(CmpIPredicate::slt, i, n), [&] {
           Value z =
               kb.loadAt(f32, scores, kb.add(scoreRow, kb.extS64(e)), true);
-          kb.storeAt(z, obsZ, kb.add(zRow, kb.extS64(i)));
+          kb.storeAt(z, obsZ, entries.index(i, r, rows));
         });
       });
     });
@@ -196,9 +202,11 @@ private:
   // Parameters.
   gpu::GPUFuncOp func;
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
-  Value errors, numSlots, resetFlags;
+  Value errors, numSlots, resetFlags, refusedOut;
+  StatePaging paging;
   // The request's values.
-  Value request, slot64, count, rowBase, decay, keep, stateBase, maskBase, bsV;
+  Value request, slot, slot64, count, rowBase, decay, keep, maskBase, bsV;
+  std::optional<StateRows> entries;
   /// The replayed rows, read once per thread (those at or past `count`
   /// marked invalid), so that an entry's checks load no row fields.
   SmallVector<ReplayRow> replayed;
@@ -212,7 +220,8 @@ LaunchShape CommitReplayKernel::build() {
   request = kb.blockIdY();
   BatchSlot batchSlot = loadBatchSlotBeforeWait(
       kb, b, func, slots, [&] { return kb.blockIdY(); }, numSlots, spec.batch);
-  slot64 = kb.extS64(batchSlot.slot);
+  slot = batchSlot.slot;
+  slot64 = kb.extS64(slot);
   CommitRow row = commitRowOf(kb, spec, batchSlot, request, accepted, obsRows,
                               resetFlags);
   Value buffered = row.buffered, acceptedNow = row.accepted,
@@ -238,6 +247,8 @@ LaunchShape CommitReplayKernel::build() {
 void CommitReplayKernel::declareKernel() {
   SmallVector<Type> params(spec.resetAfter ? 11 : 10, kb.ptrT(Global));
   params.push_back(kb.i32T());
+  if (spec.paged.enabled())
+    params.append({kb.ptrT(Global), kb.i32T(), kb.ptrT(Global)});
   func = beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
   accepted = func.getArgument(a++), slots = func.getArgument(a++);
@@ -248,6 +259,11 @@ void CommitReplayKernel::declareKernel() {
   errors = func.getArgument(a++);
   resetFlags = spec.resetAfter ? func.getArgument(a++) : Value();
   numSlots = func.getArgument(a++);
+  if (spec.paged.enabled()) {
+    paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
+              func.getArgument(a + 1), Value()};
+    refusedOut = func.getArgument(a + 2);
+  }
 }
 
 /// Replays rows 0..accepted of a request that has `buffered` rows: the
@@ -269,13 +285,28 @@ void CommitReplayKernel::replayRequest(Value buffered) {
   }
   Value reach = reachOf();
   std::tie(decay, keep) = kb.emaWeights(spec.decay);
-  stateBase = kb.mul(slot64, kb.i64(spec.capacity));
+  entries.emplace(kb, paging, slot, request, spec.capacity);
   maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
   bsV = kb.i32(spec.blockSize);
   Value start =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
-  kb.forLoop(start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
-             [&](Value x) { replayEntry(x); });
+  auto replay = [&] {
+    kb.forLoop(start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
+               [&](Value x) { replayEntry(x); });
+  };
+  if (!paging.paged())
+    return replay();
+  // Paged: every state page the replay reaches must be the pool's; if one
+  // is not, nothing is replayed and the finish leaves the buffer (the
+  // select kernel then skips the request, as after a bad accepted count).
+  Value ok = statePagesInPool(kb, paging, request, reach, spec.threads,
+                              spec.name + "_scan", errors);
+  kb.ifThen(ok, replay);
+  kb.ifThen(kb.andI(kb.not1(ok),
+                    kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
+                            kb.cmp(CmpIPredicate::eq, kb.threadIdX(),
+                                   kb.i32(0)))),
+            [&] { kb.storeAt(kb.i32(1), refusedOut, request); });
 }
 
 /// Replayed row `r`. Rows were checked when buffered, but a bad one could
@@ -330,17 +361,17 @@ void CommitReplayKernel::replayEntry(Value x) {
 /// V into it with the §3.10 rule, carried through the rows in a register.
 void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
   Type f32 = kb.f32T();
-  Value at =
-      kb.gep(diagonal ? dState : vState, f32, kb.add(stateBase, kb.extS64(x)));
+  Value at = kb.gep(diagonal ? dState : vState, f32, entries->index(x));
   Value folded = kb.load(f32, at, 4);
   for (auto [r, row] : llvm::enumerate(replayed)) {
     Value i = diagonal ? kb.sub(row.p, x) : x;
-    Value zRow = kb.mul(kb.add(rowBase, kb.i64(r)), kb.i64(spec.capacity));
     Value in = folded;
     folded = kb.ifThenElse(
         {f32}, scored(i, row.n, row.valid),
         [&]() -> SmallVector<Value> {
-          Value z = kb.loadAt(f32, obsZ, kb.add(zRow, kb.extS64(i)));
+          Value z = kb.loadAt(
+              f32, obsZ,
+              entries->index(i, kb.i32(static_cast<int64_t>(r)), spec.rows));
           Value finite =
               kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
           Value ema = kb.ema(in, z, decay, keep);
@@ -348,7 +379,12 @@ void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
         },
         [&]() -> SmallVector<Value> { return {in}; })[0];
   }
-  kb.store(folded, at, 4);
+  // A page outside the pool (a state block table changed under buffered
+  // rows) is not written; the step's select kernel reports it.
+  if (entries->paged())
+    kb.ifThen(entries->inPool(x), [&] { kb.store(folded, at, 4); });
+  else
+    kb.store(folded, at, 4);
 }
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
@@ -362,13 +398,18 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   const int64_t threads = 128;
   SmallVector<Type> params(spec.resetAfter ? 5 : 4, kb.ptrT(Global));
   params.push_back(i32);
+  if (spec.paged.enabled())
+    params.push_back(kb.ptrT(Global));
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name + "_finish", params, threads);
   Value slots = func.getArgument(0), itState = func.getArgument(1);
   Value obsRows = func.getArgument(2), accepted = func.getArgument(3);
   Value resetFlags = spec.resetAfter ? func.getArgument(4) : Value();
-  Value numSlots = func.getArguments().back();
+  Value numSlots = func.getArgument(spec.resetAfter ? 5 : 4);
+  // Paged: set by the replay for a request whose state pages it refused;
+  // read and cleared here (scratch is left zeroed).
+  Value refused = spec.paged.enabled() ? func.getArguments().back() : Value();
   Value request =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
   // Rows past the batch load row 0's slot (and do nothing with it).
@@ -385,6 +426,12 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
     Value slot = batchSlot.slot;
     CommitRow row = commitRowOf(kb, spec, batchSlot, request, accepted,
                                 obsRows, resetFlags);
+    if (refused) {
+      Value flagged = kb.cmp(CmpIPredicate::ne,
+                             kb.loadAt(i32, refused, request), kb.i32(0));
+      kb.ifThen(flagged, [&] { kb.storeAt(kb.i32(0), refused, request); });
+      row.ok = kb.andI(row.ok, kb.not1(flagged));
+    }
     kb.ifThen(
         kb.andI(row.ok, kb.cmp(CmpIPredicate::sgt, row.buffered, kb.i32(0))),
         [&] {

@@ -29,6 +29,17 @@ using arith::CmpIPredicate;
 
 namespace {
 
+/// V[i] or D[i] of a request's state (`entries`); with the paged layout an
+/// entry at or past the slot's `valid` count is read as zero (its page may
+/// hold another request's old state).
+Value loadStateEntry(KernelBuilder &kb, Value state, const StateRows &entries,
+                     Value valid, Value i) {
+  Value value = kb.loadAt(kb.f32T(), state, entries.index(i));
+  if (!valid)
+    return value;
+  return kb.select(kb.cmp(CmpIPredicate::slt, i, valid), value, kb.f32(0.0));
+}
+
 /// Max pooling of the predictions max(V[i], D[p - i]) of slots
 /// [firstSlot, endSlot) into the order-preserving u32 keys
 /// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf): each
@@ -36,12 +47,13 @@ namespace {
 /// reduce by shuffles and one lane per block folds the result in. Each lane
 /// has `unroll` slots' loads in flight per iteration.
 void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
-                  Value stateBase, Value p, Value firstSlot, Value endSlot,
+                  const StateRows &entries, Value valid, Value p,
+                  Value firstSlot, Value endSlot,
                   Value firstBlock, Value keys, int64_t bs, int64_t warps,
                   Value warp, Value lane, int64_t unroll = 4) {
   OpBuilder &b = kb.builder();
   Location loc = kb.location();
-  Type i32 = kb.i32T(), f32 = kb.f32T();
+  Type i32 = kb.i32T();
   Value last = kb.sub(endSlot, kb.i32(1));
   const int64_t segment = std::min<int64_t>(bs, 32);
   kb.forLoop(
@@ -52,9 +64,8 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
           Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
           Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
           Value at = kb.minS(i, last);
-          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(at)));
-          Value di = kb.loadAt(f32, dState,
-                               kb.add(stateBase, kb.extS64(kb.sub(p, at))));
+          Value vi = loadStateEntry(kb, vState, entries, valid, at);
+          Value di = loadStateEntry(kb, dState, entries, valid, kb.sub(p, at));
           slotsIn.push_back(in);
           values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
         }
@@ -140,6 +151,8 @@ public:
         range(spec.predictBlocksPerCta), cache(spec.predictionCache),
         hinted(cache && !next && spec.prefetchOnMiss) {
     assert((cache || !next) && "a next-step prediction needs the cache");
+    assert(!(hinted && spec.paged.enabled()) &&
+           "the miss prefetch reads compact rows");
   }
   LaunchShape build();
 
@@ -171,6 +184,7 @@ private:
   gpu::GPUFuncOp func;
   Value positions, lengths, slots, vState, dState, itState, predAt, keysOut;
   Value hints, numSlots, resetFlags, resetPredAt, resetObsRows;
+  StatePaging paging;
   /// Whether the batch row's slot is live (loadBatchSlot), and whether the
   /// step resets it (SelectKernelSpec::fusedReset).
   Value live, resetting;
@@ -221,6 +235,8 @@ void PredictKernel::declareKernel() {
   if (resets)
     params.append(spec.resetObservations ? 3 : 2, ptr);
   params.push_back(kb.i32T());
+  if (spec.paged.enabled())
+    params.append({ptr, ptr, kb.i32T()});
   func = beginKernel(b, loc, module,
                      spec.name + (next ? "_predict_next" : "_predict"), params,
                      threads);
@@ -236,7 +252,13 @@ void PredictKernel::declareKernel() {
     resetPredAt = func.getArgument(a++);
     resetObsRows = spec.resetObservations ? func.getArgument(a++) : Value();
   }
-  numSlots = func.getArguments().back();
+  unsigned last = func.getNumArguments() - 1;
+  if (spec.paged.enabled()) {
+    paging = {spec.paged.page, spec.paged.width, func.getArgument(last - 2),
+              func.getArgument(last), func.getArgument(last - 1)};
+    last -= 3;
+  }
+  numSlots = func.getArgument(last);
 }
 
 /// The row's step (one token further for the next step), its state and
@@ -342,8 +364,9 @@ void PredictKernel::skipPredicted() {
 /// of CTA 0. (Every CTA of a request's rows zeroes the same entries: MTP
 /// rows repeat the same stores.)
 void PredictKernel::resetRow() {
-  resetSlotState(kb, {vState, dState, itState, resetPredAt, resetObsRows},
-                 slot, spec.capacity, threads, (MB + range - 1) / range);
+  resetSlotState(
+      kb, {vState, dState, itState, resetPredAt, resetObsRows, paging.valid},
+      slot, spec.capacity, threads, (MB + range - 1) / range);
 }
 
 /// The next step's record: for which step the cache holds scores (or
@@ -370,13 +393,15 @@ void PredictKernel::poolCtaBlocks(Value firstBlock, Value rowBlocks) {
   });
   kb.barrier();
   Slots mine = slotsOf(firstBlock, rowBlocks);
-  Value stateBase = mine.stateBase, firstSlot = mine.first;
-  Value endSlot = mine.end;
+  Value firstSlot = mine.first, endSlot = mine.end;
+  StateRows entries(kb, paging, slot, kb.divU(rowId, kb.i32(spec.rows)),
+                    spec.capacity);
+  Value valid = paging.paged() ? kb.loadAt(i32, paging.valid, slot) : Value();
   // Up to 8 slots' loads in flight per lane: 16, all of a CTA's slots at
   // once, measured slower (docs/benchmarks-kernels.md).
   const int64_t unroll =
       std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-  maxPoolSlots(kb, vState, dState, stateBase, p, firstSlot, endSlot,
+  maxPoolSlots(kb, vState, dState, entries, valid, p, firstSlot, endSlot,
                firstBlock, local, bs, warps, warp, lane, unroll);
   kb.barrier();
   Value outBase =
@@ -415,7 +440,9 @@ private:
   void loadBeforeWait();
   void hashRequest();
   void allocateShared();
-  Value selectRow(Value r);
+  std::pair<Value, Value> selectRow(Value r);
+  std::pair<Value, Value> followPages(Value ok, Value code, Value longest,
+                                      Value refused);
   void markRow(Value rowId, Value p, Value n);
   void selectBlocks(Value rowId, Value p, Value n, Value rowBlocks);
   void predictScores(Value rowId, Value p, Value n, Value rowBlocks);
@@ -435,13 +462,17 @@ private:
   Value blocksOut, countsOut, maskOut, skipOut, precomputed, predAt;
   Value sparsityOut, errors, layerParam, obsRows, numSlots, resetFlags;
   Value statusOut;
+  StatePaging paging;
+  /// The paged layout: the slot's `valid` count as the step found it.
+  Value valid;
+  std::optional<StateRows> entries;
   Value tid, lane, warp;
   Value request, slot, iteration, requestId, firstP, firstN;
   /// The batch row's slot checks (loadBatchSlot).
   BatchSlot batchSlot;
   /// Whether the request is in its warm-up step, its rows' offset in V and
   /// D, and the exploration hash of its rows without the block.
-  Value warmup, stateBase, base;
+  Value warmup, base;
   Value scoreKeys, mask, rowMask, pool;
   /// Each thread's run of blocks in the list, their mask bits and the
   /// request's selected-block count.
@@ -474,16 +505,26 @@ LaunchShape SelectKernel::build() {
   rowLive = live;
   hashRequest();
   allocateShared();
-  // Whether every row passed its checks, and the error code of the first
-  // that did not.
+  // Whether every row passed its checks, the error code of the first that
+  // did not, and the longest row's length.
   SmallVector<Value> rowsOk = kb.forLoopWith(
-      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live, kb.i32(0)},
+      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live, kb.i32(0), kb.i32(0)},
       [&](Value r, ValueRange in) -> SmallVector<Value> {
-        Value code = selectRow(r);
+        auto [code, n] = selectRow(r);
         Value ok = kb.cmp(CmpIPredicate::eq, code, kb.i32(0));
         Value first = kb.cmp(CmpIPredicate::eq, in[1], kb.i32(0));
-        return {kb.andI(in[0], ok), kb.select(first, code, in[1])};
+        return {kb.andI(in[0], ok), kb.select(first, code, in[1]),
+                kb.select(ok, kb.maxS(in[2], n), in[2])};
       });
+  Value refusedCode = kb.i32(ErrorBadAccepted);
+  if (paging.paged()) {
+    std::tie(rowsOk[0], rowsOk[1]) =
+        followPages(rowsOk[0], rowsOk[1], rowsOk[2], refused);
+    // A commit the replay refused for a state page outside the pool.
+    refusedCode = kb.select(kb.cmp(CmpIPredicate::eq, rowsOk[1],
+                                   kb.i32(ErrorBadStatePage)),
+                            kb.i32(ErrorBadStatePage), refusedCode);
+  }
   // The row status (docs/GPU-ABI.md, "Row status"): 0 stepped, -1 a
   // padding row, else the code of the error that skipped it.
   Value slotCode = kb.select(
@@ -493,7 +534,7 @@ LaunchShape SelectKernel::build() {
       kb.i32(-1));
   Value status = kb.select(
       batchSlot.live,
-      kb.select(refused, kb.i32(ErrorBadAccepted), rowsOk[1]), slotCode);
+      kb.select(refused, refusedCode, rowsOk[1]), slotCode);
   writeList(rowsOk[0], status);
   if (spec.reportSparsity)
     reportSparsity();
@@ -522,6 +563,10 @@ void SelectKernel::declareKernel() {
   params.push_back(ptr); // the row status
   params.push_back(ptr);
   params.push_back(kb.i32T());
+  // The paged-state parameters come before the layer, which may be a
+  // launch constant (an i32 after every operand).
+  if (spec.paged.enabled())
+    params.append({ptr, ptr, kb.i32T()});
   if (spec.layerParameter)
     params.push_back(kb.i32T());
   func = beginKernel(b, loc, module, spec.name, params, threads);
@@ -549,6 +594,11 @@ void SelectKernel::declareKernel() {
   statusOut = func.getArgument(a++);
   errors = func.getArgument(a++);
   numSlots = func.getArgument(a++);
+  if (spec.paged.enabled()) {
+    paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
+              func.getArgument(a + 2), func.getArgument(a + 1)};
+    a += 3;
+  }
   layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
 }
 
@@ -600,7 +650,9 @@ void SelectKernel::hashRequest() {
   if (!spec.precomputed)
     iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(CmpIPredicate::eq, iteration, kb.i64(0));
-  stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  entries.emplace(kb, paging, slot, request, spec.capacity);
+  if (paging.paged())
+    valid = kb.loadAt(i32, paging.valid, slot);
   // A kernel shared by several layers takes its layer as a parameter.
   if (layerParam)
     base = ::spin::runtime::explorationBase<CodeBuilder, Value, Value>(
@@ -626,8 +678,8 @@ void SelectKernel::allocateShared() {
 /// Row `r` of the request: its checks (SPIN_SPEC §2: N <= p + 1 <= C, and
 /// N within the block table; errors recorded by thread 0) and, when used,
 /// its selection OR-ed into the request's mask. Returns 0 if it passed,
-/// else the code of the check it failed.
-Value SelectKernel::selectRow(Value r) {
+/// else the code of the check it failed, and the row's length.
+std::pair<Value, Value> SelectKernel::selectRow(Value r) {
   Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
   Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
   Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
@@ -647,9 +699,42 @@ Value SelectKernel::selectRow(Value r) {
     used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
                                                kb.i32(0))));
   kb.ifThen(used, [&] { markRow(rowId, p, n); });
-  return kb.select(lengthOk,
-                   kb.select(positionOk, kb.i32(0), kb.i32(ErrorBadPosition)),
-                   kb.i32(ErrorBadLength));
+  return {kb.select(lengthOk,
+                    kb.select(positionOk, kb.i32(0), kb.i32(ErrorBadPosition)),
+                    kb.i32(ErrorBadLength)),
+          n};
+}
+
+/// The paged layout (docs/GPU-ABI.md, "Paged state") for a request whose
+/// rows passed their checks (`ok`; `code` the first failure otherwise):
+/// every state page its longest row (`longest` slots) sees must be one of
+/// the pool's, else the request is reported (ErrorBadStatePage) and
+/// skipped. Then its entries from `valid` (0 after a reset) up to
+/// `longest` are zeroed, since their pages may hold an earlier owner's
+/// state, and `valid` moves to `longest`. The pages of a request whose
+/// commit was `refused` are checked too, for its status. Returns the new
+/// `ok` and code.
+std::pair<Value, Value> SelectKernel::followPages(Value ok, Value code,
+                                                  Value longest,
+                                                  Value refused) {
+  Value checked = kb.orI(ok, refused);
+  Value bad = kb.not1(statePagesInPool(
+      kb, paging, request, kb.select(checked, longest, kb.i32(0)), threads,
+      spec.name + "_scan", errors));
+  Value stepped = kb.andI(ok, kb.not1(bad));
+  kb.ifThen(stepped, [&] {
+    Value from = kb.minS(valid, longest);
+    forEachThreadStrided(kb, kb.sub(longest, from), threads, [&](Value k) {
+      Value at = entries->index(kb.add(from, k));
+      kb.storeAt(kb.f32(0.0), vState, at);
+      kb.storeAt(kb.f32(0.0), dState, at);
+    });
+    // Every thread read `valid` before the scan's barriers.
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+              [&] { kb.storeAt(longest, paging.valid, slot); });
+  });
+  return {stepped,
+          kb.select(kb.andI(checked, bad), kb.i32(ErrorBadStatePage), code)};
 }
 
 /// A used row's mask: every block in warm-up, else its selection; then the
@@ -713,8 +798,8 @@ void SelectKernel::predictScores(Value rowId, Value p, Value n,
       kb.storeAt(kb.orderedKey(kb.f32(-INFINITY)), scoreKeys, j);
     });
     kb.barrier();
-    maxPoolSlots(kb, vState, dState, stateBase, p, kb.i32(0), n, kb.i32(0),
-                 scoreKeys, bs, warps, warp, lane);
+    maxPoolSlots(kb, vState, dState, *entries, valid, p, kb.i32(0), n,
+                 kb.i32(0), scoreKeys, bs, warps, warp, lane);
   } else {
     Value buffer = kb.gep(pool, f32, kb.mul(warp, kb.i32(bs)));
     kb.forLoop(warp, rowBlocks, kb.i32(warps),
@@ -737,9 +822,8 @@ void SelectKernel::poolBlock(Value j, Value p, Value n, Value buffer) {
         {f32}, inBlock,
         [&]() -> SmallVector<Value> {
           Value i = kb.add(firstSlot, k);
-          Value vi = kb.loadAt(f32, vState, kb.add(stateBase, kb.extS64(i)));
-          Value di = kb.loadAt(f32, dState,
-                               kb.add(stateBase, kb.extS64(kb.sub(p, i))));
+          Value vi = loadStateEntry(kb, vState, *entries, valid, i);
+          Value di = loadStateEntry(kb, dState, *entries, valid, kb.sub(p, i));
           return {kb.maxF(vi, di)};
         },
         [&]() -> SmallVector<Value> { return {kb.f32(-INFINITY)}; })[0];

@@ -41,8 +41,10 @@ private:
   // Parameters.
   Value scores, positions, lengths, slots, blocks, counts, skip, vState, dState,
       itState, previous;
+  StatePaging paging;
   // The request's values.
-  Value request, slot, p, decay, keep, total, stateBase, width, bs, lastEntry;
+  Value request, slot, p, decay, keep, total, width, bs, lastEntry;
+  std::optional<StateRows> rows;
 };
 
 } // namespace
@@ -74,6 +76,8 @@ LaunchShape UpdateKernel::build() {
 /// block list with `keepList`.
 void UpdateKernel::declareKernel() {
   SmallVector<Type> params(spec.keepList ? 11 : 10, kb.ptrT(Global));
+  if (spec.paged.enabled())
+    params.append({kb.ptrT(Global), kb.i32T()});
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
@@ -84,6 +88,11 @@ void UpdateKernel::declareKernel() {
   vState = func.getArgument(a++), dState = func.getArgument(a++);
   itState = func.getArgument(a++);
   previous = spec.keepList ? func.getArgument(a++) : Value();
+  if (spec.paged.enabled()) {
+    paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
+              func.getArgument(a + 1), Value()};
+    a += 2;
+  }
 }
 
 /// Copies the request's block count and list to `previous` for the next
@@ -117,7 +126,7 @@ void UpdateKernel::updateState() {
   std::tie(decay, keep) = kb.emaWeights(spec.decay);
   total = kb.mul(kb.loadAt(kb.i32T(), counts, request, true),
                  kb.i32(spec.blockSize));
-  stateBase = kb.mul(kb.extS64(slot), kb.i64(spec.capacity));
+  rows.emplace(kb, paging, slot, request, spec.capacity);
   width = kb.i32(spec.maxBlocks * spec.blockSize);
   Value start =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
@@ -165,9 +174,8 @@ void UpdateKernel::foldRound(Value first) {
     used.push_back(kb.andI(inRange[u], finite));
     Value i = kb.select(used.back(),
                         kb.add(kb.mul(blockOf[u], bs), kb.remU(e, bs)), p);
-    vAts.push_back(kb.gep(vState, f32, kb.add(stateBase, kb.extS64(i))));
-    dAts.push_back(
-        kb.gep(dState, f32, kb.add(stateBase, kb.extS64(kb.sub(p, i)))));
+    vAts.push_back(kb.gep(vState, f32, rows->index(i)));
+    dAts.push_back(kb.gep(dState, f32, rows->index(kb.sub(p, i))));
     olds.push_back(kb.load(f32, vAts.back(), 4));
     olds.push_back(kb.load(f32, dAts.back(), 4));
   }
@@ -199,6 +207,8 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   Type ptr = kb.ptrT(Global);
   SmallVector<Type> params(spec.observations ? 7 : 6, ptr);
   params.push_back(kb.i32T());
+  if (spec.paged.enabled())
+    params.push_back(ptr);
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name, params, spec.threads);
@@ -206,7 +216,8 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   Value vState = func.getArgument(2), dState = func.getArgument(3);
   Value itState = func.getArgument(4), predAt = func.getArgument(5);
   Value obsRows = spec.observations ? func.getArgument(6) : Value();
-  Value numSlots = func.getArguments().back();
+  Value numSlots = func.getArgument(spec.observations ? 7 : 6);
+  Value valid = spec.paged.enabled() ? func.getArguments().back() : Value();
   Value request = kb.blockIdY();
   Value flag = kb.loadAt(kb.i8T(), reset, request, true);
   BatchSlot batchSlot = loadBatchSlotBeforeWait(
@@ -215,7 +226,8 @@ LaunchShape mlir::spin::gpu_codegen::buildResetKernel(
   kb.ifThen(kb.andI(batchSlot.live,
                     kb.cmp(CmpIPredicate::ne, flag, kb.constant(kb.i8T(), 0))),
             [&] {
-              resetSlotState(kb, {vState, dState, itState, predAt, obsRows},
+              resetSlotState(kb,
+                             {vState, dState, itState, predAt, obsRows, valid},
                              slot, spec.capacity, spec.threads,
                              spec.ctasPerRequest);
             });

@@ -218,6 +218,7 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
       name == LayersAttrHelper::getNameStr() ||
       name == CapacityAttrHelper::getNameStr() ||
       name == BlockSizeAttrHelper::getNameStr() ||
+      name == PageSizeAttrHelper::getNameStr() ||
       name == StreamAttrHelper::getNameStr())
     return expectKind<IntegerAttr>(emitError, attr, "a non-negative integer",
                                    nonNegative);

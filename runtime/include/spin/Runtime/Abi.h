@@ -57,7 +57,8 @@ enum class StateGroup {
   Core,        ///< every stateful program (V, D, iterations)
   Observation, ///< programs that buffer MTP rows until their commit
   Prediction,  ///< GPU programs: the prediction cache
-  Staleness    ///< CPU programs of the staleness / block-age policies
+  Staleness,   ///< CPU programs of the staleness / block-age policies
+  Paged        ///< GPU programs whose state follows the KV pages
 };
 
 /// The entries of the GPU prediction record (`pred_at`: p, N, it, valid).
@@ -104,12 +105,25 @@ struct StateSizes {
   int64_t capacity = 0;
   int64_t maxRows = 0;
   int64_t blocks = 0;
+  /// The paged layout (docs/GPU-ABI.md, "Paged state"): the state's pages
+  /// and their size in KV slots; pageSize 0 is the compact layout.
+  int64_t pages = 0;
+  int64_t pageSize = 0;
 
   int64_t of(StateDim dim) const;
 };
 
-/// The shape of `field` in a pool of `sizes`.
+/// Whether `field` is paged in a layout of `sizes`: a per-KV-slot field
+/// (with a Capacity dim) of the paged layout.
+bool isPagedField(StateField field, const StateSizes &sizes);
+
+/// The shape of `field` in a pool of `sizes` (paged fields: the Slots dim
+/// is the page count, the Capacity dim the page size).
 std::vector<int64_t> stateFieldShape(StateField field, const StateSizes &sizes);
+
+/// The input that names the state pages of each batch row in the paged
+/// layout (docs/GPU-ABI.md, "Paged state"): i32 [batch, block-table width].
+inline constexpr char kStateBlockTableName[] = "state_block_table";
 
 /// The name of the caller's tensor holding state field `field` of `layer`
 /// in a step on state tensors: "state.<layer>.<field>".

@@ -103,6 +103,9 @@ struct GpuStateSpec {
   int64_t capacity = 1;
   int64_t blockSize = 64;
   int64_t maxRows = 1;
+  /// KV slots per state page where the state follows the KV pages
+  /// (docs/GPU-ABI.md, "Paged state"); 0: the compact layout.
+  int64_t pageSize = 0;
 };
 
 /// A validated manifest.json. Every index in it is in range (launch kernels,

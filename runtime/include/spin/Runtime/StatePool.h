@@ -22,6 +22,7 @@
 #include "spin/Runtime/Span.h"
 #include "spin/Runtime/Status.h"
 
+#include <cassert>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -179,6 +180,11 @@ auto stateFieldOf(const Buffers &b, StateField field, Convert convert)
     return convert(b.predKeys);
   case StateField::LastObserved:
     return convert(b.lastObserved);
+  case StateField::Valid:
+    // Pools keep the compact layout, which has no `valid` (GpuProgram
+    // refuses paged programs on a pool).
+    assert(false && "a state pool has no paged fields");
+    break;
   }
   return convert(b.v);
 }

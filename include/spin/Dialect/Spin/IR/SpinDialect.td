@@ -65,6 +65,7 @@ def Spin_Dialect : Dialect {
     "::mlir::IntegerAttr":$layers,
     "::mlir::IntegerAttr":$capacity,
     "::mlir::IntegerAttr":$block_size,
+    "::mlir::IntegerAttr":$page_size,
     "::mlir::StringAttr":$role,
     "::mlir::StringAttr":$name,
     "::mlir::StringAttr":$dtype,
