@@ -94,7 +94,7 @@ def build(out, baseline_compiler=None):
                            check=True)
 
 
-def run(artifacts, out, replays, seed):
+def run(artifacts, out, replays, seed, only=""):
     import torch
     spin = import_spin()
     torch.manual_seed(seed)
@@ -122,7 +122,8 @@ def run(artifacts, out, replays, seed):
             device_batch = mode.startswith("device") or paged
             shuffle = mode in ("device", "paged")
             name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
-            if not os.path.isdir(os.path.join(artifacts, name)):
+            if not os.path.isdir(os.path.join(artifacts, name)) or \
+                    only not in name_of(batch, slots, mode):
                 continue
             program = spin.load(os.path.join(artifacts, name), "cuda")
             state = (program.new_state_tensors(slots=batch, pages=pages) if paged
@@ -225,11 +226,14 @@ def main():
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
     p.add_argument("--replays", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", default="",
+                   help="with --run: only the configurations whose name has this "
+                        "substring (e.g. b16-n128k-paged, for a profiler)")
     a = p.parse_args()
     if a.build:
         build(a.build, a.baseline_compiler)
     if a.run:
-        run(a.run, a.out, a.replays, a.seed)
+        run(a.run, a.out, a.replays, a.seed, a.only)
     if not a.build and not a.run:
         p.error("give --build DIR or --run DIR")
 

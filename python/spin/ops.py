@@ -22,6 +22,7 @@ checked with ``torch.library.opcheck`` on the GPU machine
 registered.
 """
 
+import re
 import threading
 from typing import Any, Dict, List, Tuple
 
@@ -110,6 +111,10 @@ def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any
         raise ValueError(f"{handle!r} is not a program handle (spin.ops.program_handle)")
     names = _op_names(signature, layer)
     tensors = getattr(state, "tensors", state)
+    # Other layers' tensors of the fields the program binds may come along
+    # (a model's state holds every layer): the step takes its layer's.
+    fields = {field for _, field in signature[1]}
+    other_layer = re.compile(r"state\.\d+\.(\w+)$")
     lists = []
     for what, given, wanted in (("inputs", inputs, names[0]), ("state", tensors, names[1]),
                                 ("outputs", outputs, names[2])):
@@ -117,6 +122,9 @@ def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any
         if missing:
             raise ValueError(f"{what} lacks {missing} (the op takes {list(wanted)})")
         unknown = sorted(set(given) - set(wanted))
+        if what == "state":
+            unknown = [n for n in unknown
+                       if not (other_layer.match(n) and other_layer.match(n).group(1) in fields)]
         if unknown:
             raise ValueError(f"unknown {what} {unknown} (the op takes {list(wanted)})")
         lists.append([given[n] for n in wanted])

@@ -285,7 +285,7 @@ def test_a_bad_state_page_is_skipped_and_reported(rng):
     run.paged.run_batch(dict(inputs, state_block_table=state_table), run.paged_state, got)
     run.torch.cuda.synchronize()
     status = got["status"].cpu().numpy()
-    assert status[bad_row] == 7 and spin.abi.row_status(7).startswith("state block-table entry")
+    assert status[bad_row] == 7 and spin.abi.row_status(7) == "BadStatePage"
     assert all(status[r] == 0 for r in rows if r != bad_row)
     with pytest.raises(RuntimeError, match=f"state block-table entry {run.pages} is outside"):
         run.paged.check()
@@ -314,15 +314,15 @@ def test_paged_programs_refuse_pools_and_mixed_page_counts(rng):
     inputs, state_table = run.inputs(rows)
     inputs = dict(inputs, state_block_table=state_table)
     pool = program.new_state(slots=4)
-    with pytest.raises(RuntimeError, match="keeps its state in pages"):
+    with pytest.raises(ValueError, match="keeps its state in pages"):
         program.run_batch(inputs, pool, run.outputs())
     with pytest.raises(ValueError, match="give pages="):
         program.new_state_tensors(slots=4)
     state = program.new_state_tensors(slots=4, pages=16)
     state.tensors["state.0.d"] = torch.zeros((17, SHAPE["page_size"]), device="cuda")
-    with pytest.raises(RuntimeError, match="'state.0.d' has 17 pages but 'state.0.v' has 16"):
+    with pytest.raises(ValueError, match="'state.0.d' has 17 pages but 'state.0.v' has 16"):
         program.run_batch(inputs, state, run.outputs())
     state = program.new_state_tensors(slots=4, pages=16)
-    with pytest.raises(RuntimeError, match="missing input 'state_block_table'"):
+    with pytest.raises(ValueError, match="missing input 'state_block_table'"):
         program.run_batch({k: v for k, v in inputs.items() if k != "state_block_table"},
                           state, run.outputs())
