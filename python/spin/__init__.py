@@ -287,6 +287,13 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
     return os.fspath(out_dir)
 
 
+def _bool_flag(name: str, value) -> bool:
+    """``value`` as a bool; a TypeError naming ``name`` unless it is one."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
 def _sm_count_value(value) -> int:
     """``value`` as an SM count; a ValueError naming it unless it is a
     positive integer."""
@@ -583,24 +590,19 @@ class Indexer:
         # cache keys made from them) of random exploration stay as they were.
         if explore_policy != "random":
             self._options["explore-policy"] = explore_policy
-        if not isinstance(reset_input, (bool, np.bool_)):
-            raise TypeError(f"reset_input must be a bool, got {reset_input!r}")
-        if reset_input:
+        if _bool_flag("reset_input", reset_input):
             if self.dense:
                 raise ValueError("reset_input needs SPIN state: a dense indexer has none")
             self._options["reset-input"] = True
         self.reset_input = bool(reset_input)
-        if not isinstance(layer_argument, (bool, np.bool_)):
-            raise TypeError(f"layer_argument must be a bool, got {layer_argument!r}")
-        if layer_argument and (self.dense or str(device) == "cpu"):
-            raise ValueError("layer_argument is for SPIN indexers on cuda (the CPU path "
-                             "compiles any layer on demand; a dense indexer keeps no state)")
+        for name, value, cpu in (("layer_argument", layer_argument,
+                                  "the CPU path compiles any layer on demand"),
+                                 ("paged_state", paged_state,
+                                  "the CPU path keeps the compact state layout")):
+            if _bool_flag(name, value) and (self.dense or str(device) == "cpu"):
+                raise ValueError(f"{name} is for SPIN indexers on cuda ({cpu}; a dense "
+                                 "indexer keeps no state)")
         self.layer_argument = bool(layer_argument)
-        if not isinstance(paged_state, (bool, np.bool_)):
-            raise TypeError(f"paged_state must be a bool, got {paged_state!r}")
-        if paged_state and (self.dense or str(device) == "cpu"):
-            raise ValueError("paged_state is for SPIN indexers on cuda (the CPU path keeps "
-                             "the compact state layout; a dense indexer keeps no state)")
         self.paged_state = bool(paged_state)
         self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}

@@ -124,7 +124,7 @@ def run_batch(handle: int, inputs: Dict[str, Any], state, outputs: Dict[str, Any
         unknown = sorted(set(given) - set(wanted))
         if what == "state":
             unknown = [n for n in unknown
-                       if not (other_layer.match(n) and other_layer.match(n).group(1) in fields)]
+                       if (m := other_layer.match(n)) is None or m.group(1) not in fields]
         if unknown:
             raise ValueError(f"unknown {what} {unknown} (the op takes {list(wanted)})")
         lists.append([given[n] for n in wanted])

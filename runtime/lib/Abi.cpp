@@ -8,7 +8,6 @@
 #include "spin/Runtime/Abi.h"
 
 #include <algorithm>
-
 #include <iterator>
 
 namespace spin::runtime {

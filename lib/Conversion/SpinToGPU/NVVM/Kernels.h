@@ -183,7 +183,8 @@ LaunchShape buildTopKKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 /// it takes, after all its other parameters (the select kernel: before its
 /// layer), the state block table (ptr), `valid` (ptr; the kernels that read
 /// or reset it: predict, select, reset) and the state's page count (i32),
-/// in that order; the reset kernel takes `valid` alone.
+/// in that order; the reset kernel takes `valid` alone, and the MTP commit
+/// (CommitKernelSpec) a scratch flag per request besides.
 struct PagedState {
   int64_t page = 0, width = 0;
   bool enabled() const { return page > 0; }
@@ -392,9 +393,11 @@ struct CommitKernelSpec {
   /// the slot count) and leave a flagged row alone.
   bool resetAfter = false;
   int64_t threads = 256, ctasPerRequest = 1;
-  /// The paged layout (the replay only): entries are found through the
-  /// step's state block table, and one whose page is outside the pool is
-  /// not written.
+  /// The paged layout: the replay finds entries through the step's state
+  /// block table and refuses a request with a page outside the pool (it
+  /// then sets the request's flag, a pointer after the page count); the
+  /// finish (its last parameter, the same flags) then leaves the request's
+  /// buffer and `it` alone and clears the flag.
   PagedState paged;
 };
 struct CommitLaunches {

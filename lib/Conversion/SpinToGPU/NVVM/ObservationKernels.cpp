@@ -379,8 +379,9 @@ void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
         },
         [&]() -> SmallVector<Value> { return {in}; })[0];
   }
-  // A page outside the pool (a state block table changed under buffered
-  // rows) is not written; the step's select kernel reports it.
+  // replayRequest refuses a request with a page outside the pool before any
+  // entry is folded, so this test never skips a store; it keeps the store
+  // inside the pool on its own.
   if (entries->paged())
     kb.ifThen(entries->inPool(x), [&] { kb.store(folded, at, 4); });
   else
