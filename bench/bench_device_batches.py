@@ -12,7 +12,11 @@
 #                   the requests move between batch rows at every replay;
 #   paged           the device batch on state pages that follow the KV
 #                   pages (docs/GPU-ABI.md, "Paged state"; the block table
-#                   is the state table), state tensors instead of a pool.
+#                   is the state table), state tensors instead of a pool;
+#   fused           the device batch on the serving engines' fused fp8 key
+#                   pages (docs/GPU-ABI.md, "Fused fp8 key pages": one
+#                   uint8 kv_cache, each page's keys then their scales)
+#                   instead of separate keys and scales.
 #
 # Both decode: before every replay the rows grow by one slot (lengths and
 # positions written into the graphs' input tensors, outside the timed
@@ -26,7 +30,7 @@
 # B x N in {16, 96} x 128K (the serving shapes of issue 26).
 #
 #   bench/bench_device_batches.py --build DIR     on the build machine
-#                                                 (compiles 6 programs)
+#                                                 (compiles 8 programs)
 #       [--baseline-compiler PATH]                also the same-request step
 #                                                 compiled by another
 #                                                 spin-compile (timed as
@@ -60,7 +64,7 @@ def import_spin():
 
 # "device-fixed": the device batch's program and path with every request
 # kept in its row (what the moving rows themselves cost).
-MODES = ("baseline", "same", "device-fixed", "device", "paged")
+MODES = ("baseline", "same", "device-fixed", "device", "paged", "fused")
 
 
 def name_of(batch, slots, mode):
@@ -75,13 +79,14 @@ def build(out, baseline_compiler=None):
             heads=H, head_dim=DH, rows=1, topk=K, page_size=PAGE,
             max_pages=slots // PAGE, key_format="fp8", layer=0, batch=batch,
             query_format="")
-        for mode in ("same", "device", "paged"):
+        for mode in ("same", "device", "paged", "fused"):
             options = dict(OPTIONS, **({} if mode == "same" else {"reset-input": True}))
             t = time.time()
             spin.compile_artifact(graph, spin._INDEXER_FUNCTION,
                                   os.path.join(out, name_of(batch, slots, mode)),
                                   options, ["sm_90a"], sm_count=132,
-                                  paged_state=mode == "paged")
+                                  paged_state=mode == "paged",
+                                  fused_fp8_pages=mode == "fused")
             print(f"{name_of(batch, slots, mode)}: {time.time() - t:.1f} s", flush=True)
         if baseline_compiler:
             source = os.path.join(out, name_of(batch, slots, "baseline") + ".mlir")
@@ -113,14 +118,15 @@ def run(artifacts, out, replays, seed, only=""):
         base = {"q": (torch.randn((batch, 1, H, DH), device=dev) / 4).to(torch.bfloat16),
                 "w": torch.randn((batch, 1, H), device=dev),
                 "keys": keys, "scales": scales}
+        kv_cache = spin.fuse_fp8_pages(keys, scales)
         row = {"block_table": tables.clone(),
                "lengths": torch.full((batch, 1), start, dtype=torch.int32, device=dev),
                "positions": torch.full((batch, 1), start - 1, dtype=torch.int32, device=dev),
                "request_ids": torch.arange(batch, dtype=torch.int64, device=dev) + 100}
         for mode in MODES:
             paged = mode == "paged"
-            device_batch = mode.startswith("device") or paged
-            shuffle = mode in ("device", "paged")
+            device_batch = mode.startswith("device") or mode in ("paged", "fused")
+            shuffle = mode in ("device", "paged", "fused")
             name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
             if not os.path.isdir(os.path.join(artifacts, name)) or \
                     only not in name_of(batch, slots, mode):
@@ -129,6 +135,9 @@ def run(artifacts, out, replays, seed, only=""):
             state = (program.new_state_tensors(slots=batch, pages=pages) if paged
                      else program.new_state(slots=batch))
             inputs = dict(base, **{k: v.clone() for k, v in row.items()})
+            if mode == "fused":
+                del inputs["keys"], inputs["scales"]
+                inputs["kv_cache"] = kv_cache
             if paged:
                 inputs["state_block_table"] = tables.clone()
             outputs = {"topk": torch.empty((batch, 1, K), dtype=torch.int32, device=dev)}
@@ -204,13 +213,15 @@ def run(artifacts, out, replays, seed, only=""):
             torch.cuda.synchronize()
     print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
           "device batch, fixed rows, us | device batch, changing rows, us | "
-          "paged state, changing rows, us | device / same | paged / same |")
-    print("|---|---|---|---|---|---|---|---|")
+          "paged state, changing rows, us | fused fp8 pages, changing rows, us | "
+          "device / same | paged / same | fused / device |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for batch, slots in SHAPES:
         got = {r["mode"]: r["median_us"] for r in results if r["batch"] == batch}
         cells = [f"{got[m]:.1f}" if m in got else "not measured" for m in MODES]
-        ratios = [f"{got[m] / got['same']:.3f}" if m in got and "same" in got else "-"
-                  for m in ("device", "paged")]
+        ratios = [f"{got[m] / got[base]:.3f}" if m in got and base in got else "-"
+                  for m, base in (("device", "same"), ("paged", "same"),
+                                  ("fused", "device"))]
         print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {' | '.join(ratios)} |")
     with open(os.path.join(out, "device_batches.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "replays": replays,

@@ -20,7 +20,8 @@
 #    test_serving_loop_cuda.py), state tensors and the torch op
 #    (python/tests/test_ops_cuda.py: opcheck, torch.compile, CUDA graphs),
 #    paged state against the compact layout (python/tests/
-#    test_paged_state_cuda.py), and the example
+#    test_paged_state_cuda.py), fused fp8 key pages against separate keys
+#    and scales (python/tests/test_fused_pages_cuda.py), and the example
 #    examples/torch_decode_loop.py --device cuda (MTP with two draft tokens,
 #    and --draft 0: one token per step), with the GPU programs
 #    from cuda-cache/ (SPIN_CACHE_DIR): the runtime-only build cannot
@@ -90,11 +91,12 @@ log "pytest python/tests/test_cuda.py"
 SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -rs "$ROOT/python/tests/test_cuda.py"
 tests=$?
 
-log "pytest python/tests/test_indexer_cuda.py test_replay_cuda.py test_device_batches_cuda.py test_serving_loop_cuda.py test_ops_cuda.py test_paged_state_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
+log "pytest python/tests/test_indexer_cuda.py test_replay_cuda.py test_device_batches_cuda.py test_serving_loop_cuda.py test_ops_cuda.py test_paged_state_cuda.py test_fused_pages_cuda.py (SPIN_CACHE_DIR=$INDEXER_CACHE)"
 SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE" "$PYTHON" -m pytest -q -rs -s \
   "$ROOT/python/tests/test_indexer_cuda.py" "$ROOT/python/tests/test_replay_cuda.py" \
   "$ROOT/python/tests/test_device_batches_cuda.py" "$ROOT/python/tests/test_serving_loop_cuda.py" \
-  "$ROOT/python/tests/test_ops_cuda.py" "$ROOT/python/tests/test_paged_state_cuda.py"
+  "$ROOT/python/tests/test_ops_cuda.py" "$ROOT/python/tests/test_paged_state_cuda.py" \
+  "$ROOT/python/tests/test_fused_pages_cuda.py"
 indexer=$?
 
 log "examples/torch_decode_loop.py --device cuda (--draft 2, then --draft 0)"

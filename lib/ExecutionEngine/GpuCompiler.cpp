@@ -264,6 +264,7 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     gpu.capacity = options.capacity;
     gpu.layerArgument = options.layerArgument;
     gpu.pagedState = options.pagedState;
+    gpu.fusedFp8Pages = options.fusedFp8Pages;
     toGpu.addPass(createConvertSpinToGPU(gpu));
     if (failed(toGpu.run(*plan)))
       return fail("convert-spin-to-gpu failed");

@@ -42,7 +42,7 @@ from .cuda import (CudaProgram, CudaState, CudaStateTensors, _require_torch_cuda
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
            "load", "read_manifest", "CudaProgram", "CudaState", "CudaStateTensors",
-           "state_bytes"]
+           "state_bytes", "fp8_page_bytes", "fuse_fp8_pages", "split_fp8_pages"]
 
 #: True when the extension was built with the compiler (JIT) part.
 has_compiler: bool = bool(_spin.has_compiler)
@@ -149,7 +149,7 @@ class Program:
                         continue
                     raise ValueError(f"missing input {name!r}")
                 arrays[name] = _tensor(name, inputs.pop(name), arg["dtype"], len(arg["shape"]))
-                if batch is None and not name.startswith(("keys", "scales")):
+                if batch is None and not name.startswith(("keys", "scales", "kv_cache")):
                     batch = arrays[name][0].shape[0]
         if inputs:
             raise ValueError(f"unknown inputs {sorted(inputs)}")
@@ -262,7 +262,8 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = None,
                      chips: Sequence[str] = ("sm_90a",),
                      ptx_version: int = 0, sm_count: int = _DEFAULT_SM_COUNT,
-                     layer_argument: bool = False, paged_state: bool = False) -> str:
+                     layer_argument: bool = False, paged_state: bool = False,
+                     fused_fp8_pages: bool = False) -> str:
     """Compiles ``function`` for the GPU ahead of time (what ``spin-compile``
     does): writes one PTX module per chip in ``chips`` ("sm_90a", "sm_100a",
     "sm_103a") and ``manifest.json`` into ``out_dir`` and returns it, for
@@ -275,7 +276,9 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
     from it, so that one program serves every layer (docs/GPU-ABI.md, "The
     layer at run time"). ``paged_state``: the state follows the KV pages
     (docs/GPU-ABI.md, "Paged state"): its steps take a
-    ``state_block_table`` and state tensors of pages."""
+    ``state_block_table`` and state tensors of pages. ``fused_fp8_pages``:
+    fp8 keys and their scales come in one uint8 ``kv_cache`` input of the
+    serving engines' page layout (docs/GPU-ABI.md, "Fused fp8 key pages")."""
     if not has_compiler:
         raise RuntimeError("spin was built without the compiler: "
                            "compile_artifact() needs -DSPIN_ENABLE_COMPILER=ON")
@@ -283,7 +286,7 @@ def compile_artifact(mlir_text: str, function: str, out_dir: str,
         chips = [chips]
     _spin.compile_gpu(mlir_text, function, pipeline_options, list(chips),
                       int(ptx_version), os.fspath(out_dir), int(sm_count),
-                      bool(layer_argument), bool(paged_state))
+                      bool(layer_argument), bool(paged_state), bool(fused_fp8_pages))
     return os.fspath(out_dir)
 
 
@@ -520,6 +523,14 @@ class Indexer:
     stepped by :meth:`run_batch` through a ``state_block_table`` input
     (default: the step's ``block_table``), so the state's memory grows with
     the pages allocated rather than with requests x capacity.
+
+    ``fused_fp8_pages=True`` (fp8 keys) takes the key cache as serving
+    engines keep it (docs/GPU-ABI.md, "Fused fp8 key pages"): one uint8
+    tensor whose pages hold their key rows and then their f32 scales
+    (:func:`fp8_page_bytes` bytes a page, e.g. [pages, page_size, 1,
+    head_dim + 4]), passed as ``keys`` (``scales`` absent) or as
+    ``inputs["kv_cache"]`` of :meth:`run_batch`. On cuda the kernels read it
+    in place; the CPU splits it (:func:`split_fp8_pages`, a copy).
     """
 
     def __init__(self, heads: int = 64, head_dim: int = 128,
@@ -537,7 +548,7 @@ class Indexer:
                  explore_policy: str = "random",
                  query_format: Optional[str] = None,
                  reset_input: bool = False, layer_argument: bool = False,
-                 paged_state: bool = False):
+                 paged_state: bool = False, fused_fp8_pages: bool = False):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -604,6 +615,10 @@ class Indexer:
                                  "indexer keeps no state)")
         self.layer_argument = bool(layer_argument)
         self.paged_state = bool(paged_state)
+        if _bool_flag("fused_fp8_pages", fused_fp8_pages) and key_format != "fp8":
+            raise ValueError(f"fused_fp8_pages holds fp8 keys and their scales: "
+                             f"key_format must be 'fp8', got {key_format!r}")
+        self.fused_fp8_pages = bool(fused_fp8_pages)
         self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
@@ -715,6 +730,8 @@ class Indexer:
             spec["layer_argument"] = True
         if self.paged_state:
             spec["paged_state"] = True
+        if self.fused_fp8_pages:
+            spec["fused_fp8_pages"] = True
         return spec
 
     def artifact(self, layer: int, max_pages: int, batch: int,
@@ -748,7 +765,8 @@ class Indexer:
                                  None if self.dense else self._options, want,
                                  sm_count=self.sm_count,
                                  layer_argument=self.layer_argument,
-                                 paged_state=self.paged_state)
+                                 paged_state=self.paged_state,
+                                 fused_fp8_pages=self.fused_fp8_pages)
                 return fresh
         try:
             return cache.ensure(self.cache_dir, name, _INDEXER_CACHE_FORMAT,
@@ -949,6 +967,16 @@ class Indexer:
         if reset is not None and not self.reset_input:
             raise ValueError("reset flags are taken only by an Indexer made with "
                              "reset_input=True (otherwise call state.reset(request))")
+        if self.fused_fp8_pages:
+            if scales is not None:
+                raise ValueError("a fused_fp8_pages Indexer takes the scales inside the "
+                                 "key pages: pass the fused kv_cache as keys, no scales")
+            if self.device == "cpu":
+                keys, scales = split_fp8_pages(keys, self.page_size, self.head_dim)
+                if _is_torch(keys):
+                    keys, scales = keys.contiguous(), scales.contiguous()
+            else:
+                keys = _fused_pages_2d(keys, self.page_size, self.head_dim)
         if self.device != "cpu":
             return self._call_cuda(q, w, keys, block_table, lengths, positions, state,
                                    request_ids, scales, layer, return_sparsity, reset)
@@ -1059,6 +1087,7 @@ class Indexer:
         elif isinstance(state, CudaStateTensors) and state.page_size:
             raise ValueError("state holds paged tensors, but this Indexer was made "
                              "without paged_state")
+        inputs = self._engine_inputs(inputs, batch)
         program = self.program(layer, width, batch)
         step_layer = int(layer) if self.layer_argument else 0
         if isinstance(state, CudaStateTensors) and outputs is not None:
@@ -1069,6 +1098,48 @@ class Indexer:
                               layer=step_layer)
                 return outputs
         return program.run_batch(inputs, state, outputs, layer=step_layer)
+
+    def _engine_inputs(self, inputs: Dict[str, Any], batch: int) -> Dict[str, Any]:
+        """``inputs`` of :meth:`run_batch` in the program's conventions, from
+        those serving engines keep (docs/Serving.md, "The engine's own
+        tensors"): the fused key pages as one [pages, page bytes] view;
+        positions of int64 (or int32), [B, R] or one per token [B * R], as
+        int32 [B, R]; lengths [B] (each request's length with its R rows'
+        tokens) as the rows' own lengths [B, R]. Every conversion is a device
+        kernel on the current stream (a few bytes a row), no copy of the
+        key cache and no host synchronisation, so it lives in a captured
+        graph."""
+        torch = _torch
+        inputs = dict(inputs)
+        if self.fused_fp8_pages:
+            for name in ("keys", "scales"):
+                if name in inputs:
+                    raise ValueError(f"a fused_fp8_pages Indexer takes inputs['kv_cache'] "
+                                     f"(its pages hold the keys and their scales), not "
+                                     f"inputs[{name!r}]")
+            if "kv_cache" in inputs:
+                inputs["kv_cache"] = _fused_pages_2d(inputs["kv_cache"], self.page_size,
+                                                     self.head_dim)
+        rows = self.rows
+        positions = inputs.get("positions")
+        if isinstance(positions, torch.Tensor) and positions.dtype in (torch.int64,
+                                                                     torch.int32):
+            if positions.dim() == 1 and positions.numel() == batch * rows:
+                positions = positions.view(batch, rows)
+            if positions.dtype == torch.int64:
+                # Clamped first, so that a position past int32 stays out of
+                # range (reported by the row status) instead of wrapping.
+                positions = positions.clamp(-1, 2**31 - 1).to(torch.int32)
+            inputs["positions"] = positions
+        lengths = inputs.get("lengths")
+        if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 and \
+                lengths.dtype in (torch.int32, torch.int64) and lengths.numel() == batch:
+            offsets = torch.arange(1 - rows, 1, device=lengths.device, dtype=lengths.dtype)
+            lengths = lengths.view(batch, 1) + offsets
+            if lengths.dtype == torch.int64:
+                lengths = lengths.clamp(-1, 2**31 - 1)
+            inputs["lengths"] = lengths.to(torch.int32)
+        return inputs
 
     def _ids_on_device(self, device, request_ids):
         """The device copy of a host batch of request ids, kept for the last
@@ -1124,14 +1195,14 @@ class Indexer:
                 f"but the state holds capacity_slots={state.capacity}: on cuda the "
                 f"block table must be capacity_slots / page_size = "
                 f"{state.capacity // self.page_size} pages wide")
-        if self.key_format == "fp8":
+        if self.key_format == "fp8" and not self.fused_fp8_pages:
             if scales is None:
                 raise ValueError("scales is required with key_format='fp8'")
         elif scales is not None:
             raise ValueError(f"scales are only taken with fp8 keys, not {self.key_format}")
         program = self.program(layer, width, batch)
-        inputs = {"q": q, "w": w, "keys": keys, "block_table": block_table,
-                  "lengths": lengths}
+        inputs = {"q": q, "w": w, "kv_cache" if self.fused_fp8_pages else "keys": keys,
+                  "block_table": block_table, "lengths": lengths}
         if scales is not None:
             inputs["scales"] = scales
         if reset is not None:
@@ -1173,6 +1244,85 @@ def state_bytes(fields: Sequence[str], slots: int, capacity: int, rows: int,
     return sum(int(np.prod(shape)) * np.dtype(_NUMPY_TYPES[dtype]).itemsize for shape, dtype in
                state_shapes(fields, slots, capacity, rows, block_size, range(layers),
                             pages, page_size).values())
+
+
+def fp8_page_bytes(page_size: int, head_dim: int) -> int:
+    """Bytes of one page of fp8 keys in the serving engines' fused layout
+    (docs/GPU-ABI.md, "Fused fp8 key pages"): ``page_size`` key rows of
+    ``head_dim`` e4m3 bytes, then their ``page_size`` f32 scales."""
+    for name, value in (("page_size", page_size), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(page_size) * (int(head_dim) + 4)
+
+
+def _fused_pages_2d(kv_cache, page_size: int, head_dim: int):
+    """``kv_cache`` as [pages, page bytes] (a view), or a clear error."""
+    page = fp8_page_bytes(page_size, head_dim)
+    shape = tuple(kv_cache.shape)
+    if _is_torch(kv_cache):
+        ok_type = kv_cache.dtype in (_torch.uint8, _torch.int8)
+        contiguous = kv_cache.is_contiguous()
+    else:
+        ok_type = kv_cache.dtype in (np.uint8, np.int8)
+        contiguous = kv_cache.flags.c_contiguous
+    if not ok_type:
+        raise TypeError(f"kv_cache has dtype {kv_cache.dtype}, expected uint8 (or int8) "
+                        "bytes of the fused fp8 pages")
+    inner = int(np.prod(shape[1:])) if len(shape) > 1 else 0
+    if len(shape) < 2 or inner != page:
+        raise ValueError(f"kv_cache has shape {shape}: expected [pages, ...] with "
+                         f"{page} bytes a page (page_size {page_size} x (head_dim "
+                         f"{head_dim} + 4))")
+    if not contiguous:
+        raise ValueError("kv_cache is not contiguous; its pages must be whole")
+    return kv_cache.reshape(shape[0], page)
+
+
+def split_fp8_pages(kv_cache, page_size: int, head_dim: int):
+    """(keys, scales) of fp8 key pages in the serving engines' fused layout
+    (docs/GPU-ABI.md, "Fused fp8 key pages"): ``kv_cache`` is uint8 of shape
+    [pages, ...] with :func:`fp8_page_bytes` bytes a page (for example
+    [pages, page_size, 1, head_dim + 4] as engines allocate it); ``keys``
+    are the e4m3 bit patterns [pages, page_size, head_dim] (uint8) and
+    ``scales`` the f32 [pages, page_size]. torch tensors give views of
+    ``kv_cache`` (no copy), numpy arrays contiguous copies."""
+    flat = _fused_pages_2d(kv_cache, page_size, head_dim)
+    pages, split = flat.shape[0], page_size * head_dim
+    if _is_torch(flat):
+        flat = flat.view(_torch.uint8)
+        return (flat[:, :split].view(pages, page_size, head_dim),
+                flat[:, split:].view(_torch.float32))
+    flat = flat.view(np.uint8)
+    return (np.ascontiguousarray(flat[:, :split]).reshape(pages, page_size, head_dim),
+            np.ascontiguousarray(flat[:, split:]).view(np.float32))
+
+
+def fuse_fp8_pages(keys, scales):
+    """The fused fp8 page layout (docs/GPU-ABI.md, "Fused fp8 key pages") of
+    fp8 ``keys`` [pages, page_size, head_dim] (uint8 bit patterns, or
+    torch.float8_e4m3fn) and f32 ``scales`` [pages, page_size]: a new
+    uint8 [pages, fp8_page_bytes(page_size, head_dim)] (numpy or torch, as
+    ``keys``), each page's key rows then their scales."""
+    if len(keys.shape) != 3 or len(scales.shape) != 2 or \
+            tuple(scales.shape) != tuple(keys.shape[:2]):
+        raise ValueError(f"keys {tuple(keys.shape)} and scales {tuple(scales.shape)} must be "
+                         "[pages, page_size, head_dim] and [pages, page_size]")
+    pages, page_size, head_dim = (int(n) for n in keys.shape)
+    if _is_torch(keys):
+        torch = _torch
+        if keys.dtype not in (torch.uint8, _torch_fp8_dtype()) or scales.dtype != torch.float32:
+            raise TypeError(f"keys must be uint8 or float8_e4m3fn and scales float32, got "
+                            f"{keys.dtype} and {scales.dtype}")
+        return torch.cat([keys.reshape(pages, -1).view(torch.uint8),
+                          scales.reshape(pages, -1).view(torch.uint8)], dim=1)
+    keys, scales = np.asarray(keys), np.asarray(scales)
+    if keys.dtype != np.uint8 or scales.dtype != np.float32:
+        raise TypeError(f"keys must be uint8 and scales float32, got {keys.dtype} and "
+                        f"{scales.dtype}")
+    return np.concatenate([np.ascontiguousarray(keys).reshape(pages, -1),
+                           np.ascontiguousarray(scales).reshape(pages, -1).view(np.uint8)],
+                          axis=1)
 
 
 _NUMPY_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32,

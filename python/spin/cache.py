@@ -521,7 +521,8 @@ def indexer_arguments(indexer) -> Dict[str, Any]:
             "query_format": "fp8" if indexer.query_format == "fp8" else None,
             "reset_input": indexer.reset_input,
             "layer_argument": indexer.layer_argument,
-            "paged_state": indexer.paged_state}
+            "paged_state": indexer.paged_state,
+            "fused_fp8_pages": indexer.fused_fp8_pages}
 
 
 def _flag(name: str) -> str:

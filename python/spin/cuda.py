@@ -70,7 +70,7 @@ def _torch_dtypes(dtype: str) -> Tuple[Any, ...]:
     table = {
         "f32": (t.float32,), "f16": (t.float16,), "bf16": (t.bfloat16,),
         "fp8e4m3": ((fp8, t.uint8) if fp8 is not None else (t.uint8,)),
-        "i1": (t.bool,), "i8": (t.int8,), "i32": (t.int32,), "i64": (t.int64,),
+        "i1": (t.bool,), "i8": (t.int8, t.uint8), "i32": (t.int32,), "i64": (t.int64,),
     }
     return table[dtype]
 
@@ -383,6 +383,12 @@ class CudaProgram:
                              f"expected [{want}]")
         if not value.is_contiguous():
             raise ValueError(f"{what} {name!r} is not contiguous; call .contiguous() first")
+        # Queries and keys (1- and 2-byte elements) are read in 16-byte
+        # vectors: a view that starts mid-vector would fault on the device.
+        if arg["dtype"] in ("bf16", "f16", "fp8e4m3", "i8") and value.data_ptr() % 16:
+            raise ValueError(f"{what} {name!r} starts at address {value.data_ptr():#x}, "
+                             "not a multiple of 16 bytes (a view at an odd offset); "
+                             "pass an aligned tensor or .clone() it")
         return (value.data_ptr(), list(value.shape), arg["dtype"])
 
     def __call__(self, inputs: Dict[str, Any], state: Optional[CudaState] = None,
@@ -534,7 +540,7 @@ class CudaProgram:
                 want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
                 raise ValueError(f"missing input {name!r} [{want}] {arg['dtype']}")
             native_in[name] = self._tensor("input", name, inputs[name], arg)
-            if batch is None and not name.startswith(("keys", "scales")):
+            if batch is None and not name.startswith(("keys", "scales", "kv_cache")):
                 batch = inputs[name].shape[0]
         known = {a["name"] for a in self.signature if a["role"] in roles}
         unknown = sorted(set(inputs) - known)

@@ -661,7 +661,7 @@ static void bindCompiler(py::module_ &m) {
       [](const std::string &source, const std::string &function,
          py::object options, const std::vector<std::string> &chips,
          int64_t ptxVersion, const std::string &outDir, int64_t smCount,
-         bool layerArgument, bool pagedState) {
+         bool layerArgument, bool pagedState, bool fusedFp8Pages) {
         if (smCount <= 0)
           throw py::value_error("sm_count must be positive (got " +
                                 std::to_string(smCount) + ")");
@@ -674,6 +674,7 @@ static void bindCompiler(py::module_ &m) {
         gpu.smCount = smCount;
         gpu.layerArgument = layerArgument;
         gpu.pagedState = pagedState;
+        gpu.fusedFp8Pages = fusedFp8Pages;
         rt::Status written = rt::Status::success();
         {
           py::gil_scoped_release release;
@@ -688,11 +689,13 @@ static void bindCompiler(py::module_ &m) {
       py::arg("source"), py::arg("function"), py::arg("options"),
       py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),
       py::arg("sm_count") = 132, py::arg("layer_argument") = false,
-      py::arg("paged_state") = false,
+      py::arg("paged_state") = false, py::arg("fused_fp8_pages") = false,
       "Compiles `function` of `source` for the GPU (spin-compile): PTX per "
       "chip and manifest.json in `out_dir`; the scoring grids are sized for "
       "`sm_count` SMs; with `layer_argument` the step takes its layer at "
-      "run time; with `paged_state` the state follows the KV pages");
+      "run time; with `paged_state` the state follows the KV pages; with "
+      "`fused_fp8_pages` fp8 keys and scales come in one kv_cache input of "
+      "the engines' page layout");
 }
 #endif
 

@@ -108,6 +108,12 @@ def main(argv=None):
     import paged_state_cases
     for paged in (True, False):
         paged_state_cases.make_indexer(spin, paged, chips=chips, cache_dir=out)
+    # Fused fp8 key pages against separate keys and scales
+    # (test_fused_pages_cuda.py).
+    import fused_pages_cases
+    for name in fused_pages_cases.CONFIGS:
+        for fused in (True, False):
+            fused_pages_cases.make_indexer(spin, name, fused, chips=chips, cache_dir=out)
     from spin import cache
     # spin.compile(target="cuda") of a multi-layer graph on the runtime-only
     # build (test_indexer_cuda.py), sized for the H200's 132 SMs.

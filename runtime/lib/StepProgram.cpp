@@ -24,7 +24,7 @@ bool isPagedCacheInput(const std::string &name) {
   auto is = [&](const std::string &base) {
     return name == base || name.rfind(base + "_", 0) == 0;
   };
-  return is("keys") || is("scales");
+  return is("keys") || is("scales") || is("kv_cache");
 }
 
 std::string shapeString(const std::vector<int64_t> &shape) {

@@ -81,6 +81,12 @@ static cl::opt<bool> pagedState(
              "pages addressed through a state_block_table input "
              "(docs/GPU-ABI.md, \"Paged state\")"),
     cl::init(false));
+static cl::opt<bool> fusedFp8Pages(
+    "fused-fp8-pages",
+    cl::desc("fp8 keys and their scales come in one i8 kv_cache input of the "
+             "serving engines' page layout: each page holds its key rows, then "
+             "their f32 scales (docs/GPU-ABI.md, \"Fused fp8 key pages\")"),
+    cl::init(false));
 static cl::opt<std::string>
     sparsify("sparsify",
              cl::desc("Run spin-sparsify-pipeline with these options first "
@@ -143,6 +149,7 @@ int main(int argc, char **argv) {
   options.wgmma = !noWgmma;
   options.layerArgument = layerArgument;
   options.pagedState = pagedState;
+  options.fusedFp8Pages = fusedFp8Pages;
 
   auto file = MemoryBuffer::getFile(inputFile);
   if (!file)

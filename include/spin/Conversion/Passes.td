@@ -130,6 +130,11 @@ def ConvertSpinToGPU : Pass<"convert-spin-to-gpu", "ModuleOp"> {
            "cache's page size, addressed through a `state_block_table` "
            "input, and each slot keeps how far its pages are written "
            "(`valid`); the capacity is the block table's reach">,
+    Option<"fusedFp8Pages", "fused-fp8-pages", "bool", "false",
+           "fp8 keys and their scales come in one i8 `kv_cache` input of "
+           "the serving engines' page layout (docs/GPU-ABI.md, \"Fused fp8 "
+           "key pages\"): each page holds its key rows, then their f32 "
+           "scales">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -44,6 +44,9 @@ struct GpuCompileOptions {
   bool layerArgument = false;
   /// The state follows the KV pages (convert-spin-to-gpu's `paged-state`).
   bool pagedState = false;
+  /// fp8 keys and scales in the engines' fused pages, one `kv_cache`
+  /// input (convert-spin-to-gpu's `fused-fp8-pages`).
+  bool fusedFp8Pages = false;
 };
 
 /// A compiled GPU program: the manifest text and the PTX of each chip.

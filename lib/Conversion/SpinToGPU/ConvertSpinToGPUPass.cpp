@@ -26,6 +26,7 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -150,6 +151,7 @@ private:
   void collectCapacities();
   LogicalResult collectPaging();
   LogicalResult collectMtpLayers();
+  LogicalResult collectFusedPages();
   LogicalResult bindGraphArguments();
   FailureOr<SmallVector<Buffer>> bindResults(ArrayRef<std::string> names);
   void bindIntermediateTopK();
@@ -367,6 +369,9 @@ private:
   PagedState paged;
   std::optional<Buffer> stateTable;
   std::map<int64_t, std::pair<Buffer, Buffer>> pagedFields;
+  /// With fused fp8 pages (options.fusedFp8Pages): each key cache argument
+  /// with its scales argument, which shares its plan argument.
+  llvm::MapVector<Value, Value> fusedScalesOf;
   /// Layers whose buffered MTP rows the step commits (spin.commit).
   std::set<int64_t> committedLayers;
   /// Per layer: reset flags that the layer's predict kernel applies
@@ -393,14 +398,13 @@ Buffer PlanBuilder::pagesOf(Value keys) {
   auto it = pageCounts.find(keys);
   if (it != pageCounts.end())
     return it->second;
-  auto type = cast<RankedTensorType>(keys.getType());
   NamedAttrList attrs;
   attrs.append(attr::kRole,
                b.getStringAttr(abi::launchArgKindName(LaunchArgKind::Dim)));
-  attrs.append(attr::kArgument,
-               b.getI64IntegerAttr(cast<BlockArgument>(keys).getArgNumber()));
+  // The key cache's plan argument (the fused pages' one for both keys and
+  // scales), whose size 0 is its page count either way.
+  attrs.append(attr::kArgument, b.getI64IntegerAttr(buffers.lookup(keys)));
   attrs.append(attr::kDim, b.getI64IntegerAttr(0));
-  (void)type;
   Buffer dim = addArg(b.getI32Type(), attrs);
   pageCounts[keys] = dim;
   return dim;
@@ -550,6 +554,7 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
   FailureOr<ScoreKernelSpec> spec = scoreSpec(op);
   if (failed(spec))
     return failure();
+  spec->fusedPages = options.fusedFp8Pages;
   spec->name = kernelName("score_dense");
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
@@ -797,6 +802,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   FailureOr<ScoreKernelSpec> spec = scoreSpec(op);
   if (failed(spec))
     return failure();
+  spec->fusedPages = options.fusedFp8Pages;
   spec->name = kernelName("score_sparse");
   spec->sparse = true;
   spec->blockSize = mask.blockSize;
@@ -1410,9 +1416,75 @@ LogicalResult PlanBuilder::bindGraphArguments() {
     if (!role)
       return func.emitOpError("GPU path: argument ")
              << i << " has no spin role attribute (spin.input, ...)";
+    if (llvm::is_contained(llvm::make_second_range(fusedScalesOf), arg))
+      continue; // bound with its key cache below
+    if (fusedScalesOf.count(arg)) {
+      // The engine's page: the page's key rows, then their scales.
+      std::string fused =
+          ("kv_cache" + name.drop_front(StringRef("keys").size())).str();
+      buffers[arg] = addPointer(*role, fused, abi::dtypeName(abi::DType::i8),
+                                {shape[0], shape[1] * (shape[2] + 4)});
+      continue;
+    }
     buffers[arg] = addPointer(*role, name, *dtype, shape);
   }
+  for (auto [keys, scales] : fusedScalesOf)
+    buffers[scales] = buffers.lookup(keys);
   return success();
+}
+
+/// The fused fp8 pages (the `fused-fp8-pages` option): every scoring op
+/// reads fp8 keys and scales that are graph arguments named `keys...` and
+/// `scales...`, each key cache always with the same scales; their plan
+/// argument is one i8 `kv_cache...` of [pages, page size x (head dim + 4)].
+LogicalResult PlanBuilder::collectFusedPages() {
+  if (!options.fusedFp8Pages)
+    return success();
+  nameGraphInputs(func);
+  auto inputName = [&](Value v) -> StringRef {
+    auto arg = dyn_cast<BlockArgument>(v);
+    if (!arg || arg.getOwner() != &func.getBody().front())
+      return {};
+    auto name = func.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), roleAttrName(ArgRole::Input));
+    return name ? name.getValue() : StringRef();
+  };
+  auto pair = [&](Operation *op, Value keys, Value scales) -> LogicalResult {
+    if (!scales)
+      return op->emitOpError("GPU path: fused-fp8-pages needs fp8 keys with "
+                             "scales");
+    StringRef keysName = inputName(keys), scalesName = inputName(scales);
+    if (!keysName.starts_with("keys") || !scalesName.starts_with("scales"))
+      return op->emitOpError("GPU path: fused-fp8-pages needs the keys and "
+                             "scales to be graph inputs of their own");
+    auto type = cast<RankedTensorType>(keys.getType());
+    if (type.isDynamicDim(1) || type.isDynamicDim(2) ||
+        (type.getDimSize(1) * (type.getDimSize(2) + 4)) % 16 != 0)
+      return op->emitOpError("GPU path: fused-fp8-pages needs static page "
+                             "and head-dim sizes whose page of keys and "
+                             "scales is a multiple of 16 bytes (got ")
+             << type << ")";
+    auto [it, inserted] = fusedScalesOf.try_emplace(keys, scales);
+    if (!inserted && it->second != scales)
+      return op->emitOpError("GPU path: fused-fp8-pages needs each key cache "
+                             "read with one scales tensor");
+    for (auto [k, s] : fusedScalesOf)
+      if ((k == keys) != (s == scales) || k == scales || s == keys)
+        return op->emitOpError("GPU path: fused-fp8-pages needs each scales "
+                               "tensor read with one key cache");
+    return success();
+  };
+  WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
+    LogicalResult paired = success();
+    if (auto dense = dyn_cast<DenseIndexerOp>(op))
+      paired = pair(op, dense.getKeys(), dense.getScales());
+    else if (auto fused = dyn_cast<FusedScoreOp>(op))
+      paired = pair(op, fused.getKeys(), fused.getScales());
+    else if (auto sparse = dyn_cast<SparseIndexerOp>(op))
+      paired = pair(op, sparse.getKeys(), sparse.getScales());
+    return failed(paired) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
 }
 
 /// An output pointer per graph result, named `names[i]`; a result that is
@@ -1471,8 +1543,8 @@ LogicalResult PlanBuilder::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("GPU path: needs a single-block function");
   collectCapacities();
-  if (failed(collectMtpLayers()) || failed(bindGraphArguments()) ||
-      failed(collectPaging()))
+  if (failed(collectMtpLayers()) || failed(collectFusedPages()) ||
+      failed(bindGraphArguments()) || failed(collectPaging()))
     return failure();
   errors = addArg(pointer(),
                   NamedAttrList(b.getNamedAttr(
@@ -1527,7 +1599,8 @@ struct ConvertSpinToGPUPass
     if (failed(gpu_codegen::configureKernels(
             module, SpinConfigureGpuKernelsOptions())))
       return signalPassFailure();
-    ConvertSpinToGPUOptions opts{capacity, layerArgument, pagedState};
+    ConvertSpinToGPUOptions opts{capacity, layerArgument, pagedState,
+                                 fusedFp8Pages};
     unsigned counter = 0;
     SharedKernels shared(kernels);
     for (func::FuncOp func : graphs) {

@@ -83,6 +83,11 @@ struct ScoreKernelSpec {
   ElementFormat keyFormat = ElementFormat::bf16;
   ElementFormat queryFormat = ElementFormat::bf16;
   bool scales = false;
+  /// fp8 keys in the serving engines' fused pages (docs/GPU-ABI.md, "Fused
+  /// fp8 key pages"): page p holds its `pageSize` key rows (`headDim` bytes
+  /// each) and then their f32 scales, in `pageBytes()` bytes; `keys` and
+  /// `scales` are the same pointer.
+  bool fusedPages = false;
   bool sparse = false;
   int64_t blockSize = 64, maxBlocks = 1; ///< sparse only
   int64_t warps = 8, tilesPerWarp = 8;
@@ -108,6 +113,7 @@ struct ScoreKernelSpec {
   int64_t prefetchTiles = 1;
 
   int64_t outWidth() const { return tablePages * pageSize; }
+  int64_t pageBytes() const { return pageSize * (headDim + 4); }
 };
 /// The query rows (of `rows`, a divisor) one scoring CTA scores: as many as
 /// fit the shared-memory staging budget.

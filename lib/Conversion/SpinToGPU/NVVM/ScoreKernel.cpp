@@ -203,7 +203,16 @@ private:
   Value tileStartOf(Value j, Value w);
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
-  SmallVector<Value> loadKeyRow(Value slotIndex);
+  /// Where a key row lies: `slotIndex` (compact layouts) or its page's
+  /// first byte and its offset in the page (i64; fused fp8 pages).
+  struct KeyRowPlace {
+    Value slotIndex, pageByte, offset;
+  };
+  KeyRowPlace keyRowPlace(Value page, Value offset);
+  Type unitPageType();
+  Value keyRowByte(const KeyRowPlace &place);
+  Value scaleAddress(const KeyRowPlace &place);
+  SmallVector<Value> loadKeyRow(const KeyRowPlace &place);
   /// acc[mt][nt]: the 16 x 8 tile of (entries, heads nt*8 .. nt*8+7) of one
   /// query row.
   using Accumulators = SmallVector<SmallVector<SmallVector<Value, 4>>>;
@@ -458,7 +467,6 @@ void ScoreKernel::prefetchListedEntry(Value rowTable, Value listBase,
                                       Value lastSlot, Value entry,
                                       Value within, Value line) {
   const int64_t MB = spec.maxBlocks, bs = spec.blockSize;
-  const int64_t rowBytes = Dh * keyBytes;
   Value at = kb.minS(kb.divU(entry, kb.i32(bs)), kb.i32(MB - 1));
   Value block =
       kb.loadAt(i32, previous, kb.add(listBase, kb.add(at, kb.i32(1))));
@@ -468,16 +476,16 @@ void ScoreKernel::prefetchListedEntry(Value rowTable, Value listBase,
   Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
                          kb.cmp(CmpIPredicate::slt, page, pages));
   kb.ifThen(pageOk, [&] {
-    Value slotIndex = kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
-                             kb.extS64(kb.remU(slot, kb.i32(spec.pageSize))));
+    KeyRowPlace place =
+        keyRowPlace(page, kb.remU(slot, kb.i32(spec.pageSize)));
     kb.prefetchL2(kb.gep(keys, kb.i8T(),
-                         kb.add(kb.mul(slotIndex, kb.i64(rowBytes)),
+                         kb.add(keyRowByte(place),
                                 kb.extS64(kb.mul(line, kb.i32(128))))));
     // A tile's scales (16-slot runs within a page: 64 aligned bytes) lie
     // in one line: its first row's lane asks for it.
     if (scales)
       kb.ifThen(kb.cmp(CmpIPredicate::eq, within, kb.i32(0)),
-                [&] { kb.prefetchL2(kb.gep(scales, f32, slotIndex)); });
+                [&] { kb.prefetchL2(scaleAddress(place)); });
   });
 }
 
@@ -736,7 +744,7 @@ void ScoreKernel::scoreCta() {
 /// so the key loads of a tile wait for no block-list or block-table load.
 void ScoreKernel::lookupUnitPages() {
   unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);
-  unitPage = kb.sharedArray(spec.name + "_unit_page", i32, units);
+  unitPage = kb.sharedArray(spec.name + "_unit_page", unitPageType(), units);
   forEachThreadStrided(kb, kb.i32(units), threads,
                        [&](Value u) { lookupUnitPage(u); });
 }
@@ -779,8 +787,19 @@ void ScoreKernel::lookupUnitPage(Value u) {
       kb.storeAt(kb.i32(1), skip, request);
   });
   kb.storeAt(slot, unitSlot, u);
-  kb.storeAt(kb.select(kb.andI(inRange, pageOk), page, kb.i32(-1)), unitPage,
-             u);
+  Value ok = kb.andI(inRange, pageOk);
+  if (spec.fusedPages)
+    kb.storeAt(kb.select(ok, keyRowPlace(page, kb.i32(0)).pageByte, kb.i64(-1)),
+               unitPage, u);
+  else
+    kb.storeAt(kb.select(ok, page, kb.i32(-1)), unitPage, u);
+}
+
+/// What a unit's shared-memory entry holds: its page (i32), or with fused
+/// pages the page's first byte (i64), so that no row multiplies its page by
+/// the page size.
+Type ScoreKernel::unitPageType() {
+  return spec.fusedPages ? kb.i64T() : i32;
 }
 
 /// The main loop over the warp's tiles of 16 * mTiles entries: the next
@@ -835,21 +854,24 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
   Value u = kb.select(inCta, kb.divU(local, kb.i32(unit)), kb.i32(0));
   Value within = kb.remU(local, kb.i32(unit));
   Value slot = kb.add(kb.loadAt(i32, unitSlot, u), within);
-  Value page = kb.loadAt(i32, unitPage, u);
-  Value valid =
-      kb.andI(kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
-              kb.cmp(CmpIPredicate::sge, page, kb.i32(0)));
+  // Fused pages: the unit holds its page's first byte (unitPageType).
+  Value page = kb.loadAt(unitPageType(), unitPage, u);
+  Value valid = kb.andI(
+      kb.andI(inCta, kb.cmp(CmpIPredicate::slt, entry, total)),
+      kb.cmp(CmpIPredicate::sge, page,
+             spec.fusedPages ? kb.i64(0) : kb.i32(0)));
   if (spec.sparse)
     valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
   Value offset = kb.remU(slot, kb.i32(spec.pageSize));
-  Value slotIndex = kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
-                           kb.extS64(offset));
   SmallVector<Type> types(chunks, words);
   if (spec.scales)
     types.push_back(f32);
+  KeyRowPlace place =
+      spec.fusedPages ? KeyRowPlace{Value(), page, kb.extS64(offset)}
+                      : keyRowPlace(page, offset);
   SmallVector<Value> loaded = kb.ifThenElse(
       types, valid,
-      [&]() -> SmallVector<Value> { return loadKeyRow(slotIndex); },
+      [&]() -> SmallVector<Value> { return loadKeyRow(place); },
       [&]() -> SmallVector<Value> {
         SmallVector<Value> v(chunks, zeroWords);
         if (spec.scales)
@@ -861,18 +883,50 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
   return raw;
 }
 
-/// This thread's 16-byte vector of each chunk of key row `slotIndex`, and
-/// its scale.
-SmallVector<Value> ScoreKernel::loadKeyRow(Value slotIndex) {
-  Value rowByte = kb.add(kb.mul(slotIndex, kb.i64(Dh * keyBytes)),
-                         kb.extS64(kb.mul(t, kb.i32(16))));
+/// Key row `offset` of page `page` (i32): the compact layouts number the
+/// rows of all pages in one sequence (`slotIndex`, of the keys and of the
+/// scales alike); the fused fp8 pages (`spec.fusedPages`) put each page's
+/// rows and then its scales in `pageBytes()` bytes, with `keys` and
+/// `scales` the same pointer.
+ScoreKernel::KeyRowPlace ScoreKernel::keyRowPlace(Value page, Value offset) {
+  if (spec.fusedPages) {
+    Value pageByte = kb.mul(kb.extS64(page), kb.i64(spec.pageBytes()));
+    return {Value(), pageByte, kb.extS64(offset)};
+  }
+  return {kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
+                 kb.extS64(offset)),
+          Value(), Value()};
+}
+
+/// The byte offset of a key row from `keys`.
+Value ScoreKernel::keyRowByte(const KeyRowPlace &place) {
+  const int64_t rowBytes = Dh * keyBytes;
+  if (place.slotIndex)
+    return kb.mul(place.slotIndex, kb.i64(rowBytes));
+  return kb.add(place.pageByte, kb.mul(place.offset, kb.i64(rowBytes)));
+}
+
+/// The address of a key row's scale.
+Value ScoreKernel::scaleAddress(const KeyRowPlace &place) {
+  if (place.slotIndex)
+    return kb.gep(scales, f32, place.slotIndex);
+  Value byte = kb.add(place.pageByte,
+                      kb.add(kb.mul(place.offset, kb.i64(4)),
+                             kb.i64(spec.pageSize * Dh * keyBytes)));
+  return kb.gep(scales, kb.i8T(), byte);
+}
+
+/// This thread's 16-byte vector of each chunk of a key row, and its scale.
+SmallVector<Value> ScoreKernel::loadKeyRow(const KeyRowPlace &place) {
+  Value rowByte =
+      kb.add(keyRowByte(place), kb.extS64(kb.mul(t, kb.i32(16))));
   SmallVector<Value> v;
   for (int64_t c = 0; c < chunks; ++c) {
     Value at = kb.add(rowByte, kb.i64(c * chunkElems * keyBytes));
     v.push_back(kb.load(words, kb.gep(keys, kb.i8T(), at), 16, true));
   }
   if (spec.scales)
-    v.push_back(kb.loadAt(f32, scales, slotIndex, true));
+    v.push_back(kb.load(f32, scaleAddress(place), 4, true));
   return v;
 }
 

@@ -28,7 +28,8 @@ namespace spin::runtime {
 
 /// True for the inputs that are not batched: the paged caches `keys` and
 /// `scales` (and `keys_k`, `scales_k` of the k-th indexer of a multi-layer
-/// graph).
+/// graph), and the fused fp8 pages `kv_cache` (`kv_cache_k`) that replace
+/// both on the GPU path (docs/GPU-ABI.md, "Fused fp8 key pages").
 bool isPagedCacheInput(const std::string &name);
 
 /// A shape as messages print it: "[16, ?, 64]" (-1 for a dynamic size).
