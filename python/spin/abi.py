@@ -53,7 +53,8 @@ def row_status(code: int) -> str:
     """What a row status value means (docs/GPU-ABI.md, "Row status"):
     "stepped", "padding", or the device error that skipped the row
     ("BadSlot", "DuplicateSlot", "BadAccepted", "BadLength",
-    "BadPosition")."""
+    "BadPosition", "BadStatePage") or its state update ("BadPage": a
+    block-table entry outside the key cache)."""
     code = int(code)
     if code == 0:
         return "stepped"

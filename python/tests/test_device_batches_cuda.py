@@ -182,7 +182,8 @@ class Serving:
 
     # -- one step --------------------------------------------------------------
 
-    def write_batch(self, rows, accepted_override=None, slot_override=None):
+    def write_batch(self, rows, accepted_override=None, slot_override=None,
+                    table_override=None):
         """Writes the batch description: ``rows[b]`` is a request or None
         (padding, with garbage lengths, positions and block-table entries).
         Returns the host copies the reference needs."""
@@ -211,6 +212,9 @@ class Serving:
         if slot_override:
             for b, value in slot_override.items():
                 slots[b] = value
+        if table_override:
+            for b, value in table_override.items():
+                table[b] = value
         host = {"block_table": table, "lengths": n, "positions": p, "request_ids": ids,
                 "slots": slots, "reset": reset}
         if R > 1:
@@ -381,6 +385,53 @@ def test_bad_slots_are_skipped_and_reported(rng):
         with pytest.raises(RuntimeError, match=f"batch index 3\\b.*, row 0: {message}"):
             run.programs[0].check()
         run.compare(want, f"override {override}")
+        run.advance(rows)
+
+
+@cuda
+@needs_cuda
+def test_a_bad_kv_page_is_reported_in_the_row_status(rng):
+    """A block table naming pages outside the key cache: the row's status
+    says BadPage (written by the scoring kernel after the selection's 0),
+    its slots there are never selected, its state is untouched (the next
+    steps match the reference, which skipped it), check() names the entry,
+    and the other rows stay exact, in a replayed graph."""
+    run = Serving("spin-bf16", rng)
+    for step in range(4):
+        while len(run.live) < 3:
+            run.admit()
+        rows = sorted(run.live)[:3] + [None]
+        host, queries = run.write_batch(rows)
+        run.issue()
+        run.compare(run.expect(rows, host, queries), f"step {step}")
+        run.programs[0].check()
+        run.advance(rows)
+    run.capture()
+    codes = {v: k for k, v in spin.abi.DEVICE_ERRORS.items()}
+    rows = sorted(run.live)[:3] + [None]
+    bad = 1
+    host, queries = run.write_batch(rows, table_override={bad: 10 ** 6})
+    run.graph.replay()
+    want = run.expect(rows, host, queries, skipped={bad: codes["BadPage"]})
+    torch.cuda.synchronize()
+    top, _, status = want[0]
+    got_top = run.outputs[0]["topk"].cpu().numpy()
+    got_status = run.outputs[0]["status"].cpu().numpy()
+    assert spin.abi.row_status(got_status[bad]) == "BadPage"
+    np.testing.assert_array_equal(got_status, status)
+    others = [b for b in range(run.B) if b != bad]
+    np.testing.assert_array_equal(got_top[others], top[others])
+    assert (got_top[bad] == -1).all(), "slots of a bad page were selected"
+    with pytest.raises(RuntimeError, match="block-table entry 1000000 is outside"):
+        run.programs[0].check()
+    run.advance([r for b, r in enumerate(rows) if b != bad])
+    for step in range(3):  # the bad row's state was untouched
+        host, queries = run.write_batch(rows)
+        run.graph.replay()
+        want = run.expect(rows, host, queries)
+        torch.cuda.synchronize()
+        run.compare(want, f"after the bad page, step {step}")
+        run.programs[0].check()
         run.advance(rows)
 
 

@@ -132,6 +132,9 @@ struct MaskBuffers {
   /// and block list, kept by the update kernel for the next step's scoring
   /// kernel to prefetch from (Kernels.h).
   std::optional<Buffer> previous;
+  /// The selection's row status output, which the scoring kernel also
+  /// writes (a row that met a bad block-table entry).
+  std::optional<Buffer> status;
 };
 
 /// Builds the launch plan of one function.
@@ -772,7 +775,8 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     operands.push_back(fusedResets.at(spec.layer));
     fusedResets.erase(spec.layer);
   }
-  operands.append({addStatus(), *errors, slotCountOf(op, op.getState())});
+  mask.status = addStatus();
+  operands.append({*mask.status, *errors, slotCountOf(op, op.getState())});
   operands.append(pagedOperands(op.getState(), true));
   if (options.layerArgument)
     operands.push_back(addLayer(spec.layer));
@@ -811,6 +815,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   // their first tiles where the previous step's list put them, which
   // decoding steps mostly select again (docs/benchmarks-kernels.md).
   spec->prefetchPreviousTiles = mask.previous.has_value();
+  spec->rowStatus = mask.status.has_value();
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
   if (failed(operands))
@@ -819,6 +824,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
                              spec->batch * spec->rows * spec->outWidth() * 4);
   LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
   operands->append({mask.blocks, mask.counts, mask.skip});
+  if (mask.status)
+    operands->push_back(*mask.status);
   if (mask.previous)
     operands->push_back(*mask.previous);
   operands->append({scores, pagesOf(op.getKeys()), *errors});

@@ -34,7 +34,10 @@
 // The select kernel skips a request whose rows are still buffered (its
 // commit was refused): it reads obs_rows.
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_1 {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[STATUS]] : !llvm.ptr<1>, %[[ERR]] : !llvm.ptr<1>, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[SCORES]] : !llvm.ptr<1>, {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
+// The scoring kernel takes the same status after the skip flags: a row
+// whose block table names a page outside the key cache gets the bad-page
+// code there.
+// CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[STATUS]] : !llvm.ptr<1>, %[[SCORES]] : !llvm.ptr<1>, {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // The observe reads the scores and writes every observation field:
 // CHECK: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} args(%[[SCORES]] : !llvm.ptr<1>, %[[POS]] : !llvm.ptr<1>, {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[OPOS]] : !llvm.ptr<1>, %[[OLEN]] : !llvm.ptr<1>, %[[OMASK]] : !llvm.ptr<1>, %[[OZ]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}

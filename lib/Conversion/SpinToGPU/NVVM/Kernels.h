@@ -69,8 +69,9 @@ enum ErrorCode : int32_t {
 /// others on f16/bf16 ones, fp8 keys converted exactly.
 ///
 /// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
-/// skip], [previous], out (ptrs), pages (i32), errors (ptr). A bad page sets
-/// the request's `skip` flag (sparse) and records an error.
+/// skip], [status], [previous], out (ptrs), pages (i32), errors (ptr). A bad
+/// page sets the request's `skip` flag and row status (sparse) and records
+/// an error.
 /// Grid: (ctasPerRow, batch * R / rowsPerCta); sparse: x and y swapped. `out` is f32 [batch * rows, outWidth]:
 /// dense rows by slot (entries >= N unwritten, or -inf with
 /// `fillPastLength`); sparse rows in selected-block
@@ -111,6 +112,10 @@ struct ScoreKernelSpec {
   /// warp measured best (docs/benchmarks-kernels.md).
   bool prefetchPreviousTiles = false;
   int64_t prefetchTiles = 1;
+  /// Sparse: take the selection's row status (i32 [batch], docs/GPU-ABI.md
+  /// "Row status") after `skip`, and write the bad-page code into the row
+  /// of a request that meets a bad block-table entry.
+  bool rowStatus = false;
 
   int64_t outWidth() const { return tablePages * pageSize; }
   int64_t pageBytes() const { return pageSize * (headDim + 4); }

@@ -251,7 +251,8 @@ private:
   int64_t mTiles, threadRows, perRow;
 
   gpu::GPUFuncOp func;
-  Value q, w, keys, scales, table, lengths, blocks, counts, skip, previous;
+  Value q, w, keys, scales, table, lengths, blocks, counts, skip, status,
+      previous;
   Value out, pages, errors;
   Value tid, lane, warp, request, firstRow, ctaIndex;
   /// Per query row of the CTA: its length and whether that is valid; the
@@ -330,6 +331,8 @@ void ScoreKernel::declareKernel() {
   params.append({ptr, ptr});
   if (spec.sparse)
     params.append({ptr, ptr, ptr});
+  if (spec.sparse && spec.rowStatus)
+    params.push_back(ptr);
   if (spec.prefetchPreviousTiles)
     params.push_back(ptr);
   params.append({ptr, i32, ptr});
@@ -348,6 +351,7 @@ void ScoreKernel::declareKernel() {
   blocks = spec.sparse ? func.getArgument(a++) : Value();
   counts = spec.sparse ? func.getArgument(a++) : Value();
   skip = spec.sparse ? func.getArgument(a++) : Value();
+  status = spec.sparse && spec.rowStatus ? func.getArgument(a++) : Value();
   previous = spec.prefetchPreviousTiles ? func.getArgument(a++) : Value();
   out = func.getArgument(a++), pages = func.getArgument(a++);
   errors = func.getArgument(a++);
@@ -785,6 +789,10 @@ void ScoreKernel::lookupUnitPage(Value u) {
     recordError(kb, errors, ErrorBadPage, page, request, firstRow);
     if (skip)
       kb.storeAt(kb.i32(1), skip, request);
+    // After the select kernel's verdict (0: stepped), which the grid wait
+    // orders before this.
+    if (status)
+      kb.storeAt(kb.i32(ErrorBadPage), status, request);
   });
   kb.storeAt(slot, unitSlot, u);
   Value ok = kb.andI(inRange, pageOk);
