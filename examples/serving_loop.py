@@ -89,16 +89,17 @@ def make_indexer(rows, layers, pooling="max", shape=Shape(), buckets=BUCKETS,
                  chips=None, cache_dir=None, paged=False):
     """The loop's indexer: fp8 keys with f32 scales, bf16 queries, reset
     flags, and the layer as a run-time argument (one program per bucket
-    serves every layer), with ``paged`` state pages; the programs are
-    compiled (or found in the cache) now, for ``chips`` (default: the
-    device's)."""
+    serves every layer, and all buckets share one workspace of scratch
+    buffers), with ``paged`` state pages; the programs are compiled (or
+    found in the cache) now, for ``chips`` (default: the device's)."""
     return spin.Indexer(heads=shape.heads, head_dim=shape.head_dim,
                         block_size=shape.block, page_size=shape.page, topk=shape.topk,
                         sparsity=shape.sparsity, explore=shape.explore, seed=11,
                         pooling=pooling, rows=rows, key_format="fp8",
                         reset_input=True, layer_argument=True, device="cuda", chips=chips,
                         cache_dir=cache_dir, max_pages=shape.max_pages,
-                        batch_sizes=list(buckets), layers=layers, paged_state=paged)
+                        batch_sizes=list(buckets), layers=layers, paged_state=paged,
+                        shared_workspace=True)
 
 
 class Engine:
@@ -645,7 +646,8 @@ def main(argv=None):
     print(f"seed {seed}: R = {args.rows}, {args.layers} layers, {args.pooling} pooling, "
           f"buckets {buckets}, {shape.slots} state slots of {shape.capacity} slots"
           f"{f' in {shape.state_pages} state pages' if args.paged else ''}; "
-          f"{len(buckets)} programs (one per bucket, for every layer) loaded and "
+          f"{len(buckets)} programs (one per bucket, for every layer, sharing "
+          f"{indexer.workspace().bytes / 2**20:.1f} MiB of scratch) loaded and "
           f"{len(buckets)} graphs "
           f"captured in {time.time() - t:.1f} s", flush=True)
     scheduler = Scheduler(shape, args.rows, buckets, seed, paged=args.paged)

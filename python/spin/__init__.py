@@ -37,11 +37,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _spin, abi
-from .cuda import (CudaProgram, CudaState, CudaStateTensors, _require_torch_cuda, load,
+from .cuda import (CudaProgram, CudaState, CudaStateTensors, CudaWorkspace,
+                   _require_torch_cuda, load,
                    read_manifest, state_field_names, state_shapes)
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
            "load", "read_manifest", "CudaProgram", "CudaState", "CudaStateTensors",
+           "CudaWorkspace",
            "state_bytes", "fp8_page_bytes", "fuse_fp8_pages", "split_fp8_pages"]
 
 #: True when the extension was built with the compiler (JIT) part.
@@ -548,7 +550,8 @@ class Indexer:
                  explore_policy: str = "random",
                  query_format: Optional[str] = None,
                  reset_input: bool = False, layer_argument: bool = False,
-                 paged_state: bool = False, fused_fp8_pages: bool = False):
+                 paged_state: bool = False, fused_fp8_pages: bool = False,
+                 shared_workspace: bool = False):
         for name, value in (("heads", heads), ("head_dim", head_dim),
                             ("block_size", block_size), ("topk", topk),
                             ("rows", rows), ("layers", layers)):
@@ -619,6 +622,11 @@ class Indexer:
             raise ValueError(f"fused_fp8_pages holds fp8 keys and their scales: "
                              f"key_format must be 'fp8', got {key_format!r}")
         self.fused_fp8_pages = bool(fused_fp8_pages)
+        if _bool_flag("shared_workspace", shared_workspace) and str(device) == "cpu":
+            raise ValueError("shared_workspace is for cuda (the CPU path has no "
+                             "scratch buffers)")
+        self.shared_workspace = bool(shared_workspace)
+        self._workspaces: Dict[int, Any] = {}
         self._batch_sizes = [int(b) for b in batch_sizes]
         self._programs: Dict[Tuple[int, ...], Any] = {}
         # cuda: device copies of recent request-id batches, so that a step
@@ -822,10 +830,31 @@ class Indexer:
                 raise ValueError(f"this Indexer compiles for {', '.join(self.chips)}, "
                                  f"but {device} is {chip}: add {chip!r} to chips")
             from . import cache
+            if self.shared_workspace:
+                # The larger buckets first: the smaller programs then take
+                # their scratch buffers instead of new ones.
+                for larger in sorted(set(self._batch_sizes), reverse=True):
+                    if larger > batch:
+                        self.program(layer, max_pages, larger)
             path = self.artifact(layer, max_pages, batch)
             with cache.reading(path):  # not replaced while the runtime reads it
-                self._programs[key] = load(path, device)
+                self._programs[key] = load(path, device,
+                                           workspace=self.workspace(device))
         return self._programs[key]
+
+    def workspace(self, device=None):
+        """With ``shared_workspace=True`` (cuda): the :class:`CudaWorkspace`
+        whose scratch buffers all of this Indexer's programs on ``device``
+        (default: the Indexer's) share (docs/GPU-ABI.md, "One workspace for
+        many programs"); None otherwise. The programs of ahead-of-time
+        ``batch_sizes`` are loaded largest first, so that the smaller ones
+        take the largest one's buffers."""
+        if not self.shared_workspace:
+            return None
+        device = self._torch_device() if device is None else _torch.device(device)
+        if device.index not in self._workspaces:
+            self._workspaces[device.index] = CudaWorkspace(device)
+        return self._workspaces[device.index]
 
     def check(self) -> None:
         """On cuda: waits for torch's current stream and raises

@@ -496,7 +496,7 @@ def graph_artifact(mlir_text: str, function: str,
 
 #: Indexer parameters that the prebuild command takes through its own flags.
 _OWN_FLAGS = ("device", "chips", "cache_dir", "sm_count", "max_pages", "batch_sizes",
-              "layers")
+              "layers", "shared_workspace")
 
 
 def _indexer_parameters():

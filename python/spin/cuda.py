@@ -35,7 +35,7 @@ try:  # torch is optional for the package, required here
 except ImportError:  # pragma: no cover - depends on the machine
     _torch = None
 
-__all__ = ["load", "read_manifest", "CudaProgram", "CudaState"]
+__all__ = ["load", "read_manifest", "CudaProgram", "CudaState", "CudaWorkspace"]
 
 #: Roles whose tensors the caller passes in ``inputs``.
 _INPUT_ROLES = (abi.INPUT, abi.POSITIONS, abi.REQUEST_IDS, abi.RESET)
@@ -91,9 +91,39 @@ def _stream(device) -> int:
     return _torch.cuda.current_stream(device).cuda_stream
 
 
-def load(artifact_dir: str, device=None) -> "CudaProgram":
+class CudaWorkspace:
+    """Scratch buffers that the programs loaded with it share
+    (docs/GPU-ABI.md, "One workspace for many programs"): a program takes
+    the workspace's buffer of each of its scratch buffers' names when that
+    one is large enough, else a new one that later programs share. The
+    programs one Indexer compiles for several batch sizes name their
+    buffers alike, so loading the largest first makes the others take its
+    buffers. Programs sharing a workspace must have their steps ordered:
+    issue them on one stream (as a serving loop replays its graphs), or
+    order them with events."""
+
+    def __init__(self, device=None):
+        torch = _require_torch_cuda("spin.CudaWorkspace")
+        self.device = _device_of(device)
+        torch.cuda.init()  # torch's primary context exists before ours retains it
+        self._native = _spin.GpuWorkspace.create(int(self.device.index))
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the buffers the workspace holds now."""
+        return int(self._native.bytes)
+
+    @property
+    def buffers(self) -> int:
+        """Buffers the workspace holds now."""
+        return int(self._native.buffers)
+
+
+def load(artifact_dir: str, device=None, workspace: Optional[CudaWorkspace] = None
+         ) -> "CudaProgram":
     """Loads a GPU artifact for running on ``device`` (default: torch's
-    current CUDA device).
+    current CUDA device, or the workspace's), with its scratch buffers from
+    ``workspace`` (a :class:`CudaWorkspace`) when one is given.
 
     The manifest is validated first (``ValueError`` naming the file and the
     field, also on machines without a GPU); then ``RuntimeError`` if torch
@@ -102,6 +132,15 @@ def load(artifact_dir: str, device=None) -> "CudaProgram":
     """
     manifest = read_manifest(artifact_dir)
     torch = _require_torch_cuda("spin.load")
+    if workspace is not None:
+        if not isinstance(workspace, CudaWorkspace):
+            raise TypeError(f"workspace must be a spin.CudaWorkspace, got "
+                            f"{type(workspace).__name__}")
+        if device is not None and _device_of(device) != workspace.device:
+            raise ValueError(f"device {_device_of(device)} is not the workspace's "
+                             f"{workspace.device}")
+        native = _spin.GpuProgram.load_in(workspace._native, str(artifact_dir))
+        return CudaProgram(native, manifest, workspace.device)
     device = _device_of(device)
     torch.cuda.init()  # torch's primary context exists before ours retains it
     native = _spin.GpuProgram.load(str(artifact_dir), int(device.index))

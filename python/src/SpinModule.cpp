@@ -352,6 +352,20 @@ static void bindGpuStatePool(py::module_ &m) {
 /// integers, so that the module never links libcuda; manifest errors are
 /// ValueErrors (input errors), the device's RuntimeErrors.
 static void bindGpuProgram(py::module_ &m) {
+  py::class_<rt::GpuWorkspace, std::shared_ptr<rt::GpuWorkspace>>(
+      m, "GpuWorkspace",
+      "Scratch buffers shared by the programs loaded with it")
+      .def_static(
+          "create",
+          [](int device) {
+            return unwrap<std::runtime_error>(rt::GpuWorkspace::create(device));
+          },
+          py::arg("device"))
+      .def_property_readonly("bytes", &rt::GpuWorkspace::bytes)
+      .def_property_readonly("buffers", &rt::GpuWorkspace::buffers)
+      .def_property_readonly("device", [](const rt::GpuWorkspace &w) {
+        return w.context()->device();
+      });
   py::class_<rt::GpuProgram>(m, "GpuProgram")
       .def_static(
           "load",
@@ -362,6 +376,17 @@ static void bindGpuProgram(py::module_ &m) {
                 rt::GpuProgram::load(dir, device));
           },
           py::arg("directory"), py::arg("device"))
+      .def_static(
+          "load_in",
+          [](std::shared_ptr<rt::GpuWorkspace> workspace,
+             const std::string &dir) {
+            unwrap(rt::GpuManifest::read(dir));
+            return unwrap<std::runtime_error>(
+                rt::GpuProgram::load(std::move(workspace), dir));
+          },
+          py::arg("workspace"), py::arg("directory"),
+          "Loads the artifact on the workspace's device, its scratch "
+          "buffers from the workspace")
       .def(
           "run",
           [](rt::GpuProgram &program, rt::GpuStatePool *pool,

@@ -171,3 +171,43 @@ def test_the_serving_loop_on_paged_state_matches_the_reference(rows, layers, poo
     assert serving_loop.main(["--rows", str(rows), "--layers", str(layers),
                               "--pooling", pooling, "--steps", steps, "--check",
                               "--paged"] + extra) == 0
+
+
+def test_shared_workspaces_are_for_cuda():
+    with pytest.raises(ValueError, match="shared_workspace is for cuda"):
+        spin.Indexer(device="cpu", shared_workspace=True)
+    with pytest.raises(TypeError, match="shared_workspace must be a bool"):
+        spin.Indexer(device="cpu", shared_workspace="yes")
+
+
+@cuda
+@needs_cuda
+def test_the_buckets_share_one_workspace():
+    """The loop's Indexer (shared_workspace=True): loading the smallest
+    bucket's program loads the larger ones first, and all seven programs
+    then hold exactly the scratch buffers of the largest alone (same count,
+    same bytes); loading smallest first instead makes new, larger buffers
+    (the workspace keeps the latest of each name, the small program its
+    own). The steps themselves are checked by the --check runs above, which
+    use this Indexer."""
+    rows, layers, pooling = serving_loop.CHECKED[0]
+    indexer = serving_loop.make_indexer(rows, layers, pooling)
+    shape = serving_loop.Shape()
+    buckets = sorted(serving_loop.BUCKETS)
+    workspace = indexer.workspace()
+    assert isinstance(workspace, spin.CudaWorkspace) and workspace.buffers == 0
+    indexer.program(0, shape.max_pages, buckets[0])
+    assert all((0, shape.max_pages, b, workspace.device.index) in indexer._programs
+               for b in buckets)
+    largest = spin.CudaWorkspace()
+    spin.load(indexer.artifact(0, shape.max_pages, buckets[-1]), workspace=largest)
+    assert largest.buffers > 0
+    assert (workspace.buffers, workspace.bytes) == (largest.buffers, largest.bytes)
+    upward = spin.CudaWorkspace()
+    small = spin.load(indexer.artifact(0, shape.max_pages, buckets[0]), workspace=upward)
+    first = upward.bytes
+    spin.load(indexer.artifact(0, shape.max_pages, buckets[-1]), workspace=upward)
+    assert first < upward.bytes <= largest.bytes and upward.buffers == largest.buffers
+    assert small is not None
+    with pytest.raises(TypeError, match="workspace must be a spin.CudaWorkspace"):
+        spin.load(indexer.artifact(0, shape.max_pages, buckets[0]), workspace=object())

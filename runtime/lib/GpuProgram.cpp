@@ -86,6 +86,66 @@ GpuProgram::load(std::shared_ptr<Context> context, const std::string &dir) {
   return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
 }
 
+StatusOr<std::unique_ptr<GpuProgram>>
+GpuProgram::load(std::shared_ptr<GpuWorkspace> workspace,
+                 const std::string &dir) {
+  if (!workspace)
+    return Status::error("no workspace (a null GpuWorkspace)");
+  StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
+  if (!manifest.ok())
+    return manifest.status();
+  std::unique_ptr<GpuProgram> program(new GpuProgram());
+  program->spec = std::move(manifest).value();
+  program->ctx = workspace->context();
+  program->workspace = std::move(workspace);
+  if (Status s = program->loadOnDevice(); !s.ok())
+    return s;
+  return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
+}
+
+StatusOr<std::shared_ptr<GpuWorkspace>> GpuWorkspace::create(int device) {
+  StatusOr<std::shared_ptr<Context>> context = Context::get(device);
+  if (!context.ok())
+    return context.status();
+  return std::make_shared<GpuWorkspace>(std::move(context).value());
+}
+
+GpuWorkspace::GpuWorkspace(std::shared_ptr<Context> context)
+    : ctx(std::move(context)) {}
+
+int64_t GpuWorkspace::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  int64_t total = 0;
+  for (const auto &[name, memory] : named)
+    total += static_cast<int64_t>(memory->size());
+  return total;
+}
+
+int64_t GpuWorkspace::buffers() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return static_cast<int64_t>(named.size());
+}
+
+StatusOr<std::shared_ptr<DeviceMemory>>
+GpuWorkspace::buffer(const std::string &name, int64_t bytes, bool &shared) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = named.find(name);
+  if (it != named.end() && static_cast<int64_t>(it->second->size()) >= bytes) {
+    shared = true;
+    return it->second;
+  }
+  shared = false;
+  StatusOr<DeviceMemory> memory = DeviceMemory::allocate(
+      ctx, static_cast<size_t>(bytes), "scratch buffer \"" + name + "\"");
+  if (!memory.ok())
+    return memory.status();
+  auto owned = std::make_shared<DeviceMemory>(std::move(memory).value());
+  // Programs loaded later take this one; those that took a smaller one
+  // keep it (their captured graphs hold its address).
+  named[name] = owned;
+  return owned;
+}
+
 Status GpuProgram::loadOnDevice() {
   ContextScope scope(*ctx);
   if (!scope.status().ok())
@@ -107,7 +167,7 @@ Status GpuProgram::loadOnDevice() {
   // Zero what kernels read before writing: the error record, the default
   // reset flags and the scratch, which kernels leave zeroed after each step.
   CUstream setup = nullptr;
-  if (Status s = clearScratch(setup); !s.ok())
+  if (Status s = clearScratch(setup, /*shared=*/false); !s.ok())
     return s;
   if (Status s = d.check(
           d.memsetD8Async(errorRecord.get(), 0, errorRecord.size(), setup),
@@ -218,12 +278,23 @@ Status GpuProgram::getKernels(const std::string &path) {
 /// flags passed when the caller gives none.
 Status GpuProgram::allocateBuffers() {
   for (const GpuScratchSpec &buffer : spec.scratch) {
-    StatusOr<DeviceMemory> memory =
-        DeviceMemory::allocate(ctx, static_cast<size_t>(buffer.bytes),
-                               "scratch buffer \"" + buffer.name + "\"");
-    if (!memory.ok())
-      return memory.status();
-    scratch.push_back(std::move(memory).value());
+    bool shared = false;
+    if (workspace) {
+      StatusOr<std::shared_ptr<DeviceMemory>> memory =
+          workspace->buffer(buffer.name, buffer.bytes, shared);
+      if (!memory.ok())
+        return memory.status();
+      scratch.push_back(std::move(memory).value());
+    } else {
+      StatusOr<DeviceMemory> memory =
+          DeviceMemory::allocate(ctx, static_cast<size_t>(buffer.bytes),
+                                 "scratch buffer \"" + buffer.name + "\"");
+      if (!memory.ok())
+        return memory.status();
+      scratch.push_back(
+          std::make_shared<DeviceMemory>(std::move(memory).value()));
+    }
+    sharedScratch.push_back(shared);
   }
   StatusOr<DeviceMemory> record =
       DeviceMemory::allocate(ctx, 4 * sizeof(int32_t), "the error record");
@@ -309,14 +380,18 @@ Status GpuProgram::createStaging() {
   return Status::success();
 }
 
-Status GpuProgram::clearScratch(cuda::CUstream stream) {
+Status GpuProgram::clearScratch(cuda::CUstream stream, bool shared) {
   const Driver &d = ctx->driver();
-  for (const DeviceMemory &buffer : scratch)
+  for (size_t i = 0; i < scratch.size(); ++i) {
+    if (sharedScratch[i] && !shared)
+      continue;
+    const DeviceMemory &buffer = *scratch[i];
     if (Status s =
             d.check(d.memsetD8Async(buffer.get(), 0, buffer.size(), stream),
                     "cuMemsetD8Async");
         !s.ok())
       return s;
+  }
   return Status::success();
 }
 
@@ -1186,7 +1261,7 @@ void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
       values[a] = step.address[p.index];
       break;
     case GpuLaunchArg::Kind::Scratch:
-      values[a] = scratch[p.index].get();
+      values[a] = scratch[p.index]->get();
       break;
     case GpuLaunchArg::Kind::Errors:
       values[a] = errorRecord.get();

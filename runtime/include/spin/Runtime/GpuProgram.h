@@ -178,6 +178,39 @@ struct GpuManifest {
 // The program
 //===----------------------------------------------------------------------===//
 
+/// Scratch buffers that the programs loaded with it share (docs/GPU-ABI.md,
+/// "One workspace for many programs"): a program's scratch buffer is the
+/// workspace's buffer of the same name when that one is large enough, else
+/// a new one (zeroed) that the programs loaded later share; earlier programs
+/// keep theirs. Programs compiled from one graph for several batch sizes
+/// name their buffers alike (`<kernel>_<use>`) and use each one alike, so
+/// one workspace serves all of them at the size of the largest. Their steps
+/// share the memory: issue them on one stream (or order them with events),
+/// as the steps of one program.
+class GpuWorkspace {
+public:
+  static StatusOr<std::shared_ptr<GpuWorkspace>> create(int device = -1);
+  explicit GpuWorkspace(std::shared_ptr<cuda::Context> context);
+
+  const std::shared_ptr<cuda::Context> &context() const { return ctx; }
+  /// Bytes of the buffers the workspace holds now.
+  int64_t bytes() const;
+  /// Buffers the workspace holds now.
+  int64_t buffers() const;
+
+private:
+  friend class GpuProgram;
+  /// The buffer `name` of at least `bytes`; `shared` says whether it was
+  /// there already (else it is new, and zeroed).
+  StatusOr<std::shared_ptr<cuda::DeviceMemory>> buffer(const std::string &name,
+                                                       int64_t bytes,
+                                                       bool &shared);
+
+  std::shared_ptr<cuda::Context> ctx;
+  mutable std::mutex mutex;
+  std::map<std::string, std::shared_ptr<cuda::DeviceMemory>> named;
+};
+
 /// A loaded GPU artifact.
 ///
 /// Thread safety: `run` and `check` may be called from any thread (a mutex
@@ -192,6 +225,9 @@ public:
                                                     int device = -1);
   static StatusOr<std::unique_ptr<GpuProgram>>
   load(std::shared_ptr<cuda::Context> context, const std::string &dir);
+  /// On the workspace's device, with its scratch buffers from `workspace`.
+  static StatusOr<std::unique_ptr<GpuProgram>>
+  load(std::shared_ptr<GpuWorkspace> workspace, const std::string &dir);
 
   GpuProgram(const GpuProgram &) = delete;
   GpuProgram &operator=(const GpuProgram &) = delete;
@@ -323,8 +359,10 @@ private:
   Status allocateBuffers();
   Status createStreamsAndEvents();
   Status createStaging();
-  /// Zeroes every scratch buffer on `stream`.
-  Status clearScratch(cuda::CUstream stream);
+  /// Zeroes the scratch buffers on `stream`: all of them, or only those
+  /// the program does not share with programs loaded before it (which are
+  /// zero already and may be in use by their steps).
+  Status clearScratch(cuda::CUstream stream, bool shared = true);
   Status addStagingBlock(int64_t entries, std::vector<Staging> &out);
 
   /// One step being issued (defined in GpuProgram.cpp).
@@ -360,7 +398,10 @@ private:
   std::string loadedChip;
   cuda::CUmodule module = nullptr;
   std::vector<cuda::CUfunction> functions;
-  std::vector<cuda::DeviceMemory> scratch;
+  std::vector<std::shared_ptr<cuda::DeviceMemory>> scratch;
+  /// Per scratch buffer: taken from the workspace as it was (not new).
+  std::vector<bool> sharedScratch;
+  std::shared_ptr<GpuWorkspace> workspace;
   cuda::DeviceMemory errorRecord;
   cuda::PinnedMemory errorHost;
   /// `batch` zero bytes: the `reset` argument when the caller gives none.
