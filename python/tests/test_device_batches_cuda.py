@@ -351,14 +351,11 @@ def test_device_batches_match_the_reference_eagerly_and_in_one_graph(rng, name):
     assert any(st[0].it > 2 for st in run.refs.values())
 
 
-@cuda
-@needs_cuda
-def test_bad_slots_are_skipped_and_reported(rng):
-    """A slot outside the pool and a slot an earlier row already has are
-    skipped (top-K -1, state untouched) and reported by check(), in a
-    replayed graph too; the other rows stay exact."""
+def three_requests_captured(rng):
+    """A single-row SPIN loop after the warm-up and sparse steps of three
+    requests in rows 0-2 (row 3 padding), each checked, then captured."""
     run = Serving("spin-bf16", rng)
-    for step in range(4):  # warm-up and sparse steps of three requests
+    for step in range(4):
         while len(run.live) < 3:
             run.admit()
         rows = sorted(run.live)[:3] + [None]
@@ -368,6 +365,16 @@ def test_bad_slots_are_skipped_and_reported(rng):
         run.programs[0].check()
         run.advance(rows)
     run.capture()
+    return run
+
+
+@cuda
+@needs_cuda
+def test_bad_slots_are_skipped_and_reported(rng):
+    """A slot outside the pool and a slot an earlier row already has are
+    skipped (top-K -1, state untouched) and reported by check(), in a
+    replayed graph too; the other rows stay exact."""
+    run = three_requests_captured(rng)
     cases = [({3: run.slots}, "state slot 7 is outside \\[0, slots\\)", "BadSlot"),
              ({3: -2}, "state slot -2 is outside", "BadSlot"),
              ({3: None}, "state slot \\d+ is already the slot of an earlier row",
@@ -396,17 +403,7 @@ def test_a_bad_kv_page_is_reported_in_the_row_status(rng):
     its slots there are never selected, its state is untouched (the next
     steps match the reference, which skipped it), check() names the entry,
     and the other rows stay exact, in a replayed graph."""
-    run = Serving("spin-bf16", rng)
-    for step in range(4):
-        while len(run.live) < 3:
-            run.admit()
-        rows = sorted(run.live)[:3] + [None]
-        host, queries = run.write_batch(rows)
-        run.issue()
-        run.compare(run.expect(rows, host, queries), f"step {step}")
-        run.programs[0].check()
-        run.advance(rows)
-    run.capture()
+    run = three_requests_captured(rng)
     codes = {v: k for k, v in spin.abi.DEVICE_ERRORS.items()}
     rows = sorted(run.live)[:3] + [None]
     bad = 1
