@@ -29,7 +29,17 @@ def compile(mlir_text: str, function: str,
 def compile_artifact(mlir_text: str, function: str, out_dir: str,
                      pipeline_options: Optional[Dict[str, Any]] = ...,
                      chips: Sequence[str] = ...,
-                     ptx_version: int = ...) -> str: ...
+                     ptx_version: int = ..., sm_count: int = ...,
+                     layer_argument: bool = ..., paged_state: bool = ...,
+                     fused_fp8_pages: bool = ...) -> str: ...
+
+def state_bytes(fields: Sequence[str], slots: int, capacity: int, rows: int,
+                block_size: int, layers: int = ..., pages: int = ...,
+                page_size: int = ...) -> int: ...
+def fp8_page_bytes(page_size: int, head_dim: int) -> int: ...
+def fuse_fp8_pages(keys: ArrayLike, scales: ArrayLike) -> ArrayLike: ...
+def split_fp8_pages(kv_cache: ArrayLike, page_size: int,
+                    head_dim: int) -> Tuple[ArrayLike, ArrayLike]: ...
 
 def new_state(capacity_slots: int, layers: int = ..., max_requests: int = ...,
               rows: int = ..., block_size: int = ...,
@@ -67,6 +77,11 @@ class Indexer:
     cache_dir: Optional[str]         # device="cuda": the GPU program cache
     sm_count: Optional[int]          # device="cuda": the SM count grids are sized for
     explore_policy: str
+    reset_input: bool
+    layer_argument: bool
+    paged_state: bool
+    fused_fp8_pages: bool
+    shared_workspace: bool
     def __init__(self, heads: int = ..., head_dim: int = ..., block_size: int = ...,
                  topk: int = ..., sparsity: float = ..., ema_decay: float = ...,
                  explore: float = ..., seed: int = ..., pooling: str = ...,
@@ -78,7 +93,20 @@ class Indexer:
                  max_pages: Optional[int] = ...,
                  batch_sizes: Union[int, Sequence[int]] = ...,
                  layers: int = ..., explore_policy: str = ...,
-                 query_format: Optional[str] = ...) -> None: ...
+                 query_format: Optional[str] = ...,
+                 reset_input: bool = ..., layer_argument: bool = ...,
+                 paged_state: bool = ..., fused_fp8_pages: bool = ...,
+                 shared_workspace: bool = ...) -> None: ...
+    def workspace(self, device: Any = ...) -> Optional[CudaWorkspace]: ...
+    def state_bytes(self, capacity_slots: int, layers: int = ...,
+                    max_requests: int = ..., batch: Optional[int] = ...,
+                    pages: Optional[int] = ...) -> int: ...
+    def new_state_tensors(self, capacity_slots: int, layers: int = ...,
+                          max_requests: int = ..., batch: Optional[int] = ...,
+                          pages: Optional[int] = ...) -> CudaStateTensors: ...
+    def run_batch(self, inputs: Dict[str, Any], state: Union[CudaState, CudaStateTensors],
+                  outputs: Optional[Dict[str, Any]] = ..., *,
+                  layer: int = ...) -> Dict[str, Any]: ...
     def program(self, layer: int, max_pages: int,
                 batch: Optional[int] = ...) -> Union[Program, CudaProgram]: ...
     def artifact(self, layer: int, max_pages: int, batch: int,
@@ -90,12 +118,35 @@ class Indexer:
                  block_table: ArrayLike, lengths: ArrayLike, positions: ArrayLike,
                  state: Union[State, CudaState], *, request_ids: Any,
                  scales: Optional[ArrayLike] = ..., layer: int = ...,
-                 return_sparsity: bool = ...) -> Union[ArrayLike, Tuple[ArrayLike, ArrayLike]]: ...
+                 return_sparsity: bool = ...,
+                 reset: Optional[ArrayLike] = ...) -> Union[ArrayLike, Tuple[ArrayLike, ArrayLike]]: ...
 
 # CUDA (spin/cuda.py): compiled GPU artifacts on CUDA torch tensors.
 
 def read_manifest(artifact_dir: str) -> Dict[str, Any]: ...
-def load(artifact_dir: str, device: Any = ...) -> CudaProgram: ...
+def load(artifact_dir: str, device: Any = ...,
+         workspace: Optional[CudaWorkspace] = ...) -> CudaProgram: ...
+
+class CudaWorkspace:
+    device: Any
+    def __init__(self, device: Any = ...) -> None: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def buffers(self) -> int: ...
+
+class CudaStateTensors:
+    tensors: Dict[str, Any]
+    device: Any
+    slots: int
+    capacity: int
+    layers: int
+    rows: int
+    block_size: int
+    pages: int
+    page_size: int
+    @property
+    def nbytes(self) -> int: ...
 
 class CudaState:
     device: Any
@@ -138,7 +189,11 @@ class CudaProgram:
     def run(self, inputs: Dict[str, Any], state: Optional[CudaState] = ...,
             request_ids: Optional[Iterable[int]] = ...,
             outputs: Optional[Dict[str, Any]] = ...) -> Dict[str, Any]: ...
-    def run_batch(self, inputs: Dict[str, Any], state: CudaState,
-                  outputs: Optional[Dict[str, Any]] = ...) -> Dict[str, Any]: ...
+    def run_batch(self, inputs: Dict[str, Any], state: Union[CudaState, CudaStateTensors],
+                  outputs: Optional[Dict[str, Any]] = ..., *,
+                  layer: int = ...) -> Dict[str, Any]: ...
+    def new_state_tensors(self, slots: int = ..., layers: Optional[int] = ...,
+                          capacity: Optional[int] = ...,
+                          pages: Optional[int] = ...) -> CudaStateTensors: ...
     def check(self) -> None: ...
     def reserve_captured_steps(self, count: int) -> None: ...
