@@ -190,6 +190,13 @@ CLI_CASES = [
         writes_nothing=True),
     Cli("compile-m-tiles-negative", "spin-compile", [STATIC_GRAPH, "-o", "{out}", "--m-tiles=-3"],
         ["m-tiles", "-3"], writes_nothing=True),
+    # fused fp8 key pages hold fp8 keys and their scales: bf16 keys have none
+    Cli("compile-fused-pages-bf16-keys", "spin-compile",
+        [STATIC_GRAPH, "-o", "{out}", "--fused-fp8-pages"],
+        ["'spin.dense_indexer' op GPU path: fused-fp8-pages needs fp8 keys with scales"],
+        writes_nothing=True),
+    Cli("opt-fused-pages-bf16-keys", "spin-opt", ["--convert-spin-to-gpu=fused-fp8-pages=1", DENSE_GPU],
+        ["dense.mlir:", "fused-fp8-pages needs fp8 keys with scales"]),
 ]
 
 
