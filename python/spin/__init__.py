@@ -151,7 +151,7 @@ class Program:
                         continue
                     raise ValueError(f"missing input {name!r}")
                 arrays[name] = _tensor(name, inputs.pop(name), arg["dtype"], len(arg["shape"]))
-                if batch is None and not name.startswith(("keys", "scales", "kv_cache")):
+                if batch is None and not abi.is_paged_cache_input(name):
                     batch = arrays[name][0].shape[0]
         if inputs:
             raise ValueError(f"unknown inputs {sorted(inputs)}")
@@ -1155,19 +1155,12 @@ class Indexer:
                                                                      torch.int32):
             if positions.dim() == 1 and positions.numel() == batch * rows:
                 positions = positions.view(batch, rows)
-            if positions.dtype == torch.int64:
-                # Clamped first, so that a position past int32 stays out of
-                # range (reported by the row status) instead of wrapping.
-                positions = positions.clamp(-1, 2**31 - 1).to(torch.int32)
-            inputs["positions"] = positions
+            inputs["positions"] = _int32_on_device(positions)
         lengths = inputs.get("lengths")
         if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 and \
                 lengths.dtype in (torch.int32, torch.int64) and lengths.numel() == batch:
             offsets = torch.arange(1 - rows, 1, device=lengths.device, dtype=lengths.dtype)
-            lengths = lengths.view(batch, 1) + offsets
-            if lengths.dtype == torch.int64:
-                lengths = lengths.clamp(-1, 2**31 - 1)
-            inputs["lengths"] = lengths.to(torch.int32)
+            inputs["lengths"] = _int32_on_device(lengths.view(batch, 1) + offsets)
         return inputs
 
     def _ids_on_device(self, device, request_ids):
@@ -1273,6 +1266,15 @@ def state_bytes(fields: Sequence[str], slots: int, capacity: int, rows: int,
     return sum(int(np.prod(shape)) * np.dtype(_NUMPY_TYPES[dtype]).itemsize for shape, dtype in
                state_shapes(fields, slots, capacity, rows, block_size, range(layers),
                             pages, page_size).values())
+
+
+def _int32_on_device(values):
+    """An int32 or int64 torch tensor as int32, on its device. int64 values
+    are clamped first, so that one past int32 stays out of range (a step
+    reports it in the row status) instead of wrapping into range."""
+    if values.dtype == _torch.int32:
+        return values
+    return values.clamp(-1, 2**31 - 1).to(_torch.int32)
 
 
 def fp8_page_bytes(page_size: int, head_dim: int) -> int:

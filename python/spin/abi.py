@@ -15,7 +15,9 @@ same names instead of spelling them again:
 * ``KEY``: manifest.json member names by enumerator (``KEY["MaxRows"]``);
 * ``DEVICE_ERRORS``: the device error codes by value (``{4: "BadSlot"}``),
   and ``row_status(code)``, what a row status output's value means;
-* ``block_budget``: SPIN's block budget, computed by the runtime's rule.
+* ``block_budget``: SPIN's block budget, computed by the runtime's rule;
+* ``is_paged_cache_input(name)``: whether an input is a key cache (no batch
+  dimension), by the runtime's rule.
 """
 
 from typing import Dict, Tuple
@@ -63,6 +65,13 @@ def row_status(code: int) -> str:
     if code in DEVICE_ERRORS:
         return DEVICE_ERRORS[code]
     raise ValueError(f"{code} is not a row status")
+
+
+def is_paged_cache_input(name: str) -> bool:
+    """Whether input ``name`` is a key cache (``keys``, ``scales``,
+    ``kv_cache`` or their ``_k`` forms): its size 0 counts pages, not the
+    batch (the runtime's rule)."""
+    return bool(_abi.is_paged_cache_input(str(name)))
 
 
 def block_budget(blocks: int, block_size: int, topk: int, sparsity: float) -> int:

@@ -579,7 +579,7 @@ class CudaProgram:
                 want = ", ".join("?" if d < 0 else str(d) for d in arg["shape"])
                 raise ValueError(f"missing input {name!r} [{want}] {arg['dtype']}")
             native_in[name] = self._tensor("input", name, inputs[name], arg)
-            if batch is None and not name.startswith(("keys", "scales", "kv_cache")):
+            if batch is None and not abi.is_paged_cache_input(name):
                 batch = inputs[name].shape[0]
         known = {a["name"] for a in self.signature if a["role"] in roles}
         unknown = sorted(set(inputs) - known)

@@ -13,6 +13,7 @@
 
 #include "spin/Runtime/Abi.h"
 #include "spin/Runtime/Semantics.h"
+#include "spin/Runtime/StepProgram.h"
 
 #include <pybind11/stl.h>
 
@@ -100,4 +101,7 @@ void spin::python::bindAbi(py::module_ &m) {
   abi.def("block_budget", &rt::blockBudget, py::arg("blocks"),
           py::arg("block_size"), py::arg("topk"), py::arg("sparsity"),
           "SPIN_SPEC §3.4's block budget m of `blocks` blocks.");
+  abi.def("is_paged_cache_input", &rt::isPagedCacheInput, py::arg("name"),
+          "Whether input `name` is a key cache (keys, scales, kv_cache, or "
+          "their _k forms), whose size 0 is its pages, not the batch.");
 }

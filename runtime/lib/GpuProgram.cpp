@@ -59,18 +59,15 @@ Status createEvent(const Driver &d, CUevent &event) {
 
 StatusOr<std::unique_ptr<GpuProgram>> GpuProgram::load(const std::string &dir,
                                                        int device) {
+  // Manifest errors come first: they need no driver.
   StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
   if (!manifest.ok())
     return manifest.status();
   StatusOr<std::shared_ptr<Context>> context = Context::get(device);
   if (!context.ok())
     return context.status();
-  std::unique_ptr<GpuProgram> program(new GpuProgram());
-  program->spec = std::move(manifest).value();
-  program->ctx = std::move(context).value();
-  if (Status s = program->loadOnDevice(); !s.ok())
-    return s;
-  return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
+  return create(std::move(manifest).value(), std::move(context).value(),
+                nullptr);
 }
 
 StatusOr<std::unique_ptr<GpuProgram>>
@@ -78,12 +75,7 @@ GpuProgram::load(std::shared_ptr<Context> context, const std::string &dir) {
   StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
   if (!manifest.ok())
     return manifest.status();
-  std::unique_ptr<GpuProgram> program(new GpuProgram());
-  program->spec = std::move(manifest).value();
-  program->ctx = std::move(context);
-  if (Status s = program->loadOnDevice(); !s.ok())
-    return s;
-  return StatusOr<std::unique_ptr<GpuProgram>>(std::move(program));
+  return create(std::move(manifest).value(), std::move(context), nullptr);
 }
 
 StatusOr<std::unique_ptr<GpuProgram>>
@@ -94,9 +86,17 @@ GpuProgram::load(std::shared_ptr<GpuWorkspace> workspace,
   StatusOr<GpuManifest> manifest = GpuManifest::read(dir);
   if (!manifest.ok())
     return manifest.status();
+  std::shared_ptr<Context> context = workspace->context();
+  return create(std::move(manifest).value(), std::move(context),
+                std::move(workspace));
+}
+
+StatusOr<std::unique_ptr<GpuProgram>>
+GpuProgram::create(GpuManifest manifest, std::shared_ptr<Context> context,
+                   std::shared_ptr<GpuWorkspace> workspace) {
   std::unique_ptr<GpuProgram> program(new GpuProgram());
-  program->spec = std::move(manifest).value();
-  program->ctx = workspace->context();
+  program->spec = std::move(manifest);
+  program->ctx = std::move(context);
   program->workspace = std::move(workspace);
   if (Status s = program->loadOnDevice(); !s.ok())
     return s;

@@ -1393,7 +1393,6 @@ LogicalResult PlanBuilder::collectMtpLayers() {
 /// by use); each must be a tensor of a runtime element type with a spin
 /// role attribute.
 LogicalResult PlanBuilder::bindGraphArguments() {
-  nameGraphInputs(func);
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -1430,7 +1429,7 @@ LogicalResult PlanBuilder::bindGraphArguments() {
       std::string fused =
           ("kv_cache" + name.drop_front(StringRef("keys").size())).str();
       buffers[arg] = addPointer(*role, fused, abi::dtypeName(abi::DType::i8),
-                                {shape[0], shape[1] * (shape[2] + 4)});
+                                {shape[0], fusedPageBytes(shape[1], shape[2])});
       continue;
     }
     buffers[arg] = addPointer(*role, name, *dtype, shape);
@@ -1447,7 +1446,6 @@ LogicalResult PlanBuilder::bindGraphArguments() {
 LogicalResult PlanBuilder::collectFusedPages() {
   if (!options.fusedFp8Pages)
     return success();
-  nameGraphInputs(func);
   auto inputName = [&](Value v) -> StringRef {
     auto arg = dyn_cast<BlockArgument>(v);
     if (!arg || arg.getOwner() != &func.getBody().front())
@@ -1466,7 +1464,7 @@ LogicalResult PlanBuilder::collectFusedPages() {
                              "scales to be graph inputs of their own");
     auto type = cast<RankedTensorType>(keys.getType());
     if (type.isDynamicDim(1) || type.isDynamicDim(2) ||
-        (type.getDimSize(1) * (type.getDimSize(2) + 4)) % 16 != 0)
+        fusedPageBytes(type.getDimSize(1), type.getDimSize(2)) % 16 != 0)
       return op->emitOpError("GPU path: fused-fp8-pages needs static page "
                              "and head-dim sizes whose page of keys and "
                              "scales is a multiple of 16 bytes (got ")
@@ -1550,6 +1548,9 @@ LogicalResult PlanBuilder::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("GPU path: needs a single-block function");
   collectCapacities();
+  // The graph's arguments named by use, which the fused pages and the
+  // plan's arguments both go by.
+  nameGraphInputs(func);
   if (failed(collectMtpLayers()) || failed(collectFusedPages()) ||
       failed(bindGraphArguments()) || failed(collectPaging()))
     return failure();

@@ -77,6 +77,12 @@ enum ErrorCode : int32_t {
 /// `fillPastLength`); sparse rows in selected-block
 /// order (entry e = slot blocks[e / blockSize] * blockSize + e % blockSize),
 /// NaN for entries past the row's visible length.
+/// Bytes of a fused fp8 key page (ScoreKernelSpec::fusedPages): `pageSize`
+/// rows of `headDim` e4m3 bytes, then their f32 scales.
+inline int64_t fusedPageBytes(int64_t pageSize, int64_t headDim) {
+  return pageSize * (headDim + 4);
+}
+
 struct ScoreKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, heads = 64, headDim = 128;
@@ -118,7 +124,7 @@ struct ScoreKernelSpec {
   bool rowStatus = false;
 
   int64_t outWidth() const { return tablePages * pageSize; }
-  int64_t pageBytes() const { return pageSize * (headDim + 4); }
+  int64_t pageBytes() const { return fusedPageBytes(pageSize, headDim); }
 };
 /// The query rows (of `rows`, a divisor) one scoring CTA scores: as many as
 /// fit the shared-memory staging budget.

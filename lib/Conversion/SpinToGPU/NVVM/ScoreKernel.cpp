@@ -209,6 +209,7 @@ private:
     Value slotIndex, pageByte, offset;
   };
   KeyRowPlace keyRowPlace(Value page, Value offset);
+  Value fusedPageByte(Value page);
   Type unitPageType();
   Value keyRowByte(const KeyRowPlace &place);
   Value scaleAddress(const KeyRowPlace &place);
@@ -797,8 +798,7 @@ void ScoreKernel::lookupUnitPage(Value u) {
   kb.storeAt(slot, unitSlot, u);
   Value ok = kb.andI(inRange, pageOk);
   if (spec.fusedPages)
-    kb.storeAt(kb.select(ok, keyRowPlace(page, kb.i32(0)).pageByte, kb.i64(-1)),
-               unitPage, u);
+    kb.storeAt(kb.select(ok, fusedPageByte(page), kb.i64(-1)), unitPage, u);
   else
     kb.storeAt(kb.select(ok, page, kb.i32(-1)), unitPage, u);
 }
@@ -897,13 +897,16 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
 /// rows and then its scales in `pageBytes()` bytes, with `keys` and
 /// `scales` the same pointer.
 ScoreKernel::KeyRowPlace ScoreKernel::keyRowPlace(Value page, Value offset) {
-  if (spec.fusedPages) {
-    Value pageByte = kb.mul(kb.extS64(page), kb.i64(spec.pageBytes()));
-    return {Value(), pageByte, kb.extS64(offset)};
-  }
+  if (spec.fusedPages)
+    return {Value(), fusedPageByte(page), kb.extS64(offset)};
   return {kb.add(kb.mul(kb.extS64(page), kb.i64(spec.pageSize)),
                  kb.extS64(offset)),
           Value(), Value()};
+}
+
+/// The first byte of fused page `page` (i32) from `keys`.
+Value ScoreKernel::fusedPageByte(Value page) {
+  return kb.mul(kb.extS64(page), kb.i64(spec.pageBytes()));
 }
 
 /// The byte offset of a key row from `keys`.

@@ -351,6 +351,12 @@ private:
     cuda::CUdeviceptr device = 0;
   };
 
+  /// What every `load` ends with: a program of `manifest` on `context`'s
+  /// device, its scratch from `workspace` when there is one.
+  static StatusOr<std::unique_ptr<GpuProgram>>
+  create(GpuManifest manifest, std::shared_ptr<cuda::Context> context,
+         std::shared_ptr<GpuWorkspace> workspace);
+
   /// `loadOnDevice` and its steps, in order (GpuProgram.cpp says what each
   /// does).
   Status loadOnDevice();
