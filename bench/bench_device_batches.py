@@ -21,10 +21,12 @@
 # Both decode: before every replay the rows grow by one slot (lengths and
 # positions written into the graphs' input tensors, outside the timed
 # span), and the device batch's rows are shuffled (block-table rows,
-# request ids and slots move with their request). Timed per replay with
-# CUDA events around the replay alone, each window of 40 replays enqueued
-# behind a spinning kernel (no replay waits for the host); medians over the
-# replays.
+# request ids, slots, queries and head weights move with their request, so
+# that every request sees the same inputs in every mode). Timed per replay
+# with CUDA events around the replay alone, each window of 40 replays
+# enqueued behind a spinning kernel (no replay waits for the host), the
+# modes' windows interleaved; medians over the replays but the first two
+# of each window.
 # Configuration: fp8 keys with f32 scales, bf16 queries, H = 64, Dh = 128,
 # 64-slot pages and blocks, K = 2048, rho = 0.5, explore 0, R = 1,
 # B x N in {16, 96} x 128K (the serving shapes of issue 26).
@@ -99,7 +101,127 @@ def build(out, baseline_compiler=None):
                            check=True)
 
 
-def run(artifacts, out, replays, seed, only=""):
+def timeline(torch, graph, inputs, staged, keys_written, replays=30):
+    """Each kernel of the step, as the replays ran it: median start (from
+    the replay's first kernel) and duration, in us. The replays run behind a
+    spinning kernel as in the timed loop, the rows growing on from where the
+    timed replays left them; the input copies between them split the trace
+    into replays."""
+    from torch.profiler import ProfilerActivity, profile
+    grown = [{k: v + len(staged) if k in ("lengths", "positions") else v
+              for k, v in e.items()} for e in staged[:replays]]
+    torch.cuda._sleep(50_000_000)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(replays):
+            for k in keys_written:
+                inputs[k].copy_(grown[i][k])
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted(((e.time_range.start, e.time_range.end, e.name)
+                      for e in prof.events() if e.device_type.name == "CUDA"),
+                     key=lambda e: e[0])
+    groups, current = [], []
+    for start, end, name in kernels:
+        if name.startswith("spin_"):
+            current.append((start, end, name))
+        elif current:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    per = {}
+    spans = []
+    for g in groups[2:]:
+        t0 = g[0][0]
+        spans.append(max(e for _, e, _ in g) - t0)
+        for start, end, name in g:
+            per.setdefault(name, []).append((start - t0, end - start))
+    rows = [(statistics.median(s for s, _ in v), statistics.median(d for _, d in v), n)
+            for n, v in per.items()]
+    lines = [f"    {s:7.2f} +{d:7.2f}  {n}" for s, d, n in sorted(rows)]
+    if spans:
+        lines.append(f"    span {statistics.median(spans):.2f} us over {len(spans)} replays")
+    return "\n".join(lines)
+
+
+def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
+            tables, kv_cache, pages):
+    """One mode's program, state, inputs and captured step, and its replays'
+    inputs staged on the device; None where the artifacts lack the mode."""
+    dev = torch.device("cuda")
+    paged = mode == "paged"
+    device_batch = mode.startswith("device") or mode in ("paged", "fused")
+    shuffle = mode in ("device", "paged", "fused")
+    name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
+    if not os.path.isdir(os.path.join(artifacts, name)):
+        return None
+    program = spin.load(os.path.join(artifacts, name), "cuda")
+    state = (program.new_state_tensors(slots=batch, pages=pages) if paged
+             else program.new_state(slots=batch))
+    inputs = dict(base, q=base["q"].clone(), w=base["w"].clone(),
+                  **{k: v.clone() for k, v in row.items()})
+    if mode == "fused":
+        del inputs["keys"], inputs["scales"]
+        inputs["kv_cache"] = kv_cache
+    if paged:
+        inputs["state_block_table"] = tables.clone()
+    outputs = {"topk": torch.empty((batch, 1, K), dtype=torch.int32, device=dev)}
+    ids = list(range(100, 100 + batch))
+    if device_batch:
+        inputs["slots"] = torch.arange(batch, dtype=torch.int32, device=dev)
+        inputs["reset"] = torch.ones(batch, dtype=torch.bool, device=dev)
+
+        def step():
+            program.run_batch(inputs, state, outputs=outputs)
+    else:
+        for r in ids:
+            state.add(r)
+
+        def step():
+            program(inputs, state, request_ids=ids, outputs=outputs)
+    # Warm-up, then the sparse steps, then capture.
+    for i in range(3):
+        step()
+        if device_batch:
+            inputs["reset"].zero_()
+        inputs["lengths"] += 1
+        inputs["positions"] += 1
+    torch.cuda.synchronize()
+    program.reserve_captured_steps(1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    torch.cuda.synchronize()
+    # Per replay: the rows' new lengths (and, for device batches, a new
+    # order of the requests over the batch rows), staged on the device
+    # beforehand and copied in before the timed span.
+    staged = []
+    grow = torch.arange(1, replays + 1, dtype=torch.int32, device=dev)
+    for i in range(replays):
+        p = (torch.randperm(batch, device=dev) if shuffle
+             else torch.arange(batch, device=dev))
+        n = row["lengths"][p] + 3 + grow[i]
+        staged.append({"slots": p.to(torch.int32),
+                       "block_table": tables[p].contiguous(),
+                       "request_ids": p + 100, "lengths": n,
+                       "positions": n - 1, "q": base["q"][p],
+                       "w": base["w"][p]})
+        if paged:
+            staged[-1]["state_block_table"] = staged[-1]["block_table"]
+    # Every mode writes the queries, head weights, block-table rows, lengths
+    # and positions before each replay, as an engine's decode step does (a
+    # same-request replay gets its rows' own values again); device batches
+    # also their slots and request ids.
+    keys_written = [k for k in staged[0]
+                    if device_batch or k not in ("slots", "request_ids")]
+    events = [(torch.cuda.Event(enable_timing=True),
+               torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    return {"program": program, "state": state, "graph": graph,
+            "inputs": inputs, "staged": staged, "keys_written": keys_written,
+            "events": events}
+
+
+def run(artifacts, out, replays, seed, only="", show_timeline=False):
     import torch
     spin = import_spin()
     torch.manual_seed(seed)
@@ -123,84 +245,35 @@ def run(artifacts, out, replays, seed, only=""):
                "lengths": torch.full((batch, 1), start, dtype=torch.int32, device=dev),
                "positions": torch.full((batch, 1), start - 1, dtype=torch.int32, device=dev),
                "request_ids": torch.arange(batch, dtype=torch.int64, device=dev) + 100}
+        setups = {}
         for mode in MODES:
-            paged = mode == "paged"
-            device_batch = mode.startswith("device") or mode in ("paged", "fused")
-            shuffle = mode in ("device", "paged", "fused")
-            name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
-            if not os.path.isdir(os.path.join(artifacts, name)) or \
-                    only not in name_of(batch, slots, mode):
+            if only not in name_of(batch, slots, mode):
                 continue
-            program = spin.load(os.path.join(artifacts, name), "cuda")
-            state = (program.new_state_tensors(slots=batch, pages=pages) if paged
-                     else program.new_state(slots=batch))
-            inputs = dict(base, **{k: v.clone() for k, v in row.items()})
-            if mode == "fused":
-                del inputs["keys"], inputs["scales"]
-                inputs["kv_cache"] = kv_cache
-            if paged:
-                inputs["state_block_table"] = tables.clone()
-            outputs = {"topk": torch.empty((batch, 1, K), dtype=torch.int32, device=dev)}
-            ids = list(range(100, 100 + batch))
-            if device_batch:
-                inputs["slots"] = torch.arange(batch, dtype=torch.int32, device=dev)
-                inputs["reset"] = torch.ones(batch, dtype=torch.bool, device=dev)
-
-                def step():
-                    program.run_batch(inputs, state, outputs=outputs)
-            else:
-                for r in ids:
-                    state.add(r)
-
-                def step():
-                    program(inputs, state, request_ids=ids, outputs=outputs)
-            # Warm-up, then the sparse steps, then capture.
-            for i in range(3):
-                step()
-                if device_batch:
-                    inputs["reset"].zero_()
-                inputs["lengths"] += 1
-                inputs["positions"] += 1
-            torch.cuda.synchronize()
-            program.reserve_captured_steps(1)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            torch.cuda.synchronize()
-            # Per replay: the rows' new lengths (and, for device batches, a
-            # new order of the requests over the batch rows), staged on the
-            # device beforehand and copied in before the timed span. Each
-            # window of replays starts behind a spinning kernel, so that the
-            # host has enqueued the whole window before the GPU reaches it:
-            # no replay waits for the host.
-            staged = []
-            grow = torch.arange(1, replays + 1, dtype=torch.int32, device=dev)
-            for i in range(replays):
-                p = (torch.randperm(batch, device=dev) if shuffle
-                     else torch.arange(batch, device=dev))
-                n = row["lengths"][p] + 3 + grow[i]
-                staged.append({"slots": p.to(torch.int32),
-                               "block_table": tables[p].contiguous(),
-                               "request_ids": p + 100, "lengths": n,
-                               "positions": n - 1})
-                if paged:
-                    staged[-1]["state_block_table"] = staged[-1]["block_table"]
-            keys_written = [k for k in staged[0]
-                            if device_batch or k in ("lengths", "positions")]
-            events = [(torch.cuda.Event(enable_timing=True),
-                       torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-            window = 40
-            for first in range(0, replays, window):
+            setup = prepare(spin, torch, artifacts, mode, batch, slots, replays,
+                            base, row, tables, kv_cache, pages)
+            if setup:
+                setups[mode] = setup
+        # The modes' windows interleave (each window of one mode behind a
+        # spinning kernel, the order rotating from window to window): a
+        # drift of the clocks over the run falls on every mode alike.
+        window = 40
+        order = list(setups)
+        for w, first in enumerate(range(0, replays, window)):
+            for mode in order[w % len(order):] + order[:w % len(order)]:
+                setup = setups[mode]
                 torch.cuda._sleep(50_000_000)
                 for i in range(first, min(first + window, replays)):
-                    for k in keys_written:
-                        inputs[k].copy_(staged[i][k])
-                    events[i][0].record()
-                    graph.replay()
-                    events[i][1].record()
-            torch.cuda.synchronize()
-            program.check()
-            times = [a.elapsed_time(b) * 1000.0 for a, b in events[5:]]
+                    for k in setup["keys_written"]:
+                        setup["inputs"][k].copy_(setup["staged"][i][k])
+                    setup["events"][i][0].record()
+                    setup["graph"].replay()
+                    setup["events"][i][1].record()
+        torch.cuda.synchronize()
+        for mode, setup in setups.items():
+            setup["program"].check()
+            # The first replays of each window wait for nothing in L2.
+            times = [a.elapsed_time(b) * 1000.0 for i, (a, b) in
+                     enumerate(setup["events"]) if i % window >= 2]
             med = statistics.median(times)
             results.append({"name": name_of(batch, slots, mode), "batch": batch,
                             "slots": slots,
@@ -209,8 +282,11 @@ def run(artifacts, out, replays, seed, only=""):
                             "p90_us": sorted(times)[int(0.9 * len(times))]})
             print(f"{name_of(batch, slots, mode)}: median {med:.1f} us, min {min(times):.1f}, "
                   f"p90 {results[-1]['p90_us']:.1f} over {len(times)} replays", flush=True)
-            del graph, state, program
-            torch.cuda.synchronize()
+            if show_timeline:
+                print(timeline(torch, setup["graph"], setup["inputs"], setup["staged"],
+                               setup["keys_written"]), flush=True)
+        setups.clear()
+        torch.cuda.synchronize()
     print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
           "device batch, fixed rows, us | device batch, changing rows, us | "
           "paged state, changing rows, us | fused fp8 pages, changing rows, us | "
@@ -240,11 +316,14 @@ def main():
     p.add_argument("--only", default="",
                    help="with --run: only the configurations whose name has this "
                         "substring (e.g. b16-n128k-paged, for a profiler)")
+    p.add_argument("--timeline", action="store_true",
+                   help="with --run: also each kernel's median start and "
+                        "duration within a replay (torch.profiler)")
     a = p.parse_args()
     if a.build:
         build(a.build, a.baseline_compiler)
     if a.run:
-        run(a.run, a.out, a.replays, a.seed, a.only)
+        run(a.run, a.out, a.replays, a.seed, a.only, a.timeline)
     if not a.build and not a.run:
         p.error("give --build DIR or --run DIR")
 

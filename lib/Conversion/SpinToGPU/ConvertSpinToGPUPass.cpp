@@ -128,10 +128,12 @@ struct MaskBuffers {
   /// the EMA update (its kernel, grid and operands).
   std::optional<std::pair<std::string, LaunchShape>> predictNext;
   SmallVector<Buffer> predictOperands;
-  /// Where the select kernel triggers early: each request's previous count
-  /// and block list, kept by the update kernel for the next step's scoring
-  /// kernel to prefetch from (Kernels.h).
+  /// Where the select kernel triggers early and scoring CTAs prefetch: each
+  /// request's slot, previous count and block list, kept by the update
+  /// kernel for the next step's scoring kernel to prefetch from (Kernels.h),
+  /// and how many of its CTAs do.
   std::optional<Buffer> previous;
+  int64_t prefetchCtas = 0;
   /// The selection's row status output, which the scoring kernel also
   /// writes (a row that met a bad block-table entry).
   std::optional<Buffer> status;
@@ -756,9 +758,12 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
   if (canPredictByMax(spec))
     predicted = launchPredict(op, spec, mask,
                               {*positions, *lengths, *slots, v, d, it});
-  if (spec.triggersEarly())
+  auto config = SpinDialect::SelectConfigAttrHelper(op.getContext()).getAttr(op);
+  if (spec.triggersEarly() && config && config.getScoringPrefetchCtas() > 0) {
     mask.previous = addScratch(spec.name + "_previous",
-                               spec.batch * (1 + spec.maxBlocks) * 4);
+                               spec.batch * (2 + spec.maxBlocks) * 4);
+    mask.prefetchCtas = config.getScoringPrefetchCtas();
+  }
   LaunchShape shape = buildSelectKernel(b, op.getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {*positions, *lengths, *ids, *slots,
                                   v,          d,        it,   mask.blocks,
@@ -815,6 +820,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   // their first tiles where the previous step's list put them, which
   // decoding steps mostly select again (docs/benchmarks-kernels.md).
   spec->prefetchPreviousTiles = mask.previous.has_value();
+  spec->prefetchCtas = mask.prefetchCtas;
   spec->rowStatus = mask.status.has_value();
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
@@ -827,7 +833,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   if (mask.status)
     operands->push_back(*mask.status);
   if (mask.previous)
-    operands->push_back(*mask.previous);
+    operands->append({*mask.previous, *slots});
   operands->append({scores, pagesOf(op.getKeys()), *errors});
   Launch &scoring = launch(spec->name, shape, *operands, op);
   buffers[op.getScores()] = scores;

@@ -1,5 +1,6 @@
 // RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels | FileCheck %s
 // RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=4 tiles-per-warp=12 m-tiles=2 sm-count=1" | FileCheck %s --check-prefix=OPTS
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="sm-count=3" | FileCheck %s --check-prefix=SM3
 // RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels --convert-spin-to-gpu | FileCheck %s --check-prefix=PLAN
 // RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=0" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="m-tiles=3" 2>&1 | FileCheck %s --check-prefix=BADM
@@ -86,6 +87,33 @@ func.func @spin_step(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>, %keys: 
   %t, %z = spin.fused_score q(%q : tensor<2x1x16x64xbf16>) w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x8xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x1x8xi32>, tensor<2x1x128xf32>
   %token_1, %updated = async.execute -> !async.value<!spin.state<layer = 0>> {
     %s1 = spin.ema_update %s scores(%z : tensor<2x1x128xf32>) positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
+    async.yield %s1 : !spin.state<layer = 0>
+  }
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+// With more predict CTAs than SMs (4 against 3 here) the selection does not
+// prefetch on a miss; its kernel lets the scoring CTAs start early instead,
+// and one of them per SM it leaves free (3 SMs - 2 requests) prefetches its
+// first key tiles. The default 132 SMs prefetch on a miss.
+// CHECK-LABEL: func.func @spin_step_wide(
+// CHECK: spin.select_config = #spin.select_config<prefetch_on_miss = true>
+// SM3-LABEL: func.func @spin_step_wide(
+// SM3: spin.select_config = #spin.select_config<prefetch_on_miss = false, scoring_prefetch_ctas = 1>
+func.func @spin_step_wide(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>, %keys: tensor<?x16x64xbf16>,
+                          %table: tensor<2x128xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32> {spin.positions},
+                          %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %token, %selected = async.execute -> !async.value<tensor<2x128xi1>> {
+    %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {block_size = 16 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 8 : i64} : !spin.state<layer = 0> -> tensor<2x128xi1>
+    async.yield %m : tensor<2x128xi1>
+  }
+  %mask = async.await %selected : !async.value<tensor<2x128xi1>>
+  %t, %z = spin.fused_score q(%q : tensor<2x1x16x64xbf16>) w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x128xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x128xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x1x8xi32>, tensor<2x1x2048xf32>
+  %token_1, %updated = async.execute -> !async.value<!spin.state<layer = 0>> {
+    %s1 = spin.ema_update %s scores(%z : tensor<2x1x2048xf32>) positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x128xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
     async.yield %s1 : !spin.state<layer = 0>
   }
   return %t : tensor<2x1x8xi32>

@@ -1,6 +1,8 @@
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --convert-spin-to-gpu | FileCheck %s --check-prefix=HINT
 // RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --spin-configure-gpu-kernels="sm-count=1" --convert-spin-to-gpu | FileCheck %s --check-prefix=NOHINT
+// RUN: spin-opt %s --spin-sparsify-pipeline="sparsity=0.5 block-size=16 explore=0.25 seed=7 reset-input=true report-sparsity=true" --spin-configure-gpu-kernels="sm-count=1" \
+// RUN:   | sed 's/prefetch_on_miss = false>/prefetch_on_miss = false, scoring_prefetch_ctas = 3>/' | spin-opt --convert-spin-to-gpu | FileCheck %s --check-prefix=PREFETCH
 
 // The SPIN pipeline after spin-sparsify-pipeline (fused, EMA update
 // scheduled asynchronously) becomes: prediction and max pooling (many CTAs
@@ -21,17 +23,39 @@
 // HINT-SAME: {spin.record
 // HINT-NOT: _previous
 // There the select kernel lets the scoring kernel start before its own wait
-// (not with the hint): the update kernel keeps each request's count and
-// block list in the `_previous` scratch (2 x (1 + 8) i32), from which the
-// next step's scoring kernel prefetches its first tiles before its wait.
+// (not with the hint). Here its CTAs occupy every SM (sm-count=1), so no
+// scoring CTA prefetches (#spin.select_config's scoring_prefetch_ctas = 0).
 // NOHINT-NOT: _hint
-// NOHINT: %[[PREV:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 72 : i64, spin.name = "spin_select_1_previous", spin.role = "scratch"}
-// NOHINT-NOT: _hint
+// NOHINT-NOT: _previous
 // NOHINT: gpu.launch_func @spin_kernels::@spin_select_1_predict blocks in
-// NOHINT: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[PREV]] : !llvm.ptr<1>, {{.*}} {spin.record = 0
-// NOHINT: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}}, %[[PREV]] : !llvm.ptr<1>) {spin.record
 // NOHINT-NOT: _hint
+// NOHINT-NOT: _previous
 // NOHINT: gpu.module @spin_kernels
+// Where SMs are left (set by hand here), the update kernel keeps each
+// request's slot, count and block list in the `_previous` scratch (2 + 2 x
+// (1 + 8) i32), from which the first CTAs of the next step's scoring
+// kernel, which also takes the slots to find a request's list, prefetch
+// their first tiles before their wait.
+// PREFETCH-NOT: _hint
+// PREFETCH: %[[SLOTS:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "slots", spin.role = "slots"
+// PREFETCH: %[[PREV:arg[0-9]+]]: !llvm.ptr<1> {spin.bytes = 80 : i64, spin.name = "spin_select_1_previous", spin.role = "scratch"}
+// PREFETCH-NOT: _hint
+// PREFETCH: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[PREV]] : !llvm.ptr<1>, %[[SLOTS]] : !llvm.ptr<1>, {{.*}} {spin.record = 0
+// PREFETCH: gpu.launch_func @spin_kernels::@spin_update_4 {{.*}}, %[[PREV]] : !llvm.ptr<1>) {spin.record
+// PREFETCH-NOT: _hint
+// The CTAs from the third on in launch order (y * 2 + x) skip the
+// prefetch of their first tiles (the block-table row's lines come first).
+// PREFETCH: gpu.func @spin_score_sparse_2(
+// PREFETCH: %[[Y:.*]] = nvvm.read.ptx.sreg.ctaid.y
+// PREFETCH: "prefetch.global.L2 [$0];"
+// PREFETCH: %[[X:.*]] = nvvm.read.ptx.sreg.ctaid.x
+// PREFETCH-NEXT: %[[TWO:.*]] = arith.constant 2 : i32
+// PREFETCH-NEXT: %[[ROWS:.*]] = arith.muli %[[Y]], %[[TWO]] : i32
+// PREFETCH-NEXT: %[[LAUNCHED:.*]] = arith.addi %[[ROWS]], %[[X]] : i32
+// PREFETCH-NEXT: %[[THREE:.*]] = arith.constant 3 : i32
+// PREFETCH-NEXT: %[[FIRST:.*]] = arith.cmpi slt, %[[LAUNCHED]], %[[THREE]] : i32
+// PREFETCH-NEXT: scf.if %[[FIRST]] {
+// PREFETCH: "prefetch.global.L2 [$0];"
 
 // CHECK-LABEL: func.func @layer(
 // CHECK-SAME: {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 1]}

@@ -268,3 +268,21 @@ func.func @select_config_on_topk(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) ->
       : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
   return %t : tensor<2x1x8xi32>
 }
+
+// -----
+
+func.func @select_config_negative_prefetch(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{select_config: scoring_prefetch_ctas must be in [0, 2^31), got -1}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = false, scoring_prefetch_ctas = -1>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @select_config_prefetch_with_miss_prefetch(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{select_config: scoring_prefetch_ctas needs prefetch_on_miss = false (with the miss prefetch the scoring kernel does not start early), got 4}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = true, scoring_prefetch_ctas = 4>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}

@@ -142,7 +142,11 @@ void configureTopK(Operation *op, int64_t width, int64_t k) {
 /// A single-row step whose prediction is cached prefetches on a miss when
 /// the predict grid has at most one CTA per SM, where the miss is a latency
 /// chain; in larger grids the prefetches delay the other CTAs' record
-/// loads.
+/// loads. Otherwise the scoring CTAs start while the select kernel (a CTA
+/// per request) runs, and one of them per SM that kernel leaves free
+/// prefetches its first tiles: on the SMs the select kernel occupies, and
+/// in the later CTAs, which start after it, the prefetches only compete
+/// with its loads and their own (docs/benchmarks-kernels.md).
 void configureSelect(FusedSelectOp op, const Options &options) {
   SpinDialect::SelectConfigAttrHelper helper(op.getContext());
   auto mask = dyn_cast<RankedTensorType>(op.getMask().getType());
@@ -156,8 +160,13 @@ void configureSelect(FusedSelectOp op, const Options &options) {
   bool cached = lengths.getDimSize(1) == 1 && canPredictByMax(spec);
   int64_t ctas = llvm::divideCeil(mask.getDimSize(1), spec.predictBlocksPerCta) *
                  mask.getDimSize(0);
-  helper.setAttr(op, SelectConfigAttr::get(op.getContext(),
-                                           cached && ctas <= options.smCount));
+  bool prefetchOnMiss = cached && ctas <= options.smCount;
+  int64_t scoringPrefetch =
+      cached && !prefetchOnMiss
+          ? std::max<int64_t>(0, options.smCount - mask.getDimSize(0))
+          : 0;
+  helper.setAttr(op, SelectConfigAttr::get(op.getContext(), prefetchOnMiss,
+                                           scoringPrefetch));
 }
 
 /// A sparse scoring's rows score the selection's block budget at the full

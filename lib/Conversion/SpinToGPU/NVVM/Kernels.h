@@ -69,7 +69,8 @@ enum ErrorCode : int32_t {
 /// others on f16/bf16 ones, fp8 keys converted exactly.
 ///
 /// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
-/// skip], [status], [previous], out (ptrs), pages (i32), errors (ptr). A bad
+/// skip], [status], [previous, slots], out (ptrs), pages (i32), errors
+/// (ptr). A bad
 /// page sets the request's `skip` flag and row status (sparse) and records
 /// an error.
 /// Grid: (ctasPerRow, batch * R / rowsPerCta); sparse: x and y swapped. `out` is f32 [batch * rows, outWidth]:
@@ -108,16 +109,21 @@ struct ScoreKernelSpec {
   /// op's semantics, for scores the graph returns; the top-K reads only
   /// entries below the length and needs no fill).
   bool fillPastLength = false;
-  /// Sparse: take `previous` (i32 [batch, 1 + maxBlocks], the request's
-  /// previous block count and list, written by the update kernel with
-  /// `keepList`) after `skip`, and before the wait have every warp prefetch
-  /// to L2 the key lines (and scales) of its first `prefetchTiles` tiles at
-  /// the places that list gives them. Only a hint: every address is
+  /// Sparse: take `previous` (i32 [batch] slots, then [batch, 1 +
+  /// maxBlocks]: each batch row's state slot, block count and list at the
+  /// previous step, written by the update kernel with `keepList`) and the
+  /// step's `slots` after `status`, and before the wait have every warp
+  /// prefetch to L2 the key lines (and scales) of its first `prefetchTiles`
+  /// tiles at the places the list of the row's slot gives them (found by
+  /// slot: a request may have moved to another batch row). Only a hint:
+  /// every address is
   /// clamped to the request's own visible pages, and nothing reads the
   /// prefetched lines unless this step selects the same blocks. One tile a
   /// warp measured best (docs/benchmarks-kernels.md).
   bool prefetchPreviousTiles = false;
   int64_t prefetchTiles = 1;
+  /// The CTAs, in launch order, that prefetch (0: all).
+  int64_t prefetchCtas = 0;
   /// Sparse: take the selection's row status (i32 [batch], docs/GPU-ABI.md
   /// "Row status") after `skip`, and write the bad-page code into the row
   /// of a request that meets a bad block-table entry.
@@ -309,10 +315,10 @@ LaunchShape buildSelectKernel(OpBuilder &b, Location loc,
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, skip, v,
 /// d, it, [previous] (ptrs); requests whose `skip` flag is set are left
-/// untouched. With `keepList` the kernel also copies every request's count
-/// and block list into `previous` (i32 [batch, 1 + maxBlocks]: the count,
-/// then the list), which the next step's scoring kernel reads before its
-/// wait (ScoreKernelSpec::prefetchPreviousTiles).
+/// untouched. With `keepList` the kernel also copies every request's slot,
+/// count and block list into `previous` (i32 [batch] slots, then [batch, 1
+/// + maxBlocks]: the count, then the list), which the next step's scoring
+/// kernel reads before its wait (ScoreKernelSpec::prefetchPreviousTiles).
 /// Grid: (ctasPerRequest, batch).
 struct UpdateKernelSpec {
   std::string name;

@@ -180,6 +180,7 @@ private:
   void loadRowLengths();
   void prefetchBlockTableRow();
   void prefetchFromPreviousList(Value rowTable);
+  Value previousListRow();
   void prefetchListedEntry(Value rowTable, Value listBase, Value lastSlot,
                            Value entry, Value within, Value line);
   StagedQueries stageQueries();
@@ -253,7 +254,7 @@ private:
 
   gpu::GPUFuncOp func;
   Value q, w, keys, scales, table, lengths, blocks, counts, skip, status,
-      previous;
+      previous, slots;
   Value out, pages, errors;
   Value tid, lane, warp, request, firstRow, ctaIndex;
   /// Per query row of the CTA: its length and whether that is valid; the
@@ -335,7 +336,7 @@ void ScoreKernel::declareKernel() {
   if (spec.sparse && spec.rowStatus)
     params.push_back(ptr);
   if (spec.prefetchPreviousTiles)
-    params.push_back(ptr);
+    params.append({ptr, ptr});
   params.append({ptr, i32, ptr});
   func = beginKernel(b, loc, module, spec.name, params, threads);
   // One M tile of one query row: two CTAs per SM (at most 128 registers)
@@ -354,6 +355,7 @@ void ScoreKernel::declareKernel() {
   skip = spec.sparse ? func.getArgument(a++) : Value();
   status = spec.sparse && spec.rowStatus ? func.getArgument(a++) : Value();
   previous = spec.prefetchPreviousTiles ? func.getArgument(a++) : Value();
+  slots = spec.prefetchPreviousTiles ? func.getArgument(a++) : Value();
   out = func.getArgument(a++), pages = func.getArgument(a++);
   errors = func.getArgument(a++);
 }
@@ -425,8 +427,16 @@ void ScoreKernel::prefetchBlockTableRow() {
   forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
     kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
   });
-  if (previous)
-    prefetchFromPreviousList(rowTable);
+  if (previous) {
+    if (spec.prefetchCtas <= 0) {
+      prefetchFromPreviousList(rowTable);
+    } else {
+      Value launched = kb.add(kb.mul(ctaIndex, kb.i32(spec.batch * rowGroups)),
+                              kb.blockIdX());
+      kb.ifThen(kb.cmp(CmpIPredicate::slt, launched, kb.i32(spec.prefetchCtas)),
+                [&] { prefetchFromPreviousList(rowTable); });
+    }
+  }
 }
 
 /// Decoding selects nearly the same blocks step after step: before the
@@ -442,9 +452,13 @@ void ScoreKernel::prefetchFromPreviousList(Value rowTable) {
   const int64_t linesPerRow = llvm::divideCeil(rowBytes, 128);
   const int64_t tileEntries = 16 * spec.mTiles;
   const int64_t lines = spec.prefetchTiles * tileEntries * linesPerRow;
-  Value listBase = kb.mul(request, kb.i32(1 + MB));
-  Value count = kb.minS(
-      kb.maxS(kb.loadAt(i32, previous, listBase), kb.i32(0)), kb.i32(MB));
+  Value listRow = previousListRow();
+  Value listBase = kb.add(kb.i32(spec.batch), kb.mul(listRow, kb.i32(1 + MB)));
+  Value found = kb.cmp(CmpIPredicate::sge, listRow, kb.i32(0));
+  Value count = kb.ifThenElse({i32}, found, [&]() -> SmallVector<Value> {
+    return {kb.minS(kb.maxS(kb.loadAt(i32, previous, listBase), kb.i32(0)),
+                    kb.i32(MB))};
+  }, [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
   Value listed = kb.mul(count, kb.i32(bs));
   Value lastSlot =
       kb.sub(kb.minS(maxVisible, kb.i32(spec.outWidth())), kb.i32(1));
@@ -463,6 +477,40 @@ void ScoreKernel::prefetchFromPreviousList(Value rowTable) {
       prefetchListedEntry(rowTable, listBase, lastSlot, entry, within, line);
     });
   }
+}
+
+/// The batch row whose list the previous step kept for this row's state
+/// slot (`previous` starts with each row's slot, -1 for none), or -1. A
+/// decoding request mostly keeps its row: that row is checked first. An
+/// engine that moves requests between rows gets the list of the row the
+/// request had, which the warp finds with one vote per 32 rows, all their
+/// slots loaded first.
+Value ScoreKernel::previousListRow() {
+  Value mine = kb.loadAt(i32, slots, request, true);
+  Value live = kb.cmp(CmpIPredicate::sge, mine, kb.i32(0));
+  Value stayed = kb.andI(
+      live, kb.cmp(CmpIPredicate::eq, kb.loadAt(i32, previous, request), mine));
+  return kb.ifThenElse({i32}, stayed, [&]() -> SmallVector<Value> {
+    return {request};
+  }, [&]() -> SmallVector<Value> {
+    SmallVector<Value> held;
+    for (int64_t first = 0; first < spec.batch; first += 32) {
+      Value row = kb.add(lane, kb.i32(first));
+      Value in = kb.cmp(CmpIPredicate::slt, row, kb.i32(spec.batch));
+      held.push_back(kb.select(
+          in, kb.loadAt(i32, previous, kb.select(in, row, kb.i32(0))),
+          kb.i32(-1)));
+    }
+    Value found = kb.i32(-1);
+    for (int64_t c = 0; c < static_cast<int64_t>(held.size()); ++c) {
+      Value votes = kb.ballot(kb.andI(
+          live, kb.cmp(CmpIPredicate::eq, held[c], mine)));
+      Value first = kb.andI(kb.cmp(CmpIPredicate::slt, found, kb.i32(0)),
+                            kb.cmp(CmpIPredicate::ne, votes, kb.i32(0)));
+      found = kb.select(first, kb.add(kb.i32(c * 32), kb.cttz(votes)), found);
+    }
+    return {found};
+  })[0];
 }
 
 /// Line `line` of the key row (and the scales) of list position `entry`

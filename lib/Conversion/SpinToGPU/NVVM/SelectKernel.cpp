@@ -189,7 +189,8 @@ private:
   /// step resets it (SelectKernelSpec::fusedReset).
   Value live, resetting;
   Value lane, warp, rowId, missedBefore, slot, iteration, warmup, p, n;
-  /// The cache record's fields, loaded before the hinted prefetch.
+  /// The cache record's fields, loaded with `it` (before the reset and the
+  /// hinted prefetch).
   SmallVector<Value, 4> cached;
   /// Whether the CTA predicts: the row passes the select kernel's checks
   /// and needs a prediction.
@@ -268,26 +269,32 @@ void PredictKernel::loadRow() {
   Type i32 = kb.i32T(), i64 = kb.i64T();
   lane = kb.laneId(), warp = kb.warpId();
   rowId = kb.blockIdY();
-  Value request = kb.divU(rowId, kb.i32(spec.rows));
   missedBefore =
       hinted ? kb.cmp(CmpIPredicate::ne, kb.loadVolatileAt(i32, hints, rowId),
                       kb.i32(0))
              : Value();
-  BatchSlot batchSlot = loadBatchSlotBeforeWait(
-      kb, b, func, slots,
-      [&] { return kb.divU(kb.blockIdY(), kb.i32(spec.rows)); }, numSlots,
-      spec.batch);
-  slot = batchSlot.slot;
-  live = batchSlot.live;
-  if (resetFlags)
-    resetting = rowResets(kb, live, resetFlags, request);
+  {
+    // The step's inputs, which no kernel writes: read while the kernel
+    // before ends.
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, func);
+    Value row = kb.blockIdY();
+    Value request = kb.divU(row, kb.i32(spec.rows));
+    BatchSlot batchSlot =
+        loadBatchSlot(kb, slots, request, numSlots, spec.batch);
+    slot = batchSlot.slot;
+    live = batchSlot.live;
+    if (resetFlags)
+      resetting = rowResets(kb, live, resetFlags, request);
+    p = kb.loadAt(i32, positions, row, true);
+    n = kb.loadAt(i32, lengths, row, true);
+  }
   iteration = kb.loadAt(i64, itState, slot);
   warmup = kb.cmp(arith::CmpIPredicate::eq, iteration, kb.i64(0));
-  p = kb.loadAt(i32, positions, rowId, true);
-  n = kb.loadAt(i32, lengths, rowId, true);
-  // With the hint the record is loaded before the prefetch, and compared
-  // after it.
-  for (int64_t f = 0; hinted && f < 4; ++f)
+  // The record loads with `it`, before the reset and the hinted prefetch
+  // (a reset row predicts nothing: its stale record is never compared),
+  // instead of one round trip after them.
+  for (int64_t f = 0; cache && !next && f < 4; ++f)
     cached.push_back(recordField(kb, predAt, slot, f));
   if (next) {
     // The next step of a decoding request: one more token, one further.
@@ -344,11 +351,9 @@ void PredictKernel::prefetchMissedRow() {
 /// step predicted this one. With the hint, CTA 0 records whether this step
 /// computes its prediction.
 void PredictKernel::skipPredicted() {
-  ok = kb.andI(
-      ok, kb.not1(hinted ? recordMatches(
-                               kb, [&](int64_t f) { return cached[f]; }, p, n,
-                               iteration)
-                         : predictedFor(kb, predAt, slot, p, n, iteration)));
+  ok = kb.andI(ok, kb.not1(recordMatches(
+                        kb, [&](int64_t f) { return cached[f]; }, p, n,
+                        iteration)));
   if (hinted)
     kb.ifThen(kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
                       kb.cmp(CmpIPredicate::eq, kb.threadIdX(), kb.i32(0))),

@@ -95,16 +95,21 @@ void UpdateKernel::declareKernel() {
   }
 }
 
-/// Copies the request's block count and list to `previous` for the next
-/// step's scoring kernel, whatever the row's checks (a rejected request's
-/// count is 0).
+/// Copies the request's slot, block count and list to `previous` for the
+/// next step's scoring kernel, whatever the row's checks (a rejected
+/// request's count is 0).
 void UpdateKernel::keepBlockList() {
   Type i32 = kb.i32T();
   Value count = kb.loadAt(i32, counts, request, true);
   Value from = kb.mul(request, kb.i32(spec.maxBlocks));
-  Value to = kb.mul(request, kb.i32(1 + spec.maxBlocks));
+  Value to = kb.add(kb.i32(spec.batch),
+                    kb.mul(request, kb.i32(1 + spec.maxBlocks)));
   Value start =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+  // The slot the list belongs to: the next step finds it by slot.
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, start, kb.i32(0)), [&] {
+    kb.storeAt(kb.loadAt(i32, slots, request, true), previous, request);
+  });
   kb.forLoop(
       start, kb.add(count, kb.i32(1)),
       kb.i32(spec.threads * spec.ctasPerRequest), [&](Value e) {

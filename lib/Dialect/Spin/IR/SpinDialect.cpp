@@ -279,6 +279,21 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 LogicalResult
+SelectConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         bool prefetchOnMiss, int64_t scoringPrefetchCtas) {
+  if (scoringPrefetchCtas < 0 || scoringPrefetchCtas > 2147483647)
+    return emitError() << "select_config: scoring_prefetch_ctas must be in "
+                          "[0, 2^31), got "
+                       << scoringPrefetchCtas;
+  if (prefetchOnMiss && scoringPrefetchCtas > 0)
+    return emitError() << "select_config: scoring_prefetch_ctas needs "
+                          "prefetch_on_miss = false (with the miss prefetch "
+                          "the scoring kernel does not start early), got "
+                       << scoringPrefetchCtas;
+  return success();
+}
+
+LogicalResult
 TopKConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        int64_t threads, int64_t cluster, bool mergeRanks) {
   if (threads != 512 && threads != 1024)

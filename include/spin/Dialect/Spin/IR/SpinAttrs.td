@@ -141,10 +141,13 @@ def Spin_SelectConfigAttr : Spin_ConfigAttr<"SelectConfig", "select_config"> {
     On `spin.fused_select` of a single-row step with max pooling (the
     prediction cache): with `prefetch_on_miss` a row that missed the cache
     at its previous step prefetches its V and D lines; without it the
-    select kernel lets the scoring kernel start before its wait.
+    select kernel lets the scoring kernel start before its wait, and the
+    first `scoring_prefetch_ctas` scoring CTAs in launch order (0: none)
+    prefetch their first key tiles where the request's previous step's
+    block list placed them, while the select kernel runs.
   }];
-  let parameters = (ins "bool":$prefetch_on_miss);
-  let genVerifyDecl = 0;
+  let parameters = (ins "bool":$prefetch_on_miss,
+                        DefaultValuedParameter<"int64_t", "0">:$scoring_prefetch_ctas);
 }
 
 //===----------------------------------------------------------------------===//
