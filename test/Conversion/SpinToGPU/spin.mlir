@@ -31,6 +31,24 @@
 // NOHINT-NOT: _hint
 // NOHINT-NOT: _previous
 // NOHINT: gpu.module @spin_kernels
+// The predict kernel reads the reset flags (step inputs, i8) before its
+// grid wait, and `it` and the prediction record right after it, before the
+// reset branch's stores: one round trip after the wait, not two.
+// NOHINT: gpu.func @spin_select_1_predict(
+// NOHINT: llvm.load {{.*}} invariant {alignment = 1 : i64} : !llvm.ptr<1> -> i8
+// NOHINT: "griddepcontrol.wait;"
+// NOHINT-NOT: llvm.store
+// NOHINT: llvm.load {{.*}} : !llvm.ptr<1> -> i64
+// NOHINT-NOT: llvm.store
+// NOHINT: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// NOHINT-NOT: llvm.store
+// NOHINT: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// NOHINT-NOT: llvm.store
+// NOHINT: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// NOHINT-NOT: llvm.store
+// NOHINT: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// NOHINT-NOT: griddepcontrol
+// NOHINT: llvm.store
 // Where SMs are left (set by hand here), the update kernel keeps each
 // request's slot, count and block list in the `_previous` scratch (2 + 2 x
 // (1 + 8) i32), from which the first CTAs of the next step's scoring
