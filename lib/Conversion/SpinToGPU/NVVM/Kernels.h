@@ -70,9 +70,8 @@ enum ErrorCode : int32_t {
 ///
 /// Parameters: q, w, keys, [scales], block_table, lengths, [blocks, counts,
 /// skip], [status], [previous, slots], out (ptrs), pages (i32), errors
-/// (ptr). A bad
-/// page sets the request's `skip` flag and row status (sparse) and records
-/// an error.
+/// (ptr). A bad page sets the request's `skip` flag and row status (sparse)
+/// and records an error.
 /// Grid: (ctasPerRow, batch * R / rowsPerCta); sparse: x and y swapped. `out` is f32 [batch * rows, outWidth]:
 /// dense rows by slot (entries >= N unwritten, or -inf with
 /// `fillPastLength`); sparse rows in selected-block
@@ -116,10 +115,9 @@ struct ScoreKernelSpec {
   /// prefetch to L2 the key lines (and scales) of its first `prefetchTiles`
   /// tiles at the places the list of the row's slot gives them (found by
   /// slot: a request may have moved to another batch row). Only a hint:
-  /// every address is
-  /// clamped to the request's own visible pages, and nothing reads the
-  /// prefetched lines unless this step selects the same blocks. One tile a
-  /// warp measured best (docs/benchmarks-kernels.md).
+  /// every address is clamped to the request's own visible pages, and
+  /// nothing reads the prefetched lines unless this step selects the same
+  /// blocks. One tile a warp measured best (docs/benchmarks-kernels.md).
   bool prefetchPreviousTiles = false;
   int64_t prefetchTiles = 1;
   /// The CTAs, in launch order, that prefetch (0: all).
