@@ -120,7 +120,8 @@ struct ScoreKernelSpec {
   /// blocks. One tile a warp measured best (docs/benchmarks-kernels.md).
   bool prefetchPreviousTiles = false;
   int64_t prefetchTiles = 1;
-  /// The CTAs, in launch order, that prefetch (0: all).
+  /// With `prefetchPreviousTiles`: the CTAs, in launch order, that
+  /// prefetch (#spin.select_config's scoring_prefetch_ctas).
   int64_t prefetchCtas = 0;
   /// Sparse: take the selection's row status (i32 [batch], docs/GPU-ABI.md
   /// "Row status") after `skip`, and write the bad-page code into the row

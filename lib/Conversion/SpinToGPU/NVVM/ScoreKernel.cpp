@@ -427,16 +427,12 @@ void ScoreKernel::prefetchBlockTableRow() {
   forEachThreadStrided(kb, kb.i32(lines), threads, [&](Value line) {
     kb.prefetchL2(kb.gep(rowTable, kb.i8T(), kb.mul(line, kb.i32(128))));
   });
-  if (previous) {
-    if (spec.prefetchCtas <= 0) {
-      prefetchFromPreviousList(rowTable);
-    } else {
-      Value launched = kb.add(kb.mul(ctaIndex, kb.i32(spec.batch * rowGroups)),
-                              kb.blockIdX());
-      kb.ifThen(kb.cmp(CmpIPredicate::slt, launched, kb.i32(spec.prefetchCtas)),
-                [&] { prefetchFromPreviousList(rowTable); });
-    }
-  }
+  if (!previous)
+    return;
+  Value launched =
+      kb.add(kb.mul(ctaIndex, kb.i32(spec.batch * rowGroups)), kb.blockIdX());
+  kb.ifThen(kb.cmp(CmpIPredicate::slt, launched, kb.i32(spec.prefetchCtas)),
+            [&] { prefetchFromPreviousList(rowTable); });
 }
 
 /// Decoding selects nearly the same blocks step after step: before the
