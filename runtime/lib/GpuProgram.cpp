@@ -110,6 +110,18 @@ StatusOr<std::shared_ptr<GpuWorkspace>> GpuWorkspace::create(int device) {
   return std::make_shared<GpuWorkspace>(std::move(context).value());
 }
 
+/// A scratch buffer of `bytes` named `name` (in the error if it fails),
+/// owned by a program alone or shared through a workspace.
+static StatusOr<std::shared_ptr<DeviceMemory>>
+allocateScratch(const std::shared_ptr<Context> &ctx, const std::string &name,
+                int64_t bytes) {
+  StatusOr<DeviceMemory> memory = DeviceMemory::allocate(
+      ctx, static_cast<size_t>(bytes), "scratch buffer \"" + name + "\"");
+  if (!memory.ok())
+    return memory.status();
+  return std::make_shared<DeviceMemory>(std::move(memory).value());
+}
+
 GpuWorkspace::GpuWorkspace(std::shared_ptr<Context> context)
     : ctx(std::move(context)) {}
 
@@ -135,14 +147,13 @@ GpuWorkspace::buffer(const std::string &name, int64_t bytes, bool &shared) {
     return it->second;
   }
   shared = false;
-  StatusOr<DeviceMemory> memory = DeviceMemory::allocate(
-      ctx, static_cast<size_t>(bytes), "scratch buffer \"" + name + "\"");
-  if (!memory.ok())
-    return memory.status();
-  auto owned = std::make_shared<DeviceMemory>(std::move(memory).value());
+  StatusOr<std::shared_ptr<DeviceMemory>> owned =
+      allocateScratch(ctx, name, bytes);
+  if (!owned.ok())
+    return owned.status();
   // Programs loaded later take this one; those that took a smaller one
   // keep it (their captured graphs hold its address).
-  named[name] = owned;
+  named[name] = owned.value();
   return owned;
 }
 
@@ -279,21 +290,12 @@ Status GpuProgram::getKernels(const std::string &path) {
 Status GpuProgram::allocateBuffers() {
   for (const GpuScratchSpec &buffer : spec.scratch) {
     bool shared = false;
-    if (workspace) {
-      StatusOr<std::shared_ptr<DeviceMemory>> memory =
-          workspace->buffer(buffer.name, buffer.bytes, shared);
-      if (!memory.ok())
-        return memory.status();
-      scratch.push_back(std::move(memory).value());
-    } else {
-      StatusOr<DeviceMemory> memory =
-          DeviceMemory::allocate(ctx, static_cast<size_t>(buffer.bytes),
-                                 "scratch buffer \"" + buffer.name + "\"");
-      if (!memory.ok())
-        return memory.status();
-      scratch.push_back(
-          std::make_shared<DeviceMemory>(std::move(memory).value()));
-    }
+    StatusOr<std::shared_ptr<DeviceMemory>> memory =
+        workspace ? workspace->buffer(buffer.name, buffer.bytes, shared)
+                  : allocateScratch(ctx, buffer.name, buffer.bytes);
+    if (!memory.ok())
+      return memory.status();
+    scratch.push_back(std::move(memory).value());
     sharedScratch.push_back(shared);
   }
   StatusOr<DeviceMemory> record =
