@@ -15,6 +15,9 @@
 // CHECK-LABEL: func.func @dense(
 // CHECK: spin.dense_indexer {{.*}} {spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = false>}
 // CHECK: spin.topk {{.*}} {k = 512 : i64, spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = false>}
+// K <= 512 keeps its clusters however many waves they take.
+// SM3-LABEL: func.func @dense(
+// SM3: spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = false>
 // Options fix the tuning instead.
 // OPTS-LABEL: func.func @dense(
 // OPTS: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 2, wgmma = false>
@@ -45,6 +48,10 @@ func.func @dense(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
 // CHECK-LABEL: func.func @fixed(
 // CHECK: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
 // CHECK: spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = true>
+// On 3 SMs those 2 clusters of 8 CTAs take several waves: pairs of
+// 1024-thread CTAs instead.
+// SM3-LABEL: func.func @fixed(
+// SM3: spin.topk_config = #spin.topk_config<threads = 1024, cluster = 2, merge_ranks = false>
 // OPTS-LABEL: func.func @fixed(
 // OPTS: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
 // PLAN-LABEL: func.func @fixed(

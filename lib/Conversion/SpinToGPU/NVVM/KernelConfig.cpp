@@ -110,7 +110,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   return success();
 }
 
-/// The top-K of rows of `width` entries: a cluster of one CTA per 16
+/// The top-K of `rows` rows of `width` entries: a cluster of one CTA per 16
 /// entries a thread, up to a portable cluster of 8. The leader's selection
 /// and sort is a chain of CTA barriers: the fewest threads that still sort
 /// K in registers. Larger K by merge ranks where a cluster of 512-thread
@@ -118,8 +118,13 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
 /// slices side by side instead of the leader sorting them all, and two
 /// CTAs share an SM, so that a 16-row batch's clusters run in one wave.
 /// Not for K <= 512, whose leader sorts one candidate a thread and gains
-/// nothing from it.
-void configureTopK(Operation *op, int64_t width, int64_t k) {
+/// nothing from it. When the rows' clusters of more than 2 CTAs fill more
+/// than one wave (two CTAs an SM), each wave pays the clusters' barrier
+/// chains again: for K > 512, pairs of 1024-thread CTAs, which scan more
+/// entries a thread but run all rows in fewer waves, finish first
+/// (docs/benchmarks-mtp.md: 96 x 128K, R = 1 and 2).
+void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
+                   int64_t smCount) {
   SpinDialect::TopkConfigAttrHelper helper(op->getContext());
   if (helper.isAttrPresent(op) || width <= 0)
     return;
@@ -134,6 +139,11 @@ void configureTopK(Operation *op, int64_t width, int64_t k) {
     threads = 512;
     cluster = mergeCluster;
     mergeRanks = true;
+  }
+  if (k > 512 && cluster > 2 && rows * cluster > 2 * smCount) {
+    threads = 1024;
+    cluster = 2;
+    mergeRanks = false;
   }
   helper.setAttr(op, TopKConfigAttr::get(op->getContext(), threads, cluster,
                                          mergeRanks));
@@ -184,6 +194,15 @@ int64_t expectedEntries(FusedScoreOp op) {
          blockSize;
 }
 
+/// The query rows of a step (batch x rows a request); 0 when dynamic.
+int64_t rowsOf(Type q) {
+  auto type = dyn_cast<RankedTensorType>(q);
+  if (!type || type.getRank() < 2 || type.isDynamicDim(0) ||
+      type.isDynamicDim(1))
+    return 0;
+  return type.getDimSize(0) * type.getDimSize(1);
+}
+
 /// The entries of a dense row: every slot the block table reaches.
 template <typename IndexerLike>
 int64_t tableEntries(IndexerLike op) {
@@ -217,13 +236,17 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
               return configureScore(dense, tableEntries(dense), options);
             })
             .Case([&](FusedScoreOp score) {
-              configureTopK(score, tableEntries(score), score.getK());
+              configureTopK(score, rowsOf(score.getQ().getType()),
+                            tableEntries(score), score.getK(),
+                            options.smCount);
               return configureScore(score, expectedEntries(score), options);
             })
             .Case([&](TopKOp topk) {
               auto scores = dyn_cast<RankedTensorType>(topk.getScores().getType());
               if (scores && scores.hasStaticShape())
-                configureTopK(topk, scores.getDimSize(2), topk.getK());
+                configureTopK(topk, scores.getDimSize(0) * scores.getDimSize(1),
+                              scores.getDimSize(2), topk.getK(),
+                              options.smCount);
               return success();
             })
             .Case([&](FusedSelectOp select) {

@@ -23,6 +23,12 @@ using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
 namespace {
+/// Entries a thread of the observe kernel copies at a time.
+constexpr int64_t kObserveUnroll = 4;
+/// Entries (each a V and a D cell) a thread of the commit replay folds at a
+/// time.
+constexpr int64_t kCommitUnroll = 2;
+
 /// What a batch row's commit replays, as both commit kernels see it: its
 /// buffered rows (none for a row that is not live or that the step resets
 /// afterwards), its accepted count, and whether the count may be committed.
@@ -141,26 +147,46 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
           });
     });
     // Every row's scores of the scored slots it sees (i < N_r), by slot.
+    // Each thread takes kObserveUnroll entries at a time and issues all
+    // their loads (the block-list entry once for every row, then each
+    // row's score) before any store: the copy is bound by the latency of
+    // these loads, not by bandwidth. Entries past the end load the last
+    // entry and store nothing.
     Value total = kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(bs));
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), tid);
-    Value stride = kb.i32(spec.threads * spec.ctasPerRequest);
+    const int64_t stride = spec.threads * spec.ctasPerRequest;
     StateRows entries(kb, paging, slot, request, spec.capacity);
-    kb.forLoop(kb.i32(0), kb.i32(rows), kb.i32(1), [&](Value r) {
-      Value rowId = kb.add(requestRows, r);
-      Value n = kb.loadAt(i32, lengths, rowId, true);
-      Value scoreRow = kb.mul(kb.extS64(rowId), kb.i64(mb * bs));
-      kb.forLoop(start, total, stride, [&](Value e) {
-        Value bsV = kb.i32(bs);
+    SmallVector<Value> rowLength, scoreRow;
+    for (int64_t r = 0; r < rows; ++r) {
+      Value rowId = kb.add(requestRows, kb.i32(r));
+      rowLength.push_back(kb.loadAt(i32, lengths, rowId, true));
+      scoreRow.push_back(kb.mul(kb.extS64(rowId), kb.i64(mb * bs)));
+    }
+    Value lastEntry = kb.sub(total, kb.i32(1));
+    Value bsV = kb.i32(bs);
+    kb.forLoop(start, total, kb.i32(stride * kObserveUnroll), [&](Value first) {
+      SmallVector<Value> inRange, slotOf;
+      SmallVector<SmallVector<Value>> z(kObserveUnroll);
+      for (int64_t u = 0; u < kObserveUnroll; ++u) {
+        Value e = kb.add(first, kb.i32(u * stride));
+        inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
+        Value at = kb.minS(e, lastEntry);
         Value block = kb.loadAt(
-            i32, blocks, kb.add(kb.mul(request, kb.i32(mb)), kb.divU(e, bsV)),
+            i32, blocks, kb.add(kb.mul(request, kb.i32(mb)), kb.divU(at, bsV)),
             true);
-        Value i = kb.add(kb.mul(block, bsV), kb.remU(e, bsV));
-        kb.ifThen(kb.cmp(CmpIPredicate::slt, i, n), [&] {
-          Value z =
-              kb.loadAt(f32, scores, kb.add(scoreRow, kb.extS64(e)), true);
-          kb.storeAt(z, obsZ, entries.index(i, r, rows));
-        });
-      });
+        slotOf.push_back(kb.add(kb.mul(block, bsV), kb.remU(at, bsV)));
+        for (int64_t r = 0; r < rows; ++r)
+          z[u].push_back(kb.loadAt(f32, scores,
+                                   kb.add(scoreRow[r], kb.extS64(at)), true));
+      }
+      for (int64_t u = 0; u < kObserveUnroll; ++u)
+        for (int64_t r = 0; r < rows; ++r)
+          kb.ifThen(kb.andI(inRange[u], kb.cmp(CmpIPredicate::slt, slotOf[u],
+                                               rowLength[r])),
+                    [&] {
+                      kb.storeAt(z[u][r], obsZ,
+                                 entries.index(slotOf[u], kb.i32(r), rows));
+                    });
     });
   });
 
@@ -195,9 +221,7 @@ private:
   void replayRequest(Value buffered);
   ReplayRow rowOf(Value r);
   Value reachOf();
-  Value scored(Value i, Value n, Value valid);
-  void replayEntry(Value x);
-  void foldEntry(Value x, bool diagonal);
+  void replayRound(Value first);
 
   // Parameters.
   gpu::GPUFuncOp func;
@@ -206,6 +230,7 @@ private:
   StatePaging paging;
   // The request's values.
   Value request, slot, slot64, count, rowBase, decay, keep, maskBase, bsV;
+  Value reach, stride;
   std::optional<StateRows> entries;
   /// The replayed rows, read once per thread (those at or past `count`
   /// marked invalid), so that an entry's checks load no row fields.
@@ -283,16 +308,17 @@ void CommitReplayKernel::replayRequest(Value buffered) {
     row.valid = kb.andI(row.valid, kb.cmp(CmpIPredicate::slt, kb.i32(r), count));
     replayed.push_back(row);
   }
-  Value reach = reachOf();
+  reach = reachOf();
   std::tie(decay, keep) = kb.emaWeights(spec.decay);
   entries.emplace(kb, paging, slot, request, spec.capacity);
   maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
   bsV = kb.i32(spec.blockSize);
+  stride = kb.i32(spec.threads * spec.ctasPerRequest);
   Value start =
       kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
   auto replay = [&] {
-    kb.forLoop(start, reach, kb.i32(spec.threads * spec.ctasPerRequest),
-               [&](Value x) { replayEntry(x); });
+    kb.forLoop(start, reach, kb.mul(stride, kb.i32(kCommitUnroll)),
+               [&](Value first) { replayRound(first); });
   };
   if (!paging.paged())
     return replay();
@@ -329,63 +355,93 @@ Value CommitReplayKernel::reachOf() {
   return reach;
 }
 
-/// Whether a row of length `n` (and `valid`) scored slot `i`: inside the
-/// row and in a block of its buffered mask.
-Value CommitReplayKernel::scored(Value i, Value n, Value valid) {
-  Value inRow = kb.andI(valid, kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
-                                       kb.cmp(CmpIPredicate::slt, i, n)));
-  return kb.ifThenElse(
-      {kb.i1T()}, inRow,
-      [&]() -> SmallVector<Value> {
-        Value bit = kb.loadAt(kb.i8T(), obsMask,
-                              kb.add(maskBase, kb.extS64(kb.divU(i, bsV))));
-        return {kb.cmp(CmpIPredicate::ne, bit, kb.constant(kb.i8T(), 0))};
-      },
-      [&]() -> SmallVector<Value> { return {kb.i1(false)}; })[0];
-}
-
-/// Entry `x` of V and D: V[x] is touched by rows that scored slot x, D[x]
-/// by rows that scored slot p_r - x; the others keep their value unread.
-void CommitReplayKernel::replayEntry(Value x) {
-  SmallVector<Value> touched = {kb.i1(false), kb.i1(false)};
-  for (const ReplayRow &row : replayed) {
-    touched[0] = kb.orI(touched[0], scored(x, row.n, row.valid));
-    touched[1] =
-        kb.orI(touched[1], scored(kb.sub(row.p, x), row.n, row.valid));
+/// The kCommitUnroll entries `first + u * stride` of one thread, in three
+/// rounds so that no load waits for another of the same round: the mask
+/// bits of every entry and row (V[x] is touched by the rows that scored
+/// slot x, D[x] by those that scored slot p_r - x), then the touched V and
+/// D cells and the scores folded into them, then each cell's fold through
+/// the rows in order (§3.10) and its store. Untouched cells are neither
+/// read nor written; entries past the reach read clamped mask bits and
+/// touch nothing. The replay is bound by the latency of these dependent
+/// rounds, not by bandwidth.
+void CommitReplayKernel::replayRound(Value first) {
+  Type f32 = kb.f32T(), i8 = kb.i8T();
+  Value lastSlot = kb.i32(spec.capacity - 1);
+  auto maskBit = [&](Value i) {
+    Value at = kb.minS(kb.maxS(i, kb.i32(0)), lastSlot);
+    return kb.cmp(CmpIPredicate::ne,
+                  kb.loadAt(i8, obsMask,
+                            kb.add(maskBase, kb.extS64(kb.divU(at, bsV)))),
+                  kb.constant(i8, 0));
+  };
+  // scoredBy[u][diagonal][r]: whether replayed row r folds into the cell.
+  SmallVector<Value> xs;
+  SmallVector<std::array<SmallVector<Value>, 2>> scoredBy(kCommitUnroll);
+  for (int64_t u = 0; u < kCommitUnroll; ++u) {
+    Value x = kb.add(first, kb.mul(stride, kb.i32(u)));
+    Value inRange = kb.cmp(CmpIPredicate::slt, x, reach);
+    x = kb.minS(x, kb.sub(reach, kb.i32(1)));
+    xs.push_back(x);
+    Value vBit = maskBit(x);
+    for (const ReplayRow &row : replayed) {
+      Value rowOk = kb.andI(inRange, row.valid);
+      scoredBy[u][0].push_back(kb.andI(
+          kb.andI(rowOk, vBit), kb.cmp(CmpIPredicate::slt, x, row.n)));
+      Value i = kb.sub(row.p, x);
+      Value inRow = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
+                            kb.cmp(CmpIPredicate::slt, i, row.n));
+      scoredBy[u][1].push_back(
+          kb.andI(kb.andI(rowOk, inRow), maskBit(i)));
+    }
   }
-  for (bool diagonal : {false, true})
-    kb.ifThen(touched[diagonal], [&] { foldEntry(x, diagonal); });
-}
-
-/// Folds the replayed rows' finite scores of entry `x` of D (`diagonal`) or
-/// V into it with the §3.10 rule, carried through the rows in a register.
-void CommitReplayKernel::foldEntry(Value x, bool diagonal) {
-  Type f32 = kb.f32T();
-  Value at = kb.gep(diagonal ? dState : vState, f32, entries->index(x));
-  Value folded = kb.load(f32, at, 4);
-  for (auto [r, row] : llvm::enumerate(replayed)) {
-    Value i = diagonal ? kb.sub(row.p, x) : x;
-    Value in = folded;
-    folded = kb.ifThenElse(
-        {f32}, scored(i, row.n, row.valid),
-        [&]() -> SmallVector<Value> {
-          Value z = kb.loadAt(
-              f32, obsZ,
-              entries->index(i, kb.i32(static_cast<int64_t>(r)), spec.rows));
-          Value finite =
-              kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY));
-          Value ema = kb.ema(in, z, decay, keep);
-          return {kb.select(finite, ema, in)};
-        },
-        [&]() -> SmallVector<Value> { return {in}; })[0];
-  }
-  // replayRequest refuses a request with a page outside the pool before any
-  // entry is folded, so this test never skips a store; it keeps the store
-  // inside the pool on its own.
-  if (entries->paged())
-    kb.ifThen(entries->inPool(x), [&] { kb.store(folded, at, 4); });
-  else
-    kb.store(folded, at, 4);
+  auto loadIf = [&](Value cond, Value at) {
+    return kb.ifThenElse(
+        {f32}, cond,
+        [&]() -> SmallVector<Value> { return {kb.load(f32, at, 4)}; },
+        [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
+  };
+  struct Cell {
+    Value touched, at, old;
+    SmallVector<Value> z;
+  };
+  SmallVector<std::array<Cell, 2>> cells(kCommitUnroll);
+  for (int64_t u = 0; u < kCommitUnroll; ++u)
+    for (bool diagonal : {false, true}) {
+      Cell &cell = cells[u][diagonal];
+      cell.touched = kb.i1(false);
+      for (Value s : scoredBy[u][diagonal])
+        cell.touched = kb.orI(cell.touched, s);
+      cell.at = kb.gep(diagonal ? dState : vState, f32, entries->index(xs[u]));
+      cell.old = loadIf(cell.touched, cell.at);
+      for (auto [r, row] : llvm::enumerate(replayed)) {
+        Value i = diagonal ? kb.minS(kb.maxS(kb.sub(row.p, xs[u]), kb.i32(0)),
+                                     lastSlot)
+                           : xs[u];
+        cell.z.push_back(loadIf(
+            scoredBy[u][diagonal][r],
+            kb.gep(obsZ, f32,
+                   entries->index(i, kb.i32(static_cast<int64_t>(r)),
+                                  spec.rows))));
+      }
+    }
+  for (int64_t u = 0; u < kCommitUnroll; ++u)
+    for (bool diagonal : {false, true}) {
+      Cell &cell = cells[u][diagonal];
+      Value folded = cell.old;
+      for (auto [r, z] : llvm::enumerate(cell.z)) {
+        Value finite = kb.andI(
+            scoredBy[u][diagonal][r],
+            kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY)));
+        folded = kb.select(finite, kb.ema(folded, z, decay, keep), folded);
+      }
+      // replayRequest refuses a request with a page outside the pool
+      // before any entry is folded, so the pool test never skips a store;
+      // it keeps the store inside the pool on its own.
+      Value store = cell.touched;
+      if (entries->paged())
+        store = kb.andI(store, entries->inPool(xs[u]));
+      kb.ifThen(store, [&] { kb.store(folded, cell.at, 4); });
+    }
 }
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
