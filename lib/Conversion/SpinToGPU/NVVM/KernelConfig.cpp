@@ -122,7 +122,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
 /// than one wave (two CTAs an SM), each wave pays the clusters' barrier
 /// chains again: for K > 512, pairs of 1024-thread CTAs, which scan more
 /// entries a thread but run all rows in fewer waves, finish first
-/// (docs/benchmarks-mtp.md: 96 x 128K, R = 1 and 2).
+/// (docs/benchmarks-kernels.md, "Other top-K changes").
 void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
                    int64_t smCount) {
   SpinDialect::TopkConfigAttrHelper helper(op->getContext());
@@ -194,7 +194,8 @@ int64_t expectedEntries(FusedScoreOp op) {
          blockSize;
 }
 
-/// The query rows of a step (batch x rows a request); 0 when dynamic.
+/// The rows of a step's queries or scores (batch x rows a request); 0 when
+/// dynamic.
 int64_t rowsOf(Type q) {
   auto type = dyn_cast<RankedTensorType>(q);
   if (!type || type.getRank() < 2 || type.isDynamicDim(0) ||
@@ -244,9 +245,8 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
             .Case([&](TopKOp topk) {
               auto scores = dyn_cast<RankedTensorType>(topk.getScores().getType());
               if (scores && scores.hasStaticShape())
-                configureTopK(topk, scores.getDimSize(0) * scores.getDimSize(1),
-                              scores.getDimSize(2), topk.getK(),
-                              options.smCount);
+                configureTopK(topk, rowsOf(scores), scores.getDimSize(2),
+                              topk.getK(), options.smCount);
               return success();
             })
             .Case([&](FusedSelectOp select) {

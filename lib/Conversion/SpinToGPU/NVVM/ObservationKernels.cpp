@@ -367,22 +367,25 @@ Value CommitReplayKernel::reachOf() {
 void CommitReplayKernel::replayRound(Value first) {
   Type f32 = kb.f32T(), i8 = kb.i8T();
   Value lastSlot = kb.i32(spec.capacity - 1);
-  auto maskBit = [&](Value i) {
-    Value at = kb.minS(kb.maxS(i, kb.i32(0)), lastSlot);
+  // Slot `at` (inside the state) lies in a block of the buffered mask.
+  auto maskBit = [&](Value at) {
     return kb.cmp(CmpIPredicate::ne,
                   kb.loadAt(i8, obsMask,
                             kb.add(maskBase, kb.extS64(kb.divU(at, bsV)))),
                   kb.constant(i8, 0));
   };
-  // scoredBy[u][diagonal][r]: whether replayed row r folds into the cell.
+  // scoredBy[u][diagonal][r]: whether replayed row r folds into the cell;
+  // diagonalSlot[u][r]: the slot p_r - x whose score it folds into D[x],
+  // clamped into the state so that its loads stay in bounds when unused.
   SmallVector<Value> xs;
   SmallVector<std::array<SmallVector<Value>, 2>> scoredBy(kCommitUnroll);
+  SmallVector<SmallVector<Value>> diagonalSlot(kCommitUnroll);
   for (int64_t u = 0; u < kCommitUnroll; ++u) {
     Value x = kb.add(first, kb.mul(stride, kb.i32(u)));
     Value inRange = kb.cmp(CmpIPredicate::slt, x, reach);
     x = kb.minS(x, kb.sub(reach, kb.i32(1)));
     xs.push_back(x);
-    Value vBit = maskBit(x);
+    Value vBit = maskBit(kb.minS(kb.maxS(x, kb.i32(0)), lastSlot));
     for (const ReplayRow &row : replayed) {
       Value rowOk = kb.andI(inRange, row.valid);
       scoredBy[u][0].push_back(kb.andI(
@@ -390,8 +393,9 @@ void CommitReplayKernel::replayRound(Value first) {
       Value i = kb.sub(row.p, x);
       Value inRow = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
                             kb.cmp(CmpIPredicate::slt, i, row.n));
-      scoredBy[u][1].push_back(
-          kb.andI(kb.andI(rowOk, inRow), maskBit(i)));
+      Value at = kb.minS(kb.maxS(i, kb.i32(0)), lastSlot);
+      diagonalSlot[u].push_back(at);
+      scoredBy[u][1].push_back(kb.andI(kb.andI(rowOk, inRow), maskBit(at)));
     }
   }
   auto loadIf = [&](Value cond, Value at) {
@@ -413,14 +417,12 @@ void CommitReplayKernel::replayRound(Value first) {
         cell.touched = kb.orI(cell.touched, s);
       cell.at = kb.gep(diagonal ? dState : vState, f32, entries->index(xs[u]));
       cell.old = loadIf(cell.touched, cell.at);
-      for (auto [r, row] : llvm::enumerate(replayed)) {
-        Value i = diagonal ? kb.minS(kb.maxS(kb.sub(row.p, xs[u]), kb.i32(0)),
-                                     lastSlot)
-                           : xs[u];
+      for (int64_t r = 0, e = replayed.size(); r < e; ++r) {
+        Value i = diagonal ? diagonalSlot[u][r] : xs[u];
         cell.z.push_back(loadIf(
             scoredBy[u][diagonal][r],
             kb.gep(obsZ, f32,
-                   entries->index(i, kb.i32(static_cast<int64_t>(r)),
+                   entries->index(i, kb.i32(r),
                                   spec.rows))));
       }
     }
