@@ -23,7 +23,9 @@
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),
 # ARTIFACTS (default gpu-artifacts), INDEXER_CACHE (default cuda-cache),
 # TOOLS, RUNS, SERVING_STEPS, OUT_DIR (logs; default sanitizer-logs),
-# BUILD (1: build the runtime first), RUN_TIMEOUT (seconds one run may take
+# BUILD (1: build the runtime first), FAULT_TIMEOUT (seconds a test of
+# test_cuda.py may take before its threads' stacks are printed; default 60),
+# RUN_TIMEOUT (seconds one run may take
 # before it is stopped and counted as failed; default: no limit).
 #
 #===----------------------------------------------------------------------===#
@@ -84,7 +86,10 @@ for tool in $TOOLS; do
            "$ROOT/python/tests/test_serving_loop_cuda.py"
            "$ROOT/python/tests/test_ops_cuda.py")
     else
+      # A test that makes no progress for $FAULT_TIMEOUT s (default 60)
+      # prints every thread's Python stack into the log.
       cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
+           -o faulthandler_timeout="${FAULT_TIMEOUT:-60}"
            "$ROOT/python/tests/test_cuda.py")
     fi
     limit=()

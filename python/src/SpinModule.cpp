@@ -279,9 +279,21 @@ static void bindManifest(py::module_ &m) {
       "needed); ValueError names the file and the field");
 }
 
+/// `call()` with the GIL released: for native calls that take the state
+/// pool's locks or enter the CUDA driver, which may wait for other
+/// threads (a step in flight, the driver's own locks, a tool such as
+/// compute-sanitizer that serialises API calls). Waiting there with the
+/// GIL held would stop every Python thread, including the ones it waits
+/// for.
+template <typename Call>
+static auto withoutGil(Call &&call) -> decltype(call()) {
+  py::gil_scoped_release release;
+  return call();
+}
+
 /// The device state pool of GPU programs. Streams are passed as integers,
-/// so that the module never links libcuda; the reads that synchronise
-/// release the GIL.
+/// so that the module never links libcuda; every call that takes the
+/// pool's locks or enters the driver releases the GIL (withoutGil).
 static void bindGpuStatePool(py::module_ &m) {
   py::class_<rt::GpuStatePool>(m, "GpuStatePool")
       .def(py::init([](int64_t layers, int64_t slots, int64_t capacity,
@@ -303,16 +315,22 @@ static void bindGpuStatePool(py::module_ &m) {
            py::arg("device"))
       .def("acquire",
            [](rt::GpuStatePool &p, int64_t id, uintptr_t stream) {
-             return unwrap(p.acquire(id, streamFrom(stream)));
+             return unwrap(withoutGil([&] {
+               return p.acquire(id, streamFrom(stream));
+             }));
            })
       .def("release",
-           [](rt::GpuStatePool &p, int64_t id) { check(p.release(id)); })
+           [](rt::GpuStatePool &p, int64_t id) {
+             check(withoutGil([&] { return p.release(id); }));
+           })
       .def("reset",
            [](rt::GpuStatePool &p, int64_t id, uintptr_t stream) {
-             check(p.reset(id, streamFrom(stream)));
+             check(withoutGil([&] { return p.reset(id, streamFrom(stream)); }));
            })
-      .def("commit", [](rt::GpuStatePool &p, int64_t id,
-                        int32_t accepted) { check(p.commit(id, accepted)); })
+      .def("commit",
+           [](rt::GpuStatePool &p, int64_t id, int32_t accepted) {
+             check(withoutGil([&] { return p.commit(id, accepted); }));
+           })
       .def("contains", &rt::GpuStatePool::contains)
       .def("has_pending_rows", &rt::GpuStatePool::hasPendingRows)
       .def("live_requests", &rt::GpuStatePool::liveRequests)
