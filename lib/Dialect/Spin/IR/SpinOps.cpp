@@ -78,6 +78,30 @@ static LogicalResult verifySameSize(Operation *op, StringRef what,
   return success();
 }
 
+/// A value laid out by request and query row: dim 0 is the batch and,
+/// unless `batchOnly` (a per-request value such as a block mask), dim 1 the
+/// row.
+struct RowMajorValue {
+  StringRef name;
+  Type type;
+  bool batchOnly = false;
+};
+
+/// Checks that `values` agree on the batch size (dim 0), then that those
+/// with rows agree on the row count (dim 1).
+static LogicalResult verifyBatchAndRows(Operation *op,
+                                        ArrayRef<RowMajorValue> values) {
+  SmallVector<NamedDim> batch, rows;
+  for (const RowMajorValue &value : values) {
+    batch.push_back({value.name, value.type, 0});
+    if (!value.batchOnly)
+      rows.push_back({value.name, value.type, 1});
+  }
+  if (failed(verifySameSize(op, "batch size", batch)))
+    return failure();
+  return verifySameSize(op, "row count", rows);
+}
+
 /// Checks that a slot count is `blocks * blockSize`, or at least a multiple
 /// of `blockSize` when the block count is dynamic.
 static LogicalResult verifyBlockTiling(Operation *op, NamedDim slots,
@@ -170,17 +194,11 @@ static LogicalResult verifyIndexer(IndexerOp op) {
     return op.emitOpError("fp8 e4m3 queries need fp8 e4m3 keys, not ")
            << keys.getElementType() << " keys";
 
-  if (failed(verifySameSize(op, "batch size",
-                            {{"q", q, 0},
-                             {"w", w, 0},
-                             {"block_table", blockTable, 0},
-                             {"lengths", lengths, 0},
-                             {"scores", scores, 0}})) ||
-      failed(verifySameSize(op, "row count",
-                            {{"q", q, 1},
-                             {"w", w, 1},
-                             {"lengths", lengths, 1},
-                             {"scores", scores, 1}})) ||
+  if (failed(verifyBatchAndRows(op, {{"q", q},
+                                     {"w", w},
+                                     {"block_table", blockTable, true},
+                                     {"lengths", lengths},
+                                     {"scores", scores}})) ||
       failed(verifySameSize(op, "head count", {{"q", q, 2}, {"w", w, 2}})) ||
       failed(verifySameSize(op, "head dim", {{"q", q, 3}, {"keys", keys, 2}})))
     return failure();
@@ -255,14 +273,9 @@ LogicalResult SparseIndexerOp::verify() {
 LogicalResult TopKOp::verify() {
   Type scores = getScores().getType(), lengths = getLengths().getType();
   auto indices = cast<RankedTensorType>(getIndices().getType());
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"scores", scores, 0},
-                             {"lengths", lengths, 0},
-                             {"indices", indices, 0}})) ||
-      failed(verifySameSize(*this, "row count",
-                            {{"scores", scores, 1},
-                             {"lengths", lengths, 1},
-                             {"indices", indices, 1}})))
+  if (failed(verifyBatchAndRows(*this, {{"scores", scores},
+                                        {"lengths", lengths},
+                                        {"indices", indices}})))
     return failure();
   int64_t perRow = indices.getDimSize(2);
   if (!ShapedType::isDynamic(perRow) && perRow != static_cast<int64_t>(getK()))
@@ -298,16 +311,9 @@ LogicalResult PredictOp::verify() {
     return failure();
   Type positions = getPositions().getType(), lengths = getLengths().getType(),
        prediction = getPrediction().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"positions", positions, 0},
-                             {"lengths", lengths, 0},
-                             {"prediction", prediction, 0}})) ||
-      failed(verifySameSize(*this, "row count",
-                            {{"positions", positions, 1},
-                             {"lengths", lengths, 1},
-                             {"prediction", prediction, 1}})))
-    return failure();
-  return success();
+  return verifyBatchAndRows(*this, {{"positions", positions},
+                                    {"lengths", lengths},
+                                    {"prediction", prediction}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -317,14 +323,9 @@ LogicalResult PredictOp::verify() {
 LogicalResult PoolOp::verify() {
   Type prediction = getPrediction().getType(), lengths = getLengths().getType(),
        blockScores = getBlockScores().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"prediction", prediction, 0},
-                             {"lengths", lengths, 0},
-                             {"block_scores", blockScores, 0}})) ||
-      failed(verifySameSize(*this, "row count",
-                            {{"prediction", prediction, 1},
-                             {"lengths", lengths, 1},
-                             {"block_scores", blockScores, 1}})))
+  if (failed(verifyBatchAndRows(*this, {{"prediction", prediction},
+                                        {"lengths", lengths},
+                                        {"block_scores", blockScores}})))
     return failure();
   return verifyBlockTiling(*this, {"prediction", prediction, 2},
                            {"block_scores", blockScores, 2}, getBlockSize());
@@ -345,12 +346,9 @@ LogicalResult SelectBlocksOp::verify() {
 
   Type scores = getScores().getType(), lengths = getLengths().getType(),
        mask = getMask().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"scores", scores, 0},
-                             {"lengths", lengths, 0},
-                             {"mask", mask, 0}})) ||
-      failed(verifySameSize(*this, "row count",
-                            {{"scores", scores, 1}, {"lengths", lengths, 1}})))
+  if (failed(verifyBatchAndRows(*this, {{"scores", scores},
+                                        {"lengths", lengths},
+                                        {"mask", mask, true}})))
     return failure();
   // A0 ranks slots; A1 and A2 rank blocks.
   if (reduction == Reduction::a0)
@@ -367,13 +365,9 @@ LogicalResult SelectBlocksOp::verify() {
 LogicalResult BlockSparsityOp::verify() {
   Type mask = getMask().getType(), lengths = getLengths().getType(),
        sparsity = getSparsity().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"mask", mask, 0},
-                             {"lengths", lengths, 0},
-                             {"sparsity", sparsity, 0}})))
-    return failure();
-  return verifySameSize(*this, "row count",
-                        {{"lengths", lengths, 1}, {"sparsity", sparsity, 1}});
+  return verifyBatchAndRows(*this, {{"mask", mask, true},
+                                    {"lengths", lengths},
+                                    {"sparsity", sparsity}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -389,15 +383,10 @@ static LogicalResult verifyObservation(ObservationOp op) {
     return failure();
   Type scores = op.getScores().getType(), positions = op.getPositions().getType(),
        lengths = op.getLengths().getType(), mask = op.getMask().getType();
-  if (failed(verifySameSize(op, "batch size",
-                            {{"scores", scores, 0},
-                             {"positions", positions, 0},
-                             {"lengths", lengths, 0},
-                             {"mask", mask, 0}})) ||
-      failed(verifySameSize(op, "row count",
-                            {{"scores", scores, 1},
-                             {"positions", positions, 1},
-                             {"lengths", lengths, 1}})))
+  if (failed(verifyBatchAndRows(op, {{"scores", scores},
+                                     {"positions", positions},
+                                     {"lengths", lengths},
+                                     {"mask", mask, true}})))
     return failure();
   return verifyBlockTiling(op, {"scores", scores, 2}, {"mask", mask, 1},
                            op.getBlockSize());
@@ -442,13 +431,9 @@ LogicalResult FusedSelectOp::verify() {
                          << stringifyReduction(reduction);
   Type positions = getPositions().getType(), lengths = getLengths().getType(),
        mask = getMask().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"positions", positions, 0},
-                             {"lengths", lengths, 0},
-                             {"mask", mask, 0}})))
-    return failure();
-  return verifySameSize(*this, "row count",
-                        {{"positions", positions, 1}, {"lengths", lengths, 1}});
+  return verifyBatchAndRows(*this, {{"positions", positions},
+                                    {"lengths", lengths},
+                                    {"mask", mask, true}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -461,10 +446,8 @@ LogicalResult FusedScoreOp::verify() {
 
   auto indices = cast<RankedTensorType>(getIndices().getType());
   Type scores = getScores().getType();
-  if (failed(verifySameSize(*this, "batch size",
-                            {{"scores", scores, 0}, {"indices", indices, 0}})) ||
-      failed(verifySameSize(*this, "row count",
-                            {{"scores", scores, 1}, {"indices", indices, 1}})))
+  if (failed(verifyBatchAndRows(*this, {{"scores", scores},
+                                        {"indices", indices}})))
     return failure();
   int64_t perRow = indices.getDimSize(2);
   if (!ShapedType::isDynamic(perRow) && perRow != static_cast<int64_t>(getK()))
