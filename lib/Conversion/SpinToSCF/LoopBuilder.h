@@ -99,20 +99,29 @@ private:
 const StateBuffers *lookupState(const StateBufferMap &buffers, Operation *op,
                                 Value state);
 
-/// Base for patterns of ops that read or write a layer's state buffers.
+/// Base for patterns of ops that read or write a layer's state buffers:
+/// `lowerBound` lowers the op once its layer's buffers are found, and the
+/// pattern fails to match where the pass bound none.
 template <typename OpTy>
 struct StatefulLowering : public OpConversionPattern<OpTy> {
+  using OpAdaptor = typename OpConversionPattern<OpTy>::OpAdaptor;
+
   StatefulLowering(MLIRContext *ctx, const StateBufferMap &buffers)
       : OpConversionPattern<OpTy>(ctx), buffers(buffers) {}
 
-  const StateBuffers *stateOf(OpTy op) const {
-    return lookupState(buffers, op, op.getState());
+  LogicalResult
+  matchAndRewrite(OpTy op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const final {
+    const StateBuffers *bound = lookupState(buffers, op, op.getState());
+    if (!bound)
+      return rewriter.notifyMatchFailure(
+          op, "no state buffers are bound for this layer here");
+    return lowerBound(op, adaptor, *bound, rewriter);
   }
 
-  LogicalResult notBound(OpTy op, ConversionPatternRewriter &rewriter) const {
-    return rewriter.notifyMatchFailure(
-        op, "no state buffers are bound for this layer here");
-  }
+  virtual LogicalResult
+  lowerBound(OpTy op, OpAdaptor adaptor, const StateBuffers &state,
+             ConversionPatternRewriter &rewriter) const = 0;
 
   const StateBufferMap &buffers;
 };

@@ -22,13 +22,9 @@ namespace {
 struct PredictLowering : public StatefulLowering<PredictOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(PredictOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(PredictOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     Value positions = lb.toBuffer(adaptor.getPositions());
     Value lengths = lb.toBuffer(adaptor.getLengths());
@@ -397,13 +393,9 @@ void SelectBlocksBuilder::unionIntoRequestMask() {
 struct SelectBlocksLowering : public StatefulLowering<SelectBlocksOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(SelectBlocksOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(SelectBlocksOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     if (op.getExplorePolicy() != ExplorePolicy::random && !state.lastObserved)
       return rewriter.notifyMatchFailure(
           op, "an age-based exploration policy needs the state's "

@@ -95,13 +95,9 @@ viewObservation(LoopBuilder &lb, OpTy op, Adaptor adaptor) {
 struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(EmaUpdateOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(EmaUpdateOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
@@ -129,13 +125,9 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
 struct ObserveLowering : public StatefulLowering<ObserveOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(ObserveOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(ObserveOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
@@ -186,13 +178,9 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
 struct CommitLowering : public StatefulLowering<CommitOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(CommitOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(CommitOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     Value accepted = lb.toBuffer(adaptor.getAccepted());
     Value blockSize = lb.index(op.getBlockSize());
@@ -235,13 +223,9 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
 struct ResetLowering : public StatefulLowering<ResetOp> {
   using StatefulLowering::StatefulLowering;
 
-  LogicalResult
-  matchAndRewrite(ResetOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    const StateBuffers *bound = stateOf(op);
-    if (!bound)
-      return notBound(op, rewriter);
-    const StateBuffers &state = *bound;
+  LogicalResult lowerBound(ResetOp op, OpAdaptor adaptor,
+                           const StateBuffers &state,
+                           ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     Value requests =
         adaptor.getRequests() ? lb.toBuffer(adaptor.getRequests()) : Value();
