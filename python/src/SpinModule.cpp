@@ -178,6 +178,19 @@ py::list signatureOf(const std::vector<rt::ArgSpec> &signature) {
   return list;
 }
 
+/// `call()` with the GIL released: for native work that touches no Python
+/// object (steps, compilation, and calls that take the state pool's locks
+/// or enter the CUDA driver). Such calls may wait for other threads (a
+/// step in flight, the driver's own locks, a tool such as
+/// compute-sanitizer that serialises API calls); waiting there with the
+/// GIL held would stop every Python thread, including the ones waited
+/// for, and long work would stop them too.
+template <typename Call>
+static auto withoutGil(Call &&call) -> decltype(call()) {
+  py::gil_scoped_release release;
+  return call();
+}
+
 /// A step program and whatever keeps its code alive.
 struct Program {
   std::shared_ptr<void> owner;
@@ -189,12 +202,7 @@ struct Program {
     std::vector<py::buffer_info> keep;
     auto in = tensors(inputs, keep, /*writable=*/false);
     auto out = tensors(outputs, keep, /*writable=*/true);
-    rt::Status status;
-    {
-      py::gil_scoped_release release;
-      status = program->run(pool, in, out);
-    }
-    check(status);
+    check(withoutGil([&] { return program->run(pool, in, out); }));
   }
 };
 
@@ -279,18 +287,6 @@ static void bindManifest(py::module_ &m) {
       "needed); ValueError names the file and the field");
 }
 
-/// `call()` with the GIL released: for native calls that take the state
-/// pool's locks or enter the CUDA driver, which may wait for other
-/// threads (a step in flight, the driver's own locks, a tool such as
-/// compute-sanitizer that serialises API calls). Waiting there with the
-/// GIL held would stop every Python thread, including the ones it waits
-/// for.
-template <typename Call>
-static auto withoutGil(Call &&call) -> decltype(call()) {
-  py::gil_scoped_release release;
-  return call();
-}
-
 /// The device state pool of GPU programs. Streams are passed as integers,
 /// so that the module never links libcuda; every call that takes the
 /// pool's locks or enters the driver releases the GIL (withoutGil).
@@ -339,24 +335,22 @@ static void bindGpuStatePool(py::module_ &m) {
       .def(
           "iteration",
           [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
-            rt::StatusOr<int64_t> it{rt::Status::error("not read")};
-            {
-              py::gil_scoped_release release;
-              it = p.iteration(id, layer, streamFrom(stream));
-            }
-            return unwrap(std::move(it));
+            return unwrap(withoutGil([&] {
+              return p.iteration(id, layer, streamFrom(stream));
+            }));
           })
       .def(
           "state",
           [](rt::GpuStatePool &p, int64_t id, int64_t layer, uintptr_t stream) {
-            rt::StatusOr<std::vector<float>> v{rt::Status::error("not read")},
-                d{rt::Status::error("not read")};
-            {
-              py::gil_scoped_release release;
-              v = p.v(id, layer, streamFrom(stream));
-              if (v.ok())
-                d = p.d(id, layer, streamFrom(stream));
-            }
+            // D is read only when V was.
+            auto [v, d] = withoutGil([&] {
+              rt::StatusOr<std::vector<float>> vertical =
+                  p.v(id, layer, streamFrom(stream));
+              rt::StatusOr<std::vector<float>> diagonal =
+                  vertical.ok() ? p.d(id, layer, streamFrom(stream))
+                                : vertical.status();
+              return std::make_pair(std::move(vertical), std::move(diagonal));
+            });
             return py::make_tuple(unwrap(std::move(v)), unwrap(std::move(d)));
           },
           "Copies of (V, D) of one request and layer (synchronises the "
@@ -413,14 +407,11 @@ static void bindGpuProgram(py::module_ &m) {
              int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
-            rt::Status status;
-            {
-              py::gil_scoped_release release;
-              status = pool ? program.run(*pool, in, out, requestIds,
-                                          streamFrom(stream), layer)
-                            : program.run(in, out, streamFrom(stream));
-            }
-            check(status);
+            check(withoutGil([&] {
+              return pool ? program.run(*pool, in, out, requestIds,
+                                        streamFrom(stream), layer)
+                          : program.run(in, out, streamFrom(stream));
+            }));
           },
           py::arg("pool").none(true), py::arg("inputs"), py::arg("outputs"),
           py::arg("request_ids"), py::arg("stream"), py::arg("layer") = 0)
@@ -431,13 +422,9 @@ static void bindGpuProgram(py::module_ &m) {
              uintptr_t stream, int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
-            rt::Status status;
-            {
-              py::gil_scoped_release release;
-              status =
-                  program.runBatch(pool, in, out, streamFrom(stream), layer);
-            }
-            check(status);
+            check(withoutGil([&] {
+              return program.runBatch(pool, in, out, streamFrom(stream), layer);
+            }));
           },
           py::arg("pool"), py::arg("inputs"), py::arg("outputs"),
           py::arg("stream"), py::arg("layer") = 0,
@@ -449,12 +436,9 @@ static void bindGpuProgram(py::module_ &m) {
              const py::dict &outputs, uintptr_t stream, int64_t layer) {
             auto in = deviceTensors(inputs);
             auto out = deviceTensors(outputs);
-            rt::Status status;
-            {
-              py::gil_scoped_release release;
-              status = program.runBatch(in, out, streamFrom(stream), layer);
-            }
-            check(status);
+            check(withoutGil([&] {
+              return program.runBatch(in, out, streamFrom(stream), layer);
+            }));
           },
           py::arg("inputs"), py::arg("outputs"), py::arg("stream"),
           py::arg("layer") = 0,
@@ -464,11 +448,8 @@ static void bindGpuProgram(py::module_ &m) {
       .def(
           "check",
           [](rt::GpuProgram &program, uintptr_t stream) {
-            rt::Status status;
-            {
-              py::gil_scoped_release release;
-              status = program.check(streamFrom(stream));
-            }
+            rt::Status status =
+                withoutGil([&] { return program.check(streamFrom(stream)); });
             if (!status.ok())
               throw std::runtime_error(status.message());
           },
@@ -670,14 +651,10 @@ static void bindCompiler(py::module_ &m) {
         mlir::spin::SparsifyPipelineOptions parsed;
         const mlir::spin::SparsifyPipelineOptions *sparsify =
             sparsifyOptions(options, parsed);
-        rt::StatusOr<std::shared_ptr<mlir::spin::CpuExecutable>> compiled =
-            rt::Status::error("not compiled");
-        {
-          py::gil_scoped_release release;
-          compiled = mlir::spin::CpuExecutable::compileCached(source, function,
-                                                              sparsify);
-        }
-        return fromExecutable(unwrap(std::move(compiled)));
+        return fromExecutable(unwrap(withoutGil([&] {
+          return mlir::spin::CpuExecutable::compileCached(source, function,
+                                                          sparsify);
+        })));
       },
       py::arg("source"), py::arg("function"), py::arg("options") = py::none(),
       "JIT-compiles `function` of `source`; `options` are "
@@ -718,16 +695,12 @@ static void bindCompiler(py::module_ &m) {
         gpu.layerArgument = layerArgument;
         gpu.pagedState = pagedState;
         gpu.fusedFp8Pages = fusedFp8Pages;
-        rt::Status written = rt::Status::success();
-        {
-          py::gil_scoped_release release;
+        check(withoutGil([&] {
           rt::StatusOr<mlir::spin::GpuArtifact> artifact =
               mlir::spin::compileGpuArtifact(source, function, sparsify, gpu);
-          written = artifact.ok()
-                        ? mlir::spin::writeGpuArtifact(*artifact, outDir)
-                        : artifact.status();
-        }
-        check(written);
+          return artifact.ok() ? mlir::spin::writeGpuArtifact(*artifact, outDir)
+                               : artifact.status();
+        }));
       },
       py::arg("source"), py::arg("function"), py::arg("options"),
       py::arg("chips"), py::arg("ptx_version"), py::arg("out_dir"),

@@ -419,11 +419,9 @@ void CommitReplayKernel::replayRound(Value first) {
       cell.old = loadIf(cell.touched, cell.at);
       for (int64_t r = 0, e = replayed.size(); r < e; ++r) {
         Value i = diagonal ? diagonalSlot[u][r] : xs[u];
-        cell.z.push_back(loadIf(
-            scoredBy[u][diagonal][r],
-            kb.gep(obsZ, f32,
-                   entries->index(i, kb.i32(r),
-                                  spec.rows))));
+        cell.z.push_back(
+            loadIf(scoredBy[u][diagonal][r],
+                   kb.gep(obsZ, f32, entries->index(i, kb.i32(r), spec.rows))));
       }
     }
   for (int64_t u = 0; u < kCommitUnroll; ++u)
