@@ -11,11 +11,14 @@
 # device-batch tests (python/tests/test_device_batches_cuda.py,
 # test_ops_cuda.py and test_serving_loop_cuda.py, the serving loop shortened to
 # $SERVING_STEPS graph replays per configuration, default 60, with the
-# programs of cuda-cache/) under each compute-sanitizer tool in $TOOLS
+# programs of cuda-cache/) and the other GPU tests of the Python package
+# (python/tests/test_indexer_cuda.py, test_replay_cuda.py,
+# test_paged_state_cuda.py and test_fused_pages_cuda.py, also with
+# cuda-cache/) under each compute-sanitizer tool in $TOOLS
 # (default: memcheck racecheck synccheck initcheck), each gpu_check run
 # with a fresh seed, and prints per tool the errors compute-sanitizer
 # reported, the check's result and the time. $RUNS picks the runs (default:
-# gpu_check test_cuda device_batches). API errors are not reported: the runtime's own tests provoke some on
+# gpu_check test_cuda device_batches indexer). API errors are not reported: the runtime's own tests provoke some on
 # purpose (bad launches, a stub driver) and check that they come back as a
 # Status.
 #
@@ -37,7 +40,7 @@ PYTHON="${PYTHON:-python3}"
 export BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 ARTIFACTS="${ARTIFACTS:-$ROOT/gpu-artifacts}"
 TOOLS="${TOOLS:-memcheck racecheck synccheck initcheck}"
-RUNS="${RUNS:-gpu_check test_cuda device_batches}"
+RUNS="${RUNS:-gpu_check test_cuda device_batches indexer}"
 INDEXER_CACHE="${INDEXER_CACHE:-$ROOT/cuda-cache}"
 OUT_DIR="${OUT_DIR:-$ROOT/sanitizer-logs}"
 SANITIZER="${SANITIZER:-compute-sanitizer}"
@@ -85,12 +88,22 @@ for tool in $TOOLS; do
            "$ROOT/python/tests/test_device_batches_cuda.py"
            "$ROOT/python/tests/test_serving_loop_cuda.py"
            "$ROOT/python/tests/test_ops_cuda.py")
-    else
+    elif [ "$run" = indexer ]; then
+      cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" SPIN_CACHE_DIR="$INDEXER_CACHE"
+           "$PYTHON" -m pytest -q -p no:cacheprovider -rs
+           "$ROOT/python/tests/test_indexer_cuda.py"
+           "$ROOT/python/tests/test_replay_cuda.py"
+           "$ROOT/python/tests/test_paged_state_cuda.py"
+           "$ROOT/python/tests/test_fused_pages_cuda.py")
+    elif [ "$run" = test_cuda ]; then
       # A test that makes no progress for $FAULT_TIMEOUT s (default 60)
       # prints every thread's Python stack into the log.
       cmd=(env SPIN_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest -q -p no:cacheprovider
            -o faulthandler_timeout="${FAULT_TIMEOUT:-60}"
            "$ROOT/python/tests/test_cuda.py")
+    else
+      echo "error: unknown run '$run' in RUNS (gpu_check test_cuda device_batches indexer)" >&2
+      exit 2
     fi
     limit=()
     [ -n "${RUN_TIMEOUT:-}" ] && limit=(timeout "$RUN_TIMEOUT")
