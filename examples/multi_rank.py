@@ -2,12 +2,15 @@
 """SPIN on several ranks: tensor-parallel replicas agree bit for bit, and
 data-parallel ranks serve their own requests independently.
 
-    python3 examples/multi_rank.py --mode tp [--device cpu|cuda] [--ranks 2]
-    python3 examples/multi_rank.py --mode dp [--device cpu|cuda] [--ranks 2]
+    python3 examples/multi_rank.py --mode tp [--device cpu|cuda] [--ranks 2] [--one-gpu]
+    python3 examples/multi_rank.py --mode dp [--device cpu|cuda] [--ranks 2] [--one-gpu]
 
 The ranks are processes started here (torch.multiprocessing), joined in a
 process group: gloo on the CPU, NCCL on CUDA (one GPU per rank; NVLink
-multicast stays off).
+multicast stays off). --one-gpu puts every rank on cuda:0 and joins them
+with gloo instead (NCCL refuses two ranks on one device), the compared
+tensors going through host memory: the ranks' processes, contexts, programs
+and states are as separate as on several GPUs, only the device is shared.
 
 tp: every rank runs the same SPIN steps on the same inputs (a dense warm-up,
     decoding with two draft tokens and commits of drafted counts, a new turn
@@ -95,6 +98,8 @@ def _gather_equal(tensor, what, rank, world):
     """All-gathers `tensor` and raises unless every rank's is bit-identical
     to rank 0's."""
     t = tensor.contiguous()
+    if t.is_cuda and dist.get_backend() == "gloo":
+        t = t.cpu()               # gloo gathers host tensors only
     if t.dtype == torch.float32:
         t = t.view(torch.int32)   # compare bits: -0.0 and NaN payloads too
     parts = [torch.empty_like(t) for _ in range(world)]
@@ -202,7 +207,8 @@ def run_dp(rank, world, device, steps, skew=0):
         lengths.copy_(n.to(device))
         positions.copy_((n - 1).to(device))
     indexer.check()
-    total = torch.tensor([mismatches], dtype=torch.int64, device=device)
+    on = "cpu" if dist.get_backend() == "gloo" else device
+    total = torch.tensor([mismatches], dtype=torch.int64, device=on)
     dist.all_reduce(total)
     if int(total.item()):
         raise AssertionError(f"{int(total.item())} step(s) differed from the reference "
@@ -211,16 +217,17 @@ def run_dp(rank, world, device, steps, skew=0):
     return f"rank {rank}: {steps} steps ({how}) of requests {ids} equal to the reference"
 
 
-def _worker(rank, world, mode, device, steps, port, results, skew):
+def _worker(rank, world, mode, device, steps, port, results, skew, one_gpu):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     try:
         if device == "cuda":
-            torch.cuda.set_device(rank)
-            dev = f"cuda:{rank}"
+            ordinal = 0 if one_gpu else rank
+            torch.cuda.set_device(ordinal)
+            dev = f"cuda:{ordinal}"
         else:
             dev = "cpu"
-        dist.init_process_group("nccl" if device == "cuda" else "gloo",
+        dist.init_process_group("nccl" if device == "cuda" and not one_gpu else "gloo",
                                 init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world)
         message = (run_tp if mode == "tp" else run_dp)(rank, world, dev, steps, skew)
@@ -233,17 +240,22 @@ def _worker(rank, world, mode, device, steps, port, results, skew):
             dist.destroy_process_group()
 
 
-def launch(mode, device="cpu", ranks=2, steps=8, port=None, skew=0):
+def launch(mode, device="cpu", ranks=2, steps=8, port=None, skew=0, one_gpu=False):
     """Runs `mode` on `ranks` processes; returns [(rank, ok, message)].
-    `skew` breaks what the mode checks (tests only: run_tp, run_dp)."""
-    if device == "cuda" and torch.cuda.device_count() < ranks:
-        raise RuntimeError(f"--device cuda needs {ranks} GPUs, this machine has "
+    `skew` breaks what the mode checks (tests only: run_tp, run_dp);
+    `one_gpu` puts every CUDA rank on device 0 (gloo between them)."""
+    if one_gpu and device != "cuda":
+        raise ValueError("one_gpu applies to device 'cuda' only, not " + repr(device))
+    needed = 1 if one_gpu else ranks
+    if device == "cuda" and torch.cuda.device_count() < needed:
+        raise RuntimeError(f"--device cuda needs {needed} GPU(s), this machine has "
                            f"{torch.cuda.device_count()}")
     port = port or 29500 + os.getpid() % 1000
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker,
-                         args=(r, ranks, mode, device, steps, port, results, skew))
+                         args=(r, ranks, mode, device, steps, port, results, skew,
+                               one_gpu))
              for r in range(ranks)]
     for p in procs:
         p.start()
@@ -259,8 +271,12 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--one-gpu", action="store_true",
+                        help="every rank on cuda:0, gloo between them (with --device cuda)")
     args = parser.parse_args()
-    results = launch(args.mode, args.device, args.ranks, args.steps)
+    if args.one_gpu and args.device != "cuda":
+        parser.error("--one-gpu needs --device cuda")
+    results = launch(args.mode, args.device, args.ranks, args.steps, one_gpu=args.one_gpu)
     for rank, ok, message in results:
         print(("" if ok else f"rank {rank} FAILED:\n") + message)
     sys.exit(0 if all(ok for _, ok, _ in results) else 1)

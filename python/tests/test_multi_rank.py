@@ -2,7 +2,7 @@
 replicas compared bit for bit after every step through all_gather, and
 data-parallel ranks each checked against the numpy reference. On the CPU
 the ranks talk over gloo (CI); with two GPUs the same runs use NCCL, one GPU
-per rank."""
+per rank; with one GPU both ranks share it and talk over gloo."""
 
 import os
 import socket
@@ -54,6 +54,33 @@ def test_ranks_pass(mode, device):
     assert [r for r, _, _ in results] == [0, 1]
     for rank, ok, message in results:
         assert ok, f"rank {rank}:\n{message}"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False")
+@pytest.mark.parametrize("mode", ["tp", "dp"])
+def test_ranks_pass_sharing_one_gpu(mode):
+    results = _example().launch(mode, "cuda", ranks=2, steps=6, port=_free_port(),
+                                one_gpu=True)
+    assert [r for r, _, _ in results] == [0, 1]
+    for rank, ok, message in results:
+        assert ok, f"rank {rank}:\n{message}"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False")
+def test_a_broken_run_sharing_one_gpu_is_caught():
+    results = _example().launch("tp", "cuda", ranks=2, steps=6, port=_free_port(),
+                                skew=1, one_gpu=True)
+    assert not all(ok for _, ok, _ in results)
+    assert any("differs from rank 0" in message for _, ok, message in results if not ok)
+
+
+def test_one_gpu_is_refused_on_the_cpu():
+    with pytest.raises(ValueError, match="one_gpu applies to device 'cuda' only"):
+        _example().launch("tp", "cpu", one_gpu=True)
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
