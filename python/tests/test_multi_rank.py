@@ -32,9 +32,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not (torch.cuda.is_available() and torch.cuda.device_count() >= 2),
-    reason="needs two CUDA devices"))]
+ONE_GPU = pytest.mark.skipif(not torch.cuda.is_available(),
+                             reason="torch.cuda.is_available() is False")
+# (device, one_gpu): the CPU over gloo; one GPU per rank over NCCL; both
+# ranks on one GPU over gloo.
+DEVICES = [pytest.param("cpu", False, id="cpu"),
+           pytest.param("cuda", False, id="cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+               not (torch.cuda.is_available() and torch.cuda.device_count() >= 2),
+               reason="needs two CUDA devices")]),
+           pytest.param("cuda", True, id="one-gpu", marks=[pytest.mark.cuda, ONE_GPU])]
 
 
 @pytest.fixture(autouse=True)
@@ -47,10 +53,11 @@ def _python_path(monkeypatch):
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,one_gpu", DEVICES)
 @pytest.mark.parametrize("mode", ["tp", "dp"])
-def test_ranks_pass(mode, device):
-    results = _example().launch(mode, device, ranks=2, steps=6, port=_free_port())
+def test_ranks_pass(mode, device, one_gpu):
+    results = _example().launch(mode, device, ranks=2, steps=6, port=_free_port(),
+                                one_gpu=one_gpu)
     assert [r for r, _, _ in results] == [0, 1]
     for rank, ok, message in results:
         assert ok, f"rank {rank}:\n{message}"
@@ -58,19 +65,7 @@ def test_ranks_pass(mode, device):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False")
-@pytest.mark.parametrize("mode", ["tp", "dp"])
-def test_ranks_pass_sharing_one_gpu(mode):
-    results = _example().launch(mode, "cuda", ranks=2, steps=6, port=_free_port(),
-                                one_gpu=True)
-    assert [r for r, _, _ in results] == [0, 1]
-    for rank, ok, message in results:
-        assert ok, f"rank {rank}:\n{message}"
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False")
+@ONE_GPU
 def test_a_broken_run_sharing_one_gpu_is_caught():
     results = _example().launch("tp", "cuda", ranks=2, steps=6, port=_free_port(),
                                 skew=1, one_gpu=True)
