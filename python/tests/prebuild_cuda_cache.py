@@ -71,6 +71,8 @@ def main(argv=None):
     import multi_rank
     for mode in ("tp", "dp"):
         multi_rank.make_indexer(mode, "cuda", chips=chips, cache_dir=out)
+    # test_multi_rank.py's skewed tp run: rank 1 explores with seed 8.
+    multi_rank.make_indexer("tp", "cuda", seed=8, chips=chips, cache_dir=out)
     print(f"examples/multi_rank.py --device cuda: {time.time() - t:.1f} s", flush=True)
     # spin-replay --device cuda (test_replay.py): its programs, and the CPU
     # replay's report that the GPU run is compared with.

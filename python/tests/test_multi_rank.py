@@ -32,11 +32,13 @@ def _free_port():
         return s.getsockname()[1]
 
 
+NEEDS_COMPILER = pytest.mark.skipif(not spin.has_compiler,
+                                    reason="spin built without the compiler (the CPU path needs it)")
 ONE_GPU = pytest.mark.skipif(not torch.cuda.is_available(),
                              reason="torch.cuda.is_available() is False")
 # (device, one_gpu): the CPU over gloo; one GPU per rank over NCCL; both
 # ranks on one GPU over gloo.
-DEVICES = [pytest.param("cpu", False, id="cpu"),
+DEVICES = [pytest.param("cpu", False, id="cpu", marks=NEEDS_COMPILER),
            pytest.param("cuda", False, id="cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
                not (torch.cuda.is_available() and torch.cuda.device_count() >= 2),
                reason="needs two CUDA devices")]),
@@ -70,7 +72,7 @@ def test_a_broken_run_sharing_one_gpu_is_caught():
     results = _example().launch("tp", "cuda", ranks=2, steps=6, port=_free_port(),
                                 skew=1, one_gpu=True)
     assert not all(ok for _, ok, _ in results)
-    assert any("differs from rank 0" in message for _, ok, message in results if not ok)
+    assert any("differs from rank 0" in message for _, ok, message in results if not ok), results
 
 
 def test_one_gpu_is_refused_on_the_cpu():
@@ -78,6 +80,7 @@ def test_one_gpu_is_refused_on_the_cpu():
         _example().launch("tp", "cpu", one_gpu=True)
 
 
+@NEEDS_COMPILER
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 @pytest.mark.parametrize("mode,needle", [("tp", "differs from rank 0"),
                                          ("dp", "differed from the reference")])
