@@ -43,7 +43,8 @@ except ImportError:  # pragma: no cover
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.environ.get("SPIN_BUILD_DIR", os.path.join(ROOT, "build"))
+# Absolute: the command-line cases run in temporary working directories.
+BUILD = os.path.abspath(os.environ.get("SPIN_BUILD_DIR", os.path.join(ROOT, "build")))
 BIN = os.path.join(BUILD, "bin")
 sys.path.insert(0, os.path.join(ROOT, "python", "spin"))
 import traces  # noqa: E402  (from the source tree, as test_replay.py does)

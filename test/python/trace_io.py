@@ -46,7 +46,8 @@ DEFAULT_BUILD_DIR = "/work/main/build"
 def spin_exec_path():
     """Where spin-exec should be: $SPIN_BUILD_DIR/bin/spin-exec (default
     build dir /work/main/build)."""
-    build = os.environ.get("SPIN_BUILD_DIR", DEFAULT_BUILD_DIR)
+    # Absolute: tests run tools from temporary working directories.
+    build = os.path.abspath(os.environ.get("SPIN_BUILD_DIR", DEFAULT_BUILD_DIR))
     return os.path.join(build, "bin", "spin-exec")
 
 
