@@ -65,28 +65,22 @@ def test_ranks_pass(mode, device, one_gpu):
         assert ok, f"rank {rank}:\n{message}"
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@ONE_GPU
-def test_a_broken_run_sharing_one_gpu_is_caught():
-    results = _example().launch("tp", "cuda", ranks=2, steps=6, port=_free_port(),
-                                skew=1, one_gpu=True)
-    assert not all(ok for _, ok, _ in results)
-    assert any("differs from rank 0" in message for _, ok, message in results if not ok), results
-
-
 def test_one_gpu_is_refused_on_the_cpu():
     with pytest.raises(ValueError, match="one_gpu applies to device 'cuda' only"):
         _example().launch("tp", "cpu", one_gpu=True)
 
 
-@NEEDS_COMPILER
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("mode,needle", [("tp", "differs from rank 0"),
-                                         ("dp", "differed from the reference")])
-def test_a_broken_run_is_caught(mode, needle):
+@pytest.mark.parametrize("mode,needle,device,one_gpu", [
+    pytest.param("tp", "differs from rank 0", "cpu", False, id="tp-cpu", marks=NEEDS_COMPILER),
+    pytest.param("dp", "differed from the reference", "cpu", False, id="dp-cpu",
+                 marks=NEEDS_COMPILER),
+    pytest.param("tp", "differs from rank 0", "cuda", True, id="tp-one-gpu",
+                 marks=[pytest.mark.cuda, ONE_GPU])])
+def test_a_broken_run_is_caught(mode, needle, device, one_gpu):
     """The checks can fail: ranks exploring with different seeds (tp), a
     reference with another sparsity (dp)."""
-    results = _example().launch(mode, "cpu", ranks=2, steps=6, port=_free_port(), skew=1)
+    results = _example().launch(mode, device, ranks=2, steps=6, port=_free_port(), skew=1,
+                                one_gpu=one_gpu)
     assert not all(ok for _, ok, _ in results)
     assert any(needle in message for _, ok, message in results if not ok), results
