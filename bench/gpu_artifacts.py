@@ -423,8 +423,8 @@ def graph_text(c):
                          outputs="scores,topk" if c.get("return_scores") else "topk")
 
 
-def compile_args(c, compiler, graph, out_dir, target):
-    args = [compiler, graph, f"--target={target}", "-o", out_dir]
+def compile_args(c, compiler, graph, out_dir, target, flags=()):
+    args = [compiler, graph, f"--target={target}", "-o", out_dir, *flags]
     if c["mode"] == "spin":
         args.append(f"--sparsify={sparsify_options(c)}")
     if c["sm_count"] is not None:
@@ -626,7 +626,7 @@ def check_shared_kernels(c, m, single):
     return problems
 
 
-def compile_one_layer(c, compiler, target):
+def compile_one_layer(c, compiler, target, flags=()):
     """The manifest of configuration c's graph with one layer (what its
     shared kernels are compared with), or an error string."""
     one = dict(c, layers=1)
@@ -634,7 +634,7 @@ def compile_one_layer(c, compiler, target):
         graph = os.path.join(d, "graph.mlir")
         with open(graph, "w") as f:
             f.write(graph_text(one))
-        proc = subprocess.run(compile_args(one, compiler, graph, d, target),
+        proc = subprocess.run(compile_args(one, compiler, graph, d, target, flags),
                               capture_output=True, text=True)
         if proc.returncode != 0:
             return f"its one-layer graph does not compile: {proc.stderr.strip()[-500:]}"
@@ -662,6 +662,9 @@ def main(argv=None):
     p.add_argument("--max-mb", type=float, default=40.0,
                    help="fail if the PTX of all artifacts exceeds this (default 40)")
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    p.add_argument("--flag", action="append", default=[], metavar="OPTION",
+                   help="an extra spin-compile option for every configuration, "
+                        "e.g. --flag=--key-stages=4 (repeatable; for experiments)")
     args = p.parse_args(argv)
 
     configs = all_configs()
@@ -694,7 +697,7 @@ def main(argv=None):
         graph = os.path.join(d, "graph.mlir")
         with open(graph, "w") as f:
             f.write(graph_text(c))
-        cmd = compile_args(c, args.compiler, graph, d, args.target)
+        cmd = compile_args(c, args.compiler, graph, d, args.target, args.flag)
         c["dir"] = c["name"]
         c["function"] = FUNCTION
         shown = [a.replace(out + os.sep, final + os.sep) for a in cmd]
@@ -721,7 +724,7 @@ def main(argv=None):
             continue
         single, one_layer_problem = None, []
         if c["layers"] > 1:
-            single = compile_one_layer(c, args.compiler, args.target)
+            single = compile_one_layer(c, args.compiler, args.target, args.flag)
             if isinstance(single, str):
                 single, one_layer_problem = None, [single]
         m, problems = check_manifest(c, d, single)

@@ -253,7 +253,10 @@ Status GpuProgram::getKernels(const std::string &path) {
       return Status::error("kernel \"" + kernel.name + "\" of " +
                            spec.directory + "/manifest.json is not in " + path +
                            ": " + s.message());
-    if (kernel.sharedBytes > kDefaultSharedBytes) {
+    // Any dynamic shared memory gets the attribute: what a launch may take
+    // without it (48 KiB) counts the kernel's static arrays too, which the
+    // manifest does not give.
+    if (kernel.sharedBytes > 0) {
       if (sharedOptIn < 0)
         if (Status s = d.check(
                 d.deviceGetAttribute(
