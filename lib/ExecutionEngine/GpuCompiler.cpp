@@ -258,7 +258,6 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     tuning.tilesPerWarp = options.tilesPerWarp;
     tuning.smCount = options.smCount;
     tuning.mTiles = options.mTiles;
-    tuning.keyStages = options.keyStages;
     tuning.wgmma = wgmma;
     toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;

@@ -82,7 +82,7 @@ TEST(GpuManifest, ReadsTheToyArtifact) {
   EXPECT_EQ(m->events, 1);
   ASSERT_EQ(m->kernels.size(), 2u);
   EXPECT_EQ(m->kernels[1].name, "spin_test_scale");
-  EXPECT_EQ(m->kernels[1].sharedBytes, 65536);
+  EXPECT_EQ(m->kernels[1].sharedBytes, 16384);
   EXPECT_EQ(m->kernels[0].block, (std::array<uint32_t, 3>{32, 1, 1}));
 
   ASSERT_EQ(m->launches.size(), 2u);

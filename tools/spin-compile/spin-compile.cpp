@@ -64,12 +64,6 @@ static cl::opt<int64_t>
            cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
                     "(default: 1)"),
            cl::init(0));
-static cl::opt<int64_t>
-    keyStages("key-stages",
-              cl::desc("Scoring: key tiles per warp, 1 in registers or 2 to 8 "
-                       "in a shared-memory ring filled by cp.async (default: "
-                       "chosen by the compiler)"),
-              cl::init(0));
 static cl::opt<bool>
     noWgmma("no-wgmma",
             cl::desc("Score with mma.sync on sm_90a too (default: wgmma "
@@ -141,8 +135,7 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   for (auto [flag, value] :
        {std::pair<const char *, int64_t>{"--capacity", capacity},
-        {"--tiles-per-warp", tilesPerWarp}, {"--m-tiles", mTiles},
-        {"--key-stages", keyStages}})
+        {"--tiles-per-warp", tilesPerWarp}, {"--m-tiles", mTiles}})
     if (value < 0)
       return fail(std::string(flag) + " must be >= 0 (0: chosen by the "
                   "compiler; got " + std::to_string(value) + ")");
@@ -153,7 +146,6 @@ int main(int argc, char **argv) {
                 ")");
   options.smCount = smCount;
   options.mTiles = mTiles;
-  options.keyStages = keyStages;
   options.wgmma = !noWgmma;
   options.layerArgument = layerArgument;
   options.pagedState = pagedState;

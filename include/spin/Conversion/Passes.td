@@ -180,9 +180,6 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
     Option<"wgmma", "wgmma", "bool", "false",
            "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
            "multiple of 4)">,
-    Option<"keyStages", "key-stages", "int64_t", "0",
-           "key tiles per scoring warp: 1 in registers, 2 to 8 a ring in "
-           "shared memory filled by cp.async (0: chosen by the pass)">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each, "
            "and the most CTAs of a prediction that prefetches on a cache "

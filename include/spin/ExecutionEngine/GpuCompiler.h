@@ -32,9 +32,6 @@ struct GpuCompileOptions {
   /// Scoring kernel shape (spin-configure-gpu-kernels' options; 0: chosen
   /// by the pass).
   int64_t tilesPerWarp = 0, mTiles = 0;
-  /// Key tiles per scoring warp: 1 in registers, 2 to 8 in shared memory
-  /// (spin-configure-gpu-kernels' `key-stages`; 0: chosen by the pass).
-  int64_t keyStages = 0;
   /// SMs of the GPU the scoring grids are sized for
   /// (spin-configure-gpu-kernels' `sm-count`; 132: H100 SXM / H200, 148:
   /// B200 / B300).

@@ -517,7 +517,6 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   spec.warps = config.getWarps();
   spec.mTiles = config.getMTiles();
   spec.tilesPerWarp = config.getTilesPerWarp();
-  spec.keyStages = config.getKeyStages();
   if (config.getWgmma()) {
     if (spec.heads > 256)
       return op.emitOpError("GPU path: wgmma scoring needs at most 256 heads "
@@ -532,15 +531,6 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
                           "head dim a multiple of ")
                << chunk << " (got H = " << spec.heads
                << ", Dh = " << spec.headDim << ")",
-           failure();
-  // A CTA's static shared memory is at most 48 KiB: a ring within the
-  // other 179 KiB fits every sm_90a / sm_100a CTA (227 KiB).
-  constexpr int64_t kRingLimit = (227 - 48) * 1024;
-  if (int64_t ring = scoreKeyRingBytes(spec); ring > kRingLimit)
-    return op.emitOpError("GPU path: key_stages = ")
-               << spec.keyStages << " needs " << ring
-               << " bytes of shared memory for the key ring, more than "
-               << kRingLimit << " (fewer stages or warps)",
            failure();
   return spec;
 }

@@ -78,12 +78,6 @@ int64_t tilesForWork(int64_t rows, int64_t entries, int64_t warps,
 /// The scoring configuration of `op`, whose rows score `entries` entries
 /// each: the options' warps, M tiles and wgmma, and their tiles per warp
 /// or the wave model's.
-///
-/// Key stages: 1 (registers) until a ring is measured faster for a shape.
-template <typename IndexerLike> int64_t defaultKeyStages(IndexerLike) {
-  return 1;
-}
-
 template <typename IndexerLike>
 LogicalResult configureScore(IndexerLike op, int64_t entries,
                              const Options &options) {
@@ -96,11 +90,9 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   int64_t mTiles = options.mTiles > 0 ? options.mTiles : 1;
   int64_t fixedTiles = options.tilesPerWarp;
   // Checked before the wave model divides by the warps.
-  int64_t keyStages =
-      options.keyStages > 0 ? options.keyStages : defaultKeyStages(op);
   if (failed(ScoreConfigAttr::verify(emitError, warps,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
-                                     options.wgmma, keyStages)))
+                                     options.wgmma)))
     return failure();
   // A CTA scores several query rows of a request: the grid has a row of
   // CTAs per group of them.
@@ -114,7 +106,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,
                                      mTiles, options.smCount);
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
-                                          mTiles, options.wgmma, keyStages));
+                                          mTiles, options.wgmma));
   return success();
 }
 
@@ -233,8 +225,7 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
            << static_cast<int64_t>(options.smCount) << ")";
   for (auto [name, value] :
        {std::pair<const char *, int64_t>{"tiles-per-warp", options.tilesPerWarp},
-        {"m-tiles", options.mTiles},
-        {"key-stages", options.keyStages}})
+        {"m-tiles", options.mTiles}})
     if (value < 0)
       return root->emitError("spin-configure-gpu-kernels: ")
              << name << " must be >= 0 (0: chosen by the pass; got " << value
@@ -275,8 +266,7 @@ struct SpinConfigureGpuKernelsPass
   using SpinConfigureGpuKernelsBase::SpinConfigureGpuKernelsBase;
 
   void runOnOperation() override {
-    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, keyStages,
-                    smCount};
+    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, smCount};
     if (failed(configureKernels(getOperation(), options)))
       signalPassFailure();
   }

@@ -104,11 +104,6 @@ struct ScoreKernelSpec {
   /// keys as A from registers and the queries as B from shared memory,
   /// instead of mma.sync per warp (one M tile only).
   bool wgmma = false;
-  /// Key tiles per warp: 1 loads them into registers (the next one while
-  /// the current one is multiplied); more keep a ring of that many per
-  /// warp in dynamic shared memory, filled by cp.async `keyStages - 1`
-  /// tiles ahead (scoreKeyRingBytes).
-  int64_t keyStages = 1;
   /// Dense: write -inf to the entries at and after each row's length (the
   /// op's semantics, for scores the graph returns; the top-K reads only
   /// entries below the length and needs no fill).
@@ -141,9 +136,6 @@ struct ScoreKernelSpec {
 int64_t scoreRowsPerCta(int64_t rows, int64_t heads, int64_t headDim,
                         int64_t queryBytes, bool wgmma);
 int64_t scoreRowsPerCta(const ScoreKernelSpec &spec);
-/// The dynamic shared memory of a scoring kernel's key ring (0 with one
-/// key stage).
-int64_t scoreKeyRingBytes(const ScoreKernelSpec &spec);
 LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,
                              const ScoreKernelSpec &spec);

@@ -201,7 +201,6 @@ private:
   void lookupUnitPages();
   void lookupUnitPage(Value u);
   void runTiles();
-  void runRingTiles();
   Value tileStartOf(Value j, Value w);
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
@@ -210,19 +209,6 @@ private:
   struct KeyRowPlace {
     Value slotIndex, pageByte, offset;
   };
-  /// A thread row's entry: whether it is valid (in range, on a good page
-  /// and visible to some row), its slot and where its key row lies.
-  struct TileRow {
-    Value valid, entry, slot;
-    KeyRowPlace place;
-  };
-  TileRow locateRow(Value entry);
-  /// The key ring (keyStages > 1): this thread's 16 bytes of chunk `c` of
-  /// thread row `r` in stage `stage`, and its scale.
-  Value ringChunk(Value stage, int64_t r, int64_t c);
-  Value ringScale(Value stage, int64_t r);
-  void issueTile(Value start, Value stage);
-  SmallVector<Value> readTile(Value start, Value stage);
   KeyRowPlace keyRowPlace(Value page, Value offset);
   Value fusedPageByte(Value page);
   Type unitPageType();
@@ -279,9 +265,6 @@ private:
   std::optional<StagedQueries> staged;
   Value g, t, total, ctaStart, active;
   Value unitSlot, unitPage, zeroWords, groupWarp;
-  /// keyStages > 1: the ring's bytes per thread row of a warp's stage.
-  int64_t ringRowBytes;
-  Value ring;
 };
 
 ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
@@ -326,7 +309,6 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   mTiles = spec.mTiles;
   threadRows = 2 * mTiles;
   perRow = 3 + chunks + (spec.scales ? 1 : 0);
-  ringRowBytes = chunks * 32 * 16 + (spec.scales ? 32 * 4 : 0);
 }
 
 /// Builds the kernel, phase after phase; returns its launch shape.
@@ -880,10 +862,6 @@ void ScoreKernel::runTiles() {
   // wgmma is issued by the four warps of a warpgroup together: they skip
   // a tile only when all four have nothing in it.
   groupWarp = spec.wgmma ? kb.andI(warp, kb.i32(~3)) : warp;
-  if (spec.keyStages > 1) {
-    runRingTiles();
-    return;
-  }
   SmallVector<Value> first = fetchTile(tileStartOf(kb.i32(0), warp));
   kb.forLoopWith(
       kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), first,
@@ -895,97 +873,6 @@ void ScoreKernel::runTiles() {
                   [&] { computeTile(current); });
         return next;
       });
-}
-
-/// The main loop with a key ring of S = keyStages tiles per warp: tiles
-/// j + 1 .. j + S - 1 are copied (cp.async, one commit group each) while
-/// tile j is multiplied, so the loads in flight do not depend on the
-/// registers the MMAs and epilogues hold. Each thread copies and later
-/// reads only its own bytes, so its own `cp.async.wait_group` orders them
-/// and no barrier is needed; the stage a copy overwrites was read into
-/// registers by the same thread one iteration before.
-void ScoreKernel::runRingTiles() {
-  const int64_t S = spec.keyStages;
-  ring = kb.dynamicShared();
-  for (int64_t s = 0; s + 1 < S; ++s) {
-    issueTile(tileStartOf(kb.i32(s), warp), kb.i32(s));
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-  }
-  kb.forLoop(kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), [&](Value j) {
-    Value ahead = kb.add(j, kb.i32(S - 1));
-    issueTile(tileStartOf(ahead, warp), kb.remU(ahead, kb.i32(S)));
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, S - 1);
-    Value start = tileStartOf(j, groupWarp);
-    kb.ifThen(kb.cmp(CmpIPredicate::slt, start, total), [&] {
-      computeTile(readTile(tileStartOf(j, warp), kb.remU(j, kb.i32(S))));
-    });
-  });
-  // No copy may be in flight when the CTA exits.
-  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-}
-
-/// The ring's bytes of stage `stage`, thread row `r`: the warp's stages
-/// one after the other, in each thread row the chunks (32 lanes x 16
-/// bytes each) and then the scales (32 lanes x 4 bytes), so that a warp's
-/// copy and its read of one chunk touch 512 consecutive bytes.
-Value ScoreKernel::ringChunk(Value stage, int64_t r, int64_t c) {
-  Value row = kb.add(
-      kb.mul(kb.add(kb.mul(stage, kb.i32(spec.warps)), warp),
-             kb.i32(threadRows * ringRowBytes)),
-      kb.i32(r * ringRowBytes + c * 512));
-  return kb.gep(ring, kb.i8T(), kb.add(row, kb.mul(lane, kb.i32(16))));
-}
-
-Value ScoreKernel::ringScale(Value stage, int64_t r) {
-  Value row = kb.add(
-      kb.mul(kb.add(kb.mul(stage, kb.i32(spec.warps)), warp),
-             kb.i32(threadRows * ringRowBytes)),
-      kb.i32(r * ringRowBytes + chunks * 512));
-  return kb.gep(ring, kb.i8T(), kb.add(row, kb.mul(lane, kb.i32(4))));
-}
-
-/// Copies this thread's bytes of the tile at `start` into ring stage
-/// `stage`: its 16 bytes of each chunk of each thread row and the row's
-/// scale; an invalid row copies nothing and zero-fills its bytes
-/// (cp.async's source size 0), as the register path loads zeros.
-void ScoreKernel::issueTile(Value start, Value stage) {
-  for (int64_t r = 0; r < threadRows; ++r) {
-    TileRow row = locateRow(kb.add(start, kb.add(g, kb.i32(8 * r))));
-    Value rowByte = kb.add(keyRowByte(row.place),
-                           kb.extS64(kb.mul(t, kb.i32(16))));
-    Value size = kb.select(row.valid, kb.i32(16), kb.i32(0));
-    for (int64_t c = 0; c < chunks; ++c) {
-      Value at = kb.add(rowByte, kb.i64(c * chunkElems * keyBytes));
-      Value src = kb.select(row.valid, kb.gep(keys, kb.i8T(), at), keys);
-      NVVM::CpAsyncOp::create(b, loc, ringChunk(stage, r, c), src,
-                              16,
-                              NVVM::LoadCacheModifierKind::CG, size);
-    }
-    if (spec.scales) {
-      Value src =
-          kb.select(row.valid, scaleAddress(row.place), scales);
-      NVVM::CpAsyncOp::create(
-          b, loc, ringScale(stage, r), src, 4,
-          NVVM::LoadCacheModifierKind::CA,
-          kb.select(row.valid, kb.i32(4), kb.i32(0)));
-    }
-  }
-}
-
-/// The raw data of every thread row of the tile at `start` (fetchTile's
-/// values), its key bytes and scales read from ring stage `stage`.
-SmallVector<Value> ScoreKernel::readTile(Value start, Value stage) {
-  SmallVector<Value> all;
-  for (int64_t r = 0; r < threadRows; ++r) {
-    TileRow row = locateRow(kb.add(start, kb.add(g, kb.i32(8 * r))));
-    all.append({row.valid, row.entry, row.slot});
-    for (int64_t c = 0; c < chunks; ++c)
-      all.push_back(kb.load(words, ringChunk(stage, r, c), 16));
-    if (spec.scales)
-      all.push_back(kb.load(f32, ringScale(stage, r), 4));
-  }
-  return all;
 }
 
 /// The first entry of warp `w`'s tile `j` of the CTA (16 * mTiles entries;
@@ -1014,27 +901,6 @@ SmallVector<Value> ScoreKernel::fetchTile(Value start) {
 /// valid). Entries past the CTA's range (the prefetch after its last tile)
 /// load nothing.
 SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
-  TileRow row = locateRow(entry);
-  SmallVector<Type> types(chunks, words);
-  if (spec.scales)
-    types.push_back(f32);
-  SmallVector<Value> loaded = kb.ifThenElse(
-      types, row.valid,
-      [&]() -> SmallVector<Value> { return loadKeyRow(row.place); },
-      [&]() -> SmallVector<Value> {
-        SmallVector<Value> v(chunks, zeroWords);
-        if (spec.scales)
-          v.push_back(kb.f32(0.0));
-        return v;
-      });
-  SmallVector<Value> raw = {row.valid, row.entry, row.slot};
-  raw.append(loaded.begin(), loaded.end());
-  return raw;
-}
-
-/// Where thread row entry `entry` lies (the unit lookups of
-/// lookupUnitPages) and whether it is valid.
-ScoreKernel::TileRow ScoreKernel::locateRow(Value entry) {
   Value local = kb.sub(entry, ctaStart);
   Value inCta = kb.cmp(CmpIPredicate::ult, local, kb.i32(ctaEntries));
   Value u = kb.select(inCta, kb.divU(local, kb.i32(unit)), kb.i32(0));
@@ -1049,10 +915,24 @@ ScoreKernel::TileRow ScoreKernel::locateRow(Value entry) {
   if (spec.sparse)
     valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
   Value offset = kb.remU(slot, kb.i32(spec.pageSize));
+  SmallVector<Type> types(chunks, words);
+  if (spec.scales)
+    types.push_back(f32);
   KeyRowPlace place =
       spec.fusedPages ? KeyRowPlace{Value(), page, kb.extS64(offset)}
                       : keyRowPlace(page, offset);
-  return {valid, entry, slot, place};
+  SmallVector<Value> loaded = kb.ifThenElse(
+      types, valid,
+      [&]() -> SmallVector<Value> { return loadKeyRow(place); },
+      [&]() -> SmallVector<Value> {
+        SmallVector<Value> v(chunks, zeroWords);
+        if (spec.scales)
+          v.push_back(kb.f32(0.0));
+        return v;
+      });
+  SmallVector<Value> raw = {valid, entry, slot};
+  raw.append(loaded.begin(), loaded.end());
+  return raw;
 }
 
 /// Key row `offset` of page `page` (i32): the compact layouts number the
@@ -1333,7 +1213,6 @@ LaunchShape ScoreKernel::launchShape() const {
   shape.grid = {spec.sparse ? groups : ctasPerRow,
                 spec.sparse ? ctasPerRow : groups, 1};
   shape.blockThreads = threads;
-  shape.sharedBytes = scoreKeyRingBytes(spec);
   return shape;
 }
 
@@ -1358,17 +1237,6 @@ int64_t mlir::spin::gpu_codegen::scoreRowsPerCta(int64_t rows, int64_t heads,
     if (rows % r == 0 && r * perRow <= kStagingBytes)
       return r;
   return 1;
-}
-
-int64_t mlir::spin::gpu_codegen::scoreKeyRingBytes(const ScoreKernelSpec &spec) {
-  if (spec.keyStages <= 1)
-    return 0;
-  const int64_t keyBytes = spec.keyFormat == ElementFormat::fp8e4m3 ? 1 : 2;
-  // Per thread row: 32 lanes x 16 bytes per chunk of 4 x 16 bytes, and the
-  // scales.
-  const int64_t rowBytes =
-      spec.headDim * keyBytes / 64 * 512 + (spec.scales ? 128 : 0);
-  return spec.keyStages * spec.warps * 2 * spec.mTiles * rowBytes;
 }
 
 int64_t mlir::spin::gpu_codegen::scoreRowsPerCta(const ScoreKernelSpec &spec) {

@@ -261,7 +261,7 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
 LogicalResult
 ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t warps, int64_t tilesPerWarp, int64_t mTiles,
-                        bool wgmma, int64_t keyStages) {
+                        bool wgmma) {
   if (warps < 1 || warps > 32)
     return emitError() << "score_config: warps must be in [1, 32], got "
                        << warps;
@@ -275,9 +275,6 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "score_config: wgmma needs m_tiles = 1 and warps a "
                           "multiple of 4, got m_tiles = "
                        << mTiles << ", warps = " << warps;
-  if (keyStages < 1 || keyStages > 8)
-    return emitError() << "score_config: key_stages must be in [1, 8], got "
-                       << keyStages;
   return success();
 }
 

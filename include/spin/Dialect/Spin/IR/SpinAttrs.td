@@ -117,15 +117,10 @@ def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
     On `spin.dense_indexer` and `spin.fused_score`: `warps` per CTA, each
     scoring `tiles_per_warp` warp tiles of `m_tiles` 16-slot MMA tiles
     (1 or 2); `wgmma` scores with sm_90a's warpgroup MMA instead of
-    mma.sync (then one M tile and a multiple of 4 warps). `key_stages`:
-    1 loads a warp's key tiles into registers, the next tile while the
-    current one is multiplied; 2 to 8 copy them with `cp.async` into a
-    ring of that many tiles per warp in dynamic shared memory, so that
-    `key_stages - 1` tiles are in flight while one is multiplied.
+    mma.sync (then one M tile and a multiple of 4 warps).
   }];
   let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
-                        "int64_t":$m_tiles, "bool":$wgmma,
-                        DefaultValuedParameter<"int64_t", "1">:$key_stages);
+                        "int64_t":$m_tiles, "bool":$wgmma);
 }
 
 def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
