@@ -18,7 +18,8 @@
 //     request's R x H queries as B (N = R x 64), both from shared memory,
 //     one chain of four k32 steps per tile, then each row's ReLU, head
 //     weights, head sum and key scale, and the stage's "empty" mbarrier;
-//   * setmaxnreg moves registers from the copier to the multipliers.
+//   * setmaxnreg moves registers from the copier to the multipliers
+//     (WS_MATH_WG=3: three multiplying warpgroups instead of two).
 //
 // The host program fills random inputs, runs the kernel, checks sampled
 // scores against a double-precision host reference and times it as
@@ -103,7 +104,7 @@ template <int N> __device__ __forceinline__ void setMaxRegDecrease() {
 __device__ __forceinline__ uint64_t descriptor(const void *p) {
   uint64_t d = 0;
   d |= (smemAddr(p) >> 4) & 0x3FFF;
-  d |= uint64_t(1) << 16;          // leading byte offset (unused: swizzled)
+  // Leading byte offset 0: swizzled K-major layouts do not use it.
   d |= uint64_t(1024 >> 4) << 32;  // stride byte offset
   d |= uint64_t(1) << 62;          // 128-byte swizzle
   return d;
@@ -188,8 +189,19 @@ template <int R> struct Shared {
   static constexpr int bytes = barsAt + 2 * STAGES * 8 + 1024; // + alignment
 };
 
-template <int R>
-__global__ void __launch_bounds__(384, 1) scoreKernel(Params p) {
+/// MATH multiplying warpgroups beside the copying one. The registers after
+/// setmaxnreg: 40 for the copier and 232 each with two, 24 and 160 with
+/// three (at most 64K a CTA).
+template <int MATH> struct Registers {
+  static constexpr int threads = 128 * (1 + MATH);
+  static constexpr int copier = MATH == 2 ? 40 : 24;
+  static constexpr int math = MATH == 2 ? 232 : 160;
+  static_assert(128 * copier + 128 * MATH * math <= 65536, "registers");
+};
+
+template <int R, int MATH>
+__global__ void __launch_bounds__(Registers<MATH>::threads, 1)
+    scoreKernel(Params p) {
   extern __shared__ uint8_t rawShared[];
   uint8_t *smem = reinterpret_cast<uint8_t *>(
       (reinterpret_cast<uintptr_t>(rawShared) + 1023) & ~uintptr_t(1023));
@@ -230,7 +242,7 @@ __global__ void __launch_bounds__(384, 1) scoreKernel(Params p) {
 
   if (warp < 4) {
     // The copier.
-    setMaxRegDecrease<40>();
+    setMaxRegDecrease<Registers<MATH>::copier>();
     const int32_t *row = p.table + size_t(b) * p.maxPages;
     for (int i = 0; i < count; ++i) {
       const int s = i % STAGES;
@@ -254,9 +266,8 @@ __global__ void __launch_bounds__(384, 1) scoreKernel(Params p) {
     return;
   }
 
-  // The multipliers: warpgroup 1 takes tiles 0, 2, 4, ..., warpgroup 2 the
-  // others.
-  setMaxRegIncrease<232>();
+  // The multipliers: warpgroup 1 + k takes tiles k, k + MATH, ...
+  setMaxRegIncrease<Registers<MATH>::math>();
   const int group = warp / 4 - 1, wi = warp % 4;
   const int g = lane / 4, t = lane % 4;
   float wts[R][16];
@@ -273,7 +284,7 @@ __global__ void __launch_bounds__(384, 1) scoreKernel(Params p) {
     len[r] = p.lengths[b * R + r];
 
   float acc[R * 32];
-  for (int i = group; i < count; i += 2) {
+  for (int i = group; i < count; i += MATH) {
     const int s = i % STAGES;
     mbarWait(&full[s], (i / STAGES) & 1);
     fenceProxyAsync();
@@ -346,7 +357,7 @@ static void fillE4m3(std::vector<uint8_t> &v, uint64_t seed) {
   }
 }
 
-template <int R>
+template <int R, int MATH>
 static int run(int B, int N, const std::vector<int> &tileCounts, int reps) {
   const int maxPages = N / PAGE, pages = B * maxPages;
   std::mt19937 rng(12345);
@@ -384,7 +395,7 @@ static int run(int B, int N, const std::vector<int> &tileCounts, int reps) {
   p.out = out;
   p.maxPages = maxPages;
   const int smem = Shared<R>::bytes;
-  CHECK(cudaFuncSetAttribute(scoreKernel<R>,
+  CHECK(cudaFuncSetAttribute(scoreKernel<R, MATH>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // Timing: L2 flushed before each repetition, the median.
   void *flush = nullptr;
@@ -398,7 +409,9 @@ static int run(int B, int N, const std::vector<int> &tileCounts, int reps) {
     CHECK(cudaMemset(out, 0, size_t(B) * R * N * sizeof(float)));
 
     dim3 grid((maxPages + tilesPerCta - 1) / tilesPerCta, B);
-    auto launch = [&] { scoreKernel<R><<<grid, 384, smem>>>(p); };
+    auto launch = [&] {
+      scoreKernel<R, MATH><<<grid, Registers<MATH>::threads, smem>>>(p);
+    };
     launch();
     CHECK(cudaGetLastError());
     CHECK(cudaDeviceSynchronize());
@@ -447,10 +460,12 @@ static int run(int B, int N, const std::vector<int> &tileCounts, int reps) {
     std::sort(times.begin(), times.end());
     float median = times[times.size() / 2];
     double bytes = double(B) * N * (DH + 4);
-    std::printf("B=%d N=%dK R=%d tiles/CTA=%d grid=%dx%d: %.1f us (min %.1f), "
+    std::printf("B=%d N=%dK R=%d math warpgroups=%d tiles/CTA=%d grid=%dx%d: "
+                "%.1f us (min %.1f), "
                 "%.0f GB/s of key bytes; sampled error %.1e of the largest, "
                 "%d bad -inf; %s\n",
-                B, N / 1024, R, tilesPerCta, grid.x, grid.y, median, times[0],
+                B, N / 1024, R, MATH, tilesPerCta, grid.x, grid.y, median,
+                times[0],
                 bytes / median / 1e3, relative, bad, ok ? "ok" : "MISMATCH");
     status |= ok ? 0 : 1;
   }
@@ -478,10 +493,22 @@ int main(int argc, char **argv) {
                          "positive\n", PAGE);
     return 2;
   }
+  // WS_MATH_WG=3: three multiplying warpgroups (R <= 2: 160 registers
+  // hold R = 4's accumulators and weights only with spills).
+  const char *math = std::getenv("WS_MATH_WG");
+  const bool three = math && std::atoi(math) == 3;
+  if (math && !three && std::atoi(math) != 2) {
+    std::fprintf(stderr, "WS_MATH_WG must be 2 or 3 (got %s)\n", math);
+    return 2;
+  }
+  if (three && R == 4) {
+    std::fprintf(stderr, "WS_MATH_WG=3 takes R = 1 or 2\n");
+    return 2;
+  }
   switch (R) {
-  case 1: return run<1>(B, N, tiles, reps);
-  case 2: return run<2>(B, N, tiles, reps);
-  case 4: return run<4>(B, N, tiles, reps);
+  case 1: return three ? run<1, 3>(B, N, tiles, reps) : run<1, 2>(B, N, tiles, reps);
+  case 2: return three ? run<2, 3>(B, N, tiles, reps) : run<2, 2>(B, N, tiles, reps);
+  case 4: return run<4, 2>(B, N, tiles, reps);
   default:
     std::fprintf(stderr, "R must be 1, 2 or 4 (got %d)\n", R);
     return 2;
