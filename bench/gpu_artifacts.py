@@ -664,7 +664,7 @@ def main(argv=None):
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
     p.add_argument("--flag", action="append", default=[], metavar="OPTION",
                    help="an extra spin-compile option for every configuration, "
-                        "e.g. --flag=--key-stages=4 (repeatable; for experiments)")
+                        "e.g. --flag=--tiles-per-warp=32 (repeatable; for experiments)")
     args = p.parse_args(argv)
 
     configs = all_configs()

@@ -37,8 +37,7 @@
 # 6. with SANITIZE=1, bench/run_gpu_sanitizers.sh: gpu_check.py (a fresh
 #    seed each time), test_cuda.py, the device-batch tests and the other
 #    Python GPU tests under compute-sanitizer's memcheck, racecheck,
-#    synccheck and initcheck (more than 15 more minutes on the H200:
-#    racecheck over gpu_check alone takes about 3).
+#    synccheck and initcheck (docs/Reliability.md has the run times).
 #
 # Exit status: 0 only if the build, the check and the tests all passed.
 # Environment: PYTHON (default python3), BUILD_DIR (default build-gpu),

@@ -111,10 +111,6 @@ struct LaunchConfig {
   unsigned numAttributes = 0;
 };
 
-/// Dynamic shared memory a kernel may use without raising
-/// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-constexpr int kDefaultSharedBytes = 48 * 1024;
-
 //===----------------------------------------------------------------------===//
 // The driver library
 //===----------------------------------------------------------------------===//
