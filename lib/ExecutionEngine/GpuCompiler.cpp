@@ -248,6 +248,13 @@ mlir::spin::compileGpuArtifact(const std::string &source,
   for (const std::string &chip : options.chips)
     groups[options.wgmma && options.mTiles <= 1 && chipHasWgmma(chip)]
         .push_back(chip);
+  // The copying warpgroup changes the scoring kernel's block and shared
+  // memory, which the other group's plan would not share.
+  if (options.copyWarpgroup && groups.count(false))
+    return fail("the copying warpgroup (copy-warpgroup) scores with wgmma: "
+                "every target chip must be sm_90a, without --no-wgmma or "
+                "m-tiles > 1 (got " +
+                llvm::join(groups[false], ", ") + ")");
   GpuArtifact artifact;
   OwningOpRef<ModuleOp> firstPlan;
   std::vector<OwningOpRef<ModuleOp>> otherPlans;
@@ -259,6 +266,7 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     tuning.smCount = options.smCount;
     tuning.mTiles = options.mTiles;
     tuning.wgmma = wgmma;
+    tuning.copyWarpgroup = options.copyWarpgroup;
     toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;

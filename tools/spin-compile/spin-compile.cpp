@@ -64,6 +64,11 @@ static cl::opt<int64_t>
            cl::desc("Scoring: 16-slot MMA tiles per warp tile, 1 or 2 "
                     "(default: 1)"),
            cl::init(0));
+static cl::opt<bool> copyWarpgroup(
+    "copy-warpgroup",
+    cl::desc("sm_90a: dense fp8 scoring by one warpgroup that copies key "
+             "tiles into shared memory and two that multiply them"),
+    cl::init(false));
 static cl::opt<bool>
     noWgmma("no-wgmma",
             cl::desc("Score with mma.sync on sm_90a too (default: wgmma "
@@ -147,6 +152,7 @@ int main(int argc, char **argv) {
   options.smCount = smCount;
   options.mTiles = mTiles;
   options.wgmma = !noWgmma;
+  options.copyWarpgroup = copyWarpgroup;
   options.layerArgument = layerArgument;
   options.pagedState = pagedState;
   options.fusedFp8Pages = fusedFp8Pages;

@@ -180,6 +180,11 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
     Option<"wgmma", "wgmma", "bool", "false",
            "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
            "multiple of 4)">,
+    Option<"copyWarpgroup", "copy-warpgroup", "bool", "false",
+           "with wgmma: dense indexers of fp8 keys and queries (Dh = 128) "
+           "scored by a copying warpgroup and two multiplying ones "
+           "(#spin.score_config copy_warpgroup); other ops keep their "
+           "kernels">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each, "
            "and the most CTAs of a prediction that prefetches on a cache "

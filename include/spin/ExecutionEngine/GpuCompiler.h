@@ -39,6 +39,9 @@ struct GpuCompileOptions {
   /// sm_90a's PTX scores with wgmma (the other chips use mma.sync); false:
   /// mma.sync everywhere. The launch plan is the same for every chip.
   bool wgmma = true;
+  /// sm_90a's dense fp8 scoring by a copying and two multiplying
+  /// warpgroups (#spin.score_config copy_warpgroup).
+  bool copyWarpgroup = false;
   /// The step takes its layer at run time (convert-spin-to-gpu's
   /// `layer-argument`): one program serves every layer.
   bool layerArgument = false;

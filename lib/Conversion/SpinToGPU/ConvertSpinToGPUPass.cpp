@@ -517,6 +517,7 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   spec.warps = config.getWarps();
   spec.mTiles = config.getMTiles();
   spec.tilesPerWarp = config.getTilesPerWarp();
+  spec.copyWarpgroup = config.getCopyWarpgroup();
   if (config.getWgmma()) {
     if (spec.heads > 256)
       return op.emitOpError("GPU path: wgmma scoring needs at most 256 heads "
@@ -531,6 +532,22 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
                           "head dim a multiple of ")
                << chunk << " (got H = " << spec.heads
                << ", Dh = " << spec.headDim << ")",
+           failure();
+  if (spec.copyWarpgroup &&
+      (spec.keyFormat != ElementFormat::fp8e4m3 ||
+       spec.queryFormat != ElementFormat::fp8e4m3 || spec.headDim != 128 ||
+       spec.pageSize % 64 != 0 || scoreRowsPerCta(spec) * spec.heads > 256))
+    return op.emitOpError("GPU path: copy_warpgroup scores fp8 keys with fp8 "
+                          "queries, Dh = 128, pages of a multiple of 64 "
+                          "slots and at most 256 heads x rows a CTA (got Dh "
+                          "= ")
+               << spec.headDim << ", pages of " << spec.pageSize << ", "
+               << scoreRowsPerCta(spec) << " rows x " << spec.heads
+               << " heads, fp8 keys "
+               << (spec.keyFormat == ElementFormat::fp8e4m3 ? "yes" : "no")
+               << ", fp8 queries "
+               << (spec.queryFormat == ElementFormat::fp8e4m3 ? "yes" : "no")
+               << ")",
            failure();
   return spec;
 }
@@ -814,6 +831,10 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->fusedPages = options.fusedFp8Pages;
   spec->name = kernelName("score_sparse");
   spec->sparse = true;
+  if (spec->copyWarpgroup)
+    return op.emitOpError("GPU path: copy_warpgroup scores dense indexers "
+                          "only"),
+           failure();
   spec->blockSize = mask.blockSize;
   spec->maxBlocks = mask.maxBlocks;
   // The scoring CTAs start while the select kernel runs: they prefetch

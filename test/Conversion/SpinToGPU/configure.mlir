@@ -5,6 +5,8 @@
 // RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=0" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="m-tiles=3" 2>&1 | FileCheck %s --check-prefix=BADM
 // RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="warps-per-cta=6 wgmma=true" 2>&1 | FileCheck %s --check-prefix=BADWG
+// RUN: spin-opt %s --split-input-file --spin-configure-gpu-kernels="wgmma=true copy-warpgroup=true" | FileCheck %s --check-prefix=CW
+// RUN: not spin-opt %s --split-input-file --spin-configure-gpu-kernels="copy-warpgroup=true" 2>&1 | FileCheck %s --check-prefix=BADCW
 
 // The config step records each kernel's tuning on its op; the conversion
 // builds the kernels from these attributes alone.
@@ -27,6 +29,11 @@
 // BAD: error: 'spin.dense_indexer' op score_config: warps must be in [1, 32], got 0
 // BADM: error: 'spin.dense_indexer' op score_config: m_tiles must be 1 or 2, got 3
 // BADWG: error: 'spin.dense_indexer' op score_config: wgmma needs m_tiles = 1 and warps a multiple of 4, got m_tiles = 1, warps = 6
+// The copying warpgroup only where its kernel applies (fp8 queries and
+// keys, @fp8_dense below); a parameter printed only when set.
+// CW-LABEL: func.func @dense(
+// CW: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = true>}
+// BADCW: error: 'spin.dense_indexer' op score_config: copy_warpgroup needs wgmma
 func.func @dense(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
                  %keys: tensor<?x64x128xbf16>, %table: tensor<16x1024xi32>,
                  %lengths: tensor<16x1xi32>) -> tensor<16x1x512xi32> {
@@ -124,4 +131,20 @@ func.func @spin_step_wide(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>, %k
     async.yield %s1 : !spin.state<layer = 0>
   }
   return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+// CW-LABEL: func.func @fp8_dense(
+// CW: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true, copy_warpgroup = true>
+func.func @fp8_dense(%q: tensor<2x2x64x128xf8E4M3FN>, %w: tensor<2x2x64xf32>,
+                     %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                     %table: tensor<2x8xi32>, %lengths: tensor<2x2xi32>)
+    -> tensor<2x2x512xf32> {
+  %z = spin.dense_indexer q(%q : tensor<2x2x64x128xf8E4M3FN>)
+      w(%w : tensor<2x2x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x2xi32>) -> tensor<2x2x512xf32>
+  return %z : tensor<2x2x512xf32>
 }

@@ -254,3 +254,24 @@ func.func @rejects_returning_sparse_scores(%q: tensor<2x1x16x64xbf16> {spin.inpu
       -> tensor<2x1x8xi32>, tensor<2x1x128xf32>
   return %indices, %scores : tensor<2x1x8xi32>, tensor<2x1x128xf32>
 }
+
+// -----
+
+// The copying warpgroup's kernel takes fp8 queries only (the configure pass
+// sets copy_warpgroup only where the kernel applies; set by hand here).
+func.func @rejects_copy_warpgroup_with_bf16_queries(%q: tensor<1x1x64x128xbf16> {spin.input = "q"},
+    %w: tensor<1x1x64xf32> {spin.input = "w"},
+    %keys: tensor<?x64x128xf8E4M3FN> {spin.input = "keys"},
+    %scales: tensor<?x64xf32> {spin.input = "scales"},
+    %table: tensor<1x4xi32> {spin.input = "block_table"},
+    %lengths: tensor<1x1xi32> {spin.input = "lengths"}) -> tensor<1x1x256xf32> {
+  // expected-error @below {{GPU path: copy_warpgroup scores fp8 keys with fp8 queries, Dh = 128, pages of a multiple of 64 slots and at most 256 heads x rows a CTA (got Dh = 128, pages of 64, 1 rows x 64 heads, fp8 keys yes, fp8 queries no)}}
+  %z = spin.dense_indexer q(%q : tensor<1x1x64x128xbf16>)
+      w(%w : tensor<1x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<1x4xi32>)
+      lengths(%lengths : tensor<1x1xi32>)
+      {spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 8, m_tiles = 1, wgmma = true, copy_warpgroup = true>}
+      -> tensor<1x1x256xf32>
+  return %z : tensor<1x1x256xf32>
+}

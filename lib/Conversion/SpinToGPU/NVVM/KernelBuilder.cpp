@@ -125,6 +125,18 @@ Value KernelBuilder::sharedArray(StringRef name, Type element, int64_t count) {
   return LLVM::AddressOfOp::create(b, loc, ptrT(Shared), name);
 }
 
+Value KernelBuilder::dynamicShared() {
+  constexpr StringLiteral name = "spin_dynamic_shared";
+  if (!module.lookupSymbol<LLVM::GlobalOp>(name)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(module.getBody());
+    LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(i8T(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External, name,
+                           Attribute(), /*alignment=*/16, /*addrSpace=*/Shared);
+  }
+  return LLVM::AddressOfOp::create(b, loc, ptrT(Shared), name);
+}
+
 Value KernelBuilder::atomicAdd(Value ptr, Value v) {
   return LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, ptr, v,
                                    LLVM::AtomicOrdering::monotonic);

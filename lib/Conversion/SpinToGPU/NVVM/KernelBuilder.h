@@ -94,6 +94,10 @@ public:
   /// the same name share one declaration, so every request for a name must
   /// give the same element type and count (a fatal error otherwise).
   Value sharedArray(StringRef name, Type element, int64_t count);
+  /// The kernel's dynamic shared memory (its launch's shared bytes, after
+  /// the static arrays), as a pointer in address space 3; one declaration
+  /// per module, aligned to 16 bytes.
+  Value dynamicShared();
   Value atomicAdd(Value ptr, Value v);
   Value atomicMax(Value ptr, Value v); ///< signed i32
   Value atomicCAS(Value ptr, Value expected, Value desired);

@@ -92,7 +92,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   // Checked before the wave model divides by the warps.
   if (failed(ScoreConfigAttr::verify(emitError, warps,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
-                                     options.wgmma)))
+                                     options.wgmma, options.copyWarpgroup)))
     return failure();
   // A CTA scores several query rows of a request: the grid has a row of
   // CTAs per group of them.
@@ -105,8 +105,18 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,
                                      mTiles, options.smCount);
+  // The copying warpgroup where its kernel applies: dense rows of fp8 keys
+  // and fp8 queries, Dh = 128, 64-slot tiles within a page, the CTA's rows'
+  // heads one wgmma N (<= 256); other ops keep the other kernels.
+  auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
+  bool copy = options.copyWarpgroup && isa<DenseIndexerOp>(op.getOperation()) &&
+              keys && keys.getRank() == 3 &&
+              isa<Float8E4M3FNType>(keys.getElementType()) && queryBytes == 1 &&
+              q.getDimSize(3) == 128 && keys.getDimSize(1) > 0 &&
+              keys.getDimSize(1) % 64 == 0 &&
+              rows / groups * q.getDimSize(2) <= 256;
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
-                                          mTiles, options.wgmma));
+                                          mTiles, options.wgmma, copy));
   return success();
 }
 
@@ -266,7 +276,8 @@ struct SpinConfigureGpuKernelsPass
   using SpinConfigureGpuKernelsBase::SpinConfigureGpuKernelsBase;
 
   void runOnOperation() override {
-    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, smCount};
+    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, copyWarpgroup,
+                    smCount};
     if (failed(configureKernels(getOperation(), options)))
       signalPassFailure();
   }

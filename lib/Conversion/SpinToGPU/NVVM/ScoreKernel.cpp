@@ -118,6 +118,79 @@ SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
   return out;
 }
 
+/// One `wgmma.mma_async.m64n<N>k32.f32.e4m3.e4m3` with A and B both from
+/// shared-memory matrix descriptors; `acc` and `first` as wgmmaRegA's.
+SmallVector<Value> wgmmaSharedE4M3(KernelBuilder &kb, int64_t n,
+                                   ArrayRef<Value> acc, Value descA,
+                                   Value descB, bool first) {
+  OpBuilder &b = kb.builder();
+  const int64_t count = n / 2;
+  const int64_t next = count + (first ? 0 : count);
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                     std::to_string(next + 2) +
+                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k32.f32.e4m3.e4m3 {";
+  for (int64_t i = 0; i < count; ++i)
+    text += (i ? ", $" : "$") + std::to_string(i);
+  text += "}, $" + std::to_string(next) + ", $" + std::to_string(next + 1) +
+          ", p, 1, 1;\n}";
+  std::string constraints;
+  for (int64_t i = 0; i < count; ++i)
+    constraints += "=f,";
+  SmallVector<Value> operands;
+  if (!first)
+    for (int64_t i = 0; i < count; ++i) {
+      constraints += std::to_string(i) + ",";
+      operands.push_back(acc[i]);
+    }
+  constraints += "l,l,r";
+  operands.append({descA, descB, kb.i32(first ? 0 : 1)});
+  SmallVector<Type> fields(count, kb.f32T());
+  Type result = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+  auto op = LLVM::InlineAsmOp::create(
+      b, kb.location(), result, operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+      ArrayAttr());
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < count; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, kb.location(), op.getResult(0),
+                                               ArrayRef<int64_t>{i}));
+  return out;
+}
+
+/// A side-effecting inline PTX statement without results.
+void ptxStatement(KernelBuilder &kb, StringRef text, StringRef constraints = "",
+                  ValueRange operands = {}) {
+  LLVM::InlineAsmOp::create(kb.builder(), kb.location(), TypeRange{}, operands,
+                            text, constraints, /*has_side_effects=*/true,
+                            /*is_align_stack=*/false,
+                            LLVM::tailcallkind::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
+}
+
+/// The 32-bit shared-window address of a shared-memory pointer.
+Value sharedAddress(KernelBuilder &kb, Value ptr) {
+  return LLVM::PtrToIntOp::create(kb.builder(), kb.location(), kb.i32T(), ptr);
+}
+
+/// The K-major descriptor of a 128-byte swizzled matrix at `ptr` (1024-byte
+/// aligned): rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte
+/// offset); the leading byte offset is unused with this swizzle.
+Value swizzledDescriptor(KernelBuilder &kb, Value ptr) {
+  Value address = LLVM::PtrToIntOp::create(kb.builder(), kb.location(),
+                                           kb.i64T(), ptr);
+  return kb.orI(kb.shrU(kb.andI(address, kb.i64(0x3ffff)), kb.i64(4)),
+                kb.i64((int64_t(1024 >> 4) << 32) | (int64_t(1) << 62)));
+}
+
+/// The byte of 16-byte chunk `chunk` of row `row` in a 128-byte swizzled
+/// matrix: the chunk index XOR the row's place in its 8-row group.
+Value swizzledByte(KernelBuilder &kb, Value row, Value chunk) {
+  return kb.add(kb.mul(row, kb.i32(128)),
+                kb.shl(kb.xorI(chunk, kb.andI(row, kb.i32(7))), kb.i32(4)));
+}
+
 /// `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`: A four registers
 /// of e4m3 quads, B two, C and D four f32 (exact products, f32 sums).
 SmallVector<Value, 4> mma16832E4M3(KernelBuilder &kb, ArrayRef<Value> a,
@@ -201,6 +274,11 @@ private:
   void lookupUnitPages();
   void lookupUnitPage(Value u);
   void runTiles();
+  /// copyWarpgroup: the ring in dynamic shared memory, the warpgroups' roles.
+  void setUpRing();
+  Value ringTiles();
+  void copyTiles(Value count);
+  void multiplyTiles(Value count);
   Value tileStartOf(Value j, Value w);
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
@@ -209,6 +287,13 @@ private:
   struct KeyRowPlace {
     Value slotIndex, pageByte, offset;
   };
+  /// A thread row's entry: whether it is valid (in range, on a good page
+  /// and visible to some row), its slot and where its key row lies.
+  struct TileRow {
+    Value valid, entry, slot;
+    KeyRowPlace place;
+  };
+  TileRow locateRow(Value entry);
   KeyRowPlace keyRowPlace(Value page, Value offset);
   Value fusedPageByte(Value page);
   Type unitPageType();
@@ -265,6 +350,10 @@ private:
   std::optional<StagedQueries> staged;
   Value g, t, total, ctaStart, active;
   Value unitSlot, unitPage, zeroWords, groupWarp;
+  /// copyWarpgroup: the queries (rows x heads rows of 128 bytes, swizzled),
+  /// the ring's key tiles and scales, and its full and empty mbarriers.
+  static constexpr int64_t kRingStages = 8, kTileBytes = 64 * 128;
+  Value ringQueries, ringKeys, ringScales, fullBars, emptyBars;
 };
 
 ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
@@ -294,7 +383,8 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   rowsPerCta = scoreRowsPerCta(spec);
   rowGroups = R / rowsPerCta;
   wgmmaRows = std::max<int64_t>(1, std::min(rowsPerCta, 64 / H));
-  threads = spec.warps * 32;
+  // copyWarpgroup: one copying and two multiplying warpgroups.
+  threads = spec.copyWarpgroup ? 384 : spec.warps * 32;
   vectorsPerHead = Dh * qBytes / 16;
   vectors = rowsPerCta * H * vectorsPerHead;
   qPerThread = (vectors + threads - 1) / threads;
@@ -342,7 +432,7 @@ void ScoreKernel::declareKernel() {
   // One M tile of one query row: two CTAs per SM (at most 128 registers)
   // keep twice the loads in flight; two M tiles, or several rows' MMAs and
   // epilogues, need more registers.
-  if (spec.mTiles == 1 && rowsPerCta == 1)
+  if (spec.mTiles == 1 && rowsPerCta == 1 && !spec.copyWarpgroup)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
 
   unsigned a = 0;
@@ -543,7 +633,9 @@ void ScoreKernel::prefetchListedEntry(Value rowTable, Value listBase,
 /// queries, so they are staged once per CTA.
 StagedQueries ScoreKernel::stageQueries() {
   StagedQueries s;
-  if (spec.wgmma)
+  if (spec.copyWarpgroup)
+    s.queries = ringQueries;
+  else if (spec.wgmma)
     s.queries = kb.sharedArray(spec.name + "_qw", i32,
                                rowsPerCta * H * Dh * qBytes / 4);
   else
@@ -565,7 +657,9 @@ StagedQueries ScoreKernel::stageQueries() {
                               LLVM::AsmDialectAttr(), ArrayAttr());
   }
   kb.barrier();
-  if (spec.wgmma)
+  if (spec.copyWarpgroup)
+    staged->descriptor = swizzledDescriptor(kb, ringQueries);
+  else if (spec.wgmma)
     staged->descriptor = wgmmaDescriptor();
   if (weightsInRegisters())
     staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
@@ -579,6 +673,13 @@ StagedQueries ScoreKernel::stageQueries() {
 void ScoreKernel::storeQueryVector(Value vec, Value v) {
   Value head = kb.divU(v, kb.i32(vectorsPerHead));
   Value c = kb.remU(v, kb.i32(vectorsPerHead));
+  if (spec.copyWarpgroup) {
+    // Row `head` (of the rows' heads) of the swizzled B matrix, in memory
+    // order (the keys' tiles are too).
+    kb.store(vec, kb.gep(ringQueries, kb.i8T(), swizzledByte(kb, head, c)),
+             16);
+    return;
+  }
   if (!spec.wgmma) {
     kb.storeAt(vec, staged->queries,
                kb.add(kb.mul(head, kb.i32(qStrideBytes / 16)), c));
@@ -778,6 +879,8 @@ void ScoreKernel::fillPastLength() {
 /// then its tiles.
 void ScoreKernel::scoreCta() {
   lookupUnitPages();
+  if (spec.copyWarpgroup)
+    setUpRing();
   // The staging's barrier also publishes the unit pages; staged before
   // the wait, they need their own.
   if (!staged)
@@ -862,6 +965,20 @@ void ScoreKernel::runTiles() {
   // wgmma is issued by the four warps of a warpgroup together: they skip
   // a tile only when all four have nothing in it.
   groupWarp = spec.wgmma ? kb.andI(warp, kb.i32(~3)) : warp;
+  if (spec.copyWarpgroup) {
+    Value count = ringTiles();
+    kb.ifThenElse(
+        TypeRange{}, kb.cmp(CmpIPredicate::ult, warp, kb.i32(4)),
+        [&]() -> SmallVector<Value> {
+          copyTiles(count);
+          return {};
+        },
+        [&]() -> SmallVector<Value> {
+          multiplyTiles(count);
+          return {};
+        });
+    return;
+  }
   SmallVector<Value> first = fetchTile(tileStartOf(kb.i32(0), warp));
   kb.forLoopWith(
       kb.i32(0), kb.i32(spec.tilesPerWarp), kb.i32(1), first,
@@ -873,6 +990,164 @@ void ScoreKernel::runTiles() {
                   [&] { computeTile(current); });
         return next;
       });
+}
+
+/// copyWarpgroup: the dynamic shared memory from its first 1024-byte
+/// boundary (the swizzled matrices need it): the queries, the ring's key
+/// tiles, its scales and its mbarriers; thread 0 initialises the
+/// mbarriers (full: the copier's 128 threads arrive once their copies
+/// land; empty: the four warps of the multiplying warpgroup arrive), which
+/// the query staging's barrier publishes.
+void ScoreKernel::setUpRing() {
+  Value base = kb.dynamicShared();
+  Value address = sharedAddress(kb, base);
+  Value pad = kb.andI(kb.sub(kb.i32(0), address), kb.i32(1023));
+  Value aligned = kb.gep(base, kb.i8T(), pad);
+  const int64_t queryBytes = rowsPerCta * H * 128;
+  ringQueries = aligned;
+  ringKeys = kb.gep(aligned, kb.i8T(), kb.i32(queryBytes));
+  ringScales = kb.gep(ringKeys, kb.i8T(), kb.i32(kRingStages * kTileBytes));
+  fullBars =
+      kb.gep(ringScales, kb.i8T(), kb.i32(kRingStages * 64 * 4));
+  emptyBars = kb.gep(fullBars, kb.i8T(), kb.i32(kRingStages * 8));
+  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
+    for (int64_t s = 0; s < kRingStages; ++s) {
+      ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 128;", "r",
+                   {sharedAddress(kb, kb.gep(fullBars, kb.i8T(),
+                                             kb.i32(8 * s)))});
+      ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 4;", "r",
+                   {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
+                                             kb.i32(8 * s)))});
+    }
+  });
+}
+
+/// The CTA's 64-slot tiles that hold entries below `total`.
+Value ScoreKernel::ringTiles() {
+  Value left = kb.sub(total, ctaStart);
+  Value tiles = kb.divU(kb.add(left, kb.i32(63)), kb.i32(64));
+  return kb.minS(tiles, kb.i32(ctaEntries / 64));
+}
+
+/// Waits until the mbarrier at `bar` has completed the phase of parity
+/// `parity`.
+static void waitBarrier(KernelBuilder &kb, Value bar, Value parity) {
+  ptxStatement(kb,
+               "{\n.reg .pred done;\nspin_wait_${:uid}:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+               "@!done bra spin_wait_${:uid};\n}",
+               "r,r", {sharedAddress(kb, bar), parity});
+}
+
+/// Warpgroup 0: tile after tile, once the multipliers have released its
+/// stage, this thread's four 16-byte chunks of the tile's key rows into
+/// the stage's swizzled matrix (rows past the entries or on a bad page
+/// copy nothing and are zero-filled) and, threads 0-63, one row's scale;
+/// the stage's full mbarrier completes when all 128 threads' copies have.
+void ScoreKernel::copyTiles(Value count) {
+  ptxStatement(kb, "setmaxnreg.dec.sync.aligned.u32 40;");
+  kb.forLoop(kb.i32(0), count, kb.i32(1), [&](Value i) {
+    Value s = kb.remU(i, kb.i32(kRingStages));
+    Value round = kb.divU(i, kb.i32(kRingStages));
+    kb.ifThen(kb.cmp(CmpIPredicate::sge, i, kb.i32(kRingStages)), [&] {
+      waitBarrier(kb, kb.gep(emptyBars, kb.i8T(), kb.mul(s, kb.i32(8))),
+                  kb.andI(kb.sub(round, kb.i32(1)), kb.i32(1)));
+    });
+    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
+    Value stage = kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes)));
+    for (int64_t k = 0; k < 4; ++k) {
+      Value c = kb.add(tid, kb.i32(128 * k));
+      Value row = kb.divU(c, kb.i32(8)), chunk = kb.remU(c, kb.i32(8));
+      TileRow tr = locateRow(kb.add(tileStart, row));
+      Value at = kb.add(keyRowByte(tr.place),
+                        kb.extS64(kb.mul(chunk, kb.i32(16))));
+      Value src = kb.select(tr.valid, kb.gep(keys, kb.i8T(), at), keys);
+      NVVM::CpAsyncOp::create(
+          b, loc, kb.gep(stage, kb.i8T(), swizzledByte(kb, row, chunk)), src,
+          16, NVVM::LoadCacheModifierKind::CG,
+          kb.select(tr.valid, kb.i32(16), kb.i32(0)));
+    }
+    if (spec.scales)
+      kb.ifThen(kb.cmp(CmpIPredicate::ult, tid, kb.i32(64)), [&] {
+        TileRow tr = locateRow(kb.add(tileStart, tid));
+        Value src = kb.select(tr.valid, scaleAddress(tr.place), scales);
+        Value dst = kb.gep(ringScales, kb.i8T(),
+                           kb.add(kb.mul(s, kb.i32(256)),
+                                  kb.mul(tid, kb.i32(4))));
+        NVVM::CpAsyncOp::create(b, loc, dst, src, 4,
+                                NVVM::LoadCacheModifierKind::CA,
+                                kb.select(tr.valid, kb.i32(4), kb.i32(0)));
+      });
+    ptxStatement(kb, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];",
+                 "r",
+                 {sharedAddress(kb, kb.gep(fullBars, kb.i8T(),
+                                           kb.mul(s, kb.i32(8))))});
+  });
+  // No copy in flight when the warps exit.
+  ptxStatement(kb, "cp.async.wait_all;");
+}
+
+/// Warpgroups 1 and 2: tiles k - 1, k + 1, ... of warpgroup k. Per tile:
+/// wait for its stage, one wgmma chain (keys as A, M = 64 slots; all the
+/// CTA's rows' queries as B, N = rows x heads; four k32 steps), the
+/// stage's scales of this thread's two slots, the stage released, then
+/// each row's epilogue on the accumulator columns of its heads. Warp w of
+/// the group holds slots 16 w .. 16 w + 15 of the tile, as a warp tile of
+/// the other shapes does.
+void ScoreKernel::multiplyTiles(Value count) {
+  ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 232;");
+  Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
+  Value wi = kb.remU(warp, kb.i32(4));
+  const int64_t n = rowsPerCta * H;
+  kb.forLoop(group, count, kb.i32(2), [&](Value i) {
+    Value s = kb.remU(i, kb.i32(kRingStages));
+    Value parity = kb.andI(kb.divU(i, kb.i32(kRingStages)), kb.i32(1));
+    waitBarrier(kb, kb.gep(fullBars, kb.i8T(), kb.mul(s, kb.i32(8))),
+                parity);
+    // The copies are generic-proxy writes; the tensor cores read through
+    // the async proxy.
+    ptxStatement(kb, "fence.proxy.async.shared::cta;");
+    Value keysDesc = swizzledDescriptor(
+        kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    SmallVector<Value> d;
+    for (int64_t k = 0; k < 4; ++k)
+      d = wgmmaSharedE4M3(kb, n, d, kb.add(keysDesc, kb.i64(2 * k)),
+                          kb.add(staged->descriptor, kb.i64(2 * k)),
+                          /*first=*/k == 0);
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    SmallVector<Value> raw;
+    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
+    for (int64_t r = 0; r < threadRows; ++r) {
+      Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
+      TileRow tr = locateRow(kb.add(tileStart, within));
+      raw.append({tr.valid, tr.entry, tr.slot});
+      raw.append(chunks, zeroWords);
+      if (spec.scales)
+        raw.push_back(kb.load(
+            f32,
+            kb.gep(ringScales, kb.i8T(),
+                   kb.add(kb.mul(s, kb.i32(256)), kb.mul(within, kb.i32(4)))),
+            4));
+    }
+    kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+      ptxStatement(kb,
+                   "{\n.reg .b64 state;\n"
+                   "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
+                   "r",
+                   {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
+                                             kb.mul(s, kb.i32(8))))});
+    });
+    for (int64_t q = 0; q < rowsPerCta; ++q) {
+      Accumulators acc(1, SmallVector<SmallVector<Value, 4>>(nTiles));
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t j = 0; j < 4; ++j)
+          acc[0][nt].push_back(
+              pinRegister(kb, d[4 * (q * nTiles + nt) + j], "f"));
+      epilogue(raw, acc, q);
+    }
+  });
 }
 
 /// The first entry of warp `w`'s tile `j` of the CTA (16 * mTiles entries;
@@ -901,6 +1176,27 @@ SmallVector<Value> ScoreKernel::fetchTile(Value start) {
 /// valid). Entries past the CTA's range (the prefetch after its last tile)
 /// load nothing.
 SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
+  TileRow row = locateRow(entry);
+  SmallVector<Type> types(chunks, words);
+  if (spec.scales)
+    types.push_back(f32);
+  SmallVector<Value> loaded = kb.ifThenElse(
+      types, row.valid,
+      [&]() -> SmallVector<Value> { return loadKeyRow(row.place); },
+      [&]() -> SmallVector<Value> {
+        SmallVector<Value> v(chunks, zeroWords);
+        if (spec.scales)
+          v.push_back(kb.f32(0.0));
+        return v;
+      });
+  SmallVector<Value> raw = {row.valid, row.entry, row.slot};
+  raw.append(loaded.begin(), loaded.end());
+  return raw;
+}
+
+/// Where thread row entry `entry` lies (the unit lookups of
+/// lookupUnitPages) and whether it is valid.
+ScoreKernel::TileRow ScoreKernel::locateRow(Value entry) {
   Value local = kb.sub(entry, ctaStart);
   Value inCta = kb.cmp(CmpIPredicate::ult, local, kb.i32(ctaEntries));
   Value u = kb.select(inCta, kb.divU(local, kb.i32(unit)), kb.i32(0));
@@ -915,24 +1211,10 @@ SmallVector<Value> ScoreKernel::fetchRow(Value entry) {
   if (spec.sparse)
     valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
   Value offset = kb.remU(slot, kb.i32(spec.pageSize));
-  SmallVector<Type> types(chunks, words);
-  if (spec.scales)
-    types.push_back(f32);
   KeyRowPlace place =
       spec.fusedPages ? KeyRowPlace{Value(), page, kb.extS64(offset)}
                       : keyRowPlace(page, offset);
-  SmallVector<Value> loaded = kb.ifThenElse(
-      types, valid,
-      [&]() -> SmallVector<Value> { return loadKeyRow(place); },
-      [&]() -> SmallVector<Value> {
-        SmallVector<Value> v(chunks, zeroWords);
-        if (spec.scales)
-          v.push_back(kb.f32(0.0));
-        return v;
-      });
-  SmallVector<Value> raw = {valid, entry, slot};
-  raw.append(loaded.begin(), loaded.end());
-  return raw;
+  return {valid, entry, slot, place};
 }
 
 /// Key row `offset` of page `page` (i32): the compact layouts number the
@@ -1213,6 +1495,10 @@ LaunchShape ScoreKernel::launchShape() const {
   shape.grid = {spec.sparse ? groups : ctasPerRow,
                 spec.sparse ? ctasPerRow : groups, 1};
   shape.blockThreads = threads;
+  if (spec.copyWarpgroup)
+    shape.sharedBytes = 1024 + rowsPerCta * H * 128 +
+                        kRingStages * (kTileBytes + 64 * 4) +
+                        2 * kRingStages * 8;
   return shape;
 }
 

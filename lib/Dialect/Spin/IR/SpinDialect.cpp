@@ -261,7 +261,7 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
 LogicalResult
 ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t warps, int64_t tilesPerWarp, int64_t mTiles,
-                        bool wgmma) {
+                        bool wgmma, bool copyWarpgroup) {
   if (warps < 1 || warps > 32)
     return emitError() << "score_config: warps must be in [1, 32], got "
                        << warps;
@@ -275,6 +275,10 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "score_config: wgmma needs m_tiles = 1 and warps a "
                           "multiple of 4, got m_tiles = "
                        << mTiles << ", warps = " << warps;
+  // (wgmma's warps, a multiple of 4, make the CTA's slots whole 64-slot
+  // tiles.)
+  if (copyWarpgroup && !wgmma)
+    return emitError() << "score_config: copy_warpgroup needs wgmma";
   return success();
 }
 

@@ -117,10 +117,15 @@ def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
     On `spin.dense_indexer` and `spin.fused_score`: `warps` per CTA, each
     scoring `tiles_per_warp` warp tiles of `m_tiles` 16-slot MMA tiles
     (1 or 2); `wgmma` scores with sm_90a's warpgroup MMA instead of
-    mma.sync (then one M tile and a multiple of 4 warps).
+    mma.sync (then one M tile and a multiple of 4 warps). With
+    `copy_warpgroup` (wgmma only) a CTA is one warpgroup that copies 64-slot
+    key tiles into a shared-memory ring and two that multiply them, both
+    wgmma operands in shared memory; `warps x tiles_per_warp x 16` is then
+    the CTA's slots.
   }];
   let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
-                        "int64_t":$m_tiles, "bool":$wgmma);
+                        "int64_t":$m_tiles, "bool":$wgmma,
+                        DefaultValuedParameter<"bool", "false">:$copy_warpgroup);
 }
 
 def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
