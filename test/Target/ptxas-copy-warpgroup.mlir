@@ -1,6 +1,8 @@
 // REQUIRES: ptxas
 // RUN: rm -rf %t && spin-compile %s --function=mtp --copy-warpgroup --target=sm_90a -o %t
-// RUN: %ptxas -arch=sm_90a %t/sm_90a.ptx -o %t/sm_90a.cubin
+// RUN: %ptxas -arch=sm_90a -v %t/sm_90a.ptx -o %t/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS
+// RUN: rm -rf %t.r1 && spin-compile %s --function=one_row --copy-warpgroup --target=sm_90a -o %t.r1
+// RUN: %ptxas -arch=sm_90a -v %t.r1/sm_90a.ptx -o %t.r1/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS
 // RUN: FileCheck %s --dump-input=never --check-prefix=WS < %t/sm_90a.ptx
 // RUN: FileCheck %s --dump-input=never --check-prefix=COPY < %t/sm_90a.ptx
 // RUN: grep -c "cp.async.cg.shared.global" %t/sm_90a.ptx | FileCheck %s --check-prefix=CG
@@ -25,6 +27,7 @@
 
 // WS-LABEL: .entry spin_score_dense_0(
 // WS: .maxntid 384, 1, 1
+// WS-NEXT: .minnctapersm 1
 // WS-COUNT-8: mbarrier.init.shared::cta.b64 [%r{{[0-9]+}}], 128;
 // WS: fence.proxy.async.shared::cta;
 // WS: setmaxnreg.dec.sync.aligned.u32 40;
@@ -39,6 +42,12 @@
 // WS: mbarrier.arrive.shared::cta.b64
 // WS-NOT: wgmma.mma_async
 // WS-LABEL: .entry spin_topk_1(
+
+// setmaxnreg moves registers within the launch allocation: the declared
+// bound makes ptxas allocate the 168 a thread that 40 x 128 + 232 x 256
+// needs, also for one row, whose kernel needs far fewer.
+// REGS: Compiling entry function 'spin_score_dense_0'
+// REGS: Used 168 registers
 
 // The copier's blocks, in whatever order the code generator lays them out.
 // COPY-LABEL: .entry spin_score_dense_0(
@@ -97,4 +106,18 @@ func.func @mtp_bf16(%q: tensor<2x2x64x128xbf16>, %w: tensor<2x2x64xf32>,
   %t = spin.topk %z lengths(%lengths : tensor<2x2xi32>) {k = 64 : i64}
       : tensor<2x2x512xf32> -> tensor<2x2x64xi32>
   return %t : tensor<2x2x64xi32>
+}
+
+func.func @one_row(%q: tensor<2x1x64x128xf8E4M3FN>, %w: tensor<2x1x64xf32>,
+                   %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                   %table: tensor<2x8xi32>, %lengths: tensor<2x1xi32>)
+    -> tensor<2x1x64xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x64x128xf8E4M3FN>)
+      w(%w : tensor<2x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x512xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 64 : i64}
+      : tensor<2x1x512xf32> -> tensor<2x1x64xi32>
+  return %t : tensor<2x1x64xi32>
 }

@@ -53,15 +53,16 @@ FusedSelectOp selectionOf(Value mask) {
 }
 
 /// Warp tiles per warp by the wave cost model. Scoring CTAs run in waves of
-/// two per SM, and a CTA takes about as long as its tiles plus two (staging
-/// the queries and its page table), so a grid of `rows` rows of `entries`
-/// entries costs about ceil(CTAs / (2 x SMs)) x (tiles + 2): the tiles in
-/// [8, 64] that minimise this, the fewest on a tie. A grid whose last wave
-/// is mostly empty costs a whole wave.
+/// `ctasPerSm` per SM (two; one with the copying warpgroup, whose CTA takes
+/// the register file), and a CTA takes about as long as its tiles plus two
+/// (staging the queries and its page table), so a grid of `rows` rows of
+/// `entries` entries costs about ceil(CTAs / (ctasPerSm x SMs)) x (tiles +
+/// 2): the tiles in [8, 64] that minimise this, the fewest on a tie. A grid
+/// whose last wave is mostly empty costs a whole wave.
 int64_t tilesForWork(int64_t rows, int64_t entries, int64_t warps,
-                     int64_t mTiles, int64_t smCount) {
+                     int64_t mTiles, int64_t smCount, int64_t ctasPerSm) {
   constexpr int64_t kOverheadTiles = 2;
-  const int64_t ctaSlots = 2 * smCount;
+  const int64_t ctaSlots = ctasPerSm * smCount;
   int64_t best = 0, bestCost = 0;
   for (int64_t tiles = 8; tiles <= 64; ++tiles) {
     int64_t perCta = warps * tiles * 16 * mTiles;
@@ -101,10 +102,6 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   int64_t groups =
       rows / scoreRowsPerCta(rows, q.getDimSize(2), q.getDimSize(3),
                              queryBytes, options.wgmma);
-  int64_t tiles = fixedTiles > 0
-                      ? fixedTiles
-                      : tilesForWork(q.getDimSize(0) * groups, entries, warps,
-                                     mTiles, options.smCount);
   // The copying warpgroup where its kernel applies: dense rows of fp8 keys
   // and fp8 queries, Dh = 128, 64-slot tiles within a page, the CTA's rows'
   // heads one wgmma N (<= 256); other ops keep the other kernels.
@@ -115,6 +112,10 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
               q.getDimSize(3) == 128 && keys.getDimSize(1) > 0 &&
               keys.getDimSize(1) % 64 == 0 &&
               rows / groups * q.getDimSize(2) <= 256;
+  int64_t tiles = fixedTiles > 0
+                      ? fixedTiles
+                      : tilesForWork(q.getDimSize(0) * groups, entries, warps,
+                                     mTiles, options.smCount, copy ? 1 : 2);
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
                                           mTiles, options.wgmma, copy));
   return success();

@@ -434,6 +434,12 @@ void ScoreKernel::declareKernel() {
   // epilogues, need more registers.
   if (spec.mTiles == 1 && rowsPerCta == 1 && !spec.copyWarpgroup)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
+  // The copying warpgroup's setmaxnreg moves registers within the CTA's
+  // launch allocation: with a bound declared, ptxas allocates the whole
+  // 168 a thread that 40 x 128 + 232 x 256 needs (without one it allocated
+  // as few as 78, and the multipliers' increase would wait forever).
+  if (spec.copyWarpgroup)
+    func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
 
   unsigned a = 0;
   q = func.getArgument(a++), w = func.getArgument(a++);
@@ -1131,6 +1137,9 @@ void ScoreKernel::multiplyTiles(Value count) {
                    kb.add(kb.mul(s, kb.i32(256)), kb.mul(within, kb.i32(4)))),
             4));
     }
+    // The warp's reads of the stage (the scales above; the wgmma's ended
+    // with its wait) before lane 0 releases it.
+    kb.syncWarp();
     kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
       ptxStatement(kb,
                    "{\n.reg .b64 state;\n"
