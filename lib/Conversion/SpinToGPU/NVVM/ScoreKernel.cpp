@@ -65,32 +65,25 @@ Value pinRegister(KernelBuilder &kb, Value v, StringRef constraint) {
   return op.getResult(0);
 }
 
-/// One `wgmma.mma_async.m64n<N>k<16|32>.f32` with A (four 32-bit registers:
-/// f16 or bf16 pairs of the mma.sync m16n8k16 A layout, or e4m3 quads of
-/// the m16n8k32 one, per warp) from registers and B from the shared-memory
-/// matrix `descriptor`. `acc` holds the thread's N/2 accumulators; `first`
-/// discards them (D = A * B).
-SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
-                             int64_t n, ArrayRef<Value> acc, ArrayRef<Value> a,
-                             Value descriptor, bool first) {
+/// One `wgmma.mma_async.m64n<N>k<K>.f32.<type>.<type>` as inline PTX:
+/// `operandText` names the A and B operands (from `$first` on, then the
+/// scale-d register, `inputs` with `inputConstraints` ending in it). `acc`
+/// holds the thread's N/2 accumulators; `first` discards them (D = A * B).
+SmallVector<Value> wgmmaAsm(KernelBuilder &kb, int64_t n, StringRef shapeType,
+                            ArrayRef<Value> acc, bool first,
+                            function_ref<std::string(int64_t)> operandText,
+                            StringRef inputConstraints, ValueRange inputs) {
   OpBuilder &b = kb.builder();
   const int64_t count = n / 2;
-  const bool fp8 = format == ElementFormat::fp8e4m3;
-  std::string type = fp8 ? "e4m3" : format == ElementFormat::bf16 ? "bf16"
-                                                                   : "f16";
+  const int64_t next = count + (first ? 0 : count);
+  const int64_t scaleD = next + static_cast<int64_t>(inputs.size()) - 1;
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                     std::to_string(count + (first ? 0 : count) + 5) +
+                     std::to_string(scaleD) +
                      ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + (fp8 ? "k32" : "k16") + ".f32." +
-                     type + "." + type + " {";
+                     std::to_string(n) + shapeType.str() + " {";
   for (int64_t i = 0; i < count; ++i)
     text += (i ? ", $" : "$") + std::to_string(i);
-  int64_t next = count + (first ? 0 : count);
-  // 8-bit operands take no transpose immediate (K-major only).
-  text += "}, {$" + std::to_string(next) + ", $" + std::to_string(next + 1) +
-          ", $" + std::to_string(next + 2) + ", $" + std::to_string(next + 3) +
-          "}, $" + std::to_string(next + 4) +
-          (fp8 ? ", p, 1, 1;\n}" : ", p, 1, 1, 0;\n}");
+  text += "}, " + operandText(next) + ";\n}";
   std::string constraints;
   for (int64_t i = 0; i < count; ++i)
     constraints += "=f,";
@@ -100,10 +93,8 @@ SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
       constraints += std::to_string(i) + ",";
       operands.push_back(acc[i]);
     }
-  constraints += "r,r,r,r,l,r";
-  operands.append(a.begin(), a.end());
-  operands.push_back(descriptor);
-  operands.push_back(kb.i32(first ? 0 : 1));
+  constraints += inputConstraints.str();
+  operands.append(inputs.begin(), inputs.end());
   SmallVector<Type> fields(count, kb.f32T());
   Type result = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
   auto op = LLVM::InlineAsmOp::create(
@@ -118,45 +109,43 @@ SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
   return out;
 }
 
+/// One `wgmma.mma_async.m64n<N>k<16|32>.f32` with A (four 32-bit registers:
+/// f16 or bf16 pairs of the mma.sync m16n8k16 A layout, or e4m3 quads of
+/// the m16n8k32 one, per warp) from registers and B from the shared-memory
+/// matrix `descriptor`. `acc` holds the thread's N/2 accumulators; `first`
+/// discards them (D = A * B).
+SmallVector<Value> wgmmaRegA(KernelBuilder &kb, ElementFormat format,
+                             int64_t n, ArrayRef<Value> acc, ArrayRef<Value> a,
+                             Value descriptor, bool first) {
+  const bool fp8 = format == ElementFormat::fp8e4m3;
+  std::string type = fp8 ? "e4m3" : format == ElementFormat::bf16 ? "bf16"
+                                                                   : "f16";
+  SmallVector<Value> inputs(a);
+  inputs.append({descriptor, kb.i32(first ? 0 : 1)});
+  return wgmmaAsm(
+      kb, n, (fp8 ? "k32.f32." : "k16.f32.") + type + "." + type, acc, first,
+      [&](int64_t next) {
+        // 8-bit operands take no transpose immediate (K-major only).
+        return "{$" + std::to_string(next) + ", $" + std::to_string(next + 1) +
+               ", $" + std::to_string(next + 2) + ", $" +
+               std::to_string(next + 3) + "}, $" + std::to_string(next + 4) +
+               (fp8 ? ", p, 1, 1" : ", p, 1, 1, 0");
+      },
+      "r,r,r,r,l,r", inputs);
+}
+
 /// One `wgmma.mma_async.m64n<N>k32.f32.e4m3.e4m3` with A and B both from
 /// shared-memory matrix descriptors; `acc` and `first` as wgmmaRegA's.
 SmallVector<Value> wgmmaSharedE4M3(KernelBuilder &kb, int64_t n,
                                    ArrayRef<Value> acc, Value descA,
                                    Value descB, bool first) {
-  OpBuilder &b = kb.builder();
-  const int64_t count = n / 2;
-  const int64_t next = count + (first ? 0 : count);
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                     std::to_string(next + 2) +
-                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k32.f32.e4m3.e4m3 {";
-  for (int64_t i = 0; i < count; ++i)
-    text += (i ? ", $" : "$") + std::to_string(i);
-  text += "}, $" + std::to_string(next) + ", $" + std::to_string(next + 1) +
-          ", p, 1, 1;\n}";
-  std::string constraints;
-  for (int64_t i = 0; i < count; ++i)
-    constraints += "=f,";
-  SmallVector<Value> operands;
-  if (!first)
-    for (int64_t i = 0; i < count; ++i) {
-      constraints += std::to_string(i) + ",";
-      operands.push_back(acc[i]);
-    }
-  constraints += "l,l,r";
-  operands.append({descA, descB, kb.i32(first ? 0 : 1)});
-  SmallVector<Type> fields(count, kb.f32T());
-  Type result = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
-  auto op = LLVM::InlineAsmOp::create(
-      b, kb.location(), result, operands, text, constraints,
-      /*has_side_effects=*/true, /*is_align_stack=*/false,
-      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
-      ArrayAttr());
-  SmallVector<Value> out;
-  for (int64_t i = 0; i < count; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, kb.location(), op.getResult(0),
-                                               ArrayRef<int64_t>{i}));
-  return out;
+  return wgmmaAsm(
+      kb, n, "k32.f32.e4m3.e4m3", acc, first,
+      [&](int64_t next) {
+        return "$" + std::to_string(next) + ", $" + std::to_string(next + 1) +
+               ", p, 1, 1";
+      },
+      "l,l,r", {descA, descB, kb.i32(first ? 0 : 1)});
 }
 
 /// A side-effecting inline PTX statement without results.
@@ -312,6 +301,9 @@ private:
   SmallVector<Value> chunkRegs(ValueRange raw, int64_t r, int64_t c);
   ARegisters aRegisters(ValueRange raw);
   void mmaWgmma(ValueRange raw, const ARegisters &aRegs);
+  /// Row `r` of a wgmma chain's accumulators `d` (N = rows x H), each
+  /// pinned after the chain's wait.
+  Accumulators chainRow(ArrayRef<Value> d, int64_t r);
   Accumulators mmaSync(const ARegisters &aRegs, int64_t qrow);
   void epilogue(ValueRange raw, const Accumulators &acc, int64_t qrow);
   LaunchShape launchShape() const;
@@ -1148,14 +1140,8 @@ void ScoreKernel::multiplyTiles(Value count) {
                    {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
                                              kb.mul(s, kb.i32(8))))});
     });
-    for (int64_t q = 0; q < rowsPerCta; ++q) {
-      Accumulators acc(1, SmallVector<SmallVector<Value, 4>>(nTiles));
-      for (int64_t nt = 0; nt < nTiles; ++nt)
-        for (int64_t j = 0; j < 4; ++j)
-          acc[0][nt].push_back(
-              pinRegister(kb, d[4 * (q * nTiles + nt) + j], "f"));
-      epilogue(raw, acc, q);
-    }
+    for (int64_t q = 0; q < rowsPerCta; ++q)
+      epilogue(raw, chainRow(d, q), q);
   });
 }
 
@@ -1348,15 +1334,18 @@ void ScoreKernel::mmaWgmma(ValueRange raw, const ARegisters &aRegs) {
                     /*first=*/S == 0);
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      Accumulators acc(1, SmallVector<SmallVector<Value, 4>>(nTiles));
-      for (int64_t nt = 0; nt < nTiles; ++nt)
-        for (int64_t j = 0; j < 4; ++j)
-          acc[0][nt].push_back(
-              pinRegister(kb, d[4 * (r * nTiles + nt) + j], "f"));
-      epilogue(raw, acc, first + r);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      epilogue(raw, chainRow(d, r), first + r);
   }
+}
+
+ScoreKernel::Accumulators ScoreKernel::chainRow(ArrayRef<Value> d,
+                                               int64_t r) {
+  Accumulators acc(1, SmallVector<SmallVector<Value, 4>>(nTiles));
+  for (int64_t nt = 0; nt < nTiles; ++nt)
+    for (int64_t j = 0; j < 4; ++j)
+      acc[0][nt].push_back(pinRegister(kb, d[4 * (r * nTiles + nt) + j], "f"));
+  return acc;
 }
 
 /// Query row `qrow`'s dot products of the tile by mma.sync per warp, chunk
