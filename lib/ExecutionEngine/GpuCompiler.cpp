@@ -103,6 +103,14 @@ std::vector<GpuLaunchArg> readPlanArguments(func::FuncOp plan, GpuManifest &m) {
       ref.index = m.statusOutputs++;
       continue;
     }
+    if (kind == abi::LaunchArgKind::TensorMap) {
+      ref.kind = *kind;
+      ref.index =
+          plan.getArgAttrOfType<IntegerAttr>(i, attr::kArgument).getInt();
+      ref.value = static_cast<int32_t>(
+          plan.getArgAttrOfType<IntegerAttr>(i, attr::kDim).getInt());
+      continue;
+    }
     if (kind == abi::LaunchArgKind::Dim) {
       ref.kind = *kind;
       ref.index =

@@ -196,6 +196,7 @@ void mlir::spin::buildLowerToNVVMPipelineAfterPlan(
   kernels.addPass(createSCFToControlFlowPass());
   ConvertGpuOpsToNVVMOpsOptions toNVVM;
   kernels.addPass(createConvertGpuOpsToNVVMOps(toNVVM));
+  kernels.addPass(createSpinMarkTensorMapParameters());
   kernels.addPass(createConvertNVVMToLLVMPass());
   kernels.addPass(createCanonicalizerPass());
   kernels.addPass(createCSEPass());

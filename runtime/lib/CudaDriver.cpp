@@ -73,6 +73,8 @@ StatusOr<std::unique_ptr<Driver>> Driver::open(const std::string &library) {
   need(d.launchKernel, "cuLaunchKernel");
   // Optional: programmatic dependent launches need it (CUDA 12.0).
   bind(handle, d.launchKernelEx, "cuLaunchKernelEx");
+  // Optional: only kernels that copy through tensor maps need it.
+  bind(handle, d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   need(d.memAlloc, "cuMemAlloc_v2");
   need(d.memFree, "cuMemFree_v2");
   need(d.memAllocHost, "cuMemAllocHost_v2");

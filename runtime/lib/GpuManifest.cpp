@@ -358,6 +358,41 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     arg.value = static_cast<int32_t>(v);
     return Status::success();
   }
+  case LaunchArgKind::TensorMap: {
+    if (Status s = r.object(value, path, {k::Kind, k::Argument, k::Rows});
+        !s.ok())
+      return s;
+    if (Status s =
+            r.integer(value, path, k::Argument, arg.index, kAnyMin, kAnyMax);
+        !s.ok())
+      return s;
+    if (arg.index < 0 || arg.index >= numArgs)
+      return r.error(join(path, k::Argument),
+                     str(arg.index) + " is out of range: the step has " +
+                         plural(numArgs, "argument"));
+    const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
+    // Keys: a page's rows of 128 bytes, one span of the copy engine's
+    // 128-byte swizzle each; scales: a page's f32 values.
+    bool keys = of.shape.size() == 3 && dtypeSize(of.dtype) == 1 &&
+                of.shape[2] == 128;
+    bool scales = of.shape.size() == 2 && of.dtype == DType::f32;
+    if (!keys && !scales)
+      return r.error(join(path, k::Argument),
+                     "argument " + quoted(of.name) +
+                         " has no tensor map (it needs a key cache [pages, "
+                         "page, 128] of a one-byte type or its scales "
+                         "[pages, page] of f32)");
+    int64_t rows = 0;
+    if (Status s = r.integer(value, path, k::Rows, rows, 1, keys ? 256 : 64);
+        !s.ok())
+      return s;
+    if (of.shape[1] > 0 && of.shape[1] % rows != 0)
+      return r.error(join(path, k::Rows),
+                     str(rows) + " does not divide the page size " +
+                         str(of.shape[1]) + " of argument " + quoted(of.name));
+    arg.value = static_cast<int32_t>(rows);
+    return Status::success();
+  }
   }
   return Status::success();
 }
@@ -814,6 +849,9 @@ void writeLaunchArg(JsonWriter &w, const GpuLaunchArg &arg) {
     break;
   case LaunchArgKind::Layer:
     w.member(k::Value, int64_t(arg.value));
+    break;
+  case LaunchArgKind::TensorMap:
+    w.member(k::Argument, arg.index).member(k::Rows, int64_t(arg.value));
     break;
   }
   w.end();

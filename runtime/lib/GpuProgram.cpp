@@ -1155,15 +1155,14 @@ Status GpuProgram::launchKernels(Step &step) {
         !s.ok())
       return s;
   }
-  std::vector<uint64_t> values;
-  std::vector<void *> params;
+  LaunchParameters parameters;
   // Per stream: whether a kernel of this step was issued to it with no
   // event wait after it, so that a programmatic launch may overlap it
   // (docs/GPU-ABI.md, "Launch order").
   std::array<bool, 2> afterKernel = {false, false};
   for (size_t l = 0; l < spec.launches.size(); ++l) {
     bool &overlap = afterKernel[spec.launches[l].stream == 0 ? 0 : 1];
-    if (Status s = issueLaunch(step, l, overlap, values, params); !s.ok()) {
+    if (Status s = issueLaunch(step, l, overlap, parameters); !s.ok()) {
       recordRingEvent(step).ignore();
       return s;
     }
@@ -1188,11 +1187,10 @@ Status GpuProgram::launchKernels(Step &step) {
 /// Issues launch `l` of the step: its stream waits for the launch's events,
 /// the kernel is launched with its parameters, programmatically when
 /// `overlap` says a kernel of the step precedes it on that stream with no
-/// wait in between, and the launch's event is recorded. `values` and
-/// `params` are the parameter buffers, reused from launch to launch.
+/// wait in between, and the launch's event is recorded. `parameters` are
+/// the parameter buffers, reused from launch to launch.
 Status GpuProgram::issueLaunch(Step &step, size_t l, bool &overlap,
-                               std::vector<uint64_t> &values,
-                               std::vector<void *> &params) {
+                               LaunchParameters &parameters) {
   const Driver &d = ctx->driver();
   const GpuLaunchSpec &launch = spec.launches[l];
   const GpuKernelSpec &kernel = spec.kernels[launch.kernel];
@@ -1204,7 +1202,10 @@ Status GpuProgram::issueLaunch(Step &step, size_t l, bool &overlap,
                            "cuStreamWaitEvent");
         !s.ok())
       return s;
-  kernelParameters(step, launch, values, params);
+  if (Status s = kernelParameters(step, launch, parameters); !s.ok())
+    return Status::error("launch " + str(l) + " (kernel \"" + kernel.name +
+                         "\"): " + s.message());
+  std::vector<void *> &params = parameters.params;
   bool programmatic = overlap && programmaticLaunches &&
                       spec.programmaticLaunch && d.launchKernelEx;
   CUresult result;
@@ -1250,17 +1251,22 @@ Status GpuProgram::issueLaunch(Step &step, size_t l, bool &overlap,
   return Status::success();
 }
 
-/// Fills `values` with the kernel parameters of `launch` (docs/GPU-ABI.md,
-/// "Kernel parameters"), one 64-bit word each (an i32 in its first four
-/// bytes), and `params` with their addresses, as cuLaunchKernel takes them.
-void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
-                                  std::vector<uint64_t> &values,
-                                  std::vector<void *> &params) const {
+/// Fills `parameters` with the kernel parameters of `launch`
+/// (docs/GPU-ABI.md, "Kernel parameters"): one 64-bit word each (an i32 in
+/// its first four bytes) or, for a tensor map, 128 bytes, and their
+/// addresses as cuLaunchKernel takes them.
+Status GpuProgram::kernelParameters(const Step &step,
+                                    const GpuLaunchSpec &launch,
+                                    LaunchParameters &parameters) const {
+  std::vector<uint64_t> &values = parameters.values;
+  std::vector<void *> &params = parameters.params;
   values.assign(launch.args.size(), 0);
   params.assign(launch.args.size(), nullptr);
+  parameters.maps.resize(launch.args.size());
   for (size_t a = 0; a < launch.args.size(); ++a) {
     const GpuLaunchArg &p = launch.args[a];
     int32_t word = 0;
+    params[a] = &values[a];
     switch (p.kind) {
     case GpuLaunchArg::Kind::Argument:
       values[a] = step.address[p.index];
@@ -1286,9 +1292,54 @@ void GpuProgram::kernelParameters(const Step &step, const GpuLaunchSpec &launch,
       word = static_cast<int32_t>(p.value + step.layer);
       std::memcpy(&values[a], &word, sizeof(word));
       break;
+    case GpuLaunchArg::Kind::TensorMap:
+      if (Status s = encodeKeyMap(step, p, parameters.maps[a]); !s.ok())
+        return s;
+      params[a] = &parameters.maps[a];
+      break;
     }
-    params[a] = &values[a];
   }
+  return Status::success();
+}
+
+/// The tensor map of argument `arg.index` in boxes of `arg.value` rows of
+/// one page, as the manifest checked it: a key cache ([pages, page, 128]
+/// bytes) written to shared memory in the 128-byte swizzle wgmma reads, or
+/// its scales ([pages, page] f32, as bytes) unswizzled. The copy engine
+/// needs the tensor 16-byte aligned.
+Status GpuProgram::encodeKeyMap(const Step &step, const GpuLaunchArg &arg,
+                                cuda::TensorMap &map) const {
+  const Driver &d = ctx->driver();
+  const std::string &name = spec.arguments[arg.index].name;
+  if (!d.tensorMapEncodeTiled)
+    return Status::error("the CUDA driver has no cuTensorMapEncodeTiled "
+                         "(CUDA 12.0), which the copy of '" +
+                         name + "' through a tensor map needs");
+  const std::vector<int64_t> &shape = step.shapes[arg.index];
+  CUdeviceptr address = step.address[arg.index];
+  if (address % 16 != 0)
+    return Status::error("argument '" + name + "' is at " + str(address) +
+                         ", not 16-byte aligned as its copy through a tensor "
+                         "map needs");
+  const bool keys = shape.size() == 3;
+  // Innermost first: a row's bytes, the page's rows, the pages.
+  const uint64_t rowBytes = keys ? shape[2] : shape[1] * 4;
+  uint64_t dims[3] = {rowBytes, static_cast<uint64_t>(shape[keys ? 1 : 0]),
+                      static_cast<uint64_t>(shape[0])};
+  uint64_t strides[2] = {rowBytes, rowBytes * dims[1]};
+  unsigned box[3] = {static_cast<unsigned>(keys ? rowBytes : arg.value * 4),
+                     keys ? static_cast<unsigned>(arg.value) : 1u, 1};
+  unsigned elementStrides[3] = {1, 1, 1};
+  return d.check(
+      d.tensorMapEncodeTiled(
+          &map, cuda::CU_TENSOR_MAP_DATA_TYPE_UINT8, keys ? 3 : 2,
+          reinterpret_cast<void *>(address), dims, strides, box,
+          elementStrides, cuda::CU_TENSOR_MAP_INTERLEAVE_NONE,
+          keys ? cuda::CU_TENSOR_MAP_SWIZZLE_128B
+               : cuda::CU_TENSOR_MAP_SWIZZLE_NONE,
+          cuda::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          cuda::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      "cuTensorMapEncodeTiled of '" + name + "'");
 }
 
 /// Records the step's ring entry's event on the caller's stream at the end

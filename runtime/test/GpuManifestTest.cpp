@@ -314,7 +314,7 @@ const BadCase kBadCases[] = {
      "launches[0].args[0].dim: unknown member (expected one of kind, index)"},
     {"{\"kind\": \"argument\", \"index\": 0}", "{\"kind\": \"pointer\"}",
      "launches[0].args[0].kind: unknown kind \"pointer\" (expected argument, "
-     "scratch, errors, dim, i32, status or layer)"},
+     "scratch, errors, dim, i32, status, layer or tensor_map)"},
     {"{\"kind\": \"i32\", \"value\": 3}", "{\"kind\": \"layer\", \"value\": -1}",
      "launches[1].args[2].value: -1 is outside [0, 2147483647]"},
     {"{\"kind\": \"errors\"}", "{\"kind\": \"status\", \"index\": -1}",
@@ -457,6 +457,60 @@ TEST(GpuManifest, ReadsStatelessPrograms) {
   EXPECT_EQ(GpuManifest::parse(stateful, dir.path()).message(),
             dir.path() + "/manifest.json: arguments[0]: state arguments need "
                          "the manifest's \"state\" section, with layers");
+}
+
+/// The tensor maps of the copying warpgroup's scoring kernel: a key cache
+/// of 128-byte rows and its f32 scales, in boxes of `rows` rows of a page;
+/// what has no tensor map is named.
+TEST(GpuManifest, ReadsTensorMapParameters) {
+  TempDir dir;
+  dir.write("sm_90a.ptx", "// not loaded");
+  std::string keys128 =
+      edit(edit(kDenseManifest, "\"shape\": [-1, 64, 4]",
+                "\"shape\": [-1, 64, 128]"),
+           "{\"kind\": \"errors\"}",
+           "{\"kind\": \"errors\"}, {\"kind\": \"tensor_map\", "
+           "\"argument\": 1, \"rows\": 64}");
+  StatusOr<GpuManifest> m = GpuManifest::parse(keys128, dir.path());
+  ASSERT_TRUE(m.ok()) << m.message();
+  const GpuLaunchArg &map = m->launches[0].args.back();
+  EXPECT_EQ(map.kind, GpuLaunchArg::Kind::TensorMap);
+  EXPECT_EQ(map.index, 1);
+  EXPECT_EQ(map.value, 64);
+  // What it reads it writes.
+  StatusOr<GpuManifest> again =
+      GpuManifest::parse(m->toJson(), dir.path());
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(again->launches[0].args.back().value, 64);
+
+  const std::string at = dir.path() + "/manifest.json: launches[0].args[5]";
+  // Rows of 4 bytes (the manifest's keys) have no tensor map.
+  EXPECT_EQ(GpuManifest::parse(edit(keys128, "[-1, 64, 128]", "[-1, 64, 4]"),
+                               dir.path())
+                .message(),
+            at + ".argument: argument \"keys\" has no tensor map (it needs a "
+                 "key cache [pages, page, 128] of a one-byte type or its "
+                 "scales [pages, page] of f32)");
+  EXPECT_EQ(GpuManifest::parse(edit(keys128, "\"rows\": 64", "\"rows\": 48"),
+                               dir.path())
+                .message(),
+            at + ".rows: 48 does not divide the page size 64 of argument "
+                 "\"keys\"");
+  EXPECT_EQ(GpuManifest::parse(edit(keys128, "\"rows\": 64", "\"rows\": 0"),
+                               dir.path())
+                .message(),
+            at + ".rows: 0 is outside [1, 256]");
+  EXPECT_EQ(GpuManifest::parse(
+                edit(keys128, "\"argument\": 1, \"rows\"",
+                     "\"argument\": 3, \"rows\""),
+                dir.path())
+                .message(),
+            at + ".argument: 3 is out of range: the step has 3 arguments");
+  EXPECT_EQ(GpuManifest::parse(edit(keys128, "\"rows\": 64",
+                                    "\"rows\": 64, \"dim\": 0"),
+                               dir.path())
+                .message(),
+            at + ".dim: unknown member (expected one of kind, argument, rows)");
 }
 
 TEST(GpuManifest, PicksThePtxForTheDevice) {

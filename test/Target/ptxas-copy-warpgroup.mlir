@@ -1,39 +1,50 @@
 // REQUIRES: ptxas
 // RUN: rm -rf %t && spin-compile %s --function=mtp --copy-warpgroup --target=sm_90a -o %t
-// RUN: %ptxas -arch=sm_90a -v %t/sm_90a.ptx -o %t/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS
+// RUN: %ptxas -arch=sm_90a -v %t/sm_90a.ptx -o %t/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS2
 // RUN: rm -rf %t.r1 && spin-compile %s --function=one_row --copy-warpgroup --target=sm_90a -o %t.r1
-// RUN: %ptxas -arch=sm_90a -v %t.r1/sm_90a.ptx -o %t.r1/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS
+// RUN: %ptxas -arch=sm_90a -v %t.r1/sm_90a.ptx -o %t.r1/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS1
 // RUN: FileCheck %s --dump-input=never --check-prefix=WS < %t/sm_90a.ptx
-// RUN: FileCheck %s --dump-input=never --check-prefix=COPY < %t/sm_90a.ptx
-// RUN: grep -c "cp.async.cg.shared.global" %t/sm_90a.ptx | FileCheck %s --check-prefix=CG
+// RUN: FileCheck %s --dump-input=never --check-prefix=ONE < %t.r1/sm_90a.ptx
 // RUN: FileCheck %s --dump-input=never --check-prefix=MANIFEST < %t/manifest.json
 // RUN: not spin-compile %s --function=mtp --copy-warpgroup --target=sm_90a,sm_100a -o %t.chips 2>&1 | FileCheck %s --check-prefix=CHIPS
 // RUN: not spin-compile %s --function=mtp --copy-warpgroup --no-wgmma --target=sm_90a -o %t.sync 2>&1 | FileCheck %s --check-prefix=NOWG
+// RUN: not spin-compile %s --function=mtp --copy-warpgroup --fused-fp8-pages --target=sm_90a -o %t.fused 2>&1 | FileCheck %s --check-prefix=FUSED
 // RUN: rm -rf %t.spin && spin-compile %s --function=mtp --sparsify="sparsity=0.5 block-size=64" --copy-warpgroup --target=sm_90a -o %t.spin && %ptxas -arch=sm_90a %t.spin/sm_90a.ptx -o %t.spin/sm_90a.cubin
 // RUN: FileCheck %s --dump-input=never --check-prefix=SPARSE < %t.spin/sm_90a.ptx
 // RUN: rm -rf %t.bf16 && spin-compile %s --function=mtp_bf16 --copy-warpgroup --target=sm_90a -o %t.bf16
 // RUN: FileCheck %s --dump-input=never --check-prefix=BF16 < %t.bf16/sm_90a.ptx
 
-// Dense fp8 scoring by a copying warpgroup and two multiplying ones
-// (--copy-warpgroup, #spin.score_config copy_warpgroup): 384 threads and
-// the ring in dynamic shared memory. Warpgroup 0 gives up registers,
-// copies each 64-slot tile's key rows (four 16-byte cp.async a thread)
-// and scales, and arrives on the stage's full mbarrier when they land;
-// warpgroups 1 and 2 take more registers, wait for the stage, fence the
-// copies into the async proxy, multiply with both operands from shared
-// memory (keys as A, M = 64; both rows' queries as B, N = 2 x 64 = 128,
-// four k32 steps) and release the stage. Chips without wgmma would need a
-// launch plan of their own, which one manifest cannot hold: refused.
+// Dense fp8 scoring by a copying warpgroup and several multiplying ones
+// (--copy-warpgroup, #spin.score_config copy_warpgroup), the ring in
+// dynamic shared memory. Warpgroup 0 gives up registers; lane 0 of its
+// warp k fills multiplier k's ring of four stages: per 64-slot tile one
+// tensor copy of the key rows (3-D tensor map, the copy engine writing the
+// 128-byte swizzle) and one of their scales (2-D), both completing on the
+// stage's full mbarrier by their 8448 bytes. The multipliers take the
+// registers, wait for the stage, multiply with both operands from shared
+// memory (keys as A, M = 64; the rows' queries as B, four k32 steps) and
+// release the stage. The tensor maps are 128-byte parameters in the
+// parameter space. Two rows (N = 128): three multipliers at 128 registers;
+// one row (N = 64): four at 96 (ptxas allocates the launch's share, 65536
+// over the threads; setmaxnreg moves registers within it). Chips without
+// wgmma would need a launch plan of their own, which one manifest cannot
+// hold: refused.
 
 // WS-LABEL: .entry spin_score_dense_0(
-// WS: .maxntid 384, 1, 1
+// WS: .param .align 64 .b8 spin_score_dense_0_param_9[128],
+// WS-NEXT: .param .align 64 .b8 spin_score_dense_0_param_10[128]
+// WS: .maxntid 512, 1, 1
 // WS-NEXT: .minnctapersm 1
-// WS-COUNT-8: mbarrier.init.shared::cta.b64 [%r{{[0-9]+}}], 128;
+// WS: cvta.param.u64
+// WS-COUNT-12: mbarrier.init.shared::cta.b64 [%r{{[0-9]+}}], {{[14]}};
+// WS: fence.mbarrier_init.release.cluster;
 // WS: fence.proxy.async.shared::cta;
 // WS: setmaxnreg.dec.sync.aligned.u32 40;
-// WS: setmaxnreg.inc.sync.aligned.u32 232;
+// WS: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r{{[0-9]+}}], 8448;
+// WS: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// WS: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// WS: setmaxnreg.inc.sync.aligned.u32 152;
 // WS: mbarrier.try_wait.parity.shared::cta.b64
-// WS: fence.proxy.async.shared::cta;
 // WS: wgmma.fence.sync.aligned;
 // WS-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
 // WS-NOT: wgmma.mma_async
@@ -42,32 +53,50 @@
 // WS: mbarrier.arrive.shared::cta.b64
 // WS-NOT: wgmma.mma_async
 // WS-LABEL: .entry spin_topk_1(
+// No thread copies key rows itself.
+// WS-NOT: cp.async.cg
 
-// setmaxnreg moves registers within the launch allocation: the declared
-// bound makes ptxas allocate the 168 a thread that 40 x 128 + 232 x 256
-// needs, also for one row, whose kernel needs far fewer.
-// REGS: Compiling entry function 'spin_score_dense_0'
-// REGS: Used 168 registers
+// ONE-LABEL: .entry spin_score_dense_0(
+// ONE: .maxntid 640, 1, 1
+// ONE-COUNT-16: mbarrier.init.shared::cta.b64 [%r{{[0-9]+}}], {{[14]}};
+// ONE: setmaxnreg.inc.sync.aligned.u32 104;
+// ONE-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3
 
-// The copier's blocks, in whatever order the code generator lays them out.
-// COPY-LABEL: .entry spin_score_dense_0(
-// COPY-DAG: cp.async.ca.shared.global [{{[^]]+}}], [%rd{{[0-9]+}}], 4, %r{{[0-9]+}};
-// COPY-DAG: cp.async.mbarrier.arrive.noinc.shared::cta.b64
-// COPY-DAG: cp.async.wait_all;
-// COPY-LABEL: .entry spin_topk_1(
-// Four 16-byte copies a thread per tile (512 chunks of the 8 KiB tile).
-// CG: 4
+// The declared bound makes ptxas allocate the launch's share a thread,
+// which the copier's and multipliers' counts add up to; no spills.
+// REGS2: Compiling entry function 'spin_score_dense_0'
+// REGS2-NEXT: Function properties for spin_score_dense_0
+// REGS2-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// REGS2-NEXT: Used 128 registers
+// REGS1: Compiling entry function 'spin_score_dense_0'
+// REGS1-NEXT: Function properties for spin_score_dense_0
+// REGS1-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// REGS1-NEXT: Used 96 registers
 
 // CHIPS: error: the copying warpgroup (copy-warpgroup) scores with wgmma: every target chip must be sm_90a, without --no-wgmma or m-tiles > 1 (got sm_100a)
+// FUSED: 'spin.dense_indexer' op GPU path: copy_warpgroup reads the compact key cache (not fused-fp8-pages)
 // NOWG: error: the copying warpgroup (copy-warpgroup) scores with wgmma: every target chip must be sm_90a, without --no-wgmma or m-tiles > 1 (got sm_90a)
 
-// 1024 (alignment) + 2 x 64 x 128 (queries) + 8 x (8192 + 256) (ring) +
-// 16 x 8 (mbarriers) bytes of dynamic shared memory.
+// 1024 (alignment) + 2 x 64 x 128 (queries) + 12 x (8192 + 256) (rings)
+// + 24 x 8 (mbarriers) bytes of dynamic shared memory; the launch passes
+// the tensor maps of the keys and scales (step arguments 2 and 3).
 // MANIFEST: "kernels": [
 // MANIFEST-NEXT: {
 // MANIFEST-NEXT: "name": "spin_score_dense_0",
-// MANIFEST-NEXT: "block": [384, 1, 1],
-// MANIFEST-NEXT: "shared_bytes": 85120
+// MANIFEST-NEXT: "block": [512, 1, 1],
+// MANIFEST-NEXT: "shared_bytes": 118976
+// MANIFEST: "kernel": "spin_score_dense_0",
+// MANIFEST: "kind": "errors"
+// MANIFEST-NEXT: },
+// MANIFEST-NEXT: {
+// MANIFEST-NEXT: "kind": "tensor_map",
+// MANIFEST-NEXT: "argument": 2,
+// MANIFEST-NEXT: "rows": 64
+// MANIFEST-NEXT: },
+// MANIFEST-NEXT: {
+// MANIFEST-NEXT: "kind": "tensor_map",
+// MANIFEST-NEXT: "argument": 3,
+// MANIFEST-NEXT: "rows": 64
 
 // The option applies where the kernel does: a SPIN step's sparse scoring
 // and bf16 queries keep the other kernels (256 threads, no setmaxnreg).

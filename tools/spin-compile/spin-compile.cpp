@@ -67,7 +67,8 @@ static cl::opt<int64_t>
 static cl::opt<bool> copyWarpgroup(
     "copy-warpgroup",
     cl::desc("sm_90a: dense fp8 scoring by one warpgroup that copies key "
-             "tiles into shared memory and two that multiply them"),
+             "tiles into shared memory through tensor maps and two to four "
+             "that multiply them"),
     cl::init(false));
 static cl::opt<bool>
     noWgmma("no-wgmma",

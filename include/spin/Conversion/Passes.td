@@ -181,8 +181,9 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
            "multiple of 4)">,
     Option<"copyWarpgroup", "copy-warpgroup", "bool", "false",
-           "with wgmma: dense indexers of fp8 keys and queries (Dh = 128) "
-           "scored by a copying warpgroup and two multiplying ones "
+           "with wgmma: dense indexers of fp8 keys and queries (Dh = 128, "
+           "compact key cache) scored by a warpgroup that copies key tiles "
+           "through tensor maps and two to four that multiply them "
            "(#spin.score_config copy_warpgroup); other ops keep their "
            "kernels">,
     Option<"smCount", "sm-count", "int64_t", "132",
@@ -190,6 +191,23 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "and the most CTAs of a prediction that prefetches on a cache "
            "miss (132: H100 SXM / H200; 148: B200 / B300)">,
   ];
+}
+
+def SpinMarkTensorMapParameters
+    : Pass<"spin-mark-tensor-map-parameters", "gpu::GPUModuleOp"> {
+  let summary = "Pass the kernels' tensor maps by value in the parameter space";
+  let description = [{
+    After convert-gpu-ops-to-nvvm-ops: every `llvm.func` kernel with a
+    `spin_tensor_map_parameters` array (set by convert-spin-to-gpu on the
+    scoring kernel of `copy_warpgroup`) gets, on each listed pointer
+    argument, `llvm.byval = !llvm.array<128 x i8>`, `llvm.align = 64` and
+    `nvvm.grid_constant`: the PTX parameter is the 128-byte tensor map the
+    runtime passes (docs/GPU-ABI.md, "Kernel parameters"), and the kernel's
+    copies address it in the parameter space, as the copy engine requires.
+    (The GPU-to-NVVM conversion drops those attributes from a `gpu.func`, so
+    they are set on its result.) The array is removed.
+  }];
+  let dependentDialects = ["NVVM::NVVMDialect", "LLVM::LLVMDialect"];
 }
 
 #endif // SPIN_CONVERSION_PASSES_TD

@@ -222,6 +222,7 @@ private:
   FailureOr<Buffer> bufferOf(Operation *user, Value value);
   /// The run-time page count of a key cache (an i32 `dim` argument).
   Buffer pagesOf(Value keys);
+  Buffer tensorMapOf(Value tensor);
   /// The state fields of `layer`, bound on first use.
   std::array<Buffer, 3> stateOf(Operation *user, Value state);
   /// The slot count of `state`'s layer (bound with its fields).
@@ -354,6 +355,7 @@ private:
   DenseMap<Value, Buffer> buffers;     // tensors in device memory
   DenseMap<Value, MaskBuffers> masks;  // selections
   DenseMap<Value, Buffer> pageCounts;  // key caches -> dim arguments
+  DenseMap<Value, Buffer> tensorMaps;  // keys, scales -> tensor-map arguments
   std::map<int64_t, std::array<Buffer, 3>> states;
   std::map<int64_t, ObservationFields> observations;
   /// Layers that buffer MTP rows (their resets drop the buffer too), and
@@ -413,6 +415,24 @@ Buffer PlanBuilder::pagesOf(Value keys) {
   Buffer dim = addArg(b.getI32Type(), attrs);
   pageCounts[keys] = dim;
   return dim;
+}
+
+/// The tensor map of a key cache or its scales (`tensor`) in boxes of one
+/// 64-slot tile, a 128-byte kernel parameter the runtime encodes at each
+/// launch (docs/GPU-ABI.md, "Kernel parameters"); its plan argument's
+/// `dim` is the box's rows.
+Buffer PlanBuilder::tensorMapOf(Value tensor) {
+  auto it = tensorMaps.find(tensor);
+  if (it != tensorMaps.end())
+    return it->second;
+  NamedAttrList attrs;
+  attrs.append(attr::kRole, b.getStringAttr(abi::launchArgKindName(
+                                LaunchArgKind::TensorMap)));
+  attrs.append(attr::kArgument, b.getI64IntegerAttr(buffers.lookup(tensor)));
+  attrs.append(attr::kDim, b.getI64IntegerAttr(64));
+  Buffer map = addArg(LLVM::LLVMPointerType::get(b.getContext()), attrs);
+  tensorMaps[tensor] = map;
+  return map;
 }
 
 std::array<Buffer, 3> PlanBuilder::stateOf(Operation *user, Value state) {
@@ -577,6 +597,12 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
   if (failed(spec))
     return failure();
   spec->fusedPages = options.fusedFp8Pages;
+  // The copy engine reads the compact key cache through a tensor map of
+  // [pages, page, 128] bytes.
+  if (spec->copyWarpgroup && spec->fusedPages)
+    return op.emitOpError("GPU path: copy_warpgroup reads the compact key "
+                          "cache (not fused-fp8-pages)"),
+           failure();
   spec->name = kernelName("score_dense");
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
@@ -593,6 +619,11 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
                        spec->batch * spec->rows * spec->outWidth() * 4);
   LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
   operands->append({out, pagesOf(op.getKeys()), *errors});
+  if (spec->copyWarpgroup) {
+    operands->push_back(tensorMapOf(op.getKeys()));
+    if (op.getScales())
+      operands->push_back(tensorMapOf(op.getScales()));
+  }
   launch(spec->name, shape, *operands, op);
   buffers[op.getScores()] = out;
   return success();
@@ -1240,6 +1271,7 @@ int64_t groupOf(const NamedAttrList &attrs) {
     return 5;
   case LaunchArgKind::Dim:
   case LaunchArgKind::Layer:
+  case LaunchArgKind::TensorMap:
     return 6;
   default:
     return 0;

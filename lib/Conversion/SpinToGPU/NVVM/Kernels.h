@@ -24,6 +24,11 @@
 
 namespace mlir::spin::gpu_codegen {
 
+/// The kernel attribute that lists the pointer parameters holding a
+/// 128-byte tensor map by value (spin-mark-tensor-map-parameters).
+inline constexpr StringLiteral kTensorMapParametersAttrName =
+    "spin_tensor_map_parameters";
+
 /// Element formats of keys and queries on the GPU path.
 enum class ElementFormat { bf16, f16, fp8e4m3 };
 

@@ -342,10 +342,16 @@ private:
   std::optional<StagedQueries> staged;
   Value g, t, total, ctaStart, active;
   Value unitSlot, unitPage, zeroWords, groupWarp;
-  /// copyWarpgroup: the queries (rows x heads rows of 128 bytes, swizzled),
-  /// the ring's key tiles and scales, and its full and empty mbarriers.
-  static constexpr int64_t kRingStages = 8, kTileBytes = 64 * 128;
-  Value ringQueries, ringKeys, ringScales, fullBars, emptyBars;
+  /// copyWarpgroup: `mathGroups` multiplying warpgroups, each with a ring
+  /// of kRingStages key tiles of its own; the registers setmaxnreg leaves
+  /// the copiers and gives the multipliers; the queries (rows x heads rows
+  /// of 128 bytes, swizzled), the rings' key tiles, their full and empty
+  /// mbarriers, and the key cache's tensor map (a kernel parameter).
+  static constexpr int64_t kRingStages = 4, kTileBytes = 64 * 128;
+  static constexpr int64_t kCopierRegisters = 40;
+  int64_t mathGroups = 0, mathRegisters = 0;
+  Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
+      scaleMap;
 };
 
 ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
@@ -375,8 +381,22 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   rowsPerCta = scoreRowsPerCta(spec);
   rowGroups = R / rowsPerCta;
   wgmmaRows = std::max<int64_t>(1, std::min(rowsPerCta, 64 / H));
-  // copyWarpgroup: one copying and two multiplying warpgroups.
-  threads = spec.copyWarpgroup ? 384 : spec.warps * 32;
+  // copyWarpgroup: a copying warpgroup and as many multiplying ones as
+  // the register budget of a tile's accumulators (N / 2 a thread) and
+  // epilogue allows without spills: four for N = 64 (96 registers a
+  // thread), three for N = 128 (128), two above (168). setmaxnreg moves
+  // registers within the launch's allocation (65536 over the threads, in
+  // steps of 8), but ptxas allocates the launch's share everywhere.
+  if (spec.copyWarpgroup) {
+    const int64_t n = rowsPerCta * H;
+    mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
+    threads = 128 * (1 + mathGroups);
+    int64_t launch = 65536 / threads / 8 * 8;
+    mathRegisters = (launch * threads - 128 * kCopierRegisters) /
+                    (128 * mathGroups) / 8 * 8;
+  } else {
+    threads = spec.warps * 32;
+  }
   vectorsPerHead = Dh * qBytes / 16;
   vectors = rowsPerCta * H * vectorsPerHead;
   qPerThread = (vectors + threads - 1) / threads;
@@ -420,7 +440,17 @@ void ScoreKernel::declareKernel() {
   if (spec.prefetchPreviousTiles)
     params.append({ptr, ptr});
   params.append({ptr, i32, ptr});
+  // The tensor maps of the key cache and its scales: 128-byte parameters,
+  // addressed in the parameter space (spin-mark-tensor-map-parameters).
+  SmallVector<int32_t> maps;
+  if (spec.copyWarpgroup)
+    for (int64_t m = 0; m < (spec.scales ? 2 : 1); ++m) {
+      maps.push_back(static_cast<int32_t>(params.size()));
+      params.push_back(kb.ptrT(0));
+    }
   func = beginKernel(b, loc, module, spec.name, params, threads);
+  if (!maps.empty())
+    func->setAttr(kTensorMapParametersAttrName, b.getDenseI32ArrayAttr(maps));
   // One M tile of one query row: two CTAs per SM (at most 128 registers)
   // keep twice the loads in flight; two M tiles, or several rows' MMAs and
   // epilogues, need more registers.
@@ -428,8 +458,9 @@ void ScoreKernel::declareKernel() {
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(2));
   // The copying warpgroup's setmaxnreg moves registers within the CTA's
   // launch allocation: with a bound declared, ptxas allocates the whole
-  // 168 a thread that 40 x 128 + 232 x 256 needs (without one it allocated
-  // as few as 78, and the multipliers' increase would wait forever).
+  // share a thread (96 of 640 threads, 168 of 384) that the copiers' and
+  // multipliers' counts add up to (without one it allocated as few as 78,
+  // and the multipliers' increase would wait forever).
   if (spec.copyWarpgroup)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
 
@@ -446,6 +477,8 @@ void ScoreKernel::declareKernel() {
   slots = spec.prefetchPreviousTiles ? func.getArgument(a++) : Value();
   out = func.getArgument(a++), pages = func.getArgument(a++);
   errors = func.getArgument(a++);
+  keyMap = spec.copyWarpgroup ? func.getArgument(a++) : Value();
+  scaleMap = spec.copyWarpgroup && spec.scales ? func.getArgument(a++) : Value();
 }
 
 /// Before the grid wait, while the kernel before ends: the rows' lengths
@@ -991,32 +1024,34 @@ void ScoreKernel::runTiles() {
 }
 
 /// copyWarpgroup: the dynamic shared memory from its first 1024-byte
-/// boundary (the swizzled matrices need it): the queries, the ring's key
-/// tiles, its scales and its mbarriers; thread 0 initialises the
-/// mbarriers (full: the copier's 128 threads arrive once their copies
-/// land; empty: the four warps of the multiplying warpgroup arrive), which
-/// the query staging's barrier publishes.
+/// boundary (the swizzled matrices need it): the queries, the rings' key
+/// tiles, their scales and mbarriers; thread 0 initialises the mbarriers (full:
+/// the copier's arrival with the tile's bytes expected; empty: the four
+/// warps of the multiplying warpgroup arrive), which the query staging's
+/// barrier publishes.
 void ScoreKernel::setUpRing() {
   Value base = kb.dynamicShared();
   Value address = sharedAddress(kb, base);
   Value pad = kb.andI(kb.sub(kb.i32(0), address), kb.i32(1023));
   Value aligned = kb.gep(base, kb.i8T(), pad);
   const int64_t queryBytes = rowsPerCta * H * 128;
+  const int64_t stages = mathGroups * kRingStages;
   ringQueries = aligned;
   ringKeys = kb.gep(aligned, kb.i8T(), kb.i32(queryBytes));
-  ringScales = kb.gep(ringKeys, kb.i8T(), kb.i32(kRingStages * kTileBytes));
-  fullBars =
-      kb.gep(ringScales, kb.i8T(), kb.i32(kRingStages * 64 * 4));
-  emptyBars = kb.gep(fullBars, kb.i8T(), kb.i32(kRingStages * 8));
+  ringScales = kb.gep(ringKeys, kb.i8T(), kb.i32(stages * kTileBytes));
+  fullBars = kb.gep(ringScales, kb.i8T(), kb.i32(stages * 64 * 4));
+  emptyBars = kb.gep(fullBars, kb.i8T(), kb.i32(stages * 8));
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
-    for (int64_t s = 0; s < kRingStages; ++s) {
-      ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 128;", "r",
+    for (int64_t s = 0; s < stages; ++s) {
+      ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 1;", "r",
                    {sharedAddress(kb, kb.gep(fullBars, kb.i8T(),
                                              kb.i32(8 * s)))});
       ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 4;", "r",
                    {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
                                              kb.i32(8 * s)))});
     }
+    // The copy engine (async proxy) sees the initialised barriers.
+    ptxStatement(kb, "fence.mbarrier_init.release.cluster;");
   });
 }
 
@@ -1037,74 +1072,104 @@ static void waitBarrier(KernelBuilder &kb, Value bar, Value parity) {
                "r,r", {sharedAddress(kb, bar), parity});
 }
 
-/// Warpgroup 0: tile after tile, once the multipliers have released its
-/// stage, this thread's four 16-byte chunks of the tile's key rows into
-/// the stage's swizzled matrix (rows past the entries or on a bad page
-/// copy nothing and are zero-filled) and, threads 0-63, one row's scale;
-/// the stage's full mbarrier completes when all 128 threads' copies have.
+/// Warpgroup 0 (`mathGroups` registers moved to the multipliers): lane 0
+/// of warp k < mathGroups fills multiplier k's ring with its tiles k,
+/// k + mathGroups, ...: once the multiplier has released the stage, one
+/// tensor copy of the tile's 64 key rows (the copy engine writes the
+/// 128-byte swizzle) and one of their scales, completing the stage's full
+/// mbarrier by their bytes.
+/// A tile on a bad page copies page 0's rows, which the epilogue masks.
 void ScoreKernel::copyTiles(Value count) {
-  ptxStatement(kb, "setmaxnreg.dec.sync.aligned.u32 40;");
-  kb.forLoop(kb.i32(0), count, kb.i32(1), [&](Value i) {
-    Value s = kb.remU(i, kb.i32(kRingStages));
-    Value round = kb.divU(i, kb.i32(kRingStages));
-    kb.ifThen(kb.cmp(CmpIPredicate::sge, i, kb.i32(kRingStages)), [&] {
-      waitBarrier(kb, kb.gep(emptyBars, kb.i8T(), kb.mul(s, kb.i32(8))),
-                  kb.andI(kb.sub(round, kb.i32(1)), kb.i32(1)));
-    });
-    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
-    Value stage = kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes)));
-    for (int64_t k = 0; k < 4; ++k) {
-      Value c = kb.add(tid, kb.i32(128 * k));
-      Value row = kb.divU(c, kb.i32(8)), chunk = kb.remU(c, kb.i32(8));
-      TileRow tr = locateRow(kb.add(tileStart, row));
-      Value at = kb.add(keyRowByte(tr.place),
-                        kb.extS64(kb.mul(chunk, kb.i32(16))));
-      Value src = kb.select(tr.valid, kb.gep(keys, kb.i8T(), at), keys);
-      NVVM::CpAsyncOp::create(
-          b, loc, kb.gep(stage, kb.i8T(), swizzledByte(kb, row, chunk)), src,
-          16, NVVM::LoadCacheModifierKind::CG,
-          kb.select(tr.valid, kb.i32(16), kb.i32(0)));
-    }
-    if (spec.scales)
-      kb.ifThen(kb.cmp(CmpIPredicate::ult, tid, kb.i32(64)), [&] {
-        TileRow tr = locateRow(kb.add(tileStart, tid));
-        Value src = kb.select(tr.valid, scaleAddress(tr.place), scales);
-        Value dst = kb.gep(ringScales, kb.i8T(),
-                           kb.add(kb.mul(s, kb.i32(256)),
-                                  kb.mul(tid, kb.i32(4))));
-        NVVM::CpAsyncOp::create(b, loc, dst, src, 4,
-                                NVVM::LoadCacheModifierKind::CA,
-                                kb.select(tr.valid, kb.i32(4), kb.i32(0)));
+  ptxStatement(kb, "setmaxnreg.dec.sync.aligned.u32 " +
+                       std::to_string(kCopierRegisters) + ";");
+  Value copier = kb.andI(kb.cmp(CmpIPredicate::ult, warp, kb.i32(mathGroups)),
+                         kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)));
+  kb.ifThen(copier, [&] {
+    kb.forLoop(warp, count, kb.i32(mathGroups), [&](Value i) {
+      Value j = kb.divU(i, kb.i32(mathGroups));
+      Value s = kb.add(kb.mul(warp, kb.i32(kRingStages)),
+                       kb.remU(j, kb.i32(kRingStages)));
+      Value round = kb.divU(j, kb.i32(kRingStages));
+      kb.ifThen(kb.cmp(CmpIPredicate::sge, j, kb.i32(kRingStages)), [&] {
+        waitBarrier(kb, kb.gep(emptyBars, kb.i8T(), kb.mul(s, kb.i32(8))),
+                    kb.andI(kb.sub(round, kb.i32(1)), kb.i32(1)));
       });
-    ptxStatement(kb, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];",
-                 "r",
-                 {sharedAddress(kb, kb.gep(fullBars, kb.i8T(),
-                                           kb.mul(s, kb.i32(8))))});
+      // The tile's first entry lies in one unit; its page and row there.
+      Value local = kb.mul(i, kb.i32(64));
+      Value u = kb.divU(local, kb.i32(unit));
+      Value slot = kb.add(kb.loadAt(i32, unitSlot, u),
+                          kb.remU(local, kb.i32(unit)));
+      Value page = kb.loadAt(unitPageType(), unitPage, u);
+      page = kb.select(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)), page,
+                       kb.i32(0));
+      Value row = kb.remU(slot, kb.i32(spec.pageSize));
+      Value full = sharedAddress(
+          kb, kb.gep(fullBars, kb.i8T(), kb.mul(s, kb.i32(8))));
+      ptxStatement(kb,
+                   "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], " +
+                       std::to_string(kTileBytes + (spec.scales ? 256 : 0)) +
+                       ";",
+                   "r", {full});
+      Value stage = sharedAddress(
+          kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
+      ptxStatement(kb,
+                   "cp.async.bulk.tensor.3d.shared::cluster.global.tile"
+                   ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], "
+                   "[$5];",
+                   "r,l,r,r,r,r", {stage, keyMap, kb.i32(0), row, page, full});
+      if (spec.scales)
+        ptxStatement(
+            kb,
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+            ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
+            "r,l,r,r,r",
+            {sharedAddress(kb, kb.gep(ringScales, kb.i8T(),
+                                      kb.mul(s, kb.i32(256)))),
+             scaleMap, kb.mul(row, kb.i32(4)), page, full});
+    });
   });
-  // No copy in flight when the warps exit.
-  ptxStatement(kb, "cp.async.wait_all;");
 }
 
-/// Warpgroups 1 and 2: tiles k - 1, k + 1, ... of warpgroup k. Per tile:
-/// wait for its stage, one wgmma chain (keys as A, M = 64 slots; all the
-/// CTA's rows' queries as B, N = rows x heads; four k32 steps), the
-/// stage's scales of this thread's two slots, the stage released, then
-/// each row's epilogue on the accumulator columns of its heads. Warp w of
-/// the group holds slots 16 w .. 16 w + 15 of the tile, as a warp tile of
-/// the other shapes does.
+/// Warpgroups 1 .. mathGroups: tiles k - 1, k - 1 + mathGroups, ... of
+/// warpgroup k, from its own ring. Per tile: this thread's two slots
+/// located, the stage awaited, their scales read from it, one wgmma chain (keys as A, M = 64
+/// slots; all the CTA's rows' queries as B, N = rows x heads; four k32
+/// steps), the stage released, then each row's epilogue on the
+/// accumulator columns of its heads. Warp w of the group holds slots
+/// 16 w .. 16 w + 15 of the tile, as a warp tile of the other shapes does.
 void ScoreKernel::multiplyTiles(Value count) {
-  ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 232;");
+  ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 " +
+                       std::to_string(mathRegisters) + ";");
   Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
   Value wi = kb.remU(warp, kb.i32(4));
   const int64_t n = rowsPerCta * H;
-  kb.forLoop(group, count, kb.i32(2), [&](Value i) {
-    Value s = kb.remU(i, kb.i32(kRingStages));
-    Value parity = kb.andI(kb.divU(i, kb.i32(kRingStages)), kb.i32(1));
+  kb.forLoop(group, count, kb.i32(mathGroups), [&](Value i) {
+    Value j = kb.divU(i, kb.i32(mathGroups));
+    Value s = kb.add(kb.mul(group, kb.i32(kRingStages)),
+                     kb.remU(j, kb.i32(kRingStages)));
+    Value parity = kb.andI(kb.divU(j, kb.i32(kRingStages)), kb.i32(1));
+    SmallVector<Value> raw;
+    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
+    for (int64_t r = 0; r < threadRows; ++r) {
+      Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
+      TileRow tr = locateRow(kb.add(tileStart, within));
+      raw.append({tr.valid, tr.entry, tr.slot});
+      raw.append(chunks, zeroWords);
+      if (spec.scales)
+        raw.push_back(within);
+    }
     waitBarrier(kb, kb.gep(fullBars, kb.i8T(), kb.mul(s, kb.i32(8))),
                 parity);
-    // The copies are generic-proxy writes; the tensor cores read through
-    // the async proxy.
-    ptxStatement(kb, "fence.proxy.async.shared::cta;");
+    // The stage's scale of each thread row (in place of its row index).
+    if (spec.scales)
+      for (int64_t r = 0; r < threadRows; ++r) {
+        Value &scale = raw[r * perRow + 3 + chunks];
+        scale = kb.load(f32,
+                        kb.gep(ringScales, kb.i8T(),
+                               kb.mul(kb.add(kb.mul(s, kb.i32(64)), scale),
+                                      kb.i32(4))),
+                        4);
+      }
     Value keysDesc = swizzledDescriptor(
         kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -1115,22 +1180,8 @@ void ScoreKernel::multiplyTiles(Value count) {
                           /*first=*/k == 0);
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-    SmallVector<Value> raw;
-    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
-    for (int64_t r = 0; r < threadRows; ++r) {
-      Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
-      TileRow tr = locateRow(kb.add(tileStart, within));
-      raw.append({tr.valid, tr.entry, tr.slot});
-      raw.append(chunks, zeroWords);
-      if (spec.scales)
-        raw.push_back(kb.load(
-            f32,
-            kb.gep(ringScales, kb.i8T(),
-                   kb.add(kb.mul(s, kb.i32(256)), kb.mul(within, kb.i32(4)))),
-            4));
-    }
-    // The warp's reads of the stage (the scales above; the wgmma's ended
-    // with its wait) before lane 0 releases it.
+    // The warp's wgmma reads of the stage ended with its wait; lane 0
+    // releases the stage once every lane is past it.
     kb.syncWarp();
     kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
       ptxStatement(kb,
@@ -1495,8 +1546,7 @@ LaunchShape ScoreKernel::launchShape() const {
   shape.blockThreads = threads;
   if (spec.copyWarpgroup)
     shape.sharedBytes = 1024 + rowsPerCta * H * 128 +
-                        kRingStages * (kTileBytes + 64 * 4) +
-                        2 * kRingStages * 8;
+                        mathGroups * kRingStages * (kTileBytes + 256 + 2 * 8);
   return shape;
 }
 

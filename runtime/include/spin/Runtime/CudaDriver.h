@@ -89,6 +89,18 @@ constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
 constexpr int CU_STREAM_CAPTURE_STATUS_ACTIVE = 1;
 constexpr int CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2;
 
+/// cuTensorMapEncodeTiled's CUtensorMap (128 bytes, 64-byte aligned) and
+/// the enum values the runtime passes it.
+struct alignas(64) TensorMap {
+  uint64_t words[16] = {};
+};
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;
+
 /// CUlaunchAttributeID value and the layouts of cuda.h's CUlaunchAttribute
 /// (an id padded to 8 bytes, then a 64-byte value union) and CUlaunchConfig,
 /// for cuLaunchKernelEx.
@@ -181,6 +193,14 @@ public:
   /// launches fall back to launchKernel without attributes.
   CUresult (*launchKernelEx)(const LaunchConfig *config, CUfunction function,
                              void **params, void **extra) = nullptr;
+
+  /// cuTensorMapEncodeTiled (CUDA 12.0); null with an older driver, where
+  /// kernels that read through tensor maps cannot be launched.
+  CUresult (*tensorMapEncodeTiled)(
+      void *tensorMap, int dataType, unsigned rank, void *globalAddress,
+      const uint64_t *globalDim, const uint64_t *globalStrides,
+      const unsigned *boxDim, const unsigned *elementStrides, int interleave,
+      int swizzle, int l2Promotion, int oobFill) = nullptr;
 
   // Memory.
   CUresult (*memAlloc)(CUdeviceptr *address, size_t bytes) = nullptr;

@@ -68,7 +68,10 @@ struct GpuLaunchArg {
   /// record; Dim: i32, run-time size `dim` of step argument `index`; I32:
   /// i32, the constant `value`; Status: pointer, the i32 [B] status output
   /// `index` (statusOutputName), the caller's or a buffer of the program;
-  /// Layer: i32, `value` plus the step's run-time layer.
+  /// Layer: i32, `value` plus the step's run-time layer; TensorMap: the
+  /// 128-byte tensor map of step argument `index` (a key cache [pages,
+  /// page, 128] of bytes, or its f32 scales [pages, page]) in boxes of
+  /// `value` rows of one page.
   using Kind = LaunchArgKind;
   Kind kind = Kind::Argument;
   int64_t index = 0;
@@ -390,12 +393,20 @@ private:
   Status uploadStaging(Step &step, const Staging &staging, bool captured,
                        bool upload);
   Status launchKernels(Step &step);
+  /// One launch's kernel parameters: a 64-bit word each, or a tensor map,
+  /// and their addresses as cuLaunchKernel takes them; reused from launch
+  /// to launch.
+  struct LaunchParameters {
+    std::vector<uint64_t> values;
+    std::vector<cuda::TensorMap> maps;
+    std::vector<void *> params;
+  };
   Status issueLaunch(Step &step, size_t l, bool &overlap,
-                     std::vector<uint64_t> &values,
-                     std::vector<void *> &params);
-  void kernelParameters(const Step &step, const GpuLaunchSpec &launch,
-                        std::vector<uint64_t> &values,
-                        std::vector<void *> &params) const;
+                     LaunchParameters &parameters);
+  Status kernelParameters(const Step &step, const GpuLaunchSpec &launch,
+                          LaunchParameters &parameters) const;
+  Status encodeKeyMap(const Step &step, const GpuLaunchArg &arg,
+                      cuda::TensorMap &map) const;
   Status recordRingEvent(Step &step);
   Status failStep(Step &step, const Status &error);
 

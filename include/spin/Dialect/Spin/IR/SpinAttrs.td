@@ -119,9 +119,9 @@ def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
     (1 or 2); `wgmma` scores with sm_90a's warpgroup MMA instead of
     mma.sync (then one M tile and a multiple of 4 warps). With
     `copy_warpgroup` (wgmma only) a CTA is one warpgroup that copies 64-slot
-    key tiles into a shared-memory ring and two that multiply them, both
-    wgmma operands in shared memory; `warps x tiles_per_warp x 16` is then
-    the CTA's slots.
+    key tiles and their scales through tensor maps into shared-memory
+    rings and two to four that multiply them, both wgmma operands in shared
+    memory; `warps x tiles_per_warp x 16` is then the CTA's slots.
   }];
   let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
                         "int64_t":$m_tiles, "bool":$wgmma,
