@@ -275,6 +275,20 @@ Status readArgument(const Reader &r, const JsonValue &value,
   return Status::success();
 }
 
+/// The `argument` member of a launch argument: a step argument's index.
+Status readArgumentIndex(const Reader &r, const JsonValue &value,
+                         const std::string &path, int64_t numArgs,
+                         int64_t &index) {
+  if (Status s = r.integer(value, path, k::Argument, index, kAnyMin, kAnyMax);
+      !s.ok())
+    return s;
+  if (index < 0 || index >= numArgs)
+    return r.error(join(path, k::Argument),
+                   str(index) + " is out of range: the step has " +
+                       plural(numArgs, "argument"));
+  return Status::success();
+}
+
 Status readLaunchArg(const Reader &r, const JsonValue &value,
                      const std::string &path, const GpuManifest &m,
                      GpuLaunchArg &arg) {
@@ -316,14 +330,9 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
   case LaunchArgKind::Dim: {
     if (Status s = r.object(value, path, {k::Kind, k::Argument, k::Dim}); !s.ok())
       return s;
-    if (Status s =
-            r.integer(value, path, k::Argument, arg.index, kAnyMin, kAnyMax);
+    if (Status s = readArgumentIndex(r, value, path, numArgs, arg.index);
         !s.ok())
       return s;
-    if (arg.index < 0 || arg.index >= numArgs)
-      return r.error(join(path, k::Argument),
-                     str(arg.index) + " is out of range: the step has " +
-                         plural(numArgs, "argument"));
     const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
     int64_t rank = static_cast<int64_t>(of.shape.size());
     if (Status s = r.integer(value, path, k::Dim, arg.dim, kAnyMin, kAnyMax);
@@ -362,14 +371,9 @@ Status readLaunchArg(const Reader &r, const JsonValue &value,
     if (Status s = r.object(value, path, {k::Kind, k::Argument, k::Rows});
         !s.ok())
       return s;
-    if (Status s =
-            r.integer(value, path, k::Argument, arg.index, kAnyMin, kAnyMax);
+    if (Status s = readArgumentIndex(r, value, path, numArgs, arg.index);
         !s.ok())
       return s;
-    if (arg.index < 0 || arg.index >= numArgs)
-      return r.error(join(path, k::Argument),
-                     str(arg.index) + " is out of range: the step has " +
-                         plural(numArgs, "argument"));
     const ArgSpec &of = m.arguments[static_cast<size_t>(arg.index)];
     // Keys: a page's rows of 128 bytes, one span of the copy engine's
     // 128-byte swizzle each; scales: a page's f32 values.
