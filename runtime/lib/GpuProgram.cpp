@@ -1293,7 +1293,7 @@ Status GpuProgram::kernelParameters(const Step &step,
       std::memcpy(&values[a], &word, sizeof(word));
       break;
     case GpuLaunchArg::Kind::TensorMap:
-      if (Status s = encodeKeyMap(step, p, parameters.maps[a]); !s.ok())
+      if (Status s = encodeTensorMap(step, p, parameters.maps[a]); !s.ok())
         return s;
       params[a] = &parameters.maps[a];
       break;
@@ -1307,7 +1307,7 @@ Status GpuProgram::kernelParameters(const Step &step,
 /// bytes) written to shared memory in the 128-byte swizzle wgmma reads, or
 /// its scales ([pages, page] f32, as bytes) unswizzled. The copy engine
 /// needs the tensor 16-byte aligned.
-Status GpuProgram::encodeKeyMap(const Step &step, const GpuLaunchArg &arg,
+Status GpuProgram::encodeTensorMap(const Step &step, const GpuLaunchArg &arg,
                                 cuda::TensorMap &map) const {
   const Driver &d = ctx->driver();
   const std::string &name = spec.arguments[arg.index].name;

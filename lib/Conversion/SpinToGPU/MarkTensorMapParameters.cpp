@@ -39,7 +39,8 @@ struct MarkTensorMapParameters
       if (!params)
         return;
       for (int32_t index : params.asArrayRef()) {
-        if (index < 0 || index >= static_cast<int32_t>(func.getNumArguments()) ||
+        const auto count = static_cast<int32_t>(func.getNumArguments());
+        if (index < 0 || index >= count ||
             !isa<LLVM::LLVMPointerType>(func.getArgument(index).getType())) {
           func.emitOpError("tensor-map parameter ")
               << index << " is not a pointer argument";

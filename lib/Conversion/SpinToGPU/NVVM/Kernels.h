@@ -109,13 +109,14 @@ struct ScoreKernelSpec {
   /// keys as A from registers and the queries as B from shared memory,
   /// instead of mma.sync per warp (one M tile only).
   bool wgmma = false;
-  /// With wgmma, dense fp8 keys and queries, Dh = 128: warpgroup 0 copies
-  /// the CTA's 64-slot key tiles (and scales) with cp.async into a ring in
-  /// dynamic shared memory, 128-byte swizzled, each stage's copies
-  /// completing on its "full" mbarrier; warpgroups 1 and 2 take the tiles
-  /// in turn, both wgmma operands in shared memory (keys M = 64, the rows'
-  /// queries N = rows x heads <= 256), and release each stage on its
-  /// "empty" mbarrier; setmaxnreg moves registers from the copier to them.
+  /// With wgmma, dense fp8 keys and queries, Dh = 128, the compact key
+  /// cache: warpgroup 0 copies the CTA's 64-slot key tiles and their
+  /// scales through tensor maps (kernel parameters) into rings in dynamic
+  /// shared memory, one ring of each multiplying warpgroup (two to four),
+  /// each stage completing on its "full" mbarrier; the multipliers take
+  /// both wgmma operands from shared memory (keys M = 64, the rows' queries
+  /// N = rows x heads <= 256) and release each stage on its "empty"
+  /// mbarrier; setmaxnreg moves registers from the copier to them.
   bool copyWarpgroup = false;
   /// Dense: write -inf to the entries at and after each row's length (the
   /// op's semantics, for scores the graph returns; the top-K reads only

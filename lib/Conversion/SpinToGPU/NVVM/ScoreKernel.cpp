@@ -266,6 +266,8 @@ private:
   /// copyWarpgroup: the ring in dynamic shared memory, the warpgroups' roles.
   void setUpRing();
   Value ringTiles();
+  /// The shared-window address of ring stage `s`'s mbarrier in `bars`.
+  Value stageBarrier(Value bars, Value s);
   void copyTiles(Value count);
   void multiplyTiles(Value count);
   Value tileStartOf(Value j, Value w);
@@ -478,7 +480,8 @@ void ScoreKernel::declareKernel() {
   out = func.getArgument(a++), pages = func.getArgument(a++);
   errors = func.getArgument(a++);
   keyMap = spec.copyWarpgroup ? func.getArgument(a++) : Value();
-  scaleMap = spec.copyWarpgroup && spec.scales ? func.getArgument(a++) : Value();
+  scaleMap =
+      spec.copyWarpgroup && spec.scales ? func.getArgument(a++) : Value();
 }
 
 /// Before the grid wait, while the kernel before ends: the rows' lengths
@@ -679,14 +682,9 @@ StagedQueries ScoreKernel::stageQueries() {
     staged->unscale = prescaleQueries();
   if (!weightsInRegisters())
     staged->weightTable = stageHeadWeights();
-  if (spec.wgmma) {
-    // Generic-proxy stores read by the tensor cores' async proxy.
-    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
-                              "fence.proxy.async.shared::cta;", "",
-                              /*has_side_effects=*/true, false,
-                              LLVM::tailcallkind::TailCallKind::None,
-                              LLVM::AsmDialectAttr(), ArrayAttr());
-  }
+  // Generic-proxy stores read by the tensor cores' async proxy.
+  if (spec.wgmma)
+    ptxStatement(kb, "fence.proxy.async.shared::cta;");
   kb.barrier();
   if (spec.copyWarpgroup)
     staged->descriptor = swizzledDescriptor(kb, ringQueries);
@@ -1025,10 +1023,10 @@ void ScoreKernel::runTiles() {
 
 /// copyWarpgroup: the dynamic shared memory from its first 1024-byte
 /// boundary (the swizzled matrices need it): the queries, the rings' key
-/// tiles, their scales and mbarriers; thread 0 initialises the mbarriers (full:
-/// the copier's arrival with the tile's bytes expected; empty: the four
-/// warps of the multiplying warpgroup arrive), which the query staging's
-/// barrier publishes.
+/// tiles, their scales and mbarriers; thread 0 initialises the mbarriers
+/// (full: the copier's arrival with the tile's bytes expected; empty: the
+/// four warps of the multiplying warpgroup arrive), which the query
+/// staging's barrier publishes.
 void ScoreKernel::setUpRing() {
   Value base = kb.dynamicShared();
   Value address = sharedAddress(kb, base);
@@ -1044,11 +1042,9 @@ void ScoreKernel::setUpRing() {
   kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)), [&] {
     for (int64_t s = 0; s < stages; ++s) {
       ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 1;", "r",
-                   {sharedAddress(kb, kb.gep(fullBars, kb.i8T(),
-                                             kb.i32(8 * s)))});
+                   {stageBarrier(fullBars, kb.i32(s))});
       ptxStatement(kb, "mbarrier.init.shared::cta.b64 [$0], 4;", "r",
-                   {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
-                                             kb.i32(8 * s)))});
+                   {stageBarrier(emptyBars, kb.i32(s))});
     }
     // The copy engine (async proxy) sees the initialised barriers.
     ptxStatement(kb, "fence.mbarrier_init.release.cluster;");
@@ -1062,17 +1058,21 @@ Value ScoreKernel::ringTiles() {
   return kb.minS(tiles, kb.i32(ctaEntries / 64));
 }
 
-/// Waits until the mbarrier at `bar` has completed the phase of parity
-/// `parity`.
+Value ScoreKernel::stageBarrier(Value bars, Value s) {
+  return sharedAddress(kb, kb.gep(bars, kb.i8T(), kb.mul(s, kb.i32(8))));
+}
+
+/// Waits until the mbarrier at shared address `bar` has completed the
+/// phase of parity `parity`.
 static void waitBarrier(KernelBuilder &kb, Value bar, Value parity) {
   ptxStatement(kb,
                "{\n.reg .pred done;\nspin_wait_${:uid}:\n"
                "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
                "@!done bra spin_wait_${:uid};\n}",
-               "r,r", {sharedAddress(kb, bar), parity});
+               "r,r", {bar, parity});
 }
 
-/// Warpgroup 0 (`mathGroups` registers moved to the multipliers): lane 0
+/// Warpgroup 0 (its registers moved to the multipliers): lane 0
 /// of warp k < mathGroups fills multiplier k's ring with its tiles k,
 /// k + mathGroups, ...: once the multiplier has released the stage, one
 /// tensor copy of the tile's 64 key rows (the copy engine writes the
@@ -1091,7 +1091,7 @@ void ScoreKernel::copyTiles(Value count) {
                        kb.remU(j, kb.i32(kRingStages)));
       Value round = kb.divU(j, kb.i32(kRingStages));
       kb.ifThen(kb.cmp(CmpIPredicate::sge, j, kb.i32(kRingStages)), [&] {
-        waitBarrier(kb, kb.gep(emptyBars, kb.i8T(), kb.mul(s, kb.i32(8))),
+        waitBarrier(kb, stageBarrier(emptyBars, s),
                     kb.andI(kb.sub(round, kb.i32(1)), kb.i32(1)));
       });
       // The tile's first entry lies in one unit; its page and row there.
@@ -1103,8 +1103,7 @@ void ScoreKernel::copyTiles(Value count) {
       page = kb.select(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)), page,
                        kb.i32(0));
       Value row = kb.remU(slot, kb.i32(spec.pageSize));
-      Value full = sharedAddress(
-          kb, kb.gep(fullBars, kb.i8T(), kb.mul(s, kb.i32(8))));
+      Value full = stageBarrier(fullBars, s);
       ptxStatement(kb,
                    "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], " +
                        std::to_string(kTileBytes + (spec.scales ? 256 : 0)) +
@@ -1132,10 +1131,10 @@ void ScoreKernel::copyTiles(Value count) {
 
 /// Warpgroups 1 .. mathGroups: tiles k - 1, k - 1 + mathGroups, ... of
 /// warpgroup k, from its own ring. Per tile: this thread's two slots
-/// located, the stage awaited, their scales read from it, one wgmma chain (keys as A, M = 64
-/// slots; all the CTA's rows' queries as B, N = rows x heads; four k32
-/// steps), the stage released, then each row's epilogue on the
-/// accumulator columns of its heads. Warp w of the group holds slots
+/// located, the stage awaited, their scales read from it, one wgmma chain
+/// (keys as A, M = 64 slots; all the CTA's rows' queries as B, N = rows x
+/// heads; four k32 steps), the stage released, then each row's epilogue on
+/// the accumulator columns of its heads. Warp w of the group holds slots
 /// 16 w .. 16 w + 15 of the tile, as a warp tile of the other shapes does.
 void ScoreKernel::multiplyTiles(Value count) {
   ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 " +
@@ -1158,8 +1157,7 @@ void ScoreKernel::multiplyTiles(Value count) {
       if (spec.scales)
         raw.push_back(within);
     }
-    waitBarrier(kb, kb.gep(fullBars, kb.i8T(), kb.mul(s, kb.i32(8))),
-                parity);
+    waitBarrier(kb, stageBarrier(fullBars, s), parity);
     // The stage's scale of each thread row (in place of its row index).
     if (spec.scales)
       for (int64_t r = 0; r < threadRows; ++r) {
@@ -1187,9 +1185,7 @@ void ScoreKernel::multiplyTiles(Value count) {
       ptxStatement(kb,
                    "{\n.reg .b64 state;\n"
                    "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
-                   "r",
-                   {sharedAddress(kb, kb.gep(emptyBars, kb.i8T(),
-                                             kb.mul(s, kb.i32(8))))});
+                   "r", {stageBarrier(emptyBars, s)});
     });
     for (int64_t q = 0; q < rowsPerCta; ++q)
       epilogue(raw, chainRow(d, q), q);

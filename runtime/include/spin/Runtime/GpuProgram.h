@@ -405,7 +405,7 @@ private:
                      LaunchParameters &parameters);
   Status kernelParameters(const Step &step, const GpuLaunchSpec &launch,
                           LaunchParameters &parameters) const;
-  Status encodeKeyMap(const Step &step, const GpuLaunchArg &arg,
+  Status encodeTensorMap(const Step &step, const GpuLaunchArg &arg,
                       cuda::TensorMap &map) const;
   Status recordRingEvent(Step &step);
   Status failStep(Step &step, const Status &error);
