@@ -1148,11 +1148,22 @@ void ScoreKernel::multiplyTiles(Value count) {
                      kb.remU(j, kb.i32(kRingStages)));
     Value parity = kb.andI(kb.divU(j, kb.i32(kRingStages)), kb.i32(1));
     SmallVector<Value> raw;
-    Value tileStart = kb.add(ctaStart, kb.mul(i, kb.i32(64)));
+    // The tile lies in one unit of the CTA (64 divides the unit, and the
+    // tile is below ringTiles): its first slot and page once a tile, then
+    // each thread row's slot and validity from them (locateRow per slot,
+    // for dense rows).
+    Value local = kb.mul(i, kb.i32(64));
+    Value u = kb.divU(local, kb.i32(unit));
+    Value firstSlot = kb.add(kb.loadAt(i32, unitSlot, u),
+                             kb.remU(local, kb.i32(unit)));
+    Value pageOk = kb.cmp(CmpIPredicate::sge,
+                          kb.loadAt(unitPageType(), unitPage, u), kb.i32(0));
+    Value tileStart = kb.add(ctaStart, local);
     for (int64_t r = 0; r < threadRows; ++r) {
       Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
-      TileRow tr = locateRow(kb.add(tileStart, within));
-      raw.append({tr.valid, tr.entry, tr.slot});
+      Value entry = kb.add(tileStart, within);
+      Value valid = kb.andI(pageOk, kb.cmp(CmpIPredicate::slt, entry, total));
+      raw.append({valid, entry, kb.add(firstSlot, within)});
       raw.append(chunks, zeroWords);
       if (spec.scales)
         raw.push_back(within);
