@@ -258,7 +258,8 @@ mlir::spin::compileGpuArtifact(const std::string &source,
         .push_back(chip);
   // The copying warpgroup changes the scoring kernel's block and shared
   // memory, which the other group's plan would not share.
-  if (options.copyWarpgroup && groups.count(false))
+  using CopyWarpgroup = GpuCompileOptions::CopyWarpgroup;
+  if (options.copyWarpgroup == CopyWarpgroup::Always && groups.count(false))
     return fail("the copying warpgroup (copy-warpgroup) scores with wgmma: "
                 "every target chip must be sm_90a, without --no-wgmma or "
                 "m-tiles > 1 (got " +
@@ -274,7 +275,9 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     tuning.smCount = options.smCount;
     tuning.mTiles = options.mTiles;
     tuning.wgmma = wgmma;
-    tuning.copyWarpgroup = options.copyWarpgroup;
+    tuning.copyWarpgroup = options.copyWarpgroup == CopyWarpgroup::Always;
+    tuning.autoCopyWarpgroup = options.copyWarpgroup == CopyWarpgroup::Auto &&
+                               !groups.count(false) && !options.fusedFp8Pages;
     toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;

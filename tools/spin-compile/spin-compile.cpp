@@ -68,7 +68,13 @@ static cl::opt<bool> copyWarpgroup(
     "copy-warpgroup",
     cl::desc("sm_90a: dense fp8 scoring by one warpgroup that copies key "
              "tiles into shared memory through tensor maps and two to four "
-             "that multiply them"),
+             "that multiply them, wherever it applies (default: where it "
+             "measured faster, when every target is sm_90a)"),
+    cl::init(false));
+static cl::opt<bool> noCopyWarpgroup(
+    "no-copy-warpgroup",
+    cl::desc("Never score with the copying warpgroup (default: where it "
+             "measured faster, when every target is sm_90a)"),
     cl::init(false));
 static cl::opt<bool>
     noWgmma("no-wgmma",
@@ -153,7 +159,12 @@ int main(int argc, char **argv) {
   options.smCount = smCount;
   options.mTiles = mTiles;
   options.wgmma = !noWgmma;
-  options.copyWarpgroup = copyWarpgroup;
+  if (copyWarpgroup && noCopyWarpgroup)
+    return fail("--copy-warpgroup and --no-copy-warpgroup exclude each other");
+  using CopyWarpgroup = mlir::spin::GpuCompileOptions::CopyWarpgroup;
+  options.copyWarpgroup = copyWarpgroup     ? CopyWarpgroup::Always
+                          : noCopyWarpgroup ? CopyWarpgroup::Never
+                                            : CopyWarpgroup::Auto;
   options.layerArgument = layerArgument;
   options.pagedState = pagedState;
   options.fusedFp8Pages = fusedFp8Pages;

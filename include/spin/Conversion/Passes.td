@@ -186,6 +186,11 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "through tensor maps and two to four that multiply them "
            "(#spin.score_config copy_warpgroup); other ops keep their "
            "kernels">,
+    Option<"autoCopyWarpgroup", "auto-copy-warpgroup", "bool", "false",
+           "with wgmma: the copying warpgroup where it measured faster "
+           "than the other kernels, a CTA's rows of at most 64 heads in "
+           "all (one query row at H = 64), where copy-warpgroup "
+           "applies">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each, "
            "and the most CTAs of a prediction that prefetches on a cache "

@@ -39,9 +39,13 @@ struct GpuCompileOptions {
   /// sm_90a's PTX scores with wgmma (the other chips use mma.sync); false:
   /// mma.sync everywhere. The launch plan is the same for every chip.
   bool wgmma = true;
-  /// sm_90a's dense fp8 scoring by a copying and two multiplying
-  /// warpgroups (#spin.score_config copy_warpgroup).
-  bool copyWarpgroup = false;
+  /// sm_90a's dense fp8 scoring by a copying warpgroup and two to four
+  /// multiplying ones (#spin.score_config copy_warpgroup): Auto where it
+  /// measured faster (spin-configure-gpu-kernels' auto-copy-warpgroup)
+  /// when every chip scores with wgmma and the key cache is compact;
+  /// Always wherever it applies (an error with other chips); Never.
+  enum class CopyWarpgroup { Auto, Always, Never };
+  CopyWarpgroup copyWarpgroup = CopyWarpgroup::Auto;
   /// The step takes its layer at run time (convert-spin-to-gpu's
   /// `layer-argument`): one program serves every layer.
   bool layerArgument = false;

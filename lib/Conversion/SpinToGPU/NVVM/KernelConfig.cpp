@@ -53,21 +53,31 @@ FusedSelectOp selectionOf(Value mask) {
 }
 
 /// Warp tiles per warp by the wave cost model. Scoring CTAs run in waves of
-/// `ctasPerSm` per SM (two; one with the copying warpgroup, whose CTA takes
-/// the register file), and a CTA takes about as long as its tiles plus two
-/// (staging the queries and its page table), so a grid of `rows` rows of
-/// `entries` entries costs about ceil(CTAs / (ctasPerSm x SMs)) x (tiles +
-/// 2): the tiles in [8, 64] that minimise this, the fewest on a tie. A grid
-/// whose last wave is mostly empty costs a whole wave.
+/// `ctasPerSm` per SM, and a CTA takes about as long as its tiles plus an
+/// overhead (staging the queries and its page table), so a grid of `rows`
+/// rows of `entries` entries costs about ceil(CTAs / (ctasPerSm x SMs)) x
+/// (tiles + overhead): the tiles in [8, maxTiles] that minimise this, the
+/// fewest on a tie. A grid whose last wave is mostly empty costs a whole
+/// wave.
+///
+/// Two CTAs an SM (the other kernels) hide one's start behind the other's
+/// tiles: 2 tiles of overhead, at most 64. The copying warpgroup's CTA
+/// takes the register file, so the SM idles from its last tile until the
+/// next CTA's first ring stage lands (page lookups, query staging, a DRAM
+/// round trip: about 8 tiles at one row); its CTAs span up to 1024 tiles,
+/// so that a grid runs in as few waves as its balance allows.
 int64_t tilesForWork(int64_t rows, int64_t entries, int64_t warps,
-                     int64_t mTiles, int64_t smCount, int64_t ctasPerSm) {
-  constexpr int64_t kOverheadTiles = 2;
+                     int64_t mTiles, int64_t smCount, bool copyWarpgroup) {
+  const int64_t ctasPerSm = copyWarpgroup ? 1 : 2;
+  const int64_t overheadTiles = copyWarpgroup ? 8 : 2;
+  const int64_t maxTiles = copyWarpgroup ? 1024 : 64;
   const int64_t ctaSlots = ctasPerSm * smCount;
   int64_t best = 0, bestCost = 0;
-  for (int64_t tiles = 8; tiles <= 64; ++tiles) {
+  for (int64_t tiles = 8; tiles <= maxTiles; ++tiles) {
     int64_t perCta = warps * tiles * 16 * mTiles;
     int64_t ctas = rows * llvm::divideCeil(entries, perCta);
-    int64_t cost = llvm::divideCeil(ctas, ctaSlots) * (tiles + kOverheadTiles);
+    int64_t cost =
+        llvm::divideCeil(ctas, ctaSlots) * (tiles + overheadTiles);
     if (best == 0 || cost < bestCost) {
       best = tiles;
       bestCost = cost;
@@ -104,18 +114,24 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                              queryBytes, options.wgmma);
   // The copying warpgroup where its kernel applies: dense rows of fp8 keys
   // and fp8 queries, Dh = 128, 64-slot tiles within a page, the CTA's rows'
-  // heads one wgmma N (<= 256); other ops keep the other kernels.
+  // heads one wgmma N (<= 256); other ops keep the other kernels. By
+  // default (auto) only where it measured faster: at N = 64 its four
+  // multipliers keep the copy engine busy (16 x 256K: 150 against 157 us),
+  // while the epilogues of more rows bound its two or three.
+  int64_t ctaHeads = rows / groups * q.getDimSize(2);
+  bool wanted = options.copyWarpgroup ||
+                (options.autoCopyWarpgroup && options.wgmma && ctaHeads <= 64);
   auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
-  bool copy = options.copyWarpgroup && isa<DenseIndexerOp>(op.getOperation()) &&
+  bool copy = wanted && isa<DenseIndexerOp>(op.getOperation()) &&
               keys && keys.getRank() == 3 &&
               isa<Float8E4M3FNType>(keys.getElementType()) && queryBytes == 1 &&
               q.getDimSize(3) == 128 && keys.getDimSize(1) > 0 &&
               keys.getDimSize(1) % 64 == 0 &&
-              rows / groups * q.getDimSize(2) <= 256;
+              ctaHeads <= 256;
   int64_t tiles = fixedTiles > 0
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,
-                                     mTiles, options.smCount, copy ? 1 : 2);
+                                     mTiles, options.smCount, copy);
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
                                           mTiles, options.wgmma, copy));
   return success();
@@ -277,8 +293,8 @@ struct SpinConfigureGpuKernelsPass
   using SpinConfigureGpuKernelsBase::SpinConfigureGpuKernelsBase;
 
   void runOnOperation() override {
-    Options options{warpsPerCta, tilesPerWarp, mTiles, wgmma, copyWarpgroup,
-                    smCount};
+    Options options{warpsPerCta,   tilesPerWarp,      mTiles, wgmma,
+                    copyWarpgroup, autoCopyWarpgroup, smCount};
     if (failed(configureKernels(getOperation(), options)))
       signalPassFailure();
   }

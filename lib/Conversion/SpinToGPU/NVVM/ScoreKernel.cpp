@@ -254,7 +254,11 @@ private:
   /// The head weights of this thread's accumulator columns stay in
   /// registers for up to 32 of them (two rows at H = 64), else they are
   /// read from shared memory in every epilogue.
-  bool weightsInRegisters() const { return rowsPerCta * nTiles * 2 <= 32; }
+  /// The copying warpgroup's multipliers load them after their setmaxnreg
+  /// (multiplyTiles), where ptxas allocates up to its count.
+  bool weightsInRegisters() const {
+    return spec.copyWarpgroup || rowsPerCta * nTiles * 2 <= 32;
+  }
   SmallVector<Value> loadHeadWeights(Value quad);
   Value stageHeadWeights();
   void boundCtaRange();
@@ -307,7 +311,7 @@ private:
   /// pinned after the chain's wait.
   Accumulators chainRow(ArrayRef<Value> d, int64_t r);
   Accumulators mmaSync(const ARegisters &aRegs, int64_t qrow);
-  void epilogue(ValueRange raw, const Accumulators &acc, int64_t qrow);
+  void epilogue(ValueRange raw, ArrayRef<Accumulators> accs, int64_t firstQ);
   LaunchShape launchShape() const;
 
   Type i32, f32, i16, words;
@@ -350,7 +354,7 @@ private:
   /// of 128 bytes, swizzled), the rings' key tiles, their full and empty
   /// mbarriers, and the key cache's tensor map (a kernel parameter).
   static constexpr int64_t kRingStages = 4, kTileBytes = 64 * 128;
-  static constexpr int64_t kCopierRegisters = 40;
+  static constexpr int64_t kCopierRegisters = 24;
   int64_t mathGroups = 0, mathRegisters = 0;
   Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
       scaleMap;
@@ -391,7 +395,7 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   // steps of 8), but ptxas allocates the launch's share everywhere.
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
-    mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
+    mathGroups = n <= 128 ? 4 : 2;
     threads = 128 * (1 + mathGroups);
     int64_t launch = 65536 / threads / 8 * 8;
     mathRegisters = (launch * threads - 128 * kCopierRegisters) /
@@ -690,7 +694,7 @@ StagedQueries ScoreKernel::stageQueries() {
     staged->descriptor = swizzledDescriptor(kb, ringQueries);
   else if (spec.wgmma)
     staged->descriptor = wgmmaDescriptor();
-  if (weightsInRegisters())
+  if (weightsInRegisters() && !spec.copyWarpgroup)
     staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   return *staged;
 }
@@ -1139,6 +1143,7 @@ void ScoreKernel::copyTiles(Value count) {
 void ScoreKernel::multiplyTiles(Value count) {
   ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 " +
                        std::to_string(mathRegisters) + ";");
+  staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
   Value wi = kb.remU(warp, kb.i32(4));
   const int64_t n = rowsPerCta * H;
@@ -1198,8 +1203,10 @@ void ScoreKernel::multiplyTiles(Value count) {
                    "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
                    "r", {stageBarrier(emptyBars, s)});
     });
+    SmallVector<Accumulators> accs;
     for (int64_t q = 0; q < rowsPerCta; ++q)
-      epilogue(raw, chainRow(d, q), q);
+      accs.push_back(chainRow(d, q));
+    epilogue(raw, accs, 0);
   });
 }
 
@@ -1329,7 +1336,7 @@ void ScoreKernel::computeTile(ValueRange raw) {
     return;
   }
   for (int64_t r = 0; r < rowsPerCta; ++r)
-    epilogue(raw, mmaSync(aRegs, r), r);
+    epilogue(raw, {mmaSync(aRegs, r)}, r);
 }
 
 /// Thread row r's A registers of chunk c, in k-step order (two per k-step:
@@ -1393,7 +1400,7 @@ void ScoreKernel::mmaWgmma(ValueRange raw, const ARegisters &aRegs) {
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
     for (int64_t r = 0; r < rows; ++r)
-      epilogue(raw, chainRow(d, r), first + r);
+      epilogue(raw, {chainRow(d, r)}, first + r);
   }
 }
 
@@ -1444,29 +1451,39 @@ ScoreKernel::Accumulators ScoreKernel::mmaSync(const ARegisters &aRegs,
   return acc;
 }
 
-/// Query row `qrow`'s epilogue: ReLU(dot * scale) * w summed over the
-/// heads (the group's four threads hold a row's heads), one store per
-/// entry below the row's entry count.
-void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
-                           int64_t qrow) {
-  Value outBase = kb.mul(
-      kb.add(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(qrow)),
-      kb.i32(spec.outWidth()));
-  // Dense rows write their visible entries (the others are -inf or left
-  // as they are); sparse rows write every selected entry.
-  Value rowTotal = spec.sparse ? total : visible[qrow];
-  SmallVector<Value> weights(
-      staged->weights.begin() + std::min<size_t>(staged->weights.size(),
-                                                 qrow * nTiles * 2),
-      staged->weights.begin() + std::min<size_t>(staged->weights.size(),
-                                                 (qrow + 1) * nTiles * 2));
-  if (staged->weightTable) {
-    Value quad = kb.andI(lane, kb.i32(3));
-    for (int64_t nt = 0; nt < nTiles; ++nt)
-      for (int64_t j = 0; j < 2; ++j)
-        weights.push_back(kb.loadAt(
-            f32, staged->weightTable,
-            kb.add(kb.mul(quad, kb.i32(2)), kb.i32(qrow * H + nt * 8 + j))));
+/// The epilogue of query rows firstQ .. firstQ + accs.size() - 1 of the
+/// tile: ReLU, head weights and the head sum of each thread row (times its
+/// factor), written where the row sees the entry. Several rows share one
+/// factor check and one branch, so that their independent head sums
+/// interleave (a warp's epilogue is latency-bound when few warps share a
+/// scheduler, as the copying warpgroup's multipliers do).
+void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
+                           int64_t firstQ) {
+  const int64_t rows = accs.size();
+  SmallVector<SmallVector<Value>> weights(rows);
+  SmallVector<Value> outBases, rowTotals;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t qrow = firstQ + i;
+    outBases.push_back(kb.mul(
+        kb.add(kb.add(kb.mul(request, kb.i32(R)), firstRow), kb.i32(qrow)),
+        kb.i32(spec.outWidth())));
+    // Dense rows write their visible entries (the others are -inf or left
+    // as they are); sparse rows write every selected entry.
+    rowTotals.push_back(spec.sparse ? total : visible[qrow]);
+    weights[i].assign(
+        staged->weights.begin() + std::min<size_t>(staged->weights.size(),
+                                                   qrow * nTiles * 2),
+        staged->weights.begin() + std::min<size_t>(staged->weights.size(),
+                                                   (qrow + 1) * nTiles * 2));
+    if (staged->weightTable) {
+      Value quad = kb.andI(lane, kb.i32(3));
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t j = 0; j < 2; ++j)
+          weights[i].push_back(kb.loadAt(
+              f32, staged->weightTable,
+              kb.add(kb.mul(quad, kb.i32(2)),
+                     kb.i32(qrow * H + nt * 8 + j))));
+    }
   }
   // Each thread row's factor: unscale (bf16 queries of f16 MMAs) times the
   // key scale, or none.
@@ -1490,22 +1507,25 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
   // it multiplies the head sum once instead of every head's dot (a third
   // of the epilogue's instructions, which bound the rows of an MTP step);
   // a warp with a zero, negative or non-finite factor in its tile (or none
-  // at all) multiplies every dot, as the CPU does.
+  // at all) multiplies every dot, as the CPU does. sums[i * threadRows +
+  // r]: row firstQ + i, thread row r.
   auto headSums = [&](bool fold) -> SmallVector<Value> {
     SmallVector<Value> sums;
-    for (int64_t r = 0; r < threadRows; ++r) {
-      int64_t mt = r / 2, half = r % 2;
-      Value sum = kb.f32(0.0);
-      for (int64_t nt = 0; nt < nTiles; ++nt)
-        for (int64_t j = 0; j < 2; ++j) {
-          Value dot = acc[mt][nt][2 * half + j];
-          if (factors[r] && !fold)
-            dot = kb.mul(dot, factors[r]);
-          Value relu = kb.maxF(dot, kb.f32(0.0));
-          sum = LLVM::FMAOp::create(b, loc, weights[2 * nt + j], relu, sum);
-        }
-      sums.push_back(sum);
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t r = 0; r < threadRows; ++r) {
+        int64_t mt = r / 2, half = r % 2;
+        Value sum = kb.f32(0.0);
+        for (int64_t nt = 0; nt < nTiles; ++nt)
+          for (int64_t j = 0; j < 2; ++j) {
+            Value dot = accs[i][mt][nt][2 * half + j];
+            if (factors[r] && !fold)
+              dot = kb.mul(dot, factors[r]);
+            Value relu = kb.maxF(dot, kb.f32(0.0));
+            sum = LLVM::FMAOp::create(b, loc, weights[i][2 * nt + j], relu,
+                                      sum);
+          }
+        sums.push_back(sum);
+      }
     return sums;
   };
   SmallVector<Value> sums;
@@ -1515,31 +1535,34 @@ void ScoreKernel::epilogue(ValueRange raw, const Accumulators &acc,
   } else {
     warpFast = kb.cmp(CmpIPredicate::eq, kb.ballot(allFast), kb.i32(-1));
     sums = kb.ifThenElse(
-        SmallVector<Type>(threadRows, f32), warpFast,
+        SmallVector<Type>(rows * threadRows, f32), warpFast,
         [&]() -> SmallVector<Value> { return headSums(true); },
         [&]() -> SmallVector<Value> { return headSums(false); });
   }
-  for (int64_t r = 0; r < threadRows; ++r) {
-    Value sum = sums[r];
-    sum = kb.add(sum, kb.shflXor(sum, 1));
-    sum = kb.add(sum, kb.shflXor(sum, 2));
-    if (warpFast)
-      sum = kb.select(warpFast, kb.mul(sum, factors[r]), sum);
-    // Thread t of the group writes row r = t (and r = t + 4, ...).
-    Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
-    if (spec.sparse && rowsPerCta > 1)
-      valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, rowPart(raw, r, 2),
-                                    visible[qrow]));
-    Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
-    // Every entry of the row is written: one on a bad page (and, sparse,
-    // past the row's visible length) as NaN, never selected and never
-    // folded into the state, so that the top-K reads no stale or unwritten
-    // score.
-    Value write = kb.andI(lengthOk[qrow],
-                          kb.cmp(CmpIPredicate::slt, entry, rowTotal));
-    Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
-    kb.ifThen(kb.andI(mine, write),
-              [&] { kb.storeAt(value, out, kb.add(outBase, entry)); });
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t qrow = firstQ + i;
+    for (int64_t r = 0; r < threadRows; ++r) {
+      Value sum = sums[i * threadRows + r];
+      sum = kb.add(sum, kb.shflXor(sum, 1));
+      sum = kb.add(sum, kb.shflXor(sum, 2));
+      if (warpFast)
+        sum = kb.select(warpFast, kb.mul(sum, factors[r]), sum);
+      // Thread t of the group writes row r = t (and r = t + 4, ...).
+      Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
+      if (spec.sparse && rowsPerCta > 1)
+        valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, rowPart(raw, r, 2),
+                                      visible[qrow]));
+      Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
+      // Every entry of the row is written: one on a bad page (and, sparse,
+      // past the row's visible length) as NaN, never selected and never
+      // folded into the state, so that the top-K reads no stale or
+      // unwritten score.
+      Value write = kb.andI(lengthOk[qrow],
+                            kb.cmp(CmpIPredicate::slt, entry, rowTotals[i]));
+      Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
+      kb.ifThen(kb.andI(mine, write),
+                [&] { kb.storeAt(value, out, kb.add(outBases[i], entry)); });
+    }
   }
 }
 
