@@ -354,7 +354,7 @@ private:
   /// of 128 bytes, swizzled), the rings' key tiles, their full and empty
   /// mbarriers, and the key cache's tensor map (a kernel parameter).
   static constexpr int64_t kRingStages = 4, kTileBytes = 64 * 128;
-  static constexpr int64_t kCopierRegisters = 24;
+  static constexpr int64_t kCopierRegisters = 40;
   int64_t mathGroups = 0, mathRegisters = 0;
   Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
       scaleMap;
@@ -395,7 +395,7 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   // steps of 8), but ptxas allocates the launch's share everywhere.
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
-    mathGroups = n <= 128 ? 4 : 2;
+    mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
     threads = 128 * (1 + mathGroups);
     int64_t launch = 65536 / threads / 8 * 8;
     mathRegisters = (launch * threads - 128 * kCopierRegisters) /
