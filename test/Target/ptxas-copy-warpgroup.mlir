@@ -13,6 +13,15 @@
 // RUN: FileCheck %s --dump-input=never --check-prefix=SPARSE < %t.spin/sm_90a.ptx
 // RUN: rm -rf %t.bf16 && spin-compile %s --function=mtp_bf16 --copy-warpgroup --target=sm_90a -o %t.bf16
 // RUN: FileCheck %s --dump-input=never --check-prefix=BF16 < %t.bf16/sm_90a.ptx
+// RUN: rm -rf %t.auto && spin-compile %s --function=one_row --target=sm_90a -o %t.auto
+// RUN: FileCheck %s --dump-input=never --check-prefix=ONE < %t.auto/sm_90a.ptx
+// RUN: rm -rf %t.auto2 && spin-compile %s --function=mtp --target=sm_90a -o %t.auto2
+// RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.auto2/sm_90a.ptx
+// RUN: rm -rf %t.off && spin-compile %s --function=one_row --no-copy-warpgroup --target=sm_90a -o %t.off
+// RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.off/sm_90a.ptx
+// RUN: rm -rf %t.mixed && spin-compile %s --function=one_row --target=sm_90a,sm_100a -o %t.mixed
+// RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.mixed/sm_90a.ptx
+// RUN: not spin-compile %s --function=one_row --copy-warpgroup --no-copy-warpgroup --target=sm_90a -o %t.both 2>&1 | FileCheck %s --check-prefix=BOTH
 
 // Dense fp8 scoring by a copying warpgroup and several multiplying ones
 // (--copy-warpgroup, #spin.score_config copy_warpgroup), the ring in
@@ -24,9 +33,10 @@
 // registers, wait for the stage, multiply with both operands from shared
 // memory (keys as A, M = 64; the rows' queries as B, four k32 steps) and
 // release the stage. The tensor maps are 128-byte parameters in the
-// parameter space. Two rows (N = 128): three multipliers at 128 registers;
-// one row (N = 64): four at 96 (ptxas allocates the launch's share, 65536
-// over the threads; setmaxnreg moves registers within it). Chips without
+// parameter space. Two rows (N = 128): three multipliers, 128 registers a
+// thread at launch, 152 after setmaxnreg; one row (N = 64): four, 96 and
+// 104 (65536 over the threads; setmaxnreg moves registers within it, and
+// ptxas allocates up to the increased count after it). Chips without
 // wgmma would need a launch plan of their own, which one manifest cannot
 // hold: refused.
 
@@ -72,6 +82,15 @@
 // REGS1-NEXT: Function properties for spin_score_dense_0
 // REGS1-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // REGS1-NEXT: Used 96 registers
+
+// By default the copying warpgroup scores where it measured faster: one
+// row of 64 heads (ONE above, without the option); two rows, the option
+// off, or a target without wgmma keep the other kernel.
+// OTHER-LABEL: .entry spin_score_dense_0(
+// OTHER: .maxntid 256, 1, 1
+// OTHER-NOT: setmaxnreg
+// OTHER-LABEL: .entry spin_topk_1(
+// BOTH: error: --copy-warpgroup and --no-copy-warpgroup exclude each other
 
 // CHIPS: error: the copying warpgroup (copy-warpgroup) scores with wgmma: every target chip must be sm_90a, without --no-wgmma or m-tiles > 1 (got sm_100a)
 // FUSED: 'spin.dense_indexer' op GPU path: copy_warpgroup reads the compact key cache (not fused-fp8-pages)

@@ -388,11 +388,14 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   rowGroups = R / rowsPerCta;
   wgmmaRows = std::max<int64_t>(1, std::min(rowsPerCta, 64 / H));
   // copyWarpgroup: a copying warpgroup and as many multiplying ones as
-  // the register budget of a tile's accumulators (N / 2 a thread) and
-  // epilogue allows without spills: four for N = 64 (96 registers a
-  // thread), three for N = 128 (128), two above (168). setmaxnreg moves
-  // registers within the launch's allocation (65536 over the threads, in
-  // steps of 8), but ptxas allocates the launch's share everywhere.
+  // the register budget of a tile's accumulators (N / 2 a thread), head
+  // weights and epilogue allows without spills: four for N = 64 (96
+  // registers a thread at launch), three for N = 128 (128), two above
+  // (168). setmaxnreg moves registers within the launch's allocation
+  // (65536 over the threads, in steps of 8); ptxas reports the launch's
+  // share and allocates up to the increased count after the increase,
+  // where the multipliers load their weights (four multipliers at N = 128
+  // spill 8 to 44 bytes even with the copier at 24).
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
     mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
@@ -1452,11 +1455,12 @@ ScoreKernel::Accumulators ScoreKernel::mmaSync(const ARegisters &aRegs,
 }
 
 /// The epilogue of query rows firstQ .. firstQ + accs.size() - 1 of the
-/// tile: ReLU, head weights and the head sum of each thread row (times its
-/// factor), written where the row sees the entry. Several rows share one
-/// factor check and one branch, so that their independent head sums
-/// interleave (a warp's epilogue is latency-bound when few warps share a
-/// scheduler, as the copying warpgroup's multipliers do).
+/// tile: ReLU(dot * scale) * w summed over the heads (the group's four
+/// threads hold a row's heads), one store per entry below the row's entry
+/// count. Several rows share one factor check and one branch, so that
+/// their independent head sums interleave: the copying warpgroup's
+/// multipliers, a warp or two of them per scheduler, wait on the latency
+/// of one row's chain of FMAs otherwise.
 void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
                            int64_t firstQ) {
   const int64_t rows = accs.size();
