@@ -308,6 +308,24 @@ __device__ __forceinline__ void multiplyTile(float *acc, const uint8_t *keysTile
   wgmmaWait0();
 }
 
+/// The dynamic shared memory from its first 1024-byte boundary (the
+/// 128-byte swizzle's alignment).
+__device__ __forceinline__ uint8_t *alignedShared(uint8_t *raw) {
+  return reinterpret_cast<uint8_t *>(
+      (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+
+/// The tiles of request `b` that CTA tiles `first` .. hold below its rows'
+/// longest length (at most tilesPerCta).
+template <int R>
+__device__ __forceinline__ int ctaTiles(const Params &p, int b, int first) {
+  int maxLen = 0;
+  for (int r = 0; r < R; ++r)
+    maxLen = max(maxLen, p.lengths[b * R + r]);
+  const int tiles = (maxLen + PAGE - 1) / PAGE;
+  return min(p.tilesPerCta, tiles - first);
+}
+
 /// The queries into the swizzled B layout (row n = r * H + h), by all
 /// threads, published to the tensor cores.
 template <int R>
@@ -326,8 +344,7 @@ template <int R, int MATH>
 __global__ void __launch_bounds__(Registers<MATH>::threads, 1)
     scoreKernel(Params p) {
   extern __shared__ uint8_t rawShared[];
-  uint8_t *smem = reinterpret_cast<uint8_t *>(
-      (reinterpret_cast<uintptr_t>(rawShared) + 1023) & ~uintptr_t(1023));
+  uint8_t *smem = alignedShared(rawShared);
   using S = Shared<R>;
   uint8_t *qs = smem;
   uint8_t *ring = smem + S::keysAt;
@@ -335,13 +352,8 @@ __global__ void __launch_bounds__(Registers<MATH>::threads, 1)
   uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::barsAt);
   uint64_t *empty = full + STAGES;
 
-  const int b = blockIdx.y;
-  int maxLen = 0;
-  for (int r = 0; r < R; ++r)
-    maxLen = max(maxLen, p.lengths[b * R + r]);
-  const int tiles = (maxLen + PAGE - 1) / PAGE;
-  const int first = blockIdx.x * p.tilesPerCta;
-  const int count = min(p.tilesPerCta, tiles - first);
+  const int b = blockIdx.y, first = blockIdx.x * p.tilesPerCta;
+  const int count = ctaTiles<R>(p, b, first);
   if (count <= 0)
     return; // (the prototype's inputs have full lengths)
 
@@ -433,22 +445,16 @@ template <int R, int MATH>
 __global__ void __launch_bounds__(TmaRegisters<MATH>::threads, 1)
     tmaKernel(Params p, const __grid_constant__ CUtensorMap keyMap) {
   extern __shared__ uint8_t rawShared[];
-  uint8_t *smem = reinterpret_cast<uint8_t *>(
-      (reinterpret_cast<uintptr_t>(rawShared) + 1023) & ~uintptr_t(1023));
+  uint8_t *smem = alignedShared(rawShared);
   using S = TmaShared<R, MATH>;
   uint8_t *qs = smem;
   uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::barsAt);
   uint64_t *empty = full + S::rings;
 
-  const int b = blockIdx.y;
-  int maxLen = 0;
-  for (int r = 0; r < R; ++r)
-    maxLen = max(maxLen, p.lengths[b * R + r]);
-  const int tiles = (maxLen + PAGE - 1) / PAGE;
-  const int first = blockIdx.x * p.tilesPerCta;
-  const int count = min(p.tilesPerCta, tiles - first);
+  const int b = blockIdx.y, first = blockIdx.x * p.tilesPerCta;
+  const int count = ctaTiles<R>(p, b, first);
   if (count <= 0)
-    return;
+    return; // (the prototype's inputs have full lengths)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) {

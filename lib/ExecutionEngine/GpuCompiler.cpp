@@ -103,19 +103,18 @@ std::vector<GpuLaunchArg> readPlanArguments(func::FuncOp plan, GpuManifest &m) {
       ref.index = m.statusOutputs++;
       continue;
     }
-    if (kind == abi::LaunchArgKind::TensorMap) {
+    // Both name a step argument; the plan's `dim` is a tensor map's box
+    // rows.
+    if (kind == abi::LaunchArgKind::Dim ||
+        kind == abi::LaunchArgKind::TensorMap) {
       ref.kind = *kind;
       ref.index =
           plan.getArgAttrOfType<IntegerAttr>(i, attr::kArgument).getInt();
-      ref.value = static_cast<int32_t>(
-          plan.getArgAttrOfType<IntegerAttr>(i, attr::kDim).getInt());
-      continue;
-    }
-    if (kind == abi::LaunchArgKind::Dim) {
-      ref.kind = *kind;
-      ref.index =
-          plan.getArgAttrOfType<IntegerAttr>(i, attr::kArgument).getInt();
-      ref.dim = plan.getArgAttrOfType<IntegerAttr>(i, attr::kDim).getInt();
+      int64_t dim = plan.getArgAttrOfType<IntegerAttr>(i, attr::kDim).getInt();
+      if (kind == abi::LaunchArgKind::Dim)
+        ref.dim = dim;
+      else
+        ref.value = static_cast<int32_t>(dim);
       continue;
     }
     ref.kind = abi::LaunchArgKind::Argument;

@@ -192,7 +192,8 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "all (one query row at H = 64), where copy-warpgroup "
            "applies">,
     Option<"smCount", "sm-count", "int64_t", "132",
-           "SMs of the GPU the scoring grids are sized for, two CTAs each, "
+           "SMs of the GPU the scoring grids are sized for, two CTAs each "
+           "(one with the copying warpgroup), "
            "and the most CTAs of a prediction that prefetches on a cache "
            "miss (132: H100 SXM / H200; 148: B200 / B300)">,
   ];

@@ -554,9 +554,10 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
                << ", Dh = " << spec.headDim << ")",
            failure();
   if (spec.copyWarpgroup &&
-      (spec.keyFormat != ElementFormat::fp8e4m3 ||
-       spec.queryFormat != ElementFormat::fp8e4m3 || spec.headDim != 128 ||
-       spec.pageSize % 64 != 0 || scoreRowsPerCta(spec) * spec.heads > 256))
+      !copyWarpgroupApplies(spec.keyFormat == ElementFormat::fp8e4m3,
+                            spec.queryFormat == ElementFormat::fp8e4m3,
+                            spec.headDim, spec.pageSize,
+                            scoreRowsPerCta(spec) * spec.heads))
     return op.emitOpError("GPU path: copy_warpgroup scores fp8 keys with fp8 "
                           "queries, Dh = 128, pages of a multiple of 64 "
                           "slots and at most 256 heads x rows a CTA (got Dh "

@@ -112,22 +112,20 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   int64_t groups =
       rows / scoreRowsPerCta(rows, q.getDimSize(2), q.getDimSize(3),
                              queryBytes, options.wgmma);
-  // The copying warpgroup where its kernel applies: dense rows of fp8 keys
-  // and fp8 queries, Dh = 128, 64-slot tiles within a page, the CTA's rows'
-  // heads one wgmma N (<= 256); other ops keep the other kernels. By
-  // default (auto) only where it measured faster: at N = 64 its four
-  // multipliers keep the copy engine busy (16 x 256K: 150 against 157 us),
-  // while the epilogues of more rows bound its two or three.
+  // The copying warpgroup where its kernel applies (dense indexers; other
+  // ops keep the other kernels). By default (auto) only where it measured
+  // faster (docs/benchmarks-kernels.md): at N = 64 its four multipliers
+  // keep the copy engine busy, while the epilogues of more rows bound its
+  // two or three.
   int64_t ctaHeads = rows / groups * q.getDimSize(2);
   bool wanted = options.copyWarpgroup ||
                 (options.autoCopyWarpgroup && options.wgmma && ctaHeads <= 64);
   auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
-  bool copy = wanted && isa<DenseIndexerOp>(op.getOperation()) &&
-              keys && keys.getRank() == 3 &&
-              isa<Float8E4M3FNType>(keys.getElementType()) && queryBytes == 1 &&
-              q.getDimSize(3) == 128 && keys.getDimSize(1) > 0 &&
-              keys.getDimSize(1) % 64 == 0 &&
-              ctaHeads <= 256;
+  bool copy = wanted && isa<DenseIndexerOp>(op.getOperation()) && keys &&
+              keys.getRank() == 3 &&
+              copyWarpgroupApplies(isa<Float8E4M3FNType>(keys.getElementType()),
+                                   queryBytes == 1, q.getDimSize(3),
+                                   keys.getDimSize(1), ctaHeads);
   int64_t tiles = fixedTiles > 0
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,

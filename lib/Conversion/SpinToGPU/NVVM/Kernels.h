@@ -150,6 +150,17 @@ struct ScoreKernelSpec {
 int64_t scoreRowsPerCta(int64_t rows, int64_t heads, int64_t headDim,
                         int64_t queryBytes, bool wgmma);
 int64_t scoreRowsPerCta(const ScoreKernelSpec &spec);
+
+/// Whether the copying warpgroup's kernel (ScoreKernelSpec::copyWarpgroup)
+/// can score a dense indexer: fp8 keys and queries, Dh = 128, pages of a
+/// multiple of 64 slots (a tile lies in one page) and the CTA's rows'
+/// heads one wgmma N (at most 256).
+inline bool copyWarpgroupApplies(bool fp8Keys, bool fp8Queries,
+                                 int64_t headDim, int64_t pageSize,
+                                 int64_t ctaHeads) {
+  return fp8Keys && fp8Queries && headDim == 128 && pageSize > 0 &&
+         pageSize % 64 == 0 && ctaHeads <= 256;
+}
 LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,
                              const ScoreKernelSpec &spec);

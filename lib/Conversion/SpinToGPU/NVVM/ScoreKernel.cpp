@@ -272,6 +272,21 @@ private:
   Value ringTiles();
   /// The shared-window address of ring stage `s`'s mbarrier in `bars`.
   Value stageBarrier(Value bars, Value s);
+  /// Ring tile `i` of the CTA, of the ring of multiplier `ring` (its tiles
+  /// ring, ring + mathGroups, ...): its place `index` in that ring's
+  /// sequence, its stage among all rings' stages, and its round through
+  /// the ring.
+  struct RingStage {
+    Value index, stage, round;
+  };
+  RingStage ringStage(Value i, Value ring);
+  /// Ring tile `i`'s first entry in the CTA (`local`), first slot and page
+  /// (-1: bad), from the unit lookups: 64 divides the unit, so a tile lies
+  /// in one unit.
+  struct TilePlace {
+    Value local, firstSlot, page;
+  };
+  TilePlace ringTilePlace(Value i);
   void copyTiles(Value count);
   void multiplyTiles(Value count);
   Value tileStartOf(Value j, Value w);
@@ -395,7 +410,7 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   // (65536 over the threads, in steps of 8); ptxas reports the launch's
   // share and allocates up to the increased count after the increase,
   // where the multipliers load their weights (four multipliers at N = 128
-  // spill 8 to 44 bytes even with the copier at 24).
+  // spill, even with the copier at 24).
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
     mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
@@ -468,8 +483,8 @@ void ScoreKernel::declareKernel() {
   // The copying warpgroup's setmaxnreg moves registers within the CTA's
   // launch allocation: with a bound declared, ptxas allocates the whole
   // share a thread (96 of 640 threads, 168 of 384) that the copiers' and
-  // multipliers' counts add up to (without one it allocated as few as 78,
-  // and the multipliers' increase would wait forever).
+  // multipliers' counts add up to; without one it may allocate less, and
+  // the multipliers' increase would then wait forever.
   if (spec.copyWarpgroup)
     func->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
 
@@ -1069,6 +1084,21 @@ Value ScoreKernel::stageBarrier(Value bars, Value s) {
   return sharedAddress(kb, kb.gep(bars, kb.i8T(), kb.mul(s, kb.i32(8))));
 }
 
+ScoreKernel::RingStage ScoreKernel::ringStage(Value i, Value ring) {
+  Value j = kb.divU(i, kb.i32(mathGroups));
+  Value s = kb.add(kb.mul(ring, kb.i32(kRingStages)),
+                   kb.remU(j, kb.i32(kRingStages)));
+  return {j, s, kb.divU(j, kb.i32(kRingStages))};
+}
+
+ScoreKernel::TilePlace ScoreKernel::ringTilePlace(Value i) {
+  Value local = kb.mul(i, kb.i32(64));
+  Value u = kb.divU(local, kb.i32(unit));
+  Value firstSlot = kb.add(kb.loadAt(i32, unitSlot, u),
+                           kb.remU(local, kb.i32(unit)));
+  return {local, firstSlot, kb.loadAt(unitPageType(), unitPage, u)};
+}
+
 /// Waits until the mbarrier at shared address `bar` has completed the
 /// phase of parity `parity`.
 static void waitBarrier(KernelBuilder &kb, Value bar, Value parity) {
@@ -1093,23 +1123,18 @@ void ScoreKernel::copyTiles(Value count) {
                          kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)));
   kb.ifThen(copier, [&] {
     kb.forLoop(warp, count, kb.i32(mathGroups), [&](Value i) {
-      Value j = kb.divU(i, kb.i32(mathGroups));
-      Value s = kb.add(kb.mul(warp, kb.i32(kRingStages)),
-                       kb.remU(j, kb.i32(kRingStages)));
-      Value round = kb.divU(j, kb.i32(kRingStages));
-      kb.ifThen(kb.cmp(CmpIPredicate::sge, j, kb.i32(kRingStages)), [&] {
-        waitBarrier(kb, stageBarrier(emptyBars, s),
-                    kb.andI(kb.sub(round, kb.i32(1)), kb.i32(1)));
-      });
-      // The tile's first entry lies in one unit; its page and row there.
-      Value local = kb.mul(i, kb.i32(64));
-      Value u = kb.divU(local, kb.i32(unit));
-      Value slot = kb.add(kb.loadAt(i32, unitSlot, u),
-                          kb.remU(local, kb.i32(unit)));
-      Value page = kb.loadAt(unitPageType(), unitPage, u);
-      page = kb.select(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)), page,
-                       kb.i32(0));
-      Value row = kb.remU(slot, kb.i32(spec.pageSize));
+      RingStage rs = ringStage(i, warp);
+      Value s = rs.stage;
+      kb.ifThen(kb.cmp(CmpIPredicate::sge, rs.index, kb.i32(kRingStages)),
+                [&] {
+                  waitBarrier(kb, stageBarrier(emptyBars, s),
+                              kb.andI(kb.sub(rs.round, kb.i32(1)), kb.i32(1)));
+                });
+      // The tile's page and its first row there.
+      TilePlace place = ringTilePlace(i);
+      Value page = kb.select(kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0)),
+                             place.page, kb.i32(0));
+      Value row = kb.remU(place.firstSlot, kb.i32(spec.pageSize));
       Value full = stageBarrier(fullBars, s);
       ptxStatement(kb,
                    "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], " +
@@ -1151,27 +1176,20 @@ void ScoreKernel::multiplyTiles(Value count) {
   Value wi = kb.remU(warp, kb.i32(4));
   const int64_t n = rowsPerCta * H;
   kb.forLoop(group, count, kb.i32(mathGroups), [&](Value i) {
-    Value j = kb.divU(i, kb.i32(mathGroups));
-    Value s = kb.add(kb.mul(group, kb.i32(kRingStages)),
-                     kb.remU(j, kb.i32(kRingStages)));
-    Value parity = kb.andI(kb.divU(j, kb.i32(kRingStages)), kb.i32(1));
+    RingStage rs = ringStage(i, group);
+    Value s = rs.stage;
+    Value parity = kb.andI(rs.round, kb.i32(1));
     SmallVector<Value> raw;
-    // The tile lies in one unit of the CTA (64 divides the unit, and the
-    // tile is below ringTiles): its first slot and page once a tile, then
-    // each thread row's slot and validity from them (locateRow per slot,
-    // for dense rows).
-    Value local = kb.mul(i, kb.i32(64));
-    Value u = kb.divU(local, kb.i32(unit));
-    Value firstSlot = kb.add(kb.loadAt(i32, unitSlot, u),
-                             kb.remU(local, kb.i32(unit)));
-    Value pageOk = kb.cmp(CmpIPredicate::sge,
-                          kb.loadAt(unitPageType(), unitPage, u), kb.i32(0));
-    Value tileStart = kb.add(ctaStart, local);
+    // Each thread row's entry, slot and validity from the tile's place,
+    // not looked up a slot.
+    TilePlace place = ringTilePlace(i);
+    Value pageOk = kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0));
+    Value tileStart = kb.add(ctaStart, place.local);
     for (int64_t r = 0; r < threadRows; ++r) {
       Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
       Value entry = kb.add(tileStart, within);
       Value valid = kb.andI(pageOk, kb.cmp(CmpIPredicate::slt, entry, total));
-      raw.append({valid, entry, kb.add(firstSlot, within)});
+      raw.append({valid, entry, kb.add(place.firstSlot, within)});
       raw.append(chunks, zeroWords);
       if (spec.scales)
         raw.push_back(within);
