@@ -16,7 +16,12 @@
 // RUN: rm -rf %t.auto && spin-compile %s --function=one_row --target=sm_90a -o %t.auto
 // RUN: FileCheck %s --dump-input=never --check-prefix=ONE < %t.auto/sm_90a.ptx
 // RUN: rm -rf %t.auto2 && spin-compile %s --function=mtp --target=sm_90a -o %t.auto2
-// RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.auto2/sm_90a.ptx
+// RUN: FileCheck %s --dump-input=never --check-prefix=WS < %t.auto2/sm_90a.ptx
+// RUN: rm -rf %t.auto3 && spin-compile %s --function=three_rows --target=sm_90a -o %t.auto3
+// RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.auto3/sm_90a.ptx
+// RUN: rm -rf %t.auto4 && spin-compile %s --function=four_rows --target=sm_90a -o %t.auto4
+// RUN: FileCheck %s --dump-input=never --check-prefix=FOUR < %t.auto4/sm_90a.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.auto4/sm_90a.ptx -o %t.auto4/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=REGS4
 // RUN: rm -rf %t.off && spin-compile %s --function=one_row --no-copy-warpgroup --target=sm_90a -o %t.off
 // RUN: FileCheck %s --dump-input=never --check-prefix=OTHER < %t.off/sm_90a.ptx
 // RUN: rm -rf %t.mixed && spin-compile %s --function=one_row --target=sm_90a,sm_100a -o %t.mixed
@@ -59,9 +64,18 @@
 // WS-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
 // WS-NOT: wgmma.mma_async
 // WS: wgmma.commit_group.sync.aligned;
-// WS-NEXT: wgmma.wait_group.sync.aligned{{[[:space:]]+}}0;
+// The scales are read and checked while the MMAs run.
+// WS: vote.sync.ballot.b32
+// WS: wgmma.wait_group.sync.aligned{{[[:space:]]+}}0;
 // WS: mbarrier.arrive.shared::cta.b64
 // WS-NOT: wgmma.mma_async
+// A group's sums of its four (row, thread row) pairs end one in each of
+// its lanes: three shuffles and one store a lane, not two and one each.
+// WS-COUNT-3: shfl.sync.bfly.b32
+// WS-NOT: shfl.sync
+// WS: st.global.b32
+// WS-NOT: st.global
+// WS: bra.uni
 // WS-LABEL: .entry spin_topk_1(
 // No thread copies key rows itself.
 // WS-NOT: cp.async.cg
@@ -83,9 +97,35 @@
 // REGS1-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // REGS1-NEXT: Used 96 registers
 
-// By default the copying warpgroup scores where it measured faster: one
-// row of 64 heads (ONE above, without the option); two rows, the option
-// off, or a target without wgmma keep the other kernel.
+// Four rows (N = 256): two multipliers (168 registers at launch, 232
+// after setmaxnreg), each tile's MMAs in two chains of two rows (N = 128)
+// committed apart, so that the first chain's epilogue runs while the
+// second one's MMAs do; the stage is released after the second wait.
+// FOUR-LABEL: .entry spin_score_dense_0(
+// FOUR: .maxntid 384, 1, 1
+// FOUR: setmaxnreg.inc.sync.aligned.u32 232;
+// FOUR-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
+// FOUR-NOT: wgmma.mma_async
+// FOUR: wgmma.commit_group.sync.aligned;
+// FOUR-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
+// FOUR-NOT: wgmma.mma_async
+// FOUR: wgmma.commit_group.sync.aligned;
+// FOUR-NOT: wgmma.mma_async
+// FOUR: wgmma.wait_group.sync.aligned{{[[:space:]]+}}1;
+// FOUR: st.global.b32
+// FOUR: wgmma.wait_group.sync.aligned{{[[:space:]]+}}0;
+// FOUR: mbarrier.arrive.shared::cta.b64
+// FOUR: st.global.b32
+// FOUR-LABEL: .entry spin_topk_1(
+// REGS4: Compiling entry function 'spin_score_dense_0'
+// REGS4-NEXT: Function properties for spin_score_dense_0
+// REGS4-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// REGS4-NEXT: Used 168 registers
+
+// By default the copying warpgroup scores where it measured faster: one,
+// two or four rows of 64 heads (ONE, WS and FOUR above, without the
+// option); three rows, the option off, or a target without wgmma keep
+// the other kernel.
 // OTHER-LABEL: .entry spin_score_dense_0(
 // OTHER: .maxntid 256, 1, 1
 // OTHER-NOT: setmaxnreg
@@ -168,4 +208,32 @@ func.func @one_row(%q: tensor<2x1x64x128xf8E4M3FN>, %w: tensor<2x1x64xf32>,
   %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 64 : i64}
       : tensor<2x1x512xf32> -> tensor<2x1x64xi32>
   return %t : tensor<2x1x64xi32>
+}
+
+func.func @three_rows(%q: tensor<2x3x64x128xf8E4M3FN>, %w: tensor<2x3x64xf32>,
+                     %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                     %table: tensor<2x8xi32>, %lengths: tensor<2x3xi32>)
+    -> tensor<2x3x64xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x3x64x128xf8E4M3FN>)
+      w(%w : tensor<2x3x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x3xi32>) -> tensor<2x3x512xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x3xi32>) {k = 64 : i64}
+      : tensor<2x3x512xf32> -> tensor<2x3x64xi32>
+  return %t : tensor<2x3x64xi32>
+}
+
+func.func @four_rows(%q: tensor<2x4x64x128xf8E4M3FN>, %w: tensor<2x4x64xf32>,
+                    %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                    %table: tensor<2x8xi32>, %lengths: tensor<2x4xi32>)
+    -> tensor<2x4x64xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x4x64x128xf8E4M3FN>)
+      w(%w : tensor<2x4x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x4xi32>) -> tensor<2x4x512xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x4xi32>) {k = 64 : i64}
+      : tensor<2x4x512xf32> -> tensor<2x4x64xi32>
+  return %t : tensor<2x4x64xi32>
 }

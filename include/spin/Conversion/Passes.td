@@ -188,9 +188,9 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "kernels">,
     Option<"autoCopyWarpgroup", "auto-copy-warpgroup", "bool", "false",
            "with wgmma: the copying warpgroup where it measured faster "
-           "than the other kernels, a CTA's rows of at most 64 heads in "
-           "all (one query row at H = 64), where copy-warpgroup "
-           "applies">,
+           "than the other kernels, a CTA's rows of a power of two of "
+           "heads in all (one, two or four query rows at H = 64; not "
+           "three), where copy-warpgroup applies">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each "
            "(one with the copying warpgroup), "

@@ -154,15 +154,16 @@ func.func @fp8_dense(%q: tensor<2x2x64x128xf8E4M3FN>, %w: tensor<2x2x64xf32>,
 // -----
 
 // Auto (spin-compile's default on sm_90a): the copying warpgroup where it
-// measured faster, one row of 64 heads a CTA; not for two rows (@fp8_dense
-// above), bf16 queries (@dense) or without wgmma, which it needs (no
-// error: the other kernels score). Its CTA takes an SM, so the wave model
-// gives it up to 1024 tiles a warp: 16 x 256K in one wave of 128 CTAs of
-// 8 warps x 256 tiles x 16 slots.
+// measured faster, a CTA's rows of 64, 128 or 256 heads (one, two or four
+// rows at H = 64: @fp8_one_row, @fp8_dense above, @fp8_four_rows); not
+// for three rows (@fp8_three_rows), bf16 queries (@dense) or without
+// wgmma, which it needs (no error: the other kernels score). Its CTA
+// takes an SM, so the wave model gives it up to 1024 tiles a warp: 16 x
+// 256K in one wave of 128 CTAs of 8 warps x 256 tiles x 16 slots.
 // AUTO-LABEL: func.func @dense(
 // AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = true>}
 // AUTO-LABEL: func.func @fp8_dense(
-// AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true>}
+// AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true, copy_warpgroup = true>
 // AUTO-LABEL: func.func @fp8_one_row(
 // AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 256, m_tiles = 1, wgmma = true, copy_warpgroup = true>
 // AUTOSYNC-LABEL: func.func @fp8_one_row(
@@ -179,4 +180,36 @@ func.func @fp8_one_row(%q: tensor<16x1x64x128xf8E4M3FN>, %w: tensor<16x1x64xf32>
       block_table(%table : tensor<16x4096xi32>)
       lengths(%lengths : tensor<16x1xi32>) -> tensor<16x1x262144xf32>
   return %z : tensor<16x1x262144xf32>
+}
+
+// -----
+
+// AUTO-LABEL: func.func @fp8_three_rows(
+// AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true>}
+func.func @fp8_three_rows(%q: tensor<2x3x64x128xf8E4M3FN>, %w: tensor<2x3x64xf32>,
+                          %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                          %table: tensor<2x8xi32>, %lengths: tensor<2x3xi32>)
+    -> tensor<2x3x512xf32> {
+  %z = spin.dense_indexer q(%q : tensor<2x3x64x128xf8E4M3FN>)
+      w(%w : tensor<2x3x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x3xi32>) -> tensor<2x3x512xf32>
+  return %z : tensor<2x3x512xf32>
+}
+
+// -----
+
+// AUTO-LABEL: func.func @fp8_four_rows(
+// AUTO: spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true, copy_warpgroup = true>
+func.func @fp8_four_rows(%q: tensor<2x4x64x128xf8E4M3FN>, %w: tensor<2x4x64xf32>,
+                         %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                         %table: tensor<2x8xi32>, %lengths: tensor<2x4xi32>)
+    -> tensor<2x4x512xf32> {
+  %z = spin.dense_indexer q(%q : tensor<2x4x64x128xf8E4M3FN>)
+      w(%w : tensor<2x4x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>)
+      lengths(%lengths : tensor<2x4xi32>) -> tensor<2x4x512xf32>
+  return %z : tensor<2x4x512xf32>
 }

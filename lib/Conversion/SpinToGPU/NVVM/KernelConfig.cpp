@@ -18,6 +18,7 @@
 
 #include "mlir/Dialect/Async/IR/Async.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 
@@ -113,13 +114,14 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
       rows / scoreRowsPerCta(rows, q.getDimSize(2), q.getDimSize(3),
                              queryBytes, options.wgmma);
   // The copying warpgroup where its kernel applies (dense indexers; other
-  // ops keep the other kernels). By default (auto) only where it measured
-  // faster (docs/benchmarks-kernels.md): at N = 64 its four multipliers
-  // keep the copy engine busy, while the epilogues of more rows bound its
-  // two or three.
+  // ops keep the other kernels). By default (auto) where it measured
+  // faster than the other kernels (docs/benchmarks-kernels.md): a CTA's
+  // rows of 64, 128 or 256 heads in all (one, two or four query rows at
+  // H = 64); other counts (three rows) keep the other kernels.
   int64_t ctaHeads = rows / groups * q.getDimSize(2);
   bool wanted = options.copyWarpgroup ||
-                (options.autoCopyWarpgroup && options.wgmma && ctaHeads <= 64);
+                (options.autoCopyWarpgroup && options.wgmma &&
+                 llvm::isPowerOf2_64(ctaHeads));
   auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
   bool copy = wanted && isa<DenseIndexerOp>(op.getOperation()) && keys &&
               keys.getRank() == 3 &&

@@ -20,6 +20,7 @@
 #include "KernelLibrary.h"
 #include "Kernels.h"
 
+#include <array>
 #include <numeric>
 #include <optional>
 
@@ -272,14 +273,16 @@ private:
   Value ringTiles();
   /// The shared-window address of ring stage `s`'s mbarrier in `bars`.
   Value stageBarrier(Value bars, Value s);
-  /// Ring tile `i` of the CTA, of the ring of multiplier `ring` (its tiles
-  /// ring, ring + mathGroups, ...): its place `index` in that ring's
-  /// sequence, its stage among all rings' stages, and its round through
-  /// the ring.
+  /// The tiles of multiplier `ring`'s ring (the CTA's ring tiles ring,
+  /// ring + mathGroups, ... below `count`): one division a CTA, so that
+  /// the loops over them count their places `j` in the ring's sequence.
+  Value ringTrips(Value count, Value ring);
+  /// Place `j` of multiplier `ring`'s sequence: its ring tile `tile` of the
+  /// CTA, its stage among all rings' stages and its round through the ring.
   struct RingStage {
-    Value index, stage, round;
+    Value tile, stage, round;
   };
-  RingStage ringStage(Value i, Value ring);
+  RingStage ringStage(Value j, Value ring);
   /// Ring tile `i`'s first entry in the CTA (`local`), first slot and page
   /// (-1: bad), from the unit lookups: 64 divides the unit, so a tile lies
   /// in one unit.
@@ -326,7 +329,28 @@ private:
   /// pinned after the chain's wait.
   Accumulators chainRow(ArrayRef<Value> d, int64_t r);
   Accumulators mmaSync(const ARegisters &aRegs, int64_t qrow);
-  void epilogue(ValueRange raw, ArrayRef<Accumulators> accs, int64_t firstQ);
+  /// Each thread row's factor (the unscale of bf16 queries of f16 MMAs
+  /// times its key scale; none without either) and whether every valid
+  /// row of the warp's tile has a finite positive one (`warpFast`; null
+  /// without factors): one check a tile for all its rows' epilogues.
+  struct RowFactors {
+    SmallVector<Value> factors;
+    Value warpFast;
+  };
+  RowFactors rowFactors(ValueRange raw);
+  void epilogue(ValueRange raw, ArrayRef<Accumulators> accs, int64_t firstQ,
+                const RowFactors &rf);
+  /// Sums `v` (one value per index, each a partial sum of a group of four
+  /// lanes) over the group: returns the sums a lane keeps and, per kept
+  /// sum, the index it sums for each of the four lanes (reduceOverQuad).
+  struct QuadSums {
+    SmallVector<Value> sums;
+    SmallVector<std::array<int64_t, 4>> index;
+  };
+  QuadSums reduceOverQuad(ArrayRef<Value> v);
+  /// The value of `valueOf(index[t])` in the lane of quad place t.
+  Value quadSelect(const std::array<int64_t, 4> &index,
+                   function_ref<Value(int64_t)> valueOf);
   LaunchShape launchShape() const;
 
   Type i32, f32, i16, words;
@@ -371,6 +395,9 @@ private:
   static constexpr int64_t kRingStages = 4, kTileBytes = 64 * 128;
   static constexpr int64_t kCopierRegisters = 40;
   int64_t mathGroups = 0, mathRegisters = 0;
+  /// copyWarpgroup: the wgmma chains of a tile, each of an equal share of
+  /// the CTA's rows (multiplyTiles).
+  int64_t wgmmaChains = 1;
   Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
       scaleMap;
 };
@@ -414,6 +441,11 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
     mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
+    // Chains of at most 128 columns: at N = 256 the first chain's
+    // epilogue runs while the second one's MMAs do, which measured faster
+    // than one chain; at N = 128 two chains measured slower than one.
+    if (n > 128 && n % 128 == 0 && rowsPerCta % (n / 128) == 0)
+      wgmmaChains = n / 128;
     threads = 128 * (1 + mathGroups);
     int64_t launch = 65536 / threads / 8 * 8;
     mathRegisters = (launch * threads - 128 * kCopierRegisters) /
@@ -1084,11 +1116,16 @@ Value ScoreKernel::stageBarrier(Value bars, Value s) {
   return sharedAddress(kb, kb.gep(bars, kb.i8T(), kb.mul(s, kb.i32(8))));
 }
 
-ScoreKernel::RingStage ScoreKernel::ringStage(Value i, Value ring) {
-  Value j = kb.divU(i, kb.i32(mathGroups));
+Value ScoreKernel::ringTrips(Value count, Value ring) {
+  Value left = kb.maxS(kb.sub(count, ring), kb.i32(0));
+  return kb.divU(kb.add(left, kb.i32(mathGroups - 1)), kb.i32(mathGroups));
+}
+
+ScoreKernel::RingStage ScoreKernel::ringStage(Value j, Value ring) {
   Value s = kb.add(kb.mul(ring, kb.i32(kRingStages)),
                    kb.remU(j, kb.i32(kRingStages)));
-  return {j, s, kb.divU(j, kb.i32(kRingStages))};
+  return {kb.add(ring, kb.mul(j, kb.i32(mathGroups))), s,
+          kb.divU(j, kb.i32(kRingStages))};
 }
 
 ScoreKernel::TilePlace ScoreKernel::ringTilePlace(Value i) {
@@ -1122,16 +1159,16 @@ void ScoreKernel::copyTiles(Value count) {
   Value copier = kb.andI(kb.cmp(CmpIPredicate::ult, warp, kb.i32(mathGroups)),
                          kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)));
   kb.ifThen(copier, [&] {
-    kb.forLoop(warp, count, kb.i32(mathGroups), [&](Value i) {
-      RingStage rs = ringStage(i, warp);
+    kb.forLoop(kb.i32(0), ringTrips(count, warp), kb.i32(1), [&](Value j) {
+      RingStage rs = ringStage(j, warp);
       Value s = rs.stage;
-      kb.ifThen(kb.cmp(CmpIPredicate::sge, rs.index, kb.i32(kRingStages)),
+      kb.ifThen(kb.cmp(CmpIPredicate::sge, j, kb.i32(kRingStages)),
                 [&] {
                   waitBarrier(kb, stageBarrier(emptyBars, s),
                               kb.andI(kb.sub(rs.round, kb.i32(1)), kb.i32(1)));
                 });
       // The tile's page and its first row there.
-      TilePlace place = ringTilePlace(i);
+      TilePlace place = ringTilePlace(rs.tile);
       Value page = kb.select(kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0)),
                              place.page, kb.i32(0));
       Value row = kb.remU(place.firstSlot, kb.i32(spec.pageSize));
@@ -1163,26 +1200,30 @@ void ScoreKernel::copyTiles(Value count) {
 
 /// Warpgroups 1 .. mathGroups: tiles k - 1, k - 1 + mathGroups, ... of
 /// warpgroup k, from its own ring. Per tile: this thread's two slots
-/// located, the stage awaited, their scales read from it, one wgmma chain
-/// (keys as A, M = 64 slots; all the CTA's rows' queries as B, N = rows x
-/// heads; four k32 steps), the stage released, then each row's epilogue on
-/// the accumulator columns of its heads. Warp w of the group holds slots
-/// 16 w .. 16 w + 15 of the tile, as a warp tile of the other shapes does.
+/// located, the stage awaited, `wgmmaChains` wgmma chains of four k32
+/// steps (keys as A, M = 64 slots; as B the queries of the chain's rows,
+/// N = rows x heads) committed one group each, the scales read from the
+/// stage and checked while they run; then per chain its wait and its
+/// rows' epilogue, the stage released after the last wait. A chain's
+/// epilogue runs while the later chains' MMAs do. Warp w of the group
+/// holds slots 16 w .. 16 w + 15 of the tile, as a warp tile of the other
+/// shapes does.
 void ScoreKernel::multiplyTiles(Value count) {
   ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 " +
                        std::to_string(mathRegisters) + ";");
   staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
   Value wi = kb.remU(warp, kb.i32(4));
-  const int64_t n = rowsPerCta * H;
-  kb.forLoop(group, count, kb.i32(mathGroups), [&](Value i) {
-    RingStage rs = ringStage(i, group);
+  const int64_t chainRows = rowsPerCta / wgmmaChains;
+  const int64_t n = chainRows * H;
+  kb.forLoop(kb.i32(0), ringTrips(count, group), kb.i32(1), [&](Value j) {
+    RingStage rs = ringStage(j, group);
     Value s = rs.stage;
     Value parity = kb.andI(rs.round, kb.i32(1));
     SmallVector<Value> raw;
     // Each thread row's entry, slot and validity from the tile's place,
     // not looked up a slot.
-    TilePlace place = ringTilePlace(i);
+    TilePlace place = ringTilePlace(rs.tile);
     Value pageOk = kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0));
     Value tileStart = kb.add(ctaStart, place.local);
     for (int64_t r = 0; r < threadRows; ++r) {
@@ -1195,6 +1236,21 @@ void ScoreKernel::multiplyTiles(Value count) {
         raw.push_back(within);
     }
     waitBarrier(kb, stageBarrier(fullBars, s), parity);
+    Value keysDesc = swizzledDescriptor(
+        kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    SmallVector<SmallVector<Value>> d(wgmmaChains);
+    for (int64_t c = 0; c < wgmmaChains; ++c) {
+      // The chain's query rows start 128 bytes a head into the staged
+      // queries (16 descriptor units).
+      Value queriesDesc =
+          kb.add(staged->descriptor, kb.i64(c * chainRows * H * 8));
+      for (int64_t k = 0; k < 4; ++k)
+        d[c] = wgmmaSharedE4M3(kb, n, d[c], kb.add(keysDesc, kb.i64(2 * k)),
+                               kb.add(queriesDesc, kb.i64(2 * k)),
+                               /*first=*/k == 0);
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    }
     // The stage's scale of each thread row (in place of its row index).
     if (spec.scales)
       for (int64_t r = 0; r < threadRows; ++r) {
@@ -1205,29 +1261,25 @@ void ScoreKernel::multiplyTiles(Value count) {
                                       kb.i32(4))),
                         4);
       }
-    Value keysDesc = swizzledDescriptor(
-        kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    SmallVector<Value> d;
-    for (int64_t k = 0; k < 4; ++k)
-      d = wgmmaSharedE4M3(kb, n, d, kb.add(keysDesc, kb.i64(2 * k)),
-                          kb.add(staged->descriptor, kb.i64(2 * k)),
-                          /*first=*/k == 0);
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-    // The warp's wgmma reads of the stage ended with its wait; lane 0
-    // releases the stage once every lane is past it.
-    kb.syncWarp();
-    kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
-      ptxStatement(kb,
-                   "{\n.reg .b64 state;\n"
-                   "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
-                   "r", {stageBarrier(emptyBars, s)});
-    });
-    SmallVector<Accumulators> accs;
-    for (int64_t q = 0; q < rowsPerCta; ++q)
-      accs.push_back(chainRow(d, q));
-    epilogue(raw, accs, 0);
+    RowFactors rf = rowFactors(raw);
+    for (int64_t c = 0; c < wgmmaChains; ++c) {
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, wgmmaChains - 1 - c);
+      if (c == wgmmaChains - 1) {
+        // The warp's wgmma reads of the stage ended with its last wait;
+        // lane 0 releases the stage once every lane is past it.
+        kb.syncWarp();
+        kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+          ptxStatement(kb,
+                       "{\n.reg .b64 state;\n"
+                       "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
+                       "r", {stageBarrier(emptyBars, s)});
+        });
+      }
+      SmallVector<Accumulators> accs;
+      for (int64_t q = 0; q < chainRows; ++q)
+        accs.push_back(chainRow(d[c], q));
+      epilogue(raw, accs, c * chainRows, rf);
+    }
   });
 }
 
@@ -1356,8 +1408,9 @@ void ScoreKernel::computeTile(ValueRange raw) {
     mmaWgmma(raw, aRegs);
     return;
   }
+  RowFactors rf = rowFactors(raw);
   for (int64_t r = 0; r < rowsPerCta; ++r)
-    epilogue(raw, {mmaSync(aRegs, r)}, r);
+    epilogue(raw, {mmaSync(aRegs, r)}, r, rf);
 }
 
 /// Thread row r's A registers of chunk c, in k-step order (two per k-step:
@@ -1400,6 +1453,7 @@ ScoreKernel::ARegisters ScoreKernel::aRegisters(ValueRange raw) {
 /// wgmmaRows * H) a chain, each followed by its rows' epilogues.
 void ScoreKernel::mmaWgmma(ValueRange raw, const ARegisters &aRegs) {
   const int64_t kstepBytes = rowsPerCta * H * 32;
+  RowFactors rf = rowFactors(raw);
   // The A registers are pinned before the first fence, so that no
   // conversion lands between a fence and the wgmma that reads it.
   SmallVector<SmallVector<Value, 4>> a = aRegs[0];
@@ -1421,7 +1475,7 @@ void ScoreKernel::mmaWgmma(ValueRange raw, const ARegisters &aRegs) {
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
     for (int64_t r = 0; r < rows; ++r)
-      epilogue(raw, {chainRow(d, r)}, first + r);
+      epilogue(raw, {chainRow(d, r)}, first + r, rf);
   }
 }
 
@@ -1472,15 +1526,98 @@ ScoreKernel::Accumulators ScoreKernel::mmaSync(const ARegisters &aRegs,
   return acc;
 }
 
+ScoreKernel::RowFactors ScoreKernel::rowFactors(ValueRange raw) {
+  RowFactors rf;
+  Value allFast = kb.i1(true);
+  for (int64_t r = 0; r < threadRows; ++r) {
+    Value factor = staged->unscale;
+    if (spec.scales)
+      factor = factor ? kb.mul(factor, rowPart(raw, r, 3 + chunks))
+                      : rowPart(raw, r, 3 + chunks);
+    rf.factors.push_back(factor);
+    if (factor) {
+      // Finite and positive (subnormals included): its bits less one,
+      // unsigned, below those of the largest finite f32.
+      Value bits = kb.bitcast(factor, i32);
+      Value finitePositive =
+          kb.cmp(CmpIPredicate::ult, kb.sub(bits, kb.i32(1)),
+                 kb.i32(0x7f7fffff));
+      allFast = kb.andI(allFast, kb.orI(kb.not1(rowPart(raw, r, 0)),
+                                        finitePositive));
+    }
+  }
+  if (rf.factors[0])
+    rf.warpFast = kb.cmp(CmpIPredicate::eq, kb.ballot(allFast), kb.i32(-1));
+  return rf;
+}
+
+/// Sums over the four lanes of a group without a shuffle per value: at
+/// each of the two butterfly steps a lane keeps one value of each pair
+/// (the lower if its bit of the step is clear) and adds its partner's
+/// copy of it, so the values halve each step; one left is summed by a
+/// plain butterfly. Each sum is formed as the plain butterfly forms it
+/// (the lane's own partial sum first, f32 addition commutes), so the
+/// result is the same in every lane that holds it.
+ScoreKernel::QuadSums ScoreKernel::reduceOverQuad(ArrayRef<Value> v) {
+  QuadSums q;
+  q.sums.assign(v.begin(), v.end());
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)
+    q.index.push_back({i, i, i, i});
+  for (int64_t mask : {1, 2}) {
+    Value upper = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(mask)),
+                         kb.i32(0));
+    QuadSums next;
+    const int64_t size = q.sums.size();
+    for (int64_t k = 0; k + 1 < size; k += 2) {
+      Value lo = q.sums[k], hi = q.sums[k + 1];
+      Value keep = kb.select(upper, hi, lo);
+      Value send = kb.select(upper, lo, hi);
+      next.sums.push_back(kb.add(keep, kb.shflXor(send, mask)));
+      std::array<int64_t, 4> index;
+      for (int64_t lane = 0; lane < 4; ++lane)
+        index[lane] = (lane & mask) ? q.index[k + 1][lane] : q.index[k][lane];
+      next.index.push_back(index);
+    }
+    if (size % 2) {
+      Value last = q.sums.back();
+      next.sums.push_back(kb.add(last, kb.shflXor(last, mask)));
+      next.index.push_back(q.index.back());
+    }
+    q = std::move(next);
+  }
+  return q;
+}
+
+Value ScoreKernel::quadSelect(const std::array<int64_t, 4> &index,
+                              function_ref<Value(int64_t)> valueOf) {
+  auto pick = [&](Value bit, Value set, Value clear) {
+    return set == clear ? set : kb.select(bit, set, clear);
+  };
+  SmallVector<Value, 4> values(4);
+  for (int64_t lane = 0; lane < 4; ++lane) {
+    for (int64_t prev = 0; prev < lane && !values[lane]; ++prev)
+      if (index[prev] == index[lane])
+        values[lane] = values[prev];
+    if (!values[lane])
+      values[lane] = valueOf(index[lane]);
+  }
+  Value bit0 = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(1)), kb.i32(0));
+  Value bit1 = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(2)), kb.i32(0));
+  return pick(bit1, pick(bit0, values[3], values[2]),
+              pick(bit0, values[1], values[0]));
+}
+
 /// The epilogue of query rows firstQ .. firstQ + accs.size() - 1 of the
 /// tile: ReLU(dot * scale) * w summed over the heads (the group's four
 /// threads hold a row's heads), one store per entry below the row's entry
-/// count. Several rows share one factor check and one branch, so that
-/// their independent head sums interleave: the copying warpgroup's
-/// multipliers, a warp or two of them per scheduler, wait on the latency
-/// of one row's chain of FMAs otherwise.
+/// count. Several rows share one branch, so that their independent head
+/// sums interleave: the copying warpgroup's multipliers, a warp or two of
+/// them per scheduler, wait on the latency of one row's chain of FMAs
+/// otherwise. The group's sums of its (query row, thread row) pairs end in
+/// its lanes a quarter each (reduceOverQuad), and each lane stores its
+/// own.
 void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
-                           int64_t firstQ) {
+                           int64_t firstQ, const RowFactors &rf) {
   const int64_t rows = accs.size();
   SmallVector<SmallVector<Value>> weights(rows);
   SmallVector<Value> outBases, rowTotals;
@@ -1507,24 +1644,7 @@ void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
                      kb.i32(qrow * H + nt * 8 + j))));
     }
   }
-  // Each thread row's factor: unscale (bf16 queries of f16 MMAs) times the
-  // key scale, or none.
-  SmallVector<Value> factors;
-  Value allFast = kb.i1(true);
-  for (int64_t r = 0; r < threadRows; ++r) {
-    Value factor = staged->unscale;
-    if (spec.scales)
-      factor = factor ? kb.mul(factor, rowPart(raw, r, 3 + chunks))
-                      : rowPart(raw, r, 3 + chunks);
-    factors.push_back(factor);
-    if (factor) {
-      Value finitePositive = kb.andI(
-          kb.cmpF(CmpFPredicate::OGT, factor, kb.f32(0.0)),
-          kb.cmpF(CmpFPredicate::OLT, factor, kb.f32Bits(0x7f800000u)));
-      allFast = kb.andI(allFast, kb.orI(kb.not1(rowPart(raw, r, 0)),
-                                        finitePositive));
-    }
-  }
+  const SmallVector<Value> &factors = rf.factors;
   // A finite positive factor f leaves ReLU(dot * f) = ReLU(dot) * f, so
   // it multiplies the head sum once instead of every head's dot (a third
   // of the epilogue's instructions, which bound the rows of an MTP step);
@@ -1551,40 +1671,48 @@ void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
     return sums;
   };
   SmallVector<Value> sums;
-  Value warpFast;
-  if (!factors[0]) {
+  if (!rf.warpFast)
     sums = headSums(false);
-  } else {
-    warpFast = kb.cmp(CmpIPredicate::eq, kb.ballot(allFast), kb.i32(-1));
+  else
     sums = kb.ifThenElse(
-        SmallVector<Type>(rows * threadRows, f32), warpFast,
+        SmallVector<Type>(rows * threadRows, f32), rf.warpFast,
         [&]() -> SmallVector<Value> { return headSums(true); },
         [&]() -> SmallVector<Value> { return headSums(false); });
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t qrow = firstQ + i;
-    for (int64_t r = 0; r < threadRows; ++r) {
-      Value sum = sums[i * threadRows + r];
-      sum = kb.add(sum, kb.shflXor(sum, 1));
-      sum = kb.add(sum, kb.shflXor(sum, 2));
-      if (warpFast)
-        sum = kb.select(warpFast, kb.mul(sum, factors[r]), sum);
-      // Thread t of the group writes row r = t (and r = t + 4, ...).
-      Value valid = rowPart(raw, r, 0), entry = rowPart(raw, r, 1);
+  QuadSums reduced = reduceOverQuad(sums);
+  for (size_t e = 0; e < reduced.sums.size(); ++e) {
+    const std::array<int64_t, 4> &index = reduced.index[e];
+    auto of = [&](auto part) {
+      return quadSelect(index, [&](int64_t x) {
+        return part(x / threadRows, x % threadRows);
+      });
+    };
+    Value sum = reduced.sums[e];
+    if (rf.warpFast)
+      sum = kb.select(rf.warpFast,
+                      kb.mul(sum, of([&](int64_t, int64_t r) {
+                        return factors[r];
+                      })),
+                      sum);
+    Value valid = of([&](int64_t i, int64_t r) {
+      Value v = rowPart(raw, r, 0);
       if (spec.sparse && rowsPerCta > 1)
-        valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, rowPart(raw, r, 2),
-                                      visible[qrow]));
-      Value mine = kb.cmp(CmpIPredicate::eq, t, kb.i32(r % 4));
-      // Every entry of the row is written: one on a bad page (and, sparse,
-      // past the row's visible length) as NaN, never selected and never
-      // folded into the state, so that the top-K reads no stale or
-      // unwritten score.
-      Value write = kb.andI(lengthOk[qrow],
-                            kb.cmp(CmpIPredicate::slt, entry, rowTotals[i]));
-      Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
-      kb.ifThen(kb.andI(mine, write),
-                [&] { kb.storeAt(value, out, kb.add(outBases[i], entry)); });
-    }
+        v = kb.andI(v, kb.cmp(CmpIPredicate::slt, rowPart(raw, r, 2),
+                              visible[firstQ + i]));
+      return v;
+    });
+    Value entry = of([&](int64_t, int64_t r) { return rowPart(raw, r, 1); });
+    // Every entry of the row is written: one on a bad page (and, sparse,
+    // past the row's visible length) as NaN, never selected and never
+    // folded into the state, so that the top-K reads no stale or
+    // unwritten score.
+    Value write = kb.andI(
+        of([&](int64_t i, int64_t) { return lengthOk[firstQ + i]; }),
+        kb.cmp(CmpIPredicate::slt, entry,
+               of([&](int64_t i, int64_t) { return rowTotals[i]; })));
+    Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
+    Value outBase = of([&](int64_t i, int64_t) { return outBases[i]; });
+    kb.ifThen(write,
+              [&] { kb.storeAt(value, out, kb.add(outBase, entry)); });
   }
 }
 
