@@ -244,6 +244,10 @@ def all_configs():
           q="fp8", rows=4),
         C("dense-fp8-h64-d128-p64-b3-k512-r3-qfp8-mmasync", d, "fp8", 64, 128, 64, 64, 3,
           512, q="fp8", rows=3, no_wgmma=True),
+        # Three rows (N = 192): the other kernel by default, the copying
+        # warpgroup with --copy-warpgroup (two multipliers, one chain).
+        C("dense-fp8-h64-d128-p64-b16-k512-r3-qfp8", d, "fp8", 64, 128, 64, 64, 16, 512,
+          q="fp8", rows=3, zero_length=True),
         C("dense-bf16-h8-d64-p16-b3-k16-r3", d, "bf16", 8, 64, 16, 24, 3, 16, rows=3),
         C("dense-bf16-h64-d128-p64-b3-k512-r4", d, "bf16", 64, 128, 64, 64, 3, 512, rows=4,
           zero_length=True),
