@@ -154,7 +154,7 @@ func.func @fp8_dense(%q: tensor<2x2x64x128xf8E4M3FN>, %w: tensor<2x2x64xf32>,
 // -----
 
 // Auto (spin-compile's default on sm_90a): the copying warpgroup where it
-// measured faster, a CTA's rows of 64, 128 or 256 heads (one, two or four
+// measured faster, a CTA's rows of a power of two of heads up to 256 (one, two or four
 // rows at H = 64: @fp8_one_row, @fp8_dense above, @fp8_four_rows); not
 // for three rows (@fp8_three_rows), bf16 queries (@dense) or without
 // wgmma, which it needs (no error: the other kernels score). Its CTA

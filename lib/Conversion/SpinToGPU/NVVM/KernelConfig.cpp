@@ -116,8 +116,9 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   // The copying warpgroup where its kernel applies (dense indexers; other
   // ops keep the other kernels). By default (auto) where it measured
   // faster than the other kernels (docs/benchmarks-kernels.md): a CTA's
-  // rows of 64, 128 or 256 heads in all (one, two or four query rows at
-  // H = 64); other counts (three rows) keep the other kernels.
+  // rows of a power of two of heads in all, at most 256 (one, two or four
+  // query rows at H = 64); other counts (three rows) keep the other
+  // kernels.
   int64_t ctaHeads = rows / groups * q.getDimSize(2);
   bool wanted = options.copyWarpgroup ||
                 (options.autoCopyWarpgroup && options.wgmma &&
