@@ -348,6 +348,10 @@ private:
     SmallVector<std::array<int64_t, 4>> index;
   };
   QuadSums reduceOverQuad(ArrayRef<Value> v);
+  /// Whether bit `mask` of this lane's place in its group of four is set.
+  Value quadBit(int64_t mask) {
+    return kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(mask)), kb.i32(0));
+  }
   /// The value of `valueOf(index[t])` in the lane of quad place t.
   Value quadSelect(const std::array<int64_t, 4> &index,
                    function_ref<Value(int64_t)> valueOf);
@@ -1242,7 +1246,7 @@ void ScoreKernel::multiplyTiles(Value count) {
     SmallVector<SmallVector<Value>> d(wgmmaChains);
     for (int64_t c = 0; c < wgmmaChains; ++c) {
       // The chain's query rows start 128 bytes a head into the staged
-      // queries (16 descriptor units).
+      // queries (8 descriptor units of 16 bytes).
       Value queriesDesc =
           kb.add(staged->descriptor, kb.i64(c * chainRows * H * 8));
       for (int64_t k = 0; k < 4; ++k)
@@ -1564,8 +1568,7 @@ ScoreKernel::QuadSums ScoreKernel::reduceOverQuad(ArrayRef<Value> v) {
   for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)
     q.index.push_back({i, i, i, i});
   for (int64_t mask : {1, 2}) {
-    Value upper = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(mask)),
-                         kb.i32(0));
+    Value upper = quadBit(mask);
     QuadSums next;
     const int64_t size = q.sums.size();
     for (int64_t k = 0; k + 1 < size; k += 2) {
@@ -1601,8 +1604,7 @@ Value ScoreKernel::quadSelect(const std::array<int64_t, 4> &index,
     if (!values[lane])
       values[lane] = valueOf(index[lane]);
   }
-  Value bit0 = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(1)), kb.i32(0));
-  Value bit1 = kb.cmp(CmpIPredicate::ne, kb.andI(t, kb.i32(2)), kb.i32(0));
+  Value bit0 = quadBit(1), bit1 = quadBit(2);
   return pick(bit1, pick(bit0, values[3], values[2]),
               pick(bit0, values[1], values[0]));
 }
