@@ -173,6 +173,11 @@ def all_configs():
         # select kernel lets the scoring kernel start before its own wait.
         C("spin-fp8-h64-d128-p64-bs64-b16-k512-sp0.5-max-sm1", s, "fp8", 64, 128, 64, 64,
           16, 512, bs=64, sp=0.5, sm_count=1),
+        # The same with fp8 queries, sparse scoring by the copying warpgroup,
+        # on 4 "SMs" for 3 requests of 2 predict CTAs: one scoring CTA
+        # prefetches its first tiles from the previous step's list.
+        C("spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-max-qfp8-sm4", s, "fp8", 64, 128, 64,
+          128, 3, 512, q="fp8", bs=64, sp=0.5, sm_count=4),
         # --- noninteger inputs: one dense and one SPIN per key format -------
         C("nonint-dense-bf16-h64-d128-p64-b3-k512", d, "bf16", 64, 128, 64, 64, 3, 512,
           scheme="noninteger"),

@@ -9,8 +9,16 @@
 // RUN: not spin-compile %s --function=mtp --copy-warpgroup --target=sm_90a,sm_100a -o %t.chips 2>&1 | FileCheck %s --check-prefix=CHIPS
 // RUN: not spin-compile %s --function=mtp --copy-warpgroup --no-wgmma --target=sm_90a -o %t.sync 2>&1 | FileCheck %s --check-prefix=NOWG
 // RUN: not spin-compile %s --function=mtp --copy-warpgroup --fused-fp8-pages --target=sm_90a -o %t.fused 2>&1 | FileCheck %s --check-prefix=FUSED
-// RUN: rm -rf %t.spin && spin-compile %s --function=mtp --sparsify="sparsity=0.5 block-size=64" --copy-warpgroup --target=sm_90a -o %t.spin && %ptxas -arch=sm_90a %t.spin/sm_90a.ptx -o %t.spin/sm_90a.cubin
+// RUN: rm -rf %t.spin && spin-compile %s --function=mtp --sparsify="sparsity=0.5 block-size=64" --target=sm_90a -o %t.spin
+// RUN: %ptxas -arch=sm_90a -v %t.spin/sm_90a.ptx -o %t.spin/sm_90a.cubin 2>&1 | FileCheck %s --check-prefix=SPREGS
 // RUN: FileCheck %s --dump-input=never --check-prefix=SPARSE < %t.spin/sm_90a.ptx
+// RUN: FileCheck %s --dump-input=never --check-prefix=SPMANIFEST < %t.spin/manifest.json
+// RUN: rm -rf %t.spin32 && spin-compile %s --function=mtp --sparsify="sparsity=0.5 block-size=32" --copy-warpgroup --target=sm_90a -o %t.spin32
+// RUN: FileCheck %s --dump-input=never --check-prefix=SPARSE32 < %t.spin32/sm_90a.ptx
+// RUN: rm -rf %t.spin.fused && not spin-compile %s --function=mtp --sparsify="sparsity=0.5 block-size=64" --copy-warpgroup --fused-fp8-pages --target=sm_90a -o %t.spin.fused 2>&1 | FileCheck %s --check-prefix=SPFUSED
+// RUN: rm -rf %t.pre && spin-compile %s --function=one_row_long --sparsify="sparsity=0.5 block-size=64" --sm-count=3 --target=sm_90a -o %t.pre
+// RUN: %ptxas -arch=sm_90a %t.pre/sm_90a.ptx -o %t.pre/sm_90a.cubin
+// RUN: FileCheck %s --dump-input=never --check-prefix=PREFETCH < %t.pre/sm_90a.ptx
 // RUN: rm -rf %t.bf16 && spin-compile %s --function=mtp_bf16 --copy-warpgroup --target=sm_90a -o %t.bf16
 // RUN: FileCheck %s --dump-input=never --check-prefix=BF16 < %t.bf16/sm_90a.ptx
 // RUN: rm -rf %t.auto && spin-compile %s --function=one_row --target=sm_90a -o %t.auto
@@ -157,12 +165,48 @@
 // MANIFEST-NEXT: "argument": 3,
 // MANIFEST-NEXT: "rows": 64
 
-// The option applies where the kernel does: a SPIN step's sparse scoring
-// and bf16 queries keep the other kernels (256 threads, no setmaxnreg).
+// A SPIN step's sparse scoring of 64-slot blocks takes the same kernel (by
+// default, as the dense one): a 64-slot tile is one selected block's, its
+// page looked up through the block list. The ring is set up and the queries
+// staged before the grid wait, while the select kernel runs; the block
+// list and counts are read after it. No spills at two rows.
 // SPARSE-LABEL: .entry spin_score_sparse_2(
-// SPARSE: .maxntid 256, 1, 1
-// SPARSE-NOT: setmaxnreg
+// SPARSE: .param .align 64 .b8 spin_score_sparse_2_param_13[128],
+// SPARSE-NEXT: .param .align 64 .b8 spin_score_sparse_2_param_14[128]
+// SPARSE: .maxntid 512, 1, 1
+// SPARSE-COUNT-12: mbarrier.init.shared::cta.b64 [%r{{[0-9]+}}], {{[14]}};
+// SPARSE: fence.proxy.async.shared::cta;
+// SPARSE: bar.sync 0;
+// SPARSE: griddepcontrol.wait;
+// SPARSE: setmaxnreg.dec.sync.aligned.u32 40;
+// SPARSE: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// SPARSE: setmaxnreg.inc.sync.aligned.u32 152;
 // SPARSE-LABEL: .entry spin_topk_sparse_3(
+// SPREGS: Function properties for spin_score_sparse_2
+// SPREGS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// SPMANIFEST: "kernel": "spin_score_sparse_2",
+// SPMANIFEST: "kind": "tensor_map",
+// SPMANIFEST-NEXT: "argument": 2,
+// SPMANIFEST: "kind": "tensor_map",
+// SPMANIFEST-NEXT: "argument": 3,
+// A single-row step whose selection lets the scoring start before its
+// wait (a predict grid of more CTAs than SMs: 4 on 3): the copying
+// warpgroup's CTA prefetches its first tiles where the previous step's
+// list put them, before the wait.
+// PREFETCH-LABEL: .entry spin_score_sparse_1(
+// PREFETCH: .param .align 64 .b8 spin_score_sparse_1_param_16[128]
+// PREFETCH: .maxntid 640, 1, 1
+// PREFETCH: prefetch.global.L2
+// PREFETCH: griddepcontrol.wait;
+// PREFETCH: setmaxnreg.dec.sync.aligned.u32 40;
+// SPFUSED: 'spin.fused_score' op GPU path: copy_warpgroup reads the compact key cache (not fused-fp8-pages)
+// The option applies where the kernel does: blocks of 32 slots (a tile
+// would span two blocks) and bf16 queries keep the other kernels (256
+// threads, no setmaxnreg).
+// SPARSE32-LABEL: .entry spin_score_sparse_2(
+// SPARSE32: .maxntid 256, 1, 1
+// SPARSE32-NOT: setmaxnreg
+// SPARSE32-LABEL: .entry spin_topk_sparse_3(
 // BF16-LABEL: .entry spin_score_dense_0(
 // BF16: .maxntid 256, 1, 1
 // BF16-NOT: setmaxnreg
@@ -236,4 +280,18 @@ func.func @four_rows(%q: tensor<2x4x64x128xf8E4M3FN>, %w: tensor<2x4x64xf32>,
   %t = spin.topk %z lengths(%lengths : tensor<2x4xi32>) {k = 64 : i64}
       : tensor<2x4x512xf32> -> tensor<2x4x64xi32>
   return %t : tensor<2x4x64xi32>
+}
+
+func.func @one_row_long(%q: tensor<2x1x64x128xf8E4M3FN>, %w: tensor<2x1x64xf32>,
+                        %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                        %table: tensor<2x128xi32>, %lengths: tensor<2x1xi32>)
+    -> tensor<2x1x64xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x64x128xf8E4M3FN>)
+      w(%w : tensor<2x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x128xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x8192xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 64 : i64}
+      : tensor<2x1x8192xf32> -> tensor<2x1x64xi32>
+  return %t : tensor<2x1x64xi32>
 }

@@ -66,10 +66,11 @@ static cl::opt<int64_t>
            cl::init(0));
 static cl::opt<bool> copyWarpgroup(
     "copy-warpgroup",
-    cl::desc("sm_90a: dense fp8 scoring by one warpgroup that copies key "
-             "tiles into shared memory through tensor maps and two to four "
-             "that multiply them, wherever it applies (default: where it "
-             "measured faster, when every target is sm_90a)"),
+    cl::desc("sm_90a: fp8 scoring (dense, and SPIN's sparse scoring of "
+             "blocks of a multiple of 64 slots) by one warpgroup that copies "
+             "key tiles into shared memory through tensor maps and two to "
+             "four that multiply them, wherever it applies (default: where "
+             "it measured faster, when every target is sm_90a)"),
     cl::init(false));
 static cl::opt<bool> noCopyWarpgroup(
     "no-copy-warpgroup",

@@ -181,7 +181,8 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "score with wgmma (sm_90a only; one M tile, warps-per-cta a "
            "multiple of 4)">,
     Option<"copyWarpgroup", "copy-warpgroup", "bool", "false",
-           "with wgmma: dense indexers of fp8 keys and queries (Dh = 128, "
+           "with wgmma: dense indexers and sparse scoring (blocks of a "
+           "multiple of 64 slots) of fp8 keys and queries (Dh = 128, "
            "compact key cache) scored by a warpgroup that copies key tiles "
            "through tensor maps and two to four that multiply them "
            "(#spin.score_config copy_warpgroup); other ops keep their "

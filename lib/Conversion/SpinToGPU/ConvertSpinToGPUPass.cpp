@@ -223,6 +223,17 @@ private:
   /// The run-time page count of a key cache (an i32 `dim` argument).
   Buffer pagesOf(Value keys);
   Buffer tensorMapOf(Value tensor);
+  /// The copying warpgroup's tensor maps of the keys (and their scales),
+  /// after a scoring kernel's other operands.
+  template <typename IndexerLike>
+  void appendTensorMaps(IndexerLike op, const ScoreKernelSpec &spec,
+                        SmallVectorImpl<Buffer> &operands) {
+    if (!spec.copyWarpgroup)
+      return;
+    operands.push_back(tensorMapOf(op.getKeys()));
+    if (op.getScales())
+      operands.push_back(tensorMapOf(op.getScales()));
+  }
   /// The state fields of `layer`, bound on first use.
   std::array<Buffer, 3> stateOf(Operation *user, Value state);
   /// The slot count of `state`'s layer (bound with its fields).
@@ -620,11 +631,7 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
                        spec->batch * spec->rows * spec->outWidth() * 4);
   LaunchShape shape = buildScoreKernel(b, op.getLoc(), kernels, *spec);
   operands->append({out, pagesOf(op.getKeys()), *errors});
-  if (spec->copyWarpgroup) {
-    operands->push_back(tensorMapOf(op.getKeys()));
-    if (op.getScales())
-      operands->push_back(tensorMapOf(op.getScales()));
-  }
+  appendTensorMaps(op, *spec, *operands);
   launch(spec->name, shape, *operands, op);
   buffers[op.getScores()] = out;
   return success();
@@ -863,11 +870,18 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->fusedPages = options.fusedFp8Pages;
   spec->name = kernelName("score_sparse");
   spec->sparse = true;
-  if (spec->copyWarpgroup)
-    return op.emitOpError("GPU path: copy_warpgroup scores dense indexers "
-                          "only"),
-           failure();
   spec->blockSize = mask.blockSize;
+  // A 64-slot tile of the copying warpgroup lies in one selected block, and
+  // the copy engine reads the compact key cache.
+  if (spec->copyWarpgroup && spec->blockSize % 64 != 0)
+    return op.emitOpError("GPU path: copy_warpgroup scores blocks of a "
+                          "multiple of 64 slots (got block_size = ")
+               << spec->blockSize << ")",
+           failure();
+  if (spec->copyWarpgroup && spec->fusedPages)
+    return op.emitOpError("GPU path: copy_warpgroup reads the compact key "
+                          "cache (not fused-fp8-pages)"),
+           failure();
   spec->maxBlocks = mask.maxBlocks;
   // The scoring CTAs start while the select kernel runs: they prefetch
   // their first tiles where the previous step's list put them, which
@@ -888,6 +902,7 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   if (mask.previous)
     operands->append({*mask.previous, *slots});
   operands->append({scores, pagesOf(op.getKeys()), *errors});
+  appendTensorMaps(op, *spec, *operands);
   Launch &scoring = launch(spec->name, shape, *operands, op);
   buffers[op.getScores()] = scores;
   masks[op.getScores()] = mask; // the scores' entries follow the list

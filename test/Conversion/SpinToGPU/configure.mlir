@@ -213,3 +213,37 @@ func.func @fp8_four_rows(%q: tensor<2x4x64x128xf8E4M3FN>, %w: tensor<2x4x64xf32>
       lengths(%lengths : tensor<2x4xi32>) -> tensor<2x4x512xf32>
   return %z : tensor<2x4x512xf32>
 }
+
+// -----
+
+// A SPIN step's sparse scoring of fp8 keys and queries takes the copying
+// warpgroup by default where a 64-slot tile lies in one selected block
+// (blocks of 64: @fp8_spin_step; of 32: @fp8_spin_step_small_blocks keeps
+// the other kernel). The wave model sizes its CTAs for the selection's
+// budget (16 x 64K at rho = 0.5: 32K entries a row, 128 CTAs of 8 x 32
+// tiles of 16 slots, one wave).
+// AUTO-LABEL: func.func @fp8_spin_step(
+// AUTO: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = true, copy_warpgroup = true>
+// AUTO-LABEL: func.func @fp8_spin_step_small_blocks(
+// AUTO: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true>,
+// CW-LABEL: func.func @fp8_spin_step_small_blocks(
+// CW: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true>,
+func.func @fp8_spin_step(%q: tensor<16x1x64x128xf8E4M3FN>, %w: tensor<16x1x64xf32>,
+                         %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                         %table: tensor<16x1024xi32>, %n: tensor<16x1xi32>, %p: tensor<16x1xi32> {spin.positions},
+                         %ids: tensor<16xi64> {spin.request_ids}) -> tensor<16x1x512xi32> {
+  %s = spin.layer_state %ids : tensor<16xi64> -> !spin.state<layer = 0>
+  %m = spin.fused_select %s positions(%p : tensor<16x1xi32>) lengths(%n : tensor<16x1xi32>) {block_size = 64 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 512 : i64} : !spin.state<layer = 0> -> tensor<16x1024xi1>
+  %t, %z = spin.fused_score q(%q : tensor<16x1x64x128xf8E4M3FN>) w(%w : tensor<16x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>) scales(%scales : tensor<?x64xf32>) block_table(%table : tensor<16x1024xi32>) lengths(%n : tensor<16x1xi32>) mask(%m : tensor<16x1024xi1>) {block_size = 64 : i64, k = 512 : i64} -> tensor<16x1x512xi32>, tensor<16x1x65536xf32>
+  return %t : tensor<16x1x512xi32>
+}
+
+func.func @fp8_spin_step_small_blocks(%q: tensor<16x1x64x128xf8E4M3FN>, %w: tensor<16x1x64xf32>,
+                                      %keys: tensor<?x64x128xf8E4M3FN>, %scales: tensor<?x64xf32>,
+                                      %table: tensor<16x1024xi32>, %n: tensor<16x1xi32>, %p: tensor<16x1xi32> {spin.positions},
+                                      %ids: tensor<16xi64> {spin.request_ids}) -> tensor<16x1x512xi32> {
+  %s = spin.layer_state %ids : tensor<16xi64> -> !spin.state<layer = 0>
+  %m = spin.fused_select %s positions(%p : tensor<16x1xi32>) lengths(%n : tensor<16x1xi32>) {block_size = 32 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 512 : i64} : !spin.state<layer = 0> -> tensor<16x2048xi1>
+  %t, %z = spin.fused_score q(%q : tensor<16x1x64x128xf8E4M3FN>) w(%w : tensor<16x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>) scales(%scales : tensor<?x64xf32>) block_table(%table : tensor<16x1024xi32>) lengths(%n : tensor<16x1xi32>) mask(%m : tensor<16x2048xi1>) {block_size = 32 : i64, k = 512 : i64} -> tensor<16x1x512xi32>, tensor<16x1x65536xf32>
+  return %t : tensor<16x1x512xi32>
+}

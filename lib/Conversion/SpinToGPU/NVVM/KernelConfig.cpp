@@ -113,22 +113,24 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   int64_t groups =
       rows / scoreRowsPerCta(rows, q.getDimSize(2), q.getDimSize(3),
                              queryBytes, options.wgmma);
-  // The copying warpgroup where its kernel applies (dense indexers; other
-  // ops keep the other kernels). By default (auto) where it measured
-  // faster than the other kernels (docs/benchmarks-kernels.md): a CTA's
-  // rows of a power of two of heads in all, at most 256 (one, two or four
-  // query rows at H = 64); other counts (three rows) keep the other
-  // kernels.
+  // The copying warpgroup where its kernel applies (dense indexers, and
+  // sparse scoring of blocks of a multiple of 64 slots). By default (auto)
+  // where it measured faster than the other kernels
+  // (docs/benchmarks-kernels.md): a CTA's rows of a power of two of heads
+  // in all, at most 256 (one, two or four query rows at H = 64); other
+  // counts (three rows) keep the other kernels.
   int64_t ctaHeads = rows / groups * q.getDimSize(2);
   bool wanted = options.copyWarpgroup ||
                 (options.autoCopyWarpgroup && options.wgmma &&
                  llvm::isPowerOf2_64(ctaHeads));
+  int64_t blockSize = 0;
+  if (auto sparse = dyn_cast<FusedScoreOp>(op.getOperation()))
+    blockSize = static_cast<int64_t>(sparse.getBlockSize());
   auto keys = dyn_cast<RankedTensorType>(op.getKeys().getType());
-  bool copy = wanted && isa<DenseIndexerOp>(op.getOperation()) && keys &&
-              keys.getRank() == 3 &&
+  bool copy = wanted && keys && keys.getRank() == 3 &&
               copyWarpgroupApplies(isa<Float8E4M3FNType>(keys.getElementType()),
                                    queryBytes == 1, q.getDimSize(3),
-                                   keys.getDimSize(1), ctaHeads);
+                                   keys.getDimSize(1), ctaHeads, blockSize);
   int64_t tiles = fixedTiles > 0
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,

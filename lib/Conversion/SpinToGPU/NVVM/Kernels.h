@@ -109,14 +109,15 @@ struct ScoreKernelSpec {
   /// keys as A from registers and the queries as B from shared memory,
   /// instead of mma.sync per warp (one M tile only).
   bool wgmma = false;
-  /// With wgmma, dense fp8 keys and queries, Dh = 128, the compact key
-  /// cache: warpgroup 0 copies the CTA's 64-slot key tiles and their
-  /// scales through tensor maps (kernel parameters) into rings in dynamic
-  /// shared memory, one ring of each multiplying warpgroup (two to four),
-  /// each stage completing on its "full" mbarrier; the multipliers take
-  /// both wgmma operands from shared memory (keys M = 64, the rows' queries
-  /// N = rows x heads <= 256) and release each stage on its "empty"
-  /// mbarrier; setmaxnreg moves registers from the copier to them.
+  /// With wgmma, fp8 keys and queries, Dh = 128, the compact key cache
+  /// (sparse: blocks of a multiple of 64 slots): warpgroup 0 copies the
+  /// CTA's 64-slot key tiles and their scales through tensor maps (kernel
+  /// parameters) into rings in dynamic shared memory, one ring of each
+  /// multiplying warpgroup (two to four), each stage completing on its
+  /// "full" mbarrier; the multipliers take both wgmma operands from shared
+  /// memory (keys M = 64, the rows' queries N = rows x heads <= 256) and
+  /// release each stage on its "empty" mbarrier; setmaxnreg moves
+  /// registers from the copier to them.
   bool copyWarpgroup = false;
   /// Dense: write -inf to the entries at and after each row's length (the
   /// op's semantics, for scores the graph returns; the top-K reads only
@@ -152,14 +153,17 @@ int64_t scoreRowsPerCta(int64_t rows, int64_t heads, int64_t headDim,
 int64_t scoreRowsPerCta(const ScoreKernelSpec &spec);
 
 /// Whether the copying warpgroup's kernel (ScoreKernelSpec::copyWarpgroup)
-/// can score a dense indexer: fp8 keys and queries, Dh = 128, pages of a
-/// multiple of 64 slots (a tile lies in one page) and the CTA's rows'
-/// heads one wgmma N (at most 256).
+/// can score an indexer: fp8 keys and queries, Dh = 128, pages of a
+/// multiple of 64 slots (a 64-slot tile lies in one page), for sparse
+/// scoring blocks of a multiple of 64 slots too (`blockSize`, 0 for dense:
+/// a tile lies in one selected block), and the CTA's rows' heads one wgmma
+/// N (at most 256).
 inline bool copyWarpgroupApplies(bool fp8Keys, bool fp8Queries,
                                  int64_t headDim, int64_t pageSize,
-                                 int64_t ctaHeads) {
+                                 int64_t ctaHeads, int64_t blockSize = 0) {
   return fp8Keys && fp8Queries && headDim == 128 && pageSize > 0 &&
-         pageSize % 64 == 0 && ctaHeads <= 256;
+         pageSize % 64 == 0 && ctaHeads <= 256 && blockSize >= 0 &&
+         blockSize % 64 == 0;
 }
 LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,

@@ -577,6 +577,8 @@ void ScoreKernel::loadBeforeWait() {
   // wait rarely waits: there the staging would only delay its dependents'
   // launch.
   if (spec.sparse) {
+    if (spec.copyWarpgroup)
+      setUpRing();
     staged = stageQueries();
     prefetchBlockTableRow();
   }
@@ -613,8 +615,14 @@ void ScoreKernel::prefetchBlockTableRow() {
     return;
   Value launched =
       kb.add(kb.mul(ctaIndex, kb.i32(spec.batch * rowGroups)), kb.blockIdX());
-  kb.ifThen(kb.cmp(CmpIPredicate::slt, launched, kb.i32(spec.prefetchCtas)),
-            [&] { prefetchFromPreviousList(rowTable); });
+  Value prefetches =
+      kb.cmp(CmpIPredicate::slt, launched, kb.i32(spec.prefetchCtas));
+  // The copying warpgroup's CTA has more warps than the configured ones
+  // whose tiles (tileStartOf) span its entries.
+  if (spec.copyWarpgroup)
+    prefetches = kb.andI(prefetches, kb.cmp(CmpIPredicate::ult, warp,
+                                            kb.i32(spec.warps)));
+  kb.ifThen(prefetches, [&] { prefetchFromPreviousList(rowTable); });
 }
 
 /// Decoding selects nearly the same blocks step after step: before the
@@ -966,7 +974,8 @@ void ScoreKernel::fillPastLength() {
 /// then its tiles.
 void ScoreKernel::scoreCta() {
   lookupUnitPages();
-  if (spec.copyWarpgroup)
+  // Sparse rows set the ring up before the wait, with their queries.
+  if (spec.copyWarpgroup && !spec.sparse)
     setUpRing();
   // The staging's barrier also publishes the unit pages; staged before
   // the wait, they need their own.
@@ -1233,8 +1242,13 @@ void ScoreKernel::multiplyTiles(Value count) {
     for (int64_t r = 0; r < threadRows; ++r) {
       Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
       Value entry = kb.add(tileStart, within);
+      Value slot = kb.add(place.firstSlot, within);
       Value valid = kb.andI(pageOk, kb.cmp(CmpIPredicate::slt, entry, total));
-      raw.append({valid, entry, kb.add(place.firstSlot, within)});
+      // A sparse row's last selected block may reach past every row's
+      // length (as in locateRow).
+      if (spec.sparse)
+        valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
+      raw.append({valid, entry, slot});
       raw.append(chunks, zeroWords);
       if (spec.scales)
         raw.push_back(within);
