@@ -312,7 +312,12 @@ class Serving:
 
     def schedule(self):
         """This step's rows: some live requests (not all), in random rows,
-        padding elsewhere; arrivals, departures and new turns at random."""
+        padding elsewhere; arrivals, departures and new turns at random. A
+        request whose rows would pass the capacity (MTP rows grow by up to
+        R slots a step) finishes first."""
+        for request in sorted(self.live):
+            if self.live[request]["n"] + self.R - 1 > self.NS:
+                self.finish(request)
         if len(self.live) < 2 or self.rng.random() < 0.3:
             self.admit()
         if len(self.live) > 2 and self.rng.random() < 0.2:
