@@ -275,3 +275,34 @@ func.func @rejects_copy_warpgroup_with_bf16_queries(%q: tensor<1x1x64x128xbf16> 
       -> tensor<1x1x256xf32>
   return %z : tensor<1x1x256xf32>
 }
+
+// -----
+
+// A ring tile of the copying warpgroup (64 slots) must lie in one selected
+// block (set by hand here: the configure pass keeps blocks of 32 on the
+// other kernel).
+func.func @rejects_copy_warpgroup_with_small_blocks(%q: tensor<2x1x64x128xf8E4M3FN> {spin.input = "q"},
+    %w: tensor<2x1x64xf32> {spin.input = "w"},
+    %keys: tensor<?x64x128xf8E4M3FN> {spin.input = "keys"},
+    %scales: tensor<?x64xf32> {spin.input = "scales"},
+    %table: tensor<2x8xi32> {spin.input = "block_table"},
+    %lengths: tensor<2x1xi32> {spin.input = "lengths"},
+    %positions: tensor<2x1xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %m = spin.fused_select %s positions(%positions : tensor<2x1xi32>)
+      lengths(%lengths : tensor<2x1xi32>)
+      {block_size = 32 : i64, pooling = #spin.pooling<max>,
+       sparsity = 5.0e-01, topk = 8 : i64}
+      : !spin.state<layer = 0> -> tensor<2x16xi1>
+  // expected-error @below {{GPU path: copy_warpgroup scores blocks of a multiple of 64 slots (got block_size = 32)}}
+  %t, %z = spin.fused_score q(%q : tensor<2x1x64x128xf8E4M3FN>)
+      w(%w : tensor<2x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>)
+      scales(%scales : tensor<?x64xf32>)
+      block_table(%table : tensor<2x8xi32>) lengths(%lengths : tensor<2x1xi32>)
+      mask(%m : tensor<2x16xi1>)
+      {block_size = 32 : i64, k = 8 : i64,
+       spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 8, m_tiles = 1, wgmma = true, copy_warpgroup = true>}
+      -> tensor<2x1x8xi32>, tensor<2x1x512xf32>
+  return %t : tensor<2x1x8xi32>
+}

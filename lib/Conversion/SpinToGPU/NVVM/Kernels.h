@@ -155,9 +155,9 @@ int64_t scoreRowsPerCta(const ScoreKernelSpec &spec);
 /// Whether the copying warpgroup's kernel (ScoreKernelSpec::copyWarpgroup)
 /// can score an indexer: fp8 keys and queries, Dh = 128, pages of a
 /// multiple of 64 slots (a 64-slot tile lies in one page), for sparse
-/// scoring blocks of a multiple of 64 slots too (`blockSize`, 0 for dense:
-/// a tile lies in one selected block), and the CTA's rows' heads one wgmma
-/// N (at most 256).
+/// scoring blocks of a multiple of 64 slots too (a tile lies in one
+/// selected block; `blockSize` 0 for dense), and the CTA's rows' heads one
+/// wgmma N (at most 256).
 inline bool copyWarpgroupApplies(bool fp8Keys, bool fp8Queries,
                                  int64_t headDim, int64_t pageSize,
                                  int64_t ctaHeads, int64_t blockSize = 0) {
