@@ -584,6 +584,27 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   return spec;
 }
 
+/// The key layout the copying warpgroup reads (the spec's layout fields
+/// set): the compact key cache, which the copy engine reads through a
+/// tensor map of [pages, page, 128] bytes, and for sparse scoring blocks of
+/// a multiple of 64 slots, so that a 64-slot tile lies in one selected
+/// block.
+static LogicalResult checkCopyWarpgroupLayout(Operation *op,
+                                              const ScoreKernelSpec &spec) {
+  if (!spec.copyWarpgroup)
+    return success();
+  if (spec.sparse && spec.blockSize % 64 != 0)
+    return op->emitOpError("GPU path: copy_warpgroup scores blocks of a "
+                           "multiple of 64 slots (got block_size = ")
+               << spec.blockSize << ")",
+           failure();
+  if (spec.fusedPages)
+    return op->emitOpError("GPU path: copy_warpgroup reads the compact key "
+                           "cache (not fused-fp8-pages)"),
+           failure();
+  return success();
+}
+
 /// The plan operands of an indexer's inputs, in the scoring kernel's order
 /// up to (excluding) the optional block list.
 template <typename IndexerLike>
@@ -609,12 +630,8 @@ LogicalResult PlanBuilder::lower(DenseIndexerOp op) {
   if (failed(spec))
     return failure();
   spec->fusedPages = options.fusedFp8Pages;
-  // The copy engine reads the compact key cache through a tensor map of
-  // [pages, page, 128] bytes.
-  if (spec->copyWarpgroup && spec->fusedPages)
-    return op.emitOpError("GPU path: copy_warpgroup reads the compact key "
-                          "cache (not fused-fp8-pages)"),
-           failure();
+  if (failed(checkCopyWarpgroupLayout(op, *spec)))
+    return failure();
   spec->name = kernelName("score_dense");
   auto operands = indexerOperands(
       op, [&](Value v) { return bufferOf(op, v); });
@@ -871,17 +888,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
   spec->name = kernelName("score_sparse");
   spec->sparse = true;
   spec->blockSize = mask.blockSize;
-  // A 64-slot tile of the copying warpgroup lies in one selected block, and
-  // the copy engine reads the compact key cache.
-  if (spec->copyWarpgroup && spec->blockSize % 64 != 0)
-    return op.emitOpError("GPU path: copy_warpgroup scores blocks of a "
-                          "multiple of 64 slots (got block_size = ")
-               << spec->blockSize << ")",
-           failure();
-  if (spec->copyWarpgroup && spec->fusedPages)
-    return op.emitOpError("GPU path: copy_warpgroup reads the compact key "
-                          "cache (not fused-fp8-pages)"),
-           failure();
+  if (failed(checkCopyWarpgroupLayout(op, *spec)))
+    return failure();
   spec->maxBlocks = mask.maxBlocks;
   // The scoring CTAs start while the select kernel runs: they prefetch
   // their first tiles where the previous step's list put them, which
