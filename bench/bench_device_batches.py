@@ -39,6 +39,10 @@
 #                                                 "baseline": what a change
 #                                                 to the kernels costs)
 #   bench/bench_device_batches.py --run DIR       on the GPU machine
+#       [--profile-mode MODE]                     no timing: three replays of
+#                                                 MODE's graph for Nsight
+#                                                 Compute (ncu --profile-from-
+#                                                 start off), per kernel
 #
 #===----------------------------------------------------------------------===#
 
@@ -221,7 +225,28 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
             "events": events}
 
 
-def run(artifacts, out, replays, seed, only="", show_timeline=False):
+def profile_replays(torch, setup, count=3):
+    """`count` replays of a prepared mode between cudaProfilerStart and
+    cudaProfilerStop, after two outside it: what Nsight Compute started
+    with --profile-from-start off profiles (each kernel of the step on its
+    own, at the replays' inputs)."""
+    def replay(i):
+        for k in setup["keys_written"]:
+            setup["inputs"][k].copy_(setup["staged"][i][k])
+        setup["graph"].replay()
+    for i in range(2):
+        replay(i)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for i in range(2, 2 + count):
+        replay(i)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    setup["program"].check()
+
+
+def run(artifacts, out, replays, seed, only="", show_timeline=False,
+        profile_mode=None):
     import torch
     spin = import_spin()
     torch.manual_seed(seed)
@@ -249,10 +274,17 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False):
         for mode in MODES:
             if only not in name_of(batch, slots, mode):
                 continue
+            if profile_mode and mode != profile_mode:
+                continue
             setup = prepare(spin, torch, artifacts, mode, batch, slots, replays,
                             base, row, tables, kv_cache, pages)
             if setup:
                 setups[mode] = setup
+        if profile_mode:
+            for setup in setups.values():
+                profile_replays(torch, setup)
+            setups.clear()
+            continue
         # The modes' windows interleave (each window of one mode behind a
         # spinning kernel, the order rotating from window to window): a
         # drift of the clocks over the run falls on every mode alike.
@@ -287,6 +319,8 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False):
                                setup["keys_written"]), flush=True)
         setups.clear()
         torch.cuda.synchronize()
+    if profile_mode:
+        return
     print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
           "device batch, fixed rows, us | device batch, changing rows, us | "
           "paged state, changing rows, us | fused fp8 pages, changing rows, us | "
@@ -304,7 +338,7 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False):
                    "seed": seed, "results": results}, f, indent=1)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--build", metavar="DIR")
     p.add_argument("--baseline-compiler", metavar="PATH",
@@ -316,14 +350,23 @@ def main():
     p.add_argument("--only", default="",
                    help="with --run: only the configurations whose name has this "
                         "substring (e.g. b16-n128k-paged, for a profiler)")
+    p.add_argument("--profile-mode", choices=MODES,
+                   help="with --run: no timing; three replays of this mode's "
+                        "graph (each shape, or those --only selects) inside "
+                        "cudaProfilerStart/Stop, for Nsight Compute: ncu "
+                        "--profile-from-start off ...")
     p.add_argument("--timeline", action="store_true",
                    help="with --run: also each kernel's median start and "
                         "duration within a replay (torch.profiler)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    if a.profile_mode and not a.run:
+        p.error("--profile-mode needs --run DIR")
+    if a.profile_mode and a.timeline:
+        p.error("--profile-mode times nothing: leave out --timeline")
     if a.build:
         build(a.build, a.baseline_compiler)
     if a.run:
-        run(a.run, a.out, a.replays, a.seed, a.only, a.timeline)
+        run(a.run, a.out, a.replays, a.seed, a.only, a.timeline, a.profile_mode)
     if not a.build and not a.run:
         p.error("give --build DIR or --run DIR")
 

@@ -1,0 +1,60 @@
+"""The profiling entry points without a GPU: bench/ncu_step.py's arguments
+and the configuration it looks up (a clear error naming the ones there are),
+before torch or spin is imported; bench_device_batches.py --profile-mode's
+argument checks."""
+
+import json
+
+import pytest
+
+
+def _artifacts(tmp_path, *names):
+    d = tmp_path / "artifacts"
+    configs = []
+    for name in names:
+        (d / name).mkdir(parents=True)
+        (d / name / "manifest.json").write_text("{}")
+        configs.append(dict(name=name, dir=name, format="fp8", batch=16,
+                            slots=262144, k=2048, rows=2, mode="scores"))
+    (d / "index.json").write_text(json.dumps({"format": "spin-bench-artifacts",
+                                              "configs": configs}))
+    return str(d)
+
+
+def test_steps_must_be_positive(bench_script, capsys):
+    ns = bench_script("ncu_step")
+    with pytest.raises(SystemExit):
+        ns.parse_args(["a", "b", "--steps", "0"])
+    assert "--steps must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_configuration_is_looked_up_in_the_index(bench_script, tmp_path):
+    ns = bench_script("ncu_step")
+    d = _artifacts(tmp_path, "fp8-b16-n256k-r2-scores-qfp8", "fp8-b16-n256k-r1-scores-qfp8")
+    assert ns.configuration(d, "fp8-b16-n256k-r2-scores-qfp8")["rows"] == 2
+    with pytest.raises(SystemExit, match=r"no configuration 'other' in .*index.json "
+                                         r"\(have: fp8-b16-n256k-r1-scores-qfp8, "
+                                         r"fp8-b16-n256k-r2-scores-qfp8\)"):
+        ns.configuration(d, "other")
+
+
+def test_a_missing_index_is_named(bench_script, tmp_path):
+    ns = bench_script("ncu_step")
+    with pytest.raises(SystemExit):
+        ns.main([str(tmp_path / "none"), "x"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--profile-mode", "device"], "--profile-mode needs --run DIR"),
+    (["--run", "x", "--profile-mode", "device", "--timeline"],
+     "--profile-mode times nothing: leave out --timeline"),
+    (["--run", "x", "--profile-mode", "devices"], "invalid choice: 'devices'"),
+])
+def test_device_batches_profile_mode_arguments(bench_script, capsys, argv, message):
+    """bench_device_batches.py --profile-mode (its graphs' kernels for Nsight
+    Compute): refused without --run, with --timeline, or for a mode it does
+    not have, before anything is loaded."""
+    db = bench_script("bench_device_batches")
+    with pytest.raises(SystemExit):
+        db.main(argv)
+    assert message in capsys.readouterr().err
