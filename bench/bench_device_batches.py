@@ -105,21 +105,28 @@ def build(out, baseline_compiler=None):
                            check=True)
 
 
-def timeline(torch, graph, inputs, staged, keys_written, replays=30):
+def write_inputs(setup, values):
+    """Copies a replay's inputs (`values`, one staged entry) into the mode's
+    graph inputs: the tensors an engine writes before each step."""
+    for k in setup["keys_written"]:
+        setup["inputs"][k].copy_(values[k])
+
+
+def timeline(torch, setup, replays=30):
     """Each kernel of the step, as the replays ran it: median start (from
     the replay's first kernel) and duration, in us. The replays run behind a
     spinning kernel as in the timed loop, the rows growing on from where the
     timed replays left them; the input copies between them split the trace
     into replays."""
     from torch.profiler import ProfilerActivity, profile
+    staged = setup["staged"]
     grown = [{k: v + len(staged) if k in ("lengths", "positions") else v
               for k, v in e.items()} for e in staged[:replays]]
     torch.cuda._sleep(50_000_000)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(replays):
-            for k in keys_written:
-                inputs[k].copy_(grown[i][k])
-            graph.replay()
+            write_inputs(setup, grown[i])
+            setup["graph"].replay()
         torch.cuda.synchronize()
     kernels = sorted(((e.time_range.start, e.time_range.end, e.name)
                       for e in prof.events() if e.device_type.name == "CUDA"),
@@ -231,8 +238,7 @@ def profile_replays(torch, setup, count=3):
     with --profile-from-start off profiles (each kernel of the step on its
     own, at the replays' inputs)."""
     def replay(i):
-        for k in setup["keys_written"]:
-            setup["inputs"][k].copy_(setup["staged"][i][k])
+        write_inputs(setup, setup["staged"][i])
         setup["graph"].replay()
     for i in range(2):
         replay(i)
@@ -295,8 +301,7 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                 setup = setups[mode]
                 torch.cuda._sleep(50_000_000)
                 for i in range(first, min(first + window, replays)):
-                    for k in setup["keys_written"]:
-                        setup["inputs"][k].copy_(setup["staged"][i][k])
+                    write_inputs(setup, setup["staged"][i])
                     setup["events"][i][0].record()
                     setup["graph"].replay()
                     setup["events"][i][1].record()
@@ -315,8 +320,7 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
             print(f"{name_of(batch, slots, mode)}: median {med:.1f} us, min {min(times):.1f}, "
                   f"p90 {results[-1]['p90_us']:.1f} over {len(times)} replays", flush=True)
             if show_timeline:
-                print(timeline(torch, setup["graph"], setup["inputs"], setup["staged"],
-                               setup["keys_written"]), flush=True)
+                print(timeline(torch, setup), flush=True)
         setups.clear()
         torch.cuda.synchronize()
     if profile_mode:

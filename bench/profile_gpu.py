@@ -19,6 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu as bg  # noqa: E402
 
 
+def commit_no_drafts(state, ids):
+    """Every request's MTP commit with no draft accepted: what makes the
+    next MTP step of the same requests a valid one."""
+    for i in ids:
+        state.commit(i, 0)
+
+
 def warmed_step(torch, spin, directory, config, gen, steps=4):
     """The program of artifact `directory` (configuration `config` of the
     index) on bench_gpu.py's inputs, after `steps` eager steps: SPIN's
@@ -43,12 +50,10 @@ def warmed_step(torch, spin, directory, config, gen, steps=4):
     mtp = config["mode"] == "spin" and rows > 1
     for step in range(steps):
         if mtp and step > 0:   # an MTP step needs its predecessor committed
-            for i in ids:
-                state.commit(i, 0)
+            commit_no_drafts(state, ids)
         outputs = program(inputs, state, request_ids=ids)
     if mtp:                    # the step the caller captures or times
-        for i in ids:
-            state.commit(i, 0)
+        commit_no_drafts(state, ids)
     program.check()
     torch.cuda.synchronize()
     return program, inputs, state, ids, outputs
