@@ -286,6 +286,9 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                             base, row, tables, kv_cache, pages)
             if setup:
                 setups[mode] = setup
+        # A shape --only leaves out (or whose artifacts are absent) has none.
+        if not setups:
+            continue
         if profile_mode:
             for setup in setups.values():
                 profile_replays(torch, setup)
