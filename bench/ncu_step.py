@@ -4,6 +4,11 @@
         --kernel-name regex:spin_score --launch-count 1 --set full \
         -o OUT/NAME python3 bench/ncu_step.py bench-artifacts NAME
 
+With --deepgemm DIR (a DeepGEMM tree that bench/build_deepgemm.sh built), NAME
+a scoring-alone configuration: DeepGEMM's fp8_fp4_paged_mqa_logits at its B,
+N and R instead, on the same inputs as bench_gpu.py's (profile its kernel
+with --kernel-name regex:paged_mqa_logits).
+
 Runs artifact NAME of bench-artifacts/ (bench_artifacts.py) on bench_gpu.py's
 inputs: the warm-up of profile_gpu.py (SPIN then has it > 0; MTP steps are
 committed), then `--steps` steps between cudaProfilerStart and
@@ -30,6 +35,9 @@ def parse_args(argv=None):
     p.add_argument("name", help="a configuration name of its index.json")
     p.add_argument("--steps", type=int, default=2,
                    help="steps run inside the profiler range (default 2)")
+    p.add_argument("--deepgemm", metavar="DIR", default="",
+                   help="run DeepGEMM's logits at NAME's shape instead of NAME "
+                        "(a scoring-alone configuration)")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps must be at least 1, got {args.steps}")
@@ -51,6 +59,8 @@ def main(argv=None):
     c = configuration(args.artifacts, args.name)
 
     import torch
+    if args.deepgemm:
+        return run_deepgemm(torch, args, c)
     import spin
     gen = torch.Generator(device="cuda").manual_seed(1)
     program, inputs, state, ids, _ = profile_gpu.warmed_step(
@@ -67,6 +77,32 @@ def main(argv=None):
     torch.cuda.cudart().cudaProfilerStop()
     program.check()
     print(f"{args.name}: {args.steps} steps profiled")
+
+
+def run_deepgemm(torch, args, c):
+    """DeepGEMM's logits at configuration c's shape, bench_gpu.py's inputs
+    (set 0 of its seed), after one call outside the profiler range (its
+    JIT compilation and module loading)."""
+    if c["mode"] != "scores" or c["format"] != "fp8":
+        sys.exit(f"error: --deepgemm needs an fp8-key scoring-alone configuration, "
+                 f"not {c['name']!r} ({c['mode']}, {c['format']} keys)")
+    dg = bg.DeepGemm(torch, argparse.Namespace(deepgemm=args.deepgemm, no_deepgemm=False))
+    if not dg.available:
+        sys.exit(f"error: DeepGEMM not available: {dg.reason}")
+    b, n, rows = c["batch"], c["slots"], c["rows"]
+    gen = torch.Generator(device=bg.DEVICE).manual_seed(1)
+    s = bg.InputSet(torch, "fp8", b, n, [rows], gen)
+    fn = dg.step(s, rows)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(args.steps):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    print(f"DeepGEMM at {c['name']}'s shape (B={b}, N={n}, R={rows}, "
+          f"{len(bg.deepgemm_calls(rows))} call(s)): {args.steps} steps profiled")
+    return 0
 
 
 if __name__ == "__main__":

@@ -58,3 +58,28 @@ def test_device_batches_profile_mode_arguments(bench_script, capsys, argv, messa
     with pytest.raises(SystemExit):
         db.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_deepgemm_needs_a_scoring_alone_configuration(bench_script, tmp_path):
+    """--deepgemm profiles DeepGEMM's logits at a scoring-alone
+    configuration's shape; another configuration is refused by name (with
+    torch absent from the check: the refusal comes before any GPU work), and
+    a tree without deep_gemm is named."""
+    torch = pytest.importorskip("torch")
+    ns = bench_script("ncu_step")
+    d = tmp_path / "artifacts"
+    (d / "dense").mkdir(parents=True)
+    (d / "scores").mkdir(parents=True)
+    configs = [dict(name="dense", dir="dense", format="fp8", batch=2, slots=4096, k=512,
+                    rows=2, mode="dense"),
+               dict(name="scores", dir="scores", format="fp8", batch=2, slots=4096, k=0,
+                    rows=2, mode="scores")]
+    (d / "index.json").write_text(json.dumps({"format": "spin-bench-artifacts",
+                                              "configs": configs}))
+    args = ns.parse_args([str(d), "dense", "--deepgemm", str(tmp_path)])
+    with pytest.raises(SystemExit, match="needs an fp8-key scoring-alone configuration, "
+                                         "not 'dense'"):
+        ns.run_deepgemm(torch, args, configs[0])
+    args = ns.parse_args([str(d), "scores", "--deepgemm", str(tmp_path)])
+    with pytest.raises(SystemExit, match="DeepGEMM not available: .* has no deep_gemm/"):
+        ns.run_deepgemm(torch, args, configs[1])
