@@ -83,3 +83,27 @@ def test_deepgemm_needs_a_scoring_alone_configuration(bench_script, tmp_path):
     args = ns.parse_args([str(d), "scores", "--deepgemm", str(tmp_path)])
     with pytest.raises(SystemExit, match="DeepGEMM not available: .* has no deep_gemm/"):
         ns.run_deepgemm(torch, args, configs[1])
+
+
+def test_sustained_arguments_and_configurations(bench_script, tmp_path, capsys):
+    """bench/sustained_gpu.py: its argument checks, the configurations it
+    times (fp8-key scores and dense steps, named when missing or of another
+    mode), and the summary of a run from its timed replays and nvidia-smi
+    readings (burst: the first 40; sustained: the last --keep seconds)."""
+    sg = bench_script("sustained_gpu")
+    for argv, message in ((["--rounds", "0"], "--rounds must be at least 1"),
+                          (["--keep", "3"], "--keep must be in (0, --seconds)")):
+        with pytest.raises(SystemExit):
+            sg.parse_args(["--artifacts", "a", "--only", "b"] + argv)
+        assert message in capsys.readouterr().err
+    d = _artifacts(tmp_path, "fp8-b16-n256k-r2-scores-qfp8")
+    args = sg.parse_args(["--artifacts", d, "--only", "fp8-b16-n256k-r2-scores-qfp8"])
+    assert list(sg.configurations(args)) == ["fp8-b16-n256k-r2-scores-qfp8"]
+    args = sg.parse_args(["--artifacts", d, "--only", "other"])
+    with pytest.raises(SystemExit, match="no configuration 'other'"):
+        sg.configurations(args)
+    spans = [(0.01 * i, 100.0 if i < 40 else 200.0 if i < 200 else 300.0)
+             for i in range(300)]
+    readings = ["1980, 500"] * 10 + ["1500, 700"] * 10
+    burst, sustained, clock, power = sg.summarize(spans, readings, 3.0, 1.0)
+    assert (burst, sustained, clock, power) == (100.0, 300.0, 1500.0, 700.0)
