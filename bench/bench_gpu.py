@@ -175,21 +175,12 @@ def parse_args(argv=None):
                    help="skip the dense top-K overlap with an f32 torch reference")
     p.add_argument("--config-timeout-s", type=float, default=120.0,
                    help="abort the process if one configuration hangs this long (default 120)")
-    p.add_argument("--h2h-rounds", type=int, default=16,
-                   help="rounds of the interleaved comparisons (ours against DeepGEMM, "
-                        "the dense step at R = 1, 2, 4): default 16")
-    p.add_argument("--h2h-window", type=int, default=10,
-                   help="repetitions of each side in a round of the interleaved comparisons "
-                        "(the first two not counted; default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true",
                    help="print the planned runs and exit (no GPU needed)")
     args = p.parse_args(argv)
     if args.sets < 1:
         p.error("--sets must be >= 1")
-    if args.h2h_rounds < 1 or args.h2h_window < 3:
-        p.error("--h2h-rounds must be >= 1 and --h2h-window >= 3 (two repetitions of a "
-                "window are not counted)")
     if args.deepgemm is None:
         args.deepgemm = os.environ.get("DEEPGEMM_DIR") or ""
         default = os.path.join(ROOT, "third_party", "DeepGEMM")
@@ -451,47 +442,6 @@ class Timer:
             ends[i].record()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-
-    def interleaved(self, named, rounds=None, window=None):
-        """Side by side: `named` maps a label to its calls (one per input
-        set). Each round times a window of `window` repetitions of every
-        label, the labels in an order that rotates by round, a label's calls
-        in turn within its window, the L2 flushed before each repetition;
-        the first two repetitions of a window are not counted (they follow
-        another label). Timed one after another, a kernel at the board's
-        power limit runs at whatever clock the work before it left (the
-        H200 ran one DeepGEMM kernel 23 % faster timed right after an idle
-        stretch than timed seconds later, both back to back); interleaved,
-        every label runs in the same stretch of power and thermal state.
-        Returns {label: summary}."""
-        torch, args = self.torch, self.args
-        rounds = args.h2h_rounds if rounds is None else rounds
-        window = args.h2h_window if window is None else window
-        labels = list(named)
-        turns = {label: Rotate(named[label]) for label in labels}
-        for label in labels:
-            turns[label]()
-        torch.cuda.synchronize()
-        spans = {label: [] for label in labels}
-        for rd in range(rounds):
-            shift = rd % len(labels)
-            for label in labels[shift:] + labels[:shift]:
-                for i in range(window):
-                    start, end = (torch.cuda.Event(enable_timing=True),
-                                  torch.cuda.Event(enable_timing=True))
-                    self.flush_buf.zero_()
-                    start.record()
-                    turns[label]()
-                    end.record()
-                    if i >= 2:
-                        spans[label].append((start, end))
-            torch.cuda.synchronize()
-        out = {}
-        for label in labels:
-            s = self.summary([a.elapsed_time(b) * 1e3 for a, b in spans[label]])
-            s["rounds"], s["window"] = rounds, window
-            out[label] = s
-        return out
 
     @staticmethod
     def summary(times):
@@ -838,9 +788,6 @@ class Bench:
         self.skipped = []
         self.dead = None          # the sticky CUDA error that ended the run
         self.deepgemm = None      # DeepGemm, when the plan measures it
-        # The group's graphs kept for its interleaved comparisons (name ->
-        # replays and what they hold), released at the group's end.
-        self.kept = {}
         os.makedirs(args.out, exist_ok=True)
         self.json_path = os.path.join(args.out, "bench-results.json")
         self.md_path = os.path.join(args.out, "bench-results.md")
@@ -1167,10 +1114,6 @@ class Bench:
             torch.cuda.synchronize()
             r["problems"] += check(outputs[0], sets[0], " (after decoding)")
             cycle = dgraphs = None
-        if r["graph"] and not r["problems"] and q_format == "fp8" \
-                and c["mode"] in ("scores", "dense"):
-            self.kept[c["name"]] = {"config": c, "replays": replays,
-                                    "holds": (graphs, program, inputs, outputs)}
         # The graphs first: they hold the program's buffers.
         graphs = replays = calls = None
         program = state = None
@@ -1363,52 +1306,11 @@ class Bench:
                     self.run_deepgemm(sets, b, n, rows, ref_scores)
                     if self.dead:
                         break
-            if not self.dead:
-                self.run_rows_side_by_side(fmt, b, n)
-            self.kept = {}
             del sets, refs, ref_scores, torch_rows
             gc.collect()
             torch.cuda.empty_cache()
         self.write()
         self.write_markdown()
-
-    def kept_replays(self, **match):
-        """The kept graph replays of the group's fp8-query configuration
-        whose fields equal `match`, or None."""
-        for kept in self.kept.values():
-            c = kept["config"]
-            if all(c[key] == value for key, value in match.items()):
-                return kept["replays"]
-        return None
-
-    def run_rows_side_by_side(self, fmt, b, n):
-        """The group's fp8-query dense steps at R = 1, 2, 4 (per K)
-        interleaved (Timer.interleaved): each result gets the median of its
-        windows as side_by_side_us, next to the R = 1 step's of the same
-        rounds (side_by_side_r1_us). Never raises."""
-        by_k = {}
-        for name, kept in self.kept.items():
-            if kept["config"]["mode"] == "dense":
-                by_k.setdefault(kept["config"]["k"], {})[kept["config"]["rows"]] = name
-        for k, names in sorted(by_k.items()):
-            if 1 not in names or len(names) < 2:
-                continue
-            try:
-                side = self.timer.interleaved(
-                    {f"R={rows}": self.kept[name]["replays"]
-                     for rows, name in sorted(names.items())})
-            except Exception as e:  # noqa: BLE001
-                self.log(f"  rows side by side ({fmt} B={b} N={n} K={k}): ERROR {e}")
-                self.check_alive(e)
-                return
-            one = side["R=1"]["median_us"]
-            for rows, name in sorted(names.items()):
-                r = next(x for x in self.results if x["name"] == name)
-                r["side_by_side_us"] = side[f"R={rows}"]["median_us"]
-                r["side_by_side_r1_us"] = one
-            self.log(f"  dense steps interleaved, {fmt} B={b} N={n} K={k}: " + ", ".join(
-                f"{label} {v['median_us']:.1f} us" for label, v in side.items()))
-            self.write()
 
     def run_deepgemm(self, sets, b, n, rows, ref_scores):
         """DeepGEMM's logits at (B, N, R) on the group's inputs (fp8 queries),
@@ -1441,24 +1343,14 @@ class Bench:
             got = logits = None
             r.update(self.timer.each(fns))
             r["rotate_median_us"] = self.timer(Rotate(fns))["median_us"]
-            graphs = None
             try:
                 graphs = capture(torch, fns)
                 r["graph_median_us"] = self.timer.each([g.replay for g in graphs])["median_us"]
+                graphs = None
             except Exception as e:  # noqa: BLE001
                 if not self.check_alive(e):
                     raise
                 r["graph_error"] = str(e)[:300]
-            ours = self.kept_replays(mode="scores", batch=b, slots=n, rows=rows)
-            if ours is not None:
-                # Ours and DeepGEMM's eager calls and graphs interleaved.
-                sides = {"ours": ours, "deepgemm": fns}
-                if graphs:
-                    sides["deepgemm graphs"] = [g.replay for g in graphs]
-                side = self.timer.interleaved(sides)
-                r["side_by_side"] = {label: v["median_us"] for label, v in side.items()}
-                r["side_by_side"].update(rounds=args.h2h_rounds, window=args.h2h_window)
-            graphs = None
             r["best_us"] = min(x for x in (r["median_us"], r.get("graph_median_us")) if x)
             if not args.no_torch:
                 r["topk_median_us"] = self.timer.each(
@@ -1471,10 +1363,6 @@ class Bench:
                      f"{r['fraction_of_copy']:.2f} of copy, error {r['scores_max_error']:.1e}, "
                      f"first call {r['first_call_s']:.1f} s"
                      + (" | " + "; ".join(r["problems"]) if r["problems"] else ""))
-            if "side_by_side" in r:
-                self.log(f"  {r['name']} interleaved with ours: " + ", ".join(
-                    f"{label} {us:.1f} us" for label, us in r["side_by_side"].items()
-                    if label not in ("rounds", "window")))
         except Exception as e:  # noqa: BLE001
             r["error"] = f"{type(e).__name__}: {str(e)[:500]}"
             self.log(f"  {r['name']}: ERROR {r['error'][:300]}")

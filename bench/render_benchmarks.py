@@ -531,25 +531,6 @@ def deepgemm_best(r):
     return min(times) if times else None
 
 
-def side_by_side_ratio(dg, ours_result):
-    """DeepGEMM's faster side (eager or graphs) over ours, from the run's
-    interleaved comparison (bench_gpu.Timer.interleaved), with the times;
-    None where the run has none."""
-    side = (dg or {}).get("side_by_side") if dg and not dg.get("error") else None
-    if not side or not side.get("ours") or not ours_result or ours_result.get("error"):
-        return None
-    best = min(t for label, t in side.items() if label.startswith("deepgemm") and t)
-    return best / side["ours"], best, side["ours"]
-
-
-def rows_side_by_side_ratio(r):
-    """The dense step's time over the R = 1 step's, interleaved, or None."""
-    if not r or r.get("error") or not r.get("side_by_side_us") \
-            or not r.get("side_by_side_r1_us"):
-        return None
-    return r["side_by_side_us"] / r["side_by_side_r1_us"]
-
-
 def ok_or_none(r, key):
     """r[key] if r was measured without an error, else None."""
     if not r or r.get("error"):
@@ -585,30 +566,18 @@ def mtp_minimums(results):
                          k=k, rows=rows)
                 t = ok_or_none(r, "median_us")
                 v = t / t1 if t and t1 else None
-                text = None if v is None else f"{v:.2f}×"
-                side = rows_side_by_side_ratio(r)
-                if side is not None:
-                    # Interleaved, both steps see the same power state.
-                    text = f"{side:.2f}× interleaved ({text} one after another)"
-                    v = side
                 out.append((f"fp8 queries: dense step R={rows} ≤ {bound:g}× R=1",
-                            f"fp8 keys, {shape_label(b, n)}, K={k}", text,
+                            f"fp8 keys, {shape_label(b, n)}, K={k}",
+                            None if v is None else f"{v:.2f}×",
                             None if v is None else v <= bound))
     for rows, what in ((2, "DeepGEMM at R=2"), (4, "two DeepGEMM next_n=2 calls")):
         for b, n in MTP_DEEPGEMM_SHAPES:
             r = find(results, mode="scores", format="fp8", q_format="fp8", batch=b, slots=n,
                      rows=rows)
             ours = ok_or_none(r, "median_us")
-            dgr = deepgemm_result(results, b, n, rows)
-            dg = deepgemm_best(dgr)
+            dg = deepgemm_best(deepgemm_result(results, b, n, rows))
             v = dg / ours if dg and ours else None
             value = None if v is None else f"{v:.2f}× ({fmt_us(dg)} / {fmt_us(ours)} µs)"
-            side = side_by_side_ratio(dgr, r)
-            if side is not None:
-                # Interleaved, both kernels see the same power state.
-                value = (f"{side[0]:.2f}× interleaved ({fmt_us(side[1])} / "
-                         f"{fmt_us(side[2])} µs); {value} one after another")
-                v = side[0]
             out.append((f"fp8-query scoring alone at R={rows} no slower than {what}",
                         f"fp8 keys, {shape_label(b, n)}", value,
                         None if v is None else v >= 1.0))
@@ -659,9 +628,7 @@ def mtp_scoring_table(results):
     DeepGEMM measured in the same run."""
     head = ("| B × N | R | ours, bf16 queries µs | ours, fp8 queries µs (repeat) | of copy "
             "| error vs f32 | DeepGEMM eager µs | DeepGEMM graphs µs | DeepGEMM of copy "
-            "| DeepGEMM error | DeepGEMM (faster) / ours fp8 "
-            "| interleaved: ours / DeepGEMM eager / graphs µs | DeepGEMM / ours, interleaved "
-            "| status |")
+            "| DeepGEMM error | DeepGEMM (faster) / ours fp8 | status |")
     lines = [head, separator(head)]
     reason = deepgemm_reason(results)
     for b, n in shapes_of(results, ("scores", "deepgemm")):
@@ -685,12 +652,10 @@ def mtp_scoring_table(results):
             copy = None
             if best and results.get("copy", {}).get("gbps"):
                 copy = b * n * 132 / (best * 1e-6) / 1e9 / results["copy"]["gbps"]
-            side = dg.get("side_by_side") if dg and not dg.get("error") else None
-            side_ratio = side_by_side_ratio(dg, f8)
             status = [f"ours: {status_of(f8)}"] if f8 else []
             if dg and (dg.get("error") or dg.get("problems")):
                 status.append(f"DeepGEMM: {status_of(dg)}")
-            lines.append(("| {} " * 14 + "|").format(
+            lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
                 shape_label(b, n), rows,
                 fmt_us(ok_or_none(bf, "median_us")) if bf else "—",
                 with_repeat(f8) if f8 else "—",
@@ -702,9 +667,6 @@ def mtp_scoring_table(results):
                 "—" if not dg or dg.get("scores_max_error") is None
                 else f"{dg['scores_max_error']:.1e}",
                 fmt_x(best / ours) if best and ours else "—",
-                " / ".join(fmt_us(side.get(label)) for label in
-                           ("ours", "deepgemm", "deepgemm graphs")) if side else "—",
-                fmt_x(side_ratio[0]) if side_ratio else "—",
                 "; ".join(status) or "—"))
     return "\n".join(lines)
 
@@ -712,8 +674,7 @@ def mtp_scoring_table(results):
 def mtp_dense_table(results):
     """Our dense step (score + top-K) by R, per keys, queries, shape and K."""
     head = ("| keys | queries | B × N | K | R=1 µs | R=2 µs | R=4 µs | R=2 / R=1 | R=4 / R=1 "
-            "| R=1 of copy | decoding R=1 / R=2 / R=4 µs "
-            "| interleaved R=1 / R=2 / R=4 µs | R=2 / R=1, R=4 / R=1 interleaved | status |")
+            "| R=1 of copy | decoding R=1 / R=2 / R=4 µs | status |")
     lines = [head, separator(head)]
     keys = sorted({(r["format"], q_format_of(r), r["batch"], r["slots"], r["k"])
                    for r in results["results"] if r["mode"] == "dense"
@@ -725,15 +686,12 @@ def mtp_dense_table(results):
         t = {rows: ok_or_none(r, "median_us") for rows, r in rs.items()}
         bad = [f"R={rows}: {status_of(r)}" for rows, r in rs.items()
                if r and status_of(r) != "ok"]
-        side = {rows: rows_side_by_side_ratio(r) for rows, r in rs.items()}
-        lines.append(("| {} " * 14 + "|").format(
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             fmt, q, shape_label(b, n), k, fmt_us(t[1]), fmt_us(t[2]), fmt_us(t[4]),
             fmt_x(t[2] / t[1]) if t[1] and t[2] else "—",
             fmt_x(t[4] / t[1]) if t[1] and t[4] else "—",
             fmt_frac(ok_or_none(rs[1], "fraction_of_copy")),
             " / ".join(fmt_us(ok_or_none(rs[rows], "decode_median_us")) for rows in (1, 2, 4)),
-            " / ".join(fmt_us(ok_or_none(rs[rows], "side_by_side_us")) for rows in (1, 2, 4)),
-            ", ".join(fmt_x(side[rows]) if side[rows] else "—" for rows in (2, 4)),
             "; ".join(bad) or "ok"))
     return "\n".join(lines)
 

@@ -156,17 +156,6 @@ class _FakeTimer:
                 fn()
         return self._summary(2 * len(fns))
 
-    def interleaved(self, named):
-        """Each label's calls twice; label i's median is 10 + i."""
-        self.interleaved_labels = getattr(self, "interleaved_labels", []) + [list(named)]
-        out = {}
-        for i, (label, fns) in enumerate(named.items()):
-            for fn in fns:
-                for _ in range(2):
-                    fn()
-            out[label] = dict(self._summary(2 * len(fns)), median_us=10.0 + i)
-        return out
-
 
 def test_mtp_decoding_steps_grow_by_the_accepted_drafts(bench_script):
     bg = bench_script("bench_gpu")
@@ -448,23 +437,6 @@ def test_the_mtp_section_states_each_minimum_and_its_verdict(bench_script):
     assert render.compact_table(_mtp_results())
 
 
-def test_the_deepgemm_minimums_use_the_interleaved_times(bench_script):
-    render = bench_script("render_benchmarks")
-    doc = _mtp_results()
-    for r in doc["results"]:
-        if r["mode"] == "deepgemm" and r["batch"] == 96 and r["rows"] == 2:
-            r["side_by_side"] = {"ours": 440.0, "deepgemm": 450.0, "deepgemm graphs": 446.6,
-                                 "rounds": 16, "window": 10}
-    section = render.markdown(doc).split("## MTP rows and fp8 queries (issue 26)", 1)[1]
-    dg2 = _rows(section, "| fp8-query scoring alone at R=2 no slower than DeepGEMM at R=2")
-    assert dg2[1][2] == ("1.02× interleaved (446.6 / 440.0 µs); "
-                         "1.02× (436.8 / 428.4 µs) one after another")
-    assert dg2[1][3] == "yes"
-    assert dg2[0][2] == "1.02× (156.0 / 153.0 µs)"      # no interleaved times: as before
-    scoring = _rows(section, "| 96 × 128K | 2 |")
-    assert scoring[0][11:13] == ["440.0 / 450.0 / 446.6", "1.02×"]
-
-
 def test_the_mtp_section_says_deepgemm_was_not_measured(bench_script):
     render = bench_script("render_benchmarks")
     md = render.markdown(_mtp_results(dg=False))
@@ -476,50 +448,6 @@ def test_the_mtp_section_says_deepgemm_was_not_measured(bench_script):
     empty = {"format": "spin-bench-results", "version": 1, "results": [], "skipped": [],
              "copy": {"gbps": 4273.0, "bytes": 2**32, "median_us": 2010.0}}
     assert "not measured" in render.mtp_section(empty)
-
-
-def test_dense_steps_by_rows_are_interleaved_and_judged_so(bench_script, tmp_path):
-    """Bench.run_rows_side_by_side interleaves the kept fp8-query dense
-    steps of each K that has an R = 1 step; the R ratio minimums use those
-    times, with the ones timed one after another beside them."""
-    bg = bench_script("bench_gpu")
-    render = bench_script("render_benchmarks")
-    runner = object.__new__(bg.Bench)
-    runner.timer = _FakeTimer()
-    runner.results, runner.dead = [], None
-    runner.log = lambda text: None
-    runner.write = lambda: None
-    replayed = []
-    runner.kept = {}
-    for k, rows_list in ((2048, (1, 2, 4)), (512, (2, 4))):
-        for rows in rows_list:
-            name = f"fp8-b16-n256k-k{k}-r{rows}-dense-qfp8"
-            runner.kept[name] = {"config": dict(name=name, mode="dense", k=k, rows=rows),
-                                 "replays": [lambda rows=rows: replayed.append(rows)]}
-            runner.results.append(dict(name=name))
-    runner.run_rows_side_by_side("fp8", 16, 262144)
-    # K = 512 has no R = 1 step: not interleaved.
-    assert runner.timer.interleaved_labels == [["R=1", "R=2", "R=4"]]
-    assert sorted(set(replayed)) == [1, 2, 4]
-    by_name = {r["name"]: r for r in runner.results}
-    assert by_name["fp8-b16-n256k-k2048-r2-dense-qfp8"]["side_by_side_us"] == 11.0
-    assert by_name["fp8-b16-n256k-k2048-r4-dense-qfp8"]["side_by_side_r1_us"] == 10.0
-    assert "side_by_side_us" not in by_name["fp8-b16-n256k-k512-r2-dense-qfp8"]
-
-    doc = _mtp_results()
-    for r in doc["results"]:
-        if r["mode"] == "dense" and r["q_format"] == "fp8" and r["batch"] == 16:
-            r["side_by_side_us"] = {1: 100.0, 2: 112.0, 4: 160.0}[r["rows"]]
-            r["side_by_side_r1_us"] = 100.0
-    section = render.markdown(doc).split("## MTP rows and fp8 queries (issue 26)", 1)[1]
-    r2 = _rows(section, "| fp8 queries: dense step R=2 ≤ 1.15× R=1")
-    r4 = _rows(section, "| fp8 queries: dense step R=4 ≤ 1.7× R=1")
-    assert [(r[2], r[3]) for r in r2] == [("1.12× interleaved (1.10× one after another)",
-                                           "yes"), ("1.10×", "yes")]
-    assert [(r[2], r[3]) for r in r4] == [("1.60× interleaved (1.80× one after another)",
-                                           "yes"), ("1.80×", "**no**")]
-    dense = _rows(section, "| fp8 | fp8 | 16 × 256K | 2048 |")
-    assert dense[0][11:13] == ["100.0 / 112.0 / 160.0", "1.12×, 1.60×"]
 
 
 def test_baseline_from_an_earlier_results_file(bench_script, tmp_path):
@@ -648,7 +576,6 @@ def test_run_measures_deepgemm_beside_ours(bench_script, monkeypatch, tmp_path):
     runner.timer = _FakeTimer()
     runner.t0, runner.results, runner.skipped, runner.dead = 0.0, [], [], None
     runner.deepgemm = None
-    runner.kept = {}
     runner.json_path = str(tmp_path / "bench-results.json")
     runner.md_path = str(tmp_path / "bench-results.md")
     runner.doc = {"format": "spin-bench-results", "version": 1, "machine": {"gpu": "cpu"},
@@ -669,18 +596,9 @@ def test_run_measures_deepgemm_beside_ours(bench_script, monkeypatch, tmp_path):
         assert dg["calls"] == (1 if r == 2 else 2) and dg["next_n"] == [2] * dg["calls"]
         assert "graph_error" in dg and dg["best_us"] == dg["median_us"]  # no CUDA graphs here
         assert dg["fraction_of_copy"] > 0 and "topk_median_us" in dg
-        # Ours and DeepGEMM's eager calls interleaved (no graphs here).
-        assert dg["side_by_side"] == {"ours": 10.0, "deepgemm": 11.0,
-                                      "rounds": args.h2h_rounds, "window": args.h2h_window}
-    assert runner.timer.interleaved_labels == [["ours", "deepgemm"]] * 2
-    assert runner.kept == {}          # released at the group's end
     md = (tmp_path / "bench-results.md").read_text()
     assert "## MTP rows and fp8 queries (issue 26)" in md
     assert render.mtp_minimums(doc)
-    assert render.side_by_side_ratio(by_name["fp8-b2-n4k-r2-deepgemm"],
-                                     by_name["fp8-b2-n4k-r2-scores-qfp8"]) == (1.1, 11.0, 10.0)
-    scoring = _rows(md, f"| {render.shape_label(b, n)} | 2 |")
-    assert scoring[0][11:13] == ["10.0 / 11.0 / —", "1.10×"]
 
 
 def test_runs_merge_with_the_later_one_winning(bench_script, tmp_path):

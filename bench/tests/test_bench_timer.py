@@ -159,39 +159,3 @@ def test_scores_checks_of_the_scoring_alone(bench_script):
     off[1, 0, 3] += 0.5
     expected = 0.5 / ref[1, 0].abs().max().item()
     assert abs(bg.scores_error(torch, off, ref) - expected) < 1e-6
-
-
-def test_interleaved_windows_rotate_and_skip_each_windows_first_two(bench_script):
-    """Timer.interleaved: every round a window of each label, the order
-    rotating by round, the L2 flushed before every repetition, a label's
-    input sets in turn; each label's summary counts window - 2 repetitions
-    a round, all its own."""
-    bench = bench_script("bench_gpu")
-    fake = _FakeCuda(step_ms=0.0)
-    timer = bench.Timer(fake, _args(h2h_rounds=3, h2h_window=4))
-    order = []
-
-    def side(label, ms, set_index):
-        def fn():
-            order.append((label, set_index))
-            fake.log.append(("fn", None))
-            fake.now += ms
-        return fn
-
-    named = {"a": [side("a", 0.1, 0), side("a", 0.1, 1)], "b": [side("b", 0.3, 0)],
-             "c": [side("c", 0.2, 0)]}
-    out = timer.interleaved(named)
-    assert set(out) == {"a", "b", "c"}
-    for label, us in (("a", 100.0), ("b", 300.0), ("c", 200.0)):
-        assert out[label]["reps"] == 3 * 2
-        assert out[label]["median_us"] == pytest.approx(us)
-        assert (out[label]["rounds"], out[label]["window"]) == (3, 4)
-    # One warm-up call each, then the windows: a b c, b c a, c a b.
-    timed = [label for label, _ in order[3:]]
-    windows = [timed[i] for i in range(0, len(timed), 4)]
-    assert windows == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert all(len(set(timed[i:i + 4])) == 1 for i in range(0, len(timed), 4))
-    # A label's input sets in turn, continuing across its windows.
-    a_sets = [s for label, s in order if label == "a"]
-    assert a_sets == [i % 2 for i in range(len(a_sets))]
-    assert sum(1 for kind, _ in fake.log if kind == "flush") == 3 * 3 * 4
