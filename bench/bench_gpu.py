@@ -872,17 +872,6 @@ class Bench:
                 "turn) and the calls captured in CUDA graphs; the comparisons use the "
                 "faster of the two. Its logits are checked against the f32 reference "
                 "(input set 0). Its first call per kernel JIT-compiles (outside timing).",
-                "Interleaved (side by side): at R >= 2 these kernels run at the board's "
-                "700 W limit, and a kernel timed on its own runs at whatever clock the "
-                "work before it left (the same kernel measured up to 20 % apart within "
-                "one run). So ours and DeepGEMM's eager calls and graphs, and our dense "
-                "steps at R = 1, 2 and 4, are also timed interleaved "
-                f"(Timer.interleaved): {self.args.h2h_rounds} rounds, each a window of "
-                f"{self.args.h2h_window} repetitions of every side in an order that "
-                "rotates by round (input sets in turn, the L2 flushed before each), the "
-                "first two of a window not counted. The minimums against DeepGEMM and "
-                "the R ratio minimums are judged on the interleaved times; the times "
-                "measured one after another are given beside them.",
             ]},
         }
 

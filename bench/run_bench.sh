@@ -9,7 +9,8 @@
 # Builds the MLIR-free runtime and its Python module with
 # scripts/gpu-runtime-build if build-gpu/ has none (log: $OUT/build.log),
 # then runs bench/bench_gpu.py over bench-artifacts/ and writes
-# bench-results.json, bench-results.md, bench.log and nvidia-smi.txt to $OUT
+# bench-results.json, bench-results.md, bench.log, nvidia-smi.txt and smi.csv
+# (clock, power and temperature readings during the run) to $OUT
 # (default: bench-out/). The whole run is kept under BENCH_TOTAL_S seconds
 # (default 480): what the build leaves is bench_gpu.py's budget, after which
 # it starts no new configuration. Render the results here afterwards with
@@ -89,6 +90,14 @@ nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
 BUDGET=$((TOTAL_S - (SECONDS - START) - 30))
 if [ "$BUDGET" -lt 60 ]; then BUDGET=60; fi
 echo "== bench/bench_gpu.py (budget $BUDGET s)"
+
+# The board's clock, power and temperature every 250 ms while the benchmark
+# runs: at R >= 2 the kernels reach the 700 W limit, and a kernel timed there
+# runs at the clock that the work before it left.
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
+  --format=csv,noheader -lms 250 >"$OUT/smi.csv" 2>/dev/null &
+SMI_PID=$!
+trap 'kill "$SMI_PID" 2>/dev/null || true' EXIT
 
 export SPIN_BENCH_COMMAND="bash bench/run_bench.sh${*:+ $*}"
 set +e
