@@ -81,18 +81,37 @@ def summarize(spans, readings, seconds, keep):
     """(burst µs, sustained µs, mean MHz, mean W) from [(s since start, µs)]
     and nvidia-smi's 'MHz, W' lines over the run."""
     tail = readings[int(len(readings) * (1 - keep / seconds)):]
-    clock = statistics.mean(float(x.split(",")[0]) for x in tail)
-    power = statistics.mean(float(x.split(",")[1]) for x in tail)
+    values = []
+    for x in tail:
+        try:
+            values.append(tuple(float(v) for v in x.split(",")[:2]))
+        except ValueError:          # "[N/A]" or a partial line
+            pass
+    clock = statistics.mean(v[0] for v in values) if values else None
+    power = statistics.mean(v[1] for v in values) if values else None
     burst = statistics.median(us for _, us in spans[:40])
     sustained = statistics.median(us for at, us in spans if at > seconds - keep)
     return burst, sustained, clock, power
 
 
+def sustained_text(r):
+    """One run's sustained figures; the clock and power as n/a where
+    nvidia-smi gave no readings."""
+    _, us, clock, power = r
+    if clock is None:
+        return f"{us:.1f} us (clock and power n/a)"
+    return f"{us:.1f} us at {clock:.0f} MHz, {power:.0f} W ({power * us / 1e3:.0f} mJ a call)"
+
+
 def run_sustained(torch, fn, seconds, keep):
     time.sleep(1.0)
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
-                            "--format=csv,noheader,nounits", "-lms", "50"],
-                           stdout=subprocess.PIPE, text=True)
+    try:
+        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
+                                "--format=csv,noheader,nounits", "-lms", "50"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
+    except OSError as e:
+        sys.exit(f"error: cannot run nvidia-smi for the clock and power readings ({e})")
     t0 = time.time()
     spans = []
     try:
@@ -154,9 +173,8 @@ def main(argv=None):
                                                     args.keep))
         for label, rs in results.items():
             print(f"{name} {label}: burst " + ", ".join(f"{r[0]:.1f}" for r in rs)
-                  + " us | sustained " + ", ".join(
-                      f"{r[1]:.1f} us at {r[2]:.0f} MHz, {r[3]:.0f} W ({r[3] * r[1] / 1e3:.0f} "
-                      "mJ a call)" for r in rs), flush=True)
+                  + " us | sustained " + ", ".join(sustained_text(r) for r in rs),
+                  flush=True)
         del sides, holds
         torch.cuda.empty_cache()
     return 0

@@ -107,3 +107,9 @@ def test_sustained_arguments_and_configurations(bench_script, tmp_path, capsys):
     readings = ["1980, 500"] * 10 + ["1500, 700"] * 10
     burst, sustained, clock, power = sg.summarize(spans, readings, 3.0, 1.0)
     assert (burst, sustained, clock, power) == (100.0, 300.0, 1500.0, 700.0)
+    assert sg.sustained_text((burst, sustained, clock, power)) == \
+        "300.0 us at 1500 MHz, 700 W (210 mJ a call)"
+    # Readings nvidia-smi could not give ([N/A]) leave the clock and power out.
+    r = sg.summarize(spans, ["[N/A], [N/A]"] * 20, 3.0, 1.0)
+    assert r == (100.0, 300.0, None, None)
+    assert sg.sustained_text(r) == "300.0 us (clock and power n/a)"
