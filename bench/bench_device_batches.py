@@ -237,17 +237,14 @@ def profile_replays(torch, setup, count=3):
     cudaProfilerStop, after two outside it: what Nsight Compute started
     with --profile-from-start off profiles (each kernel of the step on its
     own, at the replays' inputs)."""
+    from profile_gpu import profiled
+
     def replay(i):
         write_inputs(setup, setup["staged"][i])
         setup["graph"].replay()
     for i in range(2):
         replay(i)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for i in range(2, 2 + count):
-        replay(i)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled(torch, replay, count, first=2)
     setup["program"].check()
 
 

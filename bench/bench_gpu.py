@@ -208,6 +208,16 @@ def load_index(path):
     return index
 
 
+def configuration(artifacts, name):
+    """Configuration `name` of the artifacts' index; exits naming the ones
+    there are when it has none."""
+    by_name = {c["name"]: c for c in load_index(artifacts)["configs"]}
+    if name not in by_name:
+        sys.exit(f"error: no configuration {name!r} in {artifacts}/index.json "
+                 f"(have: {', '.join(sorted(by_name))})")
+    return by_name[name]
+
+
 def group_priority(fmt, batch, slots, set_name="all"):
     """The issue's minimum configurations first (fp8 before bf16; the
     headline 16 x 128K first of all), so that a run cut short by the budget
@@ -488,6 +498,15 @@ class DeepGemm:
         except Exception as e:  # noqa: BLE001
             self.reason = (f"import deep_gemm from {self.path} failed ({type(e).__name__}: "
                            f"{str(e)[:300]}); build it with bash bench/build_deepgemm.sh")
+
+    @classmethod
+    def required(cls, torch, path):
+        """deep_gemm from the tree at `path`, for a tool that measures
+        nothing without it: exits saying why it is not available."""
+        dg = cls(torch, argparse.Namespace(deepgemm=path, no_deepgemm=False))
+        if not dg.available:
+            sys.exit(f"error: DeepGEMM not available: {dg.reason}")
+        return dg
 
     def info(self):
         out = {"available": self.available, "path": self.path, "version": self.version,

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_gpu as bg  # noqa: E402
 import profile_gpu  # noqa: E402
+from bench_gpu import configuration  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -44,16 +45,6 @@ def parse_args(argv=None):
     return args
 
 
-def configuration(artifacts, name):
-    """Configuration `name` of the artifacts' index; exits naming the ones
-    there are when it has none."""
-    by_name = {c["name"]: c for c in bg.load_index(artifacts)["configs"]}
-    if name not in by_name:
-        sys.exit(f"error: no configuration {name!r} in {artifacts}/index.json "
-                 f"(have: {', '.join(sorted(by_name))})")
-    return by_name[name]
-
-
 def main(argv=None):
     args = parse_args(argv)
     c = configuration(args.artifacts, args.name)
@@ -67,14 +58,12 @@ def main(argv=None):
         torch, spin, os.path.join(args.artifacts, c["dir"]), c, gen)
     program.programmatic_launches = False
     mtp = c["mode"] == "spin" and c["rows"] > 1
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(args.steps):
+
+    def step(_):
         program(inputs, state, request_ids=ids)
         if mtp:
             profile_gpu.commit_no_drafts(state, ids)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profile_gpu.profiled(torch, step, args.steps)
     program.check()
     print(f"{args.name}: {args.steps} steps profiled")
 
@@ -86,20 +75,13 @@ def run_deepgemm(torch, args, c):
     if c["mode"] != "scores" or c["format"] != "fp8":
         sys.exit(f"error: --deepgemm needs an fp8-key scoring-alone configuration, "
                  f"not {c['name']!r} ({c['mode']}, {c['format']} keys)")
-    dg = bg.DeepGemm(torch, argparse.Namespace(deepgemm=args.deepgemm, no_deepgemm=False))
-    if not dg.available:
-        sys.exit(f"error: DeepGEMM not available: {dg.reason}")
+    dg = bg.DeepGemm.required(torch, args.deepgemm)
     b, n, rows = c["batch"], c["slots"], c["rows"]
     gen = torch.Generator(device=bg.DEVICE).manual_seed(1)
     s = bg.InputSet(torch, "fp8", b, n, [rows], gen)
     fn = dg.step(s, rows)
     fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(args.steps):
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profile_gpu.profiled(torch, lambda _: fn(), args.steps)
     print(f"DeepGEMM at {c['name']}'s shape (B={b}, N={n}, R={rows}, "
           f"{len(bg.deepgemm_calls(rows))} call(s)): {args.steps} steps profiled")
     return 0

@@ -26,6 +26,18 @@ def commit_no_drafts(state, ids):
         state.commit(i, 0)
 
 
+def profiled(torch, call, count, first=0):
+    """call(first), ..., call(first + count - 1) between cudaProfilerStart
+    and cudaProfilerStop, the device idle at both ends: what a profiler
+    started with --profile-from-start off sees, and nothing else."""
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for i in range(first, first + count):
+        call(i)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def warmed_step(torch, spin, directory, config, gen, steps=4):
     """The program of artifact `directory` (configuration `config` of the
     index) on bench_gpu.py's inputs, after `steps` eager steps: SPIN's

@@ -65,11 +65,8 @@ def configurations(args):
     or not of a timed mode."""
     out = {}
     for d in args.artifacts:
-        by_name = {c["name"]: c for c in bg.load_index(d)["configs"]}
         for name in args.only:
-            c = by_name.get(name)
-            if c is None:
-                sys.exit(f"error: no configuration {name!r} in {d}/index.json")
+            c = bg.configuration(d, name)
             if c["mode"] not in ("scores", "dense") or c["format"] != "fp8":
                 sys.exit(f"error: {name!r} is a {c['mode']} configuration of {c['format']} "
                          "keys: only fp8-key scores and dense steps are timed here")
@@ -140,9 +137,7 @@ def main(argv=None):
     import spin
     dg = None
     if args.deepgemm:
-        dg = bg.DeepGemm(torch, argparse.Namespace(deepgemm=args.deepgemm, no_deepgemm=False))
-        if not dg.available:
-            sys.exit(f"error: DeepGEMM not available: {dg.reason}")
+        dg = bg.DeepGemm.required(torch, args.deepgemm)
     for name, by_dir in configs.items():
         first = next(iter(by_dir.values()))
         b, n, rows, k = first["batch"], first["slots"], first["rows"], first["k"]
