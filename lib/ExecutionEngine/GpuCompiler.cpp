@@ -277,7 +277,6 @@ mlir::spin::compileGpuArtifact(const std::string &source,
     tuning.copyWarpgroup = options.copyWarpgroup == CopyWarpgroup::Always;
     tuning.autoCopyWarpgroup = options.copyWarpgroup == CopyWarpgroup::Auto &&
                                !groups.count(false) && !options.fusedFp8Pages;
-    tuning.persistentScoring = options.persistentScoring;
     toGpu.addPass(createSpinConfigureGpuKernels(tuning));
     ConvertSpinToGPUOptions gpu;
     gpu.capacity = options.capacity;

@@ -77,12 +77,6 @@ static cl::opt<bool> noCopyWarpgroup(
     cl::desc("Never score with the copying warpgroup (default: where it "
              "measured faster, when every target is sm_90a)"),
     cl::init(false));
-static cl::opt<bool> noPersistentScoring(
-    "no-persistent-scoring",
-    cl::desc("Dense scoring by the copying warpgroup on a grid of a CTA per "
-             "fixed range of a row (default: one CTA an SM, each scoring an "
-             "even share of all the rows' tiles below their lengths)"),
-    cl::init(false));
 static cl::opt<bool>
     noWgmma("no-wgmma",
             cl::desc("Score with mma.sync on sm_90a too (default: wgmma "
@@ -172,7 +166,6 @@ int main(int argc, char **argv) {
   options.copyWarpgroup = copyWarpgroup     ? CopyWarpgroup::Always
                           : noCopyWarpgroup ? CopyWarpgroup::Never
                                             : CopyWarpgroup::Auto;
-  options.persistentScoring = !noPersistentScoring;
   options.layerArgument = layerArgument;
   options.pagedState = pagedState;
   options.fusedFp8Pages = fusedFp8Pages;

@@ -192,11 +192,6 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
            "than the other kernels, a CTA's rows of a power of two of "
            "heads in all (one, two or four query rows at H = 64; not "
            "three), where copy-warpgroup applies">,
-    Option<"persistentScoring", "persistent-scoring", "bool", "false",
-           "dense indexers scored by the copying warpgroup run a grid of "
-           "one CTA an SM (more where a share would pass 2048 tiles), each "
-           "scoring an even share of all the rows' tiles below their "
-           "lengths (#spin.score_config persistent_ctas)">,
     Option<"smCount", "sm-count", "int64_t", "132",
            "SMs of the GPU the scoring grids are sized for, two CTAs each "
            "(one with the copying warpgroup), "

@@ -46,10 +46,6 @@ struct GpuCompileOptions {
   /// Always wherever it applies (an error with other chips); Never.
   enum class CopyWarpgroup { Auto, Always, Never };
   CopyWarpgroup copyWarpgroup = CopyWarpgroup::Auto;
-  /// Dense scoring by the copying warpgroup on a grid of one CTA an SM over
-  /// an even split of the rows' tiles (spin-configure-gpu-kernels'
-  /// `persistent-scoring`); false: a CTA per fixed range of a row.
-  bool persistentScoring = true;
   /// The step takes its layer at run time (convert-spin-to-gpu's
   /// `layer-argument`): one program serves every layer.
   bool layerArgument = false;

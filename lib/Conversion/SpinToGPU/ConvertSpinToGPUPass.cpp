@@ -549,7 +549,6 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   spec.mTiles = config.getMTiles();
   spec.tilesPerWarp = config.getTilesPerWarp();
   spec.copyWarpgroup = config.getCopyWarpgroup();
-  spec.persistentCtas = config.getPersistentCtas();
   if (config.getWgmma()) {
     if (spec.heads > 256)
       return op.emitOpError("GPU path: wgmma scoring needs at most 256 heads "
@@ -603,24 +602,6 @@ static LogicalResult checkCopyWarpgroupLayout(Operation *op,
     return op->emitOpError("GPU path: copy_warpgroup reads the compact key "
                            "cache (not fused-fp8-pages)"),
            failure();
-  if (spec.persistentCtas > 0 && spec.sparse)
-    return op->emitOpError("GPU path: persistent_ctas applies to dense "
-                           "indexers only (got ")
-               << spec.persistentCtas << " on sparse scoring)",
-           failure();
-  if (spec.persistentCtas > 0) {
-    const int64_t groups = spec.batch * spec.rows / scoreRowsPerCta(spec);
-    const int64_t share =
-        persistentShareTiles(groups, spec.outWidth(), spec.persistentCtas);
-    if (share > kMaxPersistentTiles)
-      return op->emitOpError("GPU path: persistent_ctas = ")
-                 << spec.persistentCtas << " leaves a CTA " << share
-                 << " tiles of 64 slots, more than its "
-                 << kMaxPersistentTiles << " (at least "
-                 << persistentScoreCtas(groups, spec.outWidth(), 1)
-                 << " CTAs)",
-             failure();
-  }
   return success();
 }
 

@@ -104,8 +104,7 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   // Checked before the wave model divides by the warps.
   if (failed(ScoreConfigAttr::verify(emitError, warps,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
-                                     options.wgmma, options.copyWarpgroup,
-                                     /*persistentCtas=*/0)))
+                                     options.wgmma, options.copyWarpgroup)))
     return failure();
   // A CTA scores several query rows of a request: the grid has a row of
   // CTAs per group of them.
@@ -136,17 +135,8 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,
                                      mTiles, options.smCount, copy);
-  // A dense copying-warpgroup grid of one CTA an SM over an even split of
-  // all the rows' tiles (docs/benchmarks-kernels.md, "A persistent dense
-  // grid"): no wave of fewer CTAs than SMs, no CTA start between waves.
-  int64_t persistent =
-      copy && options.persistentScoring && isa<DenseIndexerOp>(op.getOperation())
-          ? persistentScoreCtas(q.getDimSize(0) * groups, entries,
-                                options.smCount)
-          : 0;
   helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
-                                          mTiles, options.wgmma, copy,
-                                          persistent));
+                                          mTiles, options.wgmma, copy));
   return success();
 }
 
@@ -306,9 +296,8 @@ struct SpinConfigureGpuKernelsPass
   using SpinConfigureGpuKernelsBase::SpinConfigureGpuKernelsBase;
 
   void runOnOperation() override {
-    Options options{warpsPerCta,       tilesPerWarp, mTiles,
-                    wgmma,             copyWarpgroup, autoCopyWarpgroup,
-                    persistentScoring, smCount};
+    Options options{warpsPerCta,   tilesPerWarp,      mTiles, wgmma,
+                    copyWarpgroup, autoCopyWarpgroup, smCount};
     if (failed(configureKernels(getOperation(), options)))
       signalPassFailure();
   }

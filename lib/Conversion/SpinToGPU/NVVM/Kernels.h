@@ -19,7 +19,6 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
-#include <algorithm>
 #include <array>
 #include <string>
 
@@ -143,11 +142,6 @@ struct ScoreKernelSpec {
   /// "Row status") after `skip`, and write the bad-page code into the row
   /// of a request that meets a bad block-table entry.
   bool rowStatus = false;
-  /// Dense with copyWarpgroup: a grid of this many CTAs (0: a CTA per
-  /// `warps x tilesPerWarp` tiles of a row), each scoring an even share of
-  /// the 64-slot tiles below the rows' lengths, a share crossing request
-  /// boundaries (persistentScoreCtas).
-  int64_t persistentCtas = 0;
 
   int64_t outWidth() const { return tablePages * pageSize; }
   int64_t pageBytes() const { return fusedPageBytes(pageSize, headDim); }
@@ -170,25 +164,6 @@ inline bool copyWarpgroupApplies(bool fp8Keys, bool fp8Queries,
   return fp8Keys && fp8Queries && headDim == 128 && pageSize > 0 &&
          pageSize % 64 == 0 && ctaHeads <= 256 && blockSize >= 0 &&
          blockSize % 64 == 0;
-}
-/// The most 64-slot tiles a CTA of a persistent dense grid scores: its
-/// tiles' pages are looked up into shared memory once (12 bytes a tile).
-constexpr int64_t kMaxPersistentTiles = 2048;
-/// The CTAs of a persistent dense grid for `groups` CTA row groups of
-/// `width` entries: one an SM, or more where a share would pass
-/// kMaxPersistentTiles, never more than the tiles.
-inline int64_t persistentScoreCtas(int64_t groups, int64_t width,
-                                   int64_t smCount) {
-  const int64_t tiles = groups * ((width + 63) / 64);
-  int64_t ctas =
-      std::max(smCount, (tiles + kMaxPersistentTiles - 1) / kMaxPersistentTiles);
-  return std::max<int64_t>(1, std::min(ctas, tiles));
-}
-/// The most tiles a CTA of that grid takes (its shared-memory arrays).
-inline int64_t persistentShareTiles(int64_t groups, int64_t width,
-                                    int64_t ctas) {
-  const int64_t tiles = groups * ((width + 63) / 64);
-  return std::max<int64_t>(1, (tiles + ctas - 1) / ctas);
 }
 LaunchShape buildScoreKernel(OpBuilder &b, Location loc,
                              gpu::GPUModuleOp module,

@@ -20,8 +20,6 @@
 #include "KernelLibrary.h"
 #include "Kernels.h"
 
-#include "llvm/ADT/bit.h"
-
 #include <array>
 #include <numeric>
 #include <optional>
@@ -270,24 +268,6 @@ private:
   void lookupUnitPages();
   void lookupUnitPage(Value u);
   void runTiles();
-  /// A persistent dense grid (spec.persistentCtas): the CTA's even share of
-  /// all the row groups' tiles below their lengths, the share's tiles'
-  /// pages and groups, the -inf past the lengths, then the ring.
-  void buildPersistent();
-  void splitTiles();
-  Value groupTiles(Value group);
-  Value groupOfTile(Value tile, function_ref<Value(Value)> endOf);
-  void reportBadLengths();
-  void lookupShareTiles();
-  void fillInvisibleTiles();
-  /// A multiplier entering group `group`'s segment of the share: its rows'
-  /// lengths and head weights, and its queries restaged in `queries` (the
-  /// warpgroup's own copy); returns {group, lengths..., weights...}.
-  SmallVector<Value> enterSegment(Value group, Value mathGroup, Value queries,
-                                  Value quad);
-  /// Sets the members the tile's code reads (request, firstRow, visible,
-  /// lengthOk, total, the weights) from a segment's values.
-  void useSegment(ValueRange segment);
   /// copyWarpgroup: the ring in dynamic shared memory, the warpgroups' roles.
   void setUpRing();
   Value ringTiles();
@@ -312,7 +292,6 @@ private:
   TilePlace ringTilePlace(Value i);
   void copyTiles(Value count);
   void multiplyTiles(Value count);
-  void multiplyTile(Value j, Value mathGroup, Value wi);
   Value tileStartOf(Value j, Value w);
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
@@ -425,17 +404,6 @@ private:
   int64_t wgmmaChains = 1;
   Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
       scaleMap;
-  /// copyWarpgroup: where storeQueryVector stages (ringQueries, or a
-  /// persistent grid's multiplier's own copy).
-  Value queryStage;
-  /// persistentCtas: the row groups (batch x rowGroups), the most tiles a
-  /// share holds, the inclusive prefix sums of the groups' tiles (shared),
-  /// the share's first tile and count, and each of its tiles' group
-  /// (shared); `fillInTiles`: the epilogue writes the -inf past a row's
-  /// length within the tiles it scores.
-  bool persistent = false, fillInTiles = false;
-  int64_t groups = 0, shareTiles = 0;
-  Value groupEnd, allTiles, shareStart, shareCount, unitGroup;
 };
 
 ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
@@ -500,17 +468,6 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                                   ? std::gcd(spec.blockSize, spec.pageSize)
                                   : spec.pageSize);
   units = ctaEntries / unit;
-  groups = spec.batch * rowGroups;
-  persistent = spec.persistentCtas > 0;
-  if (persistent) {
-    assert(spec.copyWarpgroup && !spec.sparse &&
-           "a persistent grid is a dense copying-warpgroup grid");
-    shareTiles =
-        persistentShareTiles(groups, spec.outWidth(), spec.persistentCtas);
-    unit = 64;
-    units = shareTiles;
-    fillInTiles = spec.fillPastLength;
-  }
   mTiles = spec.mTiles;
   threadRows = 2 * mTiles;
   perRow = 3 + chunks + (spec.scales ? 1 : 0);
@@ -520,10 +477,6 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
 LaunchShape ScoreKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();
-  if (persistent) {
-    buildPersistent();
-    return launchShape();
-  }
   loadBeforeWait();
   boundCtaRange();
   if (spec.fillPastLength && !spec.sparse)
@@ -818,7 +771,7 @@ void ScoreKernel::storeQueryVector(Value vec, Value v) {
   if (spec.copyWarpgroup) {
     // Row `head` (of the rows' heads) of the swizzled B matrix, in memory
     // order (the keys' tiles are too).
-    kb.store(vec, kb.gep(queryStage, kb.i8T(), swizzledByte(kb, head, c)),
+    kb.store(vec, kb.gep(ringQueries, kb.i8T(), swizzledByte(kb, head, c)),
              16);
     return;
   }
@@ -1017,202 +970,6 @@ void ScoreKernel::fillPastLength() {
   }
 }
 
-/// A persistent dense grid: CTA c of P takes tiles [c T / P, (c + 1) T / P)
-/// (rounded to whole tiles) of the T tiles that hold entries below the
-/// row groups' largest valid lengths, in group order, so that every CTA
-/// scores the same number of tiles (give or take one) however the step's
-/// lengths fall, and a share may span the end of one request and the
-/// start of the next. The lengths are step inputs: the split is computed
-/// before the grid wait.
-void ScoreKernel::buildPersistent() {
-  {
-    OpBuilder::InsertionGuard beforeWait(b);
-    setInsertionBeforeGridWait(b, func);
-    tid = kb.threadIdX();
-    lane = kb.laneId();
-    warp = kb.warpId();
-    ctaIndex = kb.blockIdX();
-    splitTiles();
-  }
-  g = kb.shrU(lane, kb.i32(2)), t = kb.andI(lane, kb.i32(3));
-  reportBadLengths();
-  if (fillInTiles)
-    fillInvisibleTiles();
-  active = kb.cmp(CmpIPredicate::sgt, shareCount, kb.i32(0));
-  kb.ifThen(active, [&] {
-    lookupShareTiles();
-    setUpRing();
-    // Publishes the share's pages and groups and the ring's mbarriers.
-    kb.barrier();
-    runTiles();
-  });
-}
-
-/// `groupEnd[i]`: the tiles of row groups 0..i; `allTiles` their sum; the
-/// CTA's share.
-void ScoreKernel::splitTiles() {
-  groupEnd = kb.sharedArray(spec.name + "_group_end", i32, groups);
-  allTiles = kb.forLoopWith(
-      kb.i32(0), kb.i32(llvm::divideCeil(groups, threads)), kb.i32(1),
-      {kb.i32(0)}, [&](Value round, ValueRange carry) -> SmallVector<Value> {
-        Value group = kb.add(kb.mul(round, kb.i32(threads)), tid);
-        Value in = kb.cmp(CmpIPredicate::slt, group, kb.i32(groups));
-        Value tiles = kb.ifThenElse(
-            {i32}, in,
-            [&]() -> SmallVector<Value> { return {groupTiles(group)}; },
-            [&]() -> SmallVector<Value> { return {kb.i32(0)}; })[0];
-        auto [before, sum] =
-            blockExclusiveScan(kb, spec.name + "_split", tiles, threads);
-        kb.ifThen(in, [&] {
-          kb.storeAt(kb.add(carry[0], kb.add(before, tiles)), groupEnd, group);
-        });
-        return {kb.add(carry[0], sum)};
-      })[0];
-  kb.barrier();
-  Value ctas = kb.i32(spec.persistentCtas);
-  Value per = kb.divU(allTiles, ctas), rem = kb.remU(allTiles, ctas);
-  shareStart = kb.add(kb.mul(ctaIndex, per), kb.minU(ctaIndex, rem));
-  shareCount = kb.add(
-      per, kb.select(kb.cmp(CmpIPredicate::ult, ctaIndex, rem), kb.i32(1),
-                     kb.i32(0)));
-}
-
-/// The 64-slot tiles of row group `group`: those below its rows' largest
-/// valid length (0 <= N <= the table's slots; none if no row is valid).
-Value ScoreKernel::groupTiles(Value group) {
-  Value rowBase =
-      kb.add(kb.mul(kb.divU(group, kb.i32(rowGroups)), kb.i32(R)),
-             kb.mul(kb.remU(group, kb.i32(rowGroups)), kb.i32(rowsPerCta)));
-  Value largest = kb.i32(0);
-  for (int64_t r = 0; r < rowsPerCta; ++r) {
-    Value n = kb.loadAt(i32, lengths, kb.add(rowBase, kb.i32(r)), true);
-    Value ok = kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-                       kb.cmp(CmpIPredicate::sle, n, kb.i32(spec.outWidth())));
-    largest = kb.maxS(largest, kb.select(ok, n, kb.i32(0)));
-  }
-  return kb.divU(kb.add(largest, kb.i32(63)), kb.i32(64));
-}
-
-/// The first row group whose `endOf` (a non-decreasing prefix over the
-/// groups) passes `tile`, by bisection over the groups; `tile` lies below
-/// the last group's.
-Value ScoreKernel::groupOfTile(Value tile, function_ref<Value(Value)> endOf) {
-  Value lo = kb.i32(0);
-  for (int64_t step = llvm::bit_floor(static_cast<uint64_t>(groups)); step >= 1;
-       step /= 2) {
-    Value next = kb.add(lo, kb.i32(step));
-    Value inRange = kb.cmp(CmpIPredicate::sle, next, kb.i32(groups));
-    Value end = endOf(kb.sub(kb.minS(next, kb.i32(groups)), kb.i32(1)));
-    lo = kb.select(
-        kb.andI(inRange, kb.cmp(CmpIPredicate::sle, end, tile)), next, lo);
-  }
-  return lo;
-}
-
-/// CTA 0 reports every row of a bad length (as each dense CTA of a row
-/// does on the other grid).
-void ScoreKernel::reportBadLengths() {
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, ctaIndex, kb.i32(0)), [&] {
-    forEachThreadStrided(kb, kb.i32(spec.batch * R), threads, [&](Value row) {
-      Value n = kb.loadAt(i32, lengths, row, true);
-      Value ok = kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-                         kb.cmp(CmpIPredicate::sle, n,
-                                kb.i32(spec.outWidth())));
-      kb.ifThen(kb.not1(ok), [&] {
-        recordError(kb, errors, ErrorBadLength, n, kb.divU(row, kb.i32(R)),
-                    kb.remU(row, kb.i32(R)));
-      });
-    });
-  });
-}
-
-/// Each tile of the share: its first slot, page (-1: bad, reported) and
-/// row group in shared memory, so that the copier and multipliers look
-/// nothing up in global memory.
-void ScoreKernel::lookupShareTiles() {
-  unitSlot = kb.sharedArray(spec.name + "_unit_slot", i32, units);
-  unitPage = kb.sharedArray(spec.name + "_unit_page", i32, units);
-  unitGroup = kb.sharedArray(spec.name + "_unit_group", i32, units);
-  auto endOf = [&](Value group) { return kb.loadAt(i32, groupEnd, group); };
-  forEachThreadStrided(kb, shareCount, threads, [&](Value i) {
-    Value tile = kb.add(shareStart, i);
-    Value group = groupOfTile(tile, endOf);
-    Value before = kb.select(
-        kb.cmp(CmpIPredicate::sgt, group, kb.i32(0)),
-        endOf(kb.maxS(kb.sub(group, kb.i32(1)), kb.i32(0))), kb.i32(0));
-    Value slot = kb.mul(kb.sub(tile, before), kb.i32(64));
-    Value owner = kb.divU(group, kb.i32(rowGroups));
-    // Below the group's largest valid length, so within the table's row.
-    Value page = kb.loadAt(i32, table,
-                           kb.add(kb.mul(owner, kb.i32(spec.tablePages)),
-                                  kb.divU(slot, kb.i32(spec.pageSize))),
-                           true);
-    Value pageOk = kb.andI(kb.cmp(CmpIPredicate::sge, page, kb.i32(0)),
-                           kb.cmp(CmpIPredicate::slt, page, pages));
-    kb.ifThen(kb.not1(pageOk), [&] {
-      recordError(kb, errors, ErrorBadPage, page, owner,
-                  kb.mul(kb.remU(group, kb.i32(rowGroups)),
-                         kb.i32(rowsPerCta)));
-    });
-    kb.storeAt(slot, unitSlot, i);
-    kb.storeAt(kb.select(pageOk, page, kb.i32(-1)), unitPage, i);
-    kb.storeAt(group, unitGroup, i);
-  });
-}
-
-/// -inf in the tiles past each row group's scored tiles (every row's
-/// entries there lie past its length), split over the grid as evenly as
-/// the scored ones: a warp a tile, a lane two entries of each valid row.
-/// (The scored tiles' entries past a row's length are the epilogue's.)
-void ScoreKernel::fillInvisibleTiles() {
-  const int64_t width = spec.outWidth() / 64;
-  // Group i's tiles past its scored ones end at (i + 1) width - groupEnd[i].
-  auto endOf = [&](Value group) {
-    return kb.sub(kb.mul(kb.add(group, kb.i32(1)), kb.i32(width)),
-                  kb.loadAt(i32, groupEnd, group));
-  };
-  Value fills = kb.sub(kb.i32(groups * width), allTiles);
-  Value ctas = kb.i32(spec.persistentCtas);
-  Value per = kb.divU(fills, ctas), rem = kb.remU(fills, ctas);
-  Value first = kb.add(kb.mul(ctaIndex, per), kb.minU(ctaIndex, rem));
-  Value count = kb.add(
-      per, kb.select(kb.cmp(CmpIPredicate::ult, ctaIndex, rem), kb.i32(1),
-                     kb.i32(0)));
-  const int64_t warps = threads / 32;
-  kb.forLoop(warp, count, kb.i32(warps), [&](Value i) {
-    Value fill = kb.add(first, i);
-    Value group = groupOfTile(fill, endOf);
-    Value before = kb.select(
-        kb.cmp(CmpIPredicate::sgt, group, kb.i32(0)),
-        endOf(kb.maxS(kb.sub(group, kb.i32(1)), kb.i32(0))), kb.i32(0));
-    Value scored = kb.sub(kb.loadAt(i32, groupEnd, group),
-                          kb.select(kb.cmp(CmpIPredicate::sgt, group,
-                                           kb.i32(0)),
-                                    kb.loadAt(i32, groupEnd,
-                                              kb.maxS(kb.sub(group, kb.i32(1)),
-                                                      kb.i32(0))),
-                                    kb.i32(0)));
-    Value tileFirst =
-        kb.mul(kb.add(scored, kb.sub(fill, before)), kb.i32(64));
-    Value rowBase = kb.add(
-        kb.mul(kb.divU(group, kb.i32(rowGroups)), kb.i32(R)),
-        kb.mul(kb.remU(group, kb.i32(rowGroups)), kb.i32(rowsPerCta)));
-    for (int64_t r = 0; r < rowsPerCta; ++r) {
-      Value row = kb.add(rowBase, kb.i32(r));
-      Value n = kb.loadAt(i32, lengths, row, true);
-      Value ok = kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-                         kb.cmp(CmpIPredicate::sle, n,
-                                kb.i32(spec.outWidth())));
-      kb.ifThen(ok, [&] {
-        Value base = kb.add(kb.mul(row, kb.i32(spec.outWidth())), tileFirst);
-        for (int64_t half = 0; half < 2; ++half)
-          kb.storeAt(kb.f32Bits(0xff800000u), out,
-                     kb.add(base, kb.add(lane, kb.i32(32 * half))));
-      });
-    }
-  });
-}
-
 /// An active CTA: its pages, the queries (unless staged before the wait),
 /// then its tiles.
 void ScoreKernel::scoreCta() {
@@ -1342,13 +1099,9 @@ void ScoreKernel::setUpRing() {
   Value address = sharedAddress(kb, base);
   Value pad = kb.andI(kb.sub(kb.i32(0), address), kb.i32(1023));
   Value aligned = kb.gep(base, kb.i8T(), pad);
-  // A persistent grid's multipliers each stage the queries of their own
-  // segments.
-  const int64_t queryBytes =
-      rowsPerCta * H * 128 * (persistent ? mathGroups : 1);
+  const int64_t queryBytes = rowsPerCta * H * 128;
   const int64_t stages = mathGroups * kRingStages;
   ringQueries = aligned;
-  queryStage = aligned;
   ringKeys = kb.gep(aligned, kb.i8T(), kb.i32(queryBytes));
   ringScales = kb.gep(ringKeys, kb.i8T(), kb.i32(stages * kTileBytes));
   fullBars = kb.gep(ringScales, kb.i8T(), kb.i32(stages * 64 * 4));
@@ -1367,8 +1120,6 @@ void ScoreKernel::setUpRing() {
 
 /// The CTA's 64-slot tiles that hold entries below `total`.
 Value ScoreKernel::ringTiles() {
-  if (persistent)
-    return shareCount;
   Value left = kb.sub(total, ctaStart);
   Value tiles = kb.divU(kb.add(left, kb.i32(63)), kb.i32(64));
   return kb.minS(tiles, kb.i32(ctaEntries / 64));
@@ -1473,110 +1224,12 @@ void ScoreKernel::copyTiles(Value count) {
 void ScoreKernel::multiplyTiles(Value count) {
   ptxStatement(kb, "setmaxnreg.inc.sync.aligned.u32 " +
                        std::to_string(mathRegisters) + ";");
+  staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
   Value wi = kb.remU(warp, kb.i32(4));
-  Value quad = kb.andI(lane, kb.i32(3));
-  if (!persistent) {
-    staged->weights = loadHeadWeights(quad);
-    kb.forLoop(kb.i32(0), ringTrips(count, group), kb.i32(1),
-               [&](Value j) { multiplyTile(j, group, wi); });
-    return;
-  }
-  // A persistent share crosses row groups: each tile's group (looked up
-  // with its page) says when the multiplier enters the next group's
-  // segment; the segment's lengths and weights are loop-carried.
-  Value queries = kb.gep(ringQueries, kb.i8T(),
-                         kb.mul(group, kb.i32(rowsPerCta * H * 128)));
-  staged = StagedQueries();
-  staged->descriptor = swizzledDescriptor(kb, queries);
-  SmallVector<Value> init = {kb.i32(-1)};
-  init.append(rowsPerCta, kb.i32(0));
-  init.append(rowsPerCta * nTiles * 2, kb.f32(0.0));
-  SmallVector<Type> types;
-  for (Value v : init)
-    types.push_back(v.getType());
-  kb.forLoopWith(
-      kb.i32(0), ringTrips(count, group), kb.i32(1), init,
-      [&](Value j, ValueRange carried) -> SmallVector<Value> {
-        Value tileGroup =
-            kb.loadAt(i32, unitGroup, ringStage(j, group).tile);
-        SmallVector<Value> segment = kb.ifThenElse(
-            types, kb.cmp(CmpIPredicate::ne, tileGroup, carried[0]),
-            [&]() -> SmallVector<Value> {
-              return enterSegment(tileGroup, group, queries, quad);
-            },
-            [&]() -> SmallVector<Value> {
-              return SmallVector<Value>(carried.begin(), carried.end());
-            });
-        useSegment(segment);
-        multiplyTile(j, group, wi);
-        return segment;
-      });
-}
-
-SmallVector<Value> ScoreKernel::enterSegment(Value group, Value mathGroup,
-                                             Value queries, Value quad) {
-  SmallVector<Value> segment = {group};
-  request = kb.divU(group, kb.i32(rowGroups));
-  firstRow = kb.mul(kb.remU(group, kb.i32(rowGroups)), kb.i32(rowsPerCta));
-  Value rowBase = kb.add(kb.mul(request, kb.i32(R)), firstRow);
-  for (int64_t r = 0; r < rowsPerCta; ++r)
-    segment.push_back(
-        kb.loadAt(i32, lengths, kb.add(rowBase, kb.i32(r)), true));
-  SmallVector<Value> weights = loadHeadWeights(quad);
-  // The group's queries, every load issued before the stores.
-  Value wt = kb.add(kb.mul(kb.remU(warp, kb.i32(4)), kb.i32(32)), lane);
-  Value qVectors = kb.mul(rowBase, kb.i32(H * vectorsPerHead));
-  SmallVector<Value> loaded, inRange;
-  for (int64_t u = 0; u < llvm::divideCeil(vectors, 128); ++u) {
-    Value v = kb.add(wt, kb.i32(u * 128));
-    Value ok = kb.cmp(CmpIPredicate::slt, v, kb.i32(vectors));
-    loaded.push_back(
-        kb.loadAt(words, q, kb.add(qVectors, kb.select(ok, v, kb.i32(0))),
-                  true));
-    inRange.push_back(ok);
-  }
-  // The warpgroup's MMAs of its previous tile have read the old queries
-  // (each warp waited for its wgmma groups) before any thread overwrites
-  // them; the new ones reach the async proxy before the next MMAs.
-  Value barrierId = kb.add(mathGroup, kb.i32(1));
-  ptxStatement(kb, "bar.sync $0, 128;", "r", {barrierId});
-  queryStage = queries;
-  for (size_t u = 0; u < loaded.size(); ++u)
-    kb.ifThen(inRange[u], [&] {
-      storeQueryVector(loaded[u], kb.add(wt, kb.i32(u * 128)));
-    });
-  ptxStatement(kb, "fence.proxy.async.shared::cta;");
-  ptxStatement(kb, "bar.sync $0, 128;", "r", {barrierId});
-  segment.append(weights.begin(), weights.end());
-  return segment;
-}
-
-void ScoreKernel::useSegment(ValueRange segment) {
-  request = kb.divU(segment[0], kb.i32(rowGroups));
-  firstRow =
-      kb.mul(kb.remU(segment[0], kb.i32(rowGroups)), kb.i32(rowsPerCta));
-  visible.clear();
-  lengthOk.clear();
-  maxVisible = kb.i32(0);
-  for (int64_t r = 0; r < rowsPerCta; ++r) {
-    Value n = segment[1 + r];
-    Value ok = kb.andI(kb.cmp(CmpIPredicate::sge, n, kb.i32(0)),
-                       kb.cmp(CmpIPredicate::sle, n, kb.i32(spec.outWidth())));
-    visible.push_back(n);
-    lengthOk.push_back(ok);
-    maxVisible = kb.maxS(maxVisible, kb.select(ok, n, kb.i32(0)));
-  }
-  total = maxVisible;
-  staged->weights.assign(segment.begin() + 1 + rowsPerCta, segment.end());
-}
-
-/// Multiplier `mathGroup`'s ring place `j`: the tile's slots located, its
-/// MMAs, epilogues and the stage's release (multiplyTiles).
-void ScoreKernel::multiplyTile(Value j, Value group, Value wi) {
   const int64_t chainRows = rowsPerCta / wgmmaChains;
   const int64_t n = chainRows * H;
-  {
+  kb.forLoop(kb.i32(0), ringTrips(count, group), kb.i32(1), [&](Value j) {
     RingStage rs = ringStage(j, group);
     Value s = rs.stage;
     Value parity = kb.andI(rs.round, kb.i32(1));
@@ -1585,10 +1238,7 @@ void ScoreKernel::multiplyTile(Value j, Value group, Value wi) {
     // not looked up a slot.
     TilePlace place = ringTilePlace(rs.tile);
     Value pageOk = kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0));
-    // A persistent share's tiles lie anywhere in their rows: a dense
-    // tile's first entry is its first slot.
-    Value tileStart =
-        persistent ? place.firstSlot : kb.add(ctaStart, place.local);
+    Value tileStart = kb.add(ctaStart, place.local);
     for (int64_t r = 0; r < threadRows; ++r) {
       Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
       Value entry = kb.add(tileStart, within);
@@ -1648,7 +1298,7 @@ void ScoreKernel::multiplyTile(Value j, Value group, Value wi) {
         accs.push_back(chainRow(d[c], q));
       epilogue(raw, accs, c * chainRows, rf);
     }
-  }
+  });
 }
 
 /// The first entry of warp `w`'s tile `j` of the CTA (16 * mTiles entries;
@@ -1994,11 +1644,7 @@ void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
         kb.i32(spec.outWidth())));
     // Dense rows write their visible entries (the others are -inf or left
     // as they are); sparse rows write every selected entry.
-    // A persistent grid's tiles past the lengths are filled apart
-    // (fillInvisibleTiles); those it scores get their -inf here.
-    rowTotals.push_back(spec.sparse  ? total
-                        : fillInTiles ? kb.i32(spec.outWidth())
-                                      : visible[qrow]);
+    rowTotals.push_back(spec.sparse ? total : visible[qrow]);
     weights[i].assign(
         staged->weights.begin() + std::min<size_t>(staged->weights.size(),
                                                    qrow * nTiles * 2),
@@ -2080,11 +1726,6 @@ void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
         kb.cmp(CmpIPredicate::slt, entry,
                of([&](int64_t i, int64_t) { return rowTotals[i]; })));
     Value value = kb.select(valid, sum, kb.f32Bits(0x7fc00000u));
-    if (fillInTiles)
-      value = kb.select(
-          kb.cmp(CmpIPredicate::slt, entry,
-                 of([&](int64_t i, int64_t) { return visible[firstQ + i]; })),
-          value, kb.f32Bits(0xff800000u));
     Value outBase = of([&](int64_t i, int64_t) { return outBases[i]; });
     kb.ifThen(write,
               [&] { kb.storeAt(value, out, kb.add(outBase, entry)); });
@@ -2095,14 +1736,12 @@ void ScoreKernel::epilogue(ValueRange raw, ArrayRef<Accumulators> accs,
 LaunchShape ScoreKernel::launchShape() const {
   LaunchShape shape;
   const int64_t ctasPerRow = (spec.outWidth() + ctaEntries - 1) / ctaEntries;
+  const int64_t groups = spec.batch * rowGroups;
   shape.grid = {spec.sparse ? groups : ctasPerRow,
                 spec.sparse ? ctasPerRow : groups, 1};
-  if (persistent)
-    shape.grid = {spec.persistentCtas, 1, 1};
   shape.blockThreads = threads;
   if (spec.copyWarpgroup)
-    shape.sharedBytes = 1024 +
-                        rowsPerCta * H * 128 * (persistent ? mathGroups : 1) +
+    shape.sharedBytes = 1024 + rowsPerCta * H * 128 +
                         mathGroups * kRingStages * (kTileBytes + 256 + 2 * 8);
   return shape;
 }

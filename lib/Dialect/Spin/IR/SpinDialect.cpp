@@ -261,8 +261,7 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
 LogicalResult
 ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t warps, int64_t tilesPerWarp, int64_t mTiles,
-                        bool wgmma, bool copyWarpgroup,
-                        int64_t persistentCtas) {
+                        bool wgmma, bool copyWarpgroup) {
   if (warps < 1 || warps > 32)
     return emitError() << "score_config: warps must be in [1, 32], got "
                        << warps;
@@ -280,13 +279,6 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   // tiles.)
   if (copyWarpgroup && !wgmma)
     return emitError() << "score_config: copy_warpgroup needs wgmma";
-  if (persistentCtas < 0 || persistentCtas > 65535)
-    return emitError() << "score_config: persistent_ctas must be in [0, "
-                          "65535], got "
-                       << persistentCtas;
-  if (persistentCtas > 0 && !copyWarpgroup)
-    return emitError() << "score_config: persistent_ctas needs "
-                          "copy_warpgroup";
   return success();
 }
 

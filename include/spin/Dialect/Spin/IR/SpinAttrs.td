@@ -122,15 +122,10 @@ def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
     key tiles and their scales through tensor maps into shared-memory
     rings and two to four that multiply them, both wgmma operands in shared
     memory; `warps x tiles_per_warp x 16` is then the CTA's slots.
-    With `persistent_ctas` > 0 (`spin.dense_indexer` with `copy_warpgroup`
-    only) the grid is that many CTAs instead, each taking an even share of
-    all the rows' 64-slot tiles below their lengths, a share crossing
-    request boundaries (`tiles_per_warp` is then unused).
   }];
   let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
                         "int64_t":$m_tiles, "bool":$wgmma,
-                        DefaultValuedParameter<"bool", "false">:$copy_warpgroup,
-                        DefaultValuedParameter<"int64_t", "0">:$persistent_ctas);
+                        DefaultValuedParameter<"bool", "false">:$copy_warpgroup);
 }
 
 def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
