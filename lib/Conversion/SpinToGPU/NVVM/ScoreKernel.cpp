@@ -292,14 +292,6 @@ private:
   TilePlace ringTilePlace(Value i);
   void copyTiles(Value count);
   void multiplyTiles(Value count);
-  SmallVector<Value> tileRows(const RingStage &rs, Value wi);
-  SmallVector<SmallVector<Value>> issueTileMmas(const RingStage &rs);
-  void finishTile(const RingStage &rs, SmallVector<Value> raw,
-                  ArrayRef<SmallVector<Value>> d);
-  SmallVector<Value> loadTileScales(const RingStage &rs);
-  void setTileScales(SmallVector<Value> &raw, ArrayRef<Value> scales);
-  void releaseStage(const RingStage &rs);
-  void tileEpilogue(ArrayRef<Value> raw, ArrayRef<SmallVector<Value>> d);
   Value tileStartOf(Value j, Value w);
   SmallVector<Value> fetchTile(Value start);
   SmallVector<Value> fetchRow(Value entry);
@@ -410,9 +402,6 @@ private:
   /// copyWarpgroup: the wgmma chains of a tile, each of an equal share of
   /// the CTA's rows (multiplyTiles).
   int64_t wgmmaChains = 1;
-  /// copyWarpgroup at N = 128: two multipliers, each issuing a tile's MMAs
-  /// before the epilogue of the tile before (multiplyTiles).
-  bool pipelined = false;
   Value ringQueries, ringKeys, ringScales, fullBars, emptyBars, keyMap,
       scaleMap;
 };
@@ -456,9 +445,6 @@ ScoreKernel::ScoreKernel(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
   if (spec.copyWarpgroup) {
     const int64_t n = rowsPerCta * H;
     mathGroups = n <= 64 ? 4 : n <= 128 ? 3 : 2;
-    pipelined = n == 128;
-    if (pipelined)
-      mathGroups = 2;
     // Chains of at most 128 columns: at N = 256 the first chain's
     // epilogue runs while the second one's MMAs do, which measured faster
     // than one chain; at N = 128 two chains measured slower than one.
@@ -1241,182 +1227,78 @@ void ScoreKernel::multiplyTiles(Value count) {
   staged->weights = loadHeadWeights(kb.andI(lane, kb.i32(3)));
   Value group = kb.sub(kb.divU(warp, kb.i32(4)), kb.i32(1));
   Value wi = kb.remU(warp, kb.i32(4));
-  Value trips = ringTrips(count, group);
-  if (!pipelined) {
-    kb.forLoop(kb.i32(0), trips, kb.i32(1), [&](Value j) {
-      RingStage rs = ringStage(j, group);
-      SmallVector<SmallVector<Value>> d = issueTileMmas(rs);
-      finishTile(rs, tileRows(rs, wi), d);
-    });
-    return;
-  }
-  // Tile j's MMAs run while tile j - 1's epilogue does: each tile's MMAs
-  // are issued, its scales read and the tile before scored, then waited
-  // for and its stage released, so that no MMA is in flight where the
-  // loop turns (ptxas serializes the MMAs otherwise); the loop is
-  // unrolled by two, the two sets of accumulators taking turns. Past the
-  // last tile the MMAs repeat it, whose stage no copy refills, and
-  // nothing is released or stored.
-  kb.ifThen(kb.cmp(CmpIPredicate::sgt, trips, kb.i32(0)), [&] {
-    Value last = kb.sub(trips, kb.i32(1));
-    // Tile j's MMAs issued and its scales read; returns the accumulators
-    // then the scales.
-    auto issue = [&](Value j) {
-      RingStage rs = ringStage(kb.minS(j, last), group);
-      SmallVector<Value> out = issueTileMmas(rs)[0];
-      SmallVector<Value> scales = loadTileScales(rs);
-      out.append(scales.begin(), scales.end());
-      return out;
-    };
-    const int64_t accCount = rowsPerCta * H / 2;
-    auto retire = [&](Value j) {
-      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-      kb.ifThen(kb.cmp(CmpIPredicate::sle, j, last),
-                [&] { releaseStage(ringStage(j, group)); });
-    };
-    auto score = [&](Value j, ArrayRef<Value> set) {
-      RingStage rs = ringStage(j, group);
-      SmallVector<Value> raw = tileRows(rs, wi);
-      setTileScales(raw, set.drop_front(accCount));
-      tileEpilogue(raw, {SmallVector<Value>(set.take_front(accCount))});
-    };
-    SmallVector<Value> first = issue(kb.i32(0));
-    retire(kb.i32(0));
-    kb.forLoopWith(
-        kb.i32(0), kb.divU(kb.add(trips, kb.i32(1)), kb.i32(2)), kb.i32(1),
-        first, [&](Value pair, ValueRange current) -> SmallVector<Value> {
-          Value j0 = kb.mul(pair, kb.i32(2));
-          Value j1 = kb.add(j0, kb.i32(1));
-          Value j2 = kb.add(j0, kb.i32(2));
-          SmallVector<Value> other = issue(j1);
-          score(j0, SmallVector<Value>(current.begin(), current.end()));
-          retire(j1);
-          SmallVector<Value> next = issue(j2);
-          kb.ifThen(kb.cmp(CmpIPredicate::sle, j1, last),
-                    [&] { score(j1, other); });
-          retire(j2);
-          return next;
-        });
-  });
-}
-
-/// Each thread row's entry, slot and validity of ring place `rs`'s tile,
-/// from the tile's place, not looked up a slot (the scales' places are
-/// their row indices until finishTile reads them).
-SmallVector<Value> ScoreKernel::tileRows(const RingStage &rs, Value wi) {
-  SmallVector<Value> raw;
-  TilePlace place = ringTilePlace(rs.tile);
-  Value pageOk = kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0));
-  Value tileStart = kb.add(ctaStart, place.local);
-  for (int64_t r = 0; r < threadRows; ++r) {
-    Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
-    Value entry = kb.add(tileStart, within);
-    Value slot = kb.add(place.firstSlot, within);
-    Value valid = kb.andI(pageOk, kb.cmp(CmpIPredicate::slt, entry, total));
-    // A sparse row's last selected block may reach past every row's
-    // length (as in locateRow).
-    if (spec.sparse)
-      valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
-    raw.append({valid, entry, slot});
-    raw.append(chunks, zeroWords);
-    if (spec.scales)
-      raw.push_back(within);
-  }
-  return raw;
-}
-
-/// Ring place `rs`'s stage awaited, then its `wgmmaChains` chains of four
-/// k32 steps (keys as A, M = 64 slots; as B the queries of the chain's
-/// rows), committed one group each; returns each chain's accumulators.
-SmallVector<SmallVector<Value>>
-ScoreKernel::issueTileMmas(const RingStage &rs) {
   const int64_t chainRows = rowsPerCta / wgmmaChains;
   const int64_t n = chainRows * H;
-  Value s = rs.stage;
-  waitBarrier(kb, stageBarrier(fullBars, s), kb.andI(rs.round, kb.i32(1)));
-  Value keysDesc = swizzledDescriptor(
-      kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
-  NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  SmallVector<SmallVector<Value>> d(wgmmaChains);
-  for (int64_t c = 0; c < wgmmaChains; ++c) {
-    // The chain's query rows start 128 bytes a head into the staged
-    // queries (8 descriptor units of 16 bytes).
-    Value queriesDesc =
-        kb.add(staged->descriptor, kb.i64(c * chainRows * H * 8));
-    for (int64_t k = 0; k < 4; ++k)
-      d[c] = wgmmaSharedE4M3(kb, n, d[c], kb.add(keysDesc, kb.i64(2 * k)),
-                             kb.add(queriesDesc, kb.i64(2 * k)),
-                             /*first=*/k == 0);
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-  }
-  return d;
-}
-
-/// The stage's scale of each of this thread's rows of ring place `rs`
-/// (none without scales).
-SmallVector<Value> ScoreKernel::loadTileScales(const RingStage &rs) {
-  SmallVector<Value> scales;
-  if (!spec.scales)
-    return scales;
-  Value wi = kb.remU(warp, kb.i32(4));
-  for (int64_t r = 0; r < threadRows; ++r) {
-    Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
-    scales.push_back(kb.load(
-        f32,
-        kb.gep(ringScales, kb.i8T(),
-               kb.mul(kb.add(kb.mul(rs.stage, kb.i32(64)), within),
-                      kb.i32(4))),
-        4));
-  }
-  return scales;
-}
-
-/// Puts the scales in `raw` (in place of the rows' indices within the tile).
-void ScoreKernel::setTileScales(SmallVector<Value> &raw, ArrayRef<Value> scales) {
-  for (size_t r = 0; r < scales.size(); ++r)
-    raw[r * perRow + 3 + chunks] = scales[r];
-}
-
-/// Lane 0 releases ring place `rs`'s stage once every lane of the warp is
-/// past its last wgmma wait (the warp's reads of the stage ended there).
-void ScoreKernel::releaseStage(const RingStage &rs) {
-  kb.syncWarp();
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
-    ptxStatement(kb,
-                 "{\n.reg .b64 state;\n"
-                 "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
-                 "r", {stageBarrier(emptyBars, rs.stage)});
+  kb.forLoop(kb.i32(0), ringTrips(count, group), kb.i32(1), [&](Value j) {
+    RingStage rs = ringStage(j, group);
+    Value s = rs.stage;
+    Value parity = kb.andI(rs.round, kb.i32(1));
+    SmallVector<Value> raw;
+    // Each thread row's entry, slot and validity from the tile's place,
+    // not looked up a slot.
+    TilePlace place = ringTilePlace(rs.tile);
+    Value pageOk = kb.cmp(CmpIPredicate::sge, place.page, kb.i32(0));
+    Value tileStart = kb.add(ctaStart, place.local);
+    for (int64_t r = 0; r < threadRows; ++r) {
+      Value within = kb.add(kb.mul(wi, kb.i32(16)), kb.add(g, kb.i32(8 * r)));
+      Value entry = kb.add(tileStart, within);
+      Value slot = kb.add(place.firstSlot, within);
+      Value valid = kb.andI(pageOk, kb.cmp(CmpIPredicate::slt, entry, total));
+      // A sparse row's last selected block may reach past every row's
+      // length (as in locateRow).
+      if (spec.sparse)
+        valid = kb.andI(valid, kb.cmp(CmpIPredicate::slt, slot, maxVisible));
+      raw.append({valid, entry, slot});
+      raw.append(chunks, zeroWords);
+      if (spec.scales)
+        raw.push_back(within);
+    }
+    waitBarrier(kb, stageBarrier(fullBars, s), parity);
+    Value keysDesc = swizzledDescriptor(
+        kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    SmallVector<SmallVector<Value>> d(wgmmaChains);
+    for (int64_t c = 0; c < wgmmaChains; ++c) {
+      // The chain's query rows start 128 bytes a head into the staged
+      // queries (8 descriptor units of 16 bytes).
+      Value queriesDesc =
+          kb.add(staged->descriptor, kb.i64(c * chainRows * H * 8));
+      for (int64_t k = 0; k < 4; ++k)
+        d[c] = wgmmaSharedE4M3(kb, n, d[c], kb.add(keysDesc, kb.i64(2 * k)),
+                               kb.add(queriesDesc, kb.i64(2 * k)),
+                               /*first=*/k == 0);
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    }
+    // The stage's scale of each thread row (in place of its row index).
+    if (spec.scales)
+      for (int64_t r = 0; r < threadRows; ++r) {
+        Value &scale = raw[r * perRow + 3 + chunks];
+        scale = kb.load(f32,
+                        kb.gep(ringScales, kb.i8T(),
+                               kb.mul(kb.add(kb.mul(s, kb.i32(64)), scale),
+                                      kb.i32(4))),
+                        4);
+      }
+    RowFactors rf = rowFactors(raw);
+    for (int64_t c = 0; c < wgmmaChains; ++c) {
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, wgmmaChains - 1 - c);
+      if (c == wgmmaChains - 1) {
+        // The warp's wgmma reads of the stage ended with its last wait;
+        // lane 0 releases the stage once every lane is past it.
+        kb.syncWarp();
+        kb.ifThen(kb.cmp(CmpIPredicate::eq, lane, kb.i32(0)), [&] {
+          ptxStatement(kb,
+                       "{\n.reg .b64 state;\n"
+                       "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
+                       "r", {stageBarrier(emptyBars, s)});
+        });
+      }
+      SmallVector<Accumulators> accs;
+      for (int64_t q = 0; q < chainRows; ++q)
+        accs.push_back(chainRow(d[c], q));
+      epilogue(raw, accs, c * chainRows, rf);
+    }
   });
-}
-
-/// The epilogues of a tile whose single chain's accumulators `d` are ready.
-void ScoreKernel::tileEpilogue(ArrayRef<Value> raw,
-                               ArrayRef<SmallVector<Value>> d) {
-  RowFactors rf = rowFactors(raw);
-  SmallVector<Accumulators> accs;
-  for (int64_t q = 0; q < rowsPerCta; ++q)
-    accs.push_back(chainRow(d[0], q));
-  epilogue(raw, accs, 0, rf);
-}
-
-/// Ring place `rs`'s tile after its MMAs were issued: the stage's scales
-/// read and checked while they run, then per chain its wait and its rows'
-/// epilogue, the stage released after the last wait. A chain's epilogue
-/// runs while the later chains' MMAs do.
-void ScoreKernel::finishTile(const RingStage &rs, SmallVector<Value> raw,
-                             ArrayRef<SmallVector<Value>> d) {
-  const int64_t chainRows = rowsPerCta / wgmmaChains;
-  setTileScales(raw, loadTileScales(rs));
-  RowFactors rf = rowFactors(raw);
-  for (int64_t c = 0; c < wgmmaChains; ++c) {
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, wgmmaChains - 1 - c);
-    if (c == wgmmaChains - 1)
-      releaseStage(rs);
-    SmallVector<Accumulators> accs;
-    for (int64_t q = 0; q < chainRows; ++q)
-      accs.push_back(chainRow(d[c], q));
-    epilogue(raw, accs, c * chainRows, rf);
-  }
 }
 
 /// The first entry of warp `w`'s tile `j` of the CTA (16 * mTiles entries;
