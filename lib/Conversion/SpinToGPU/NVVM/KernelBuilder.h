@@ -64,6 +64,11 @@ public:
   Value blockIdY();
   Value laneId() { return andI(threadIdX(), i32(31)); }
   Value warpId() { return shrU(threadIdX(), i32(5)); }
+  /// The warp index through a shuffle from lane 0: ptxas then knows it is
+  /// the same in every lane and keeps what derives from it on the uniform
+  /// datapath instead of every thread's integer pipes. Every lane of the
+  /// warp must be active where it is built.
+  Value uniformWarpId() { return shflIdx(warpId(), i32(0)); }
 
   //===--- bits and conversions -------------------------------------------===//
   Value bitcast(Value v, Type type);

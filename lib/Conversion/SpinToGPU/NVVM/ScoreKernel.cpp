@@ -551,12 +551,11 @@ void ScoreKernel::loadBeforeWait() {
   setInsertionBeforeGridWait(b, func);
   tid = kb.threadIdX();
   lane = kb.laneId();
-  // Through a shuffle from lane 0, so that ptxas knows the warp index is
-  // the same in every lane and keeps what follows from it (ring places,
-  // stage barriers, descriptors) on the uniform datapath instead of every
-  // thread's integer pipes.
-  warp = spec.copyWarpgroup ? kb.shflIdx(kb.warpId(), kb.i32(0))
-                            : kb.warpId();
+  // The copying warpgroup's ring places, stage barriers and descriptors
+  // derive from the warp index: uniform, they leave the multipliers'
+  // integer pipes to the epilogue (the other kernels were not measured
+  // with it).
+  warp = spec.copyWarpgroup ? kb.uniformWarpId() : kb.warpId();
   // A sparse grid spans the row's full width (a warm-up step scores every
   // block) but its rows hold fewer selected entries; with the rows in x,
   // the CTAs that have entries come first in launch order and the idle
