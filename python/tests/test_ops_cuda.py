@@ -118,6 +118,12 @@ def test_state_tensors_are_checked(rng):
     with pytest.raises(ValueError, match="state.0.v' has shape \\[7, 8\\], expected \\[7, "):
         program.run_batch(inputs, spin.CudaStateTensors(bad, tensors.device, 7, 0, 0, 0, 0))
     bad = dict(tensors.tensors)
+    v = bad["state.0.v"]
+    bad["state.0.v"] = torch.zeros(v.numel() + 1, device="cuda")[1:].view(v.shape)
+    with pytest.raises(ValueError, match="state.0.v' starts at address .*, not a "
+                       "multiple of 16 bytes"):
+        program.run_batch(inputs, spin.CudaStateTensors(bad, tensors.device, 7, 0, 0, 0, 0))
+    bad = dict(tensors.tensors)
     del bad["state.0.it"]
     with pytest.raises(ValueError, match="lack 'state.0.it'"):
         program.run_batch(inputs, spin.CudaStateTensors(bad, tensors.device, 7, 0, 0, 0, 0))

@@ -25,9 +25,21 @@ using arith::CmpIPredicate;
 namespace {
 /// Entries a thread of the observe kernel copies at a time.
 constexpr int64_t kObserveUnroll = 4;
-/// Entries (each a V and a D cell) a thread of the commit replay folds at a
-/// time.
+/// Groups of consecutive entries (each a V and a D cell) a thread of the
+/// commit replay folds at a time when a group is a single entry.
 constexpr int64_t kCommitUnroll = 2;
+
+/// The commit replay's group: the most consecutive entries (4, 2 or 1) that
+/// share a mask byte and a state page and whose V, D and score cells are
+/// aligned vectors in every layout (the state's base addresses are 16-byte
+/// aligned: docs/GPU-ABI.md).
+int64_t commitGroup(const CommitKernelSpec &spec) {
+  for (int64_t g : {4, 2})
+    if (spec.capacity % g == 0 && spec.blockSize % g == 0 &&
+        (!spec.paged.enabled() || spec.paged.page % g == 0))
+      return g;
+  return 1;
+}
 
 /// What a batch row's commit replays, as both commit kernels see it: its
 /// buffered rows (none for a row that is not live or that the step resets
@@ -221,7 +233,10 @@ private:
   void replayRequest(Value buffered);
   ReplayRow rowOf(Value r);
   Value reachOf();
-  void replayRound(Value first);
+  void replayGroup(Value x0, Value inRange);
+  SmallVector<Value> loadGroupIf(Value cond, Value at);
+  void storeGroup(ArrayRef<Value> touched, Value all, ArrayRef<Value> values,
+                  Value at, Value x0);
 
   // Parameters.
   gpu::GPUFuncOp func;
@@ -231,6 +246,7 @@ private:
   // The request's values.
   Value request, slot, slot64, count, rowBase, decay, keep, maskBase, bsV;
   Value reach, stride;
+  int64_t group = 1;
   std::optional<StateRows> entries;
   /// The replayed rows, read once per thread (those at or past `count`
   /// marked invalid), so that an entry's checks load no row fields.
@@ -306,6 +322,11 @@ void CommitReplayKernel::replayRequest(Value buffered) {
   for (int64_t r = 0; r < (spec.rowZeroOnly ? 1 : spec.rows); ++r) {
     ReplayRow row = rowOf(kb.i32(r));
     row.valid = kb.andI(row.valid, kb.cmp(CmpIPredicate::slt, kb.i32(r), count));
+    // A row that is not replayed takes p = n = 0: it then folds into no
+    // cell (every test below needs a slot below n), and the entries' mask
+    // loads stay inside the row without a test of their own.
+    row.p = kb.select(row.valid, row.p, kb.i32(0));
+    row.n = kb.select(row.valid, row.n, kb.i32(0));
     replayed.push_back(row);
   }
   reach = reachOf();
@@ -313,12 +334,20 @@ void CommitReplayKernel::replayRequest(Value buffered) {
   entries.emplace(kb, paging, slot, request, spec.capacity);
   maskBase = kb.mul(slot64, kb.i64(spec.stateBlocks));
   bsV = kb.i32(spec.blockSize);
-  stride = kb.i32(spec.threads * spec.ctasPerRequest);
-  Value start =
-      kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX());
+  group = commitGroup(spec);
+  const int64_t groups = group == 1 ? kCommitUnroll : 1;
+  stride = kb.i32(spec.threads * spec.ctasPerRequest * group);
+  Value start = kb.mul(
+      kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX()),
+      kb.i32(group));
   auto replay = [&] {
-    kb.forLoop(start, reach, kb.mul(stride, kb.i32(kCommitUnroll)),
-               [&](Value first) { replayRound(first); });
+    kb.forLoop(start, reach, kb.mul(stride, kb.i32(groups)), [&](Value first) {
+      for (int64_t u = 0; u < groups; ++u) {
+        Value x0 = kb.add(first, kb.mul(stride, kb.i32(u)));
+        Value inRange = kb.cmp(CmpIPredicate::slt, x0, reach);
+        replayGroup(kb.select(inRange, x0, kb.i32(0)), inRange);
+      }
+    });
   };
   if (!paging.paged())
     return replay();
@@ -355,93 +384,172 @@ Value CommitReplayKernel::reachOf() {
   return reach;
 }
 
-/// The kCommitUnroll entries `first + u * stride` of one thread, in three
-/// rounds so that no load waits for another of the same round: the mask
-/// bits of every entry and row (V[x] is touched by the rows that scored
-/// slot x, D[x] by those that scored slot p_r - x), then the touched V and
-/// D cells and the scores folded into them, then each cell's fold through
-/// the rows in order (§3.10) and its store. Untouched cells are neither
-/// read nor written; entries past the reach read clamped mask bits and
-/// touch nothing. The replay is bound by the latency of these dependent
-/// rounds, not by bandwidth.
-void CommitReplayKernel::replayRound(Value first) {
+/// The `group` entries x0 .. x0 + group - 1 of V and of D (`inRange`: x0 is
+/// below the reach; otherwise x0 = 0 and nothing is touched). Row r folds
+/// z_r[x] into V[x] if it scored slot x (x < n_r and x's block in the
+/// buffered union mask), and z_r[p_r - x] into D[x] if it scored slot
+/// p_r - x. The mask bytes come first (V's is the group's; D's slots
+/// p_r - x0 - j span at most two blocks a row, so two bytes a row), then
+/// every cell and score load of the group before any fold waits for one:
+/// the replay is bound by the latency of these two rounds and by its
+/// integer work a cell, which a group shares. V, D and V's scores move as
+/// vectors. Untouched cells are neither read nor written (a vector only
+/// when every cell of the group is touched).
+void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
   Type f32 = kb.f32T(), i8 = kb.i8T();
-  Value lastSlot = kb.i32(spec.capacity - 1);
-  // Slot `at` (inside the state) lies in a block of the buffered mask.
+  const int64_t rows = replayed.size();
+  // Slot `at` (0 <= at < capacity) lies in a block of the buffered mask.
   auto maskBit = [&](Value at) {
     return kb.cmp(CmpIPredicate::ne,
                   kb.loadAt(i8, obsMask,
                             kb.add(maskBase, kb.extS64(kb.divU(at, bsV)))),
                   kb.constant(i8, 0));
   };
-  // scoredBy[u][diagonal][r]: whether replayed row r folds into the cell;
-  // diagonalSlot[u][r]: the slot p_r - x whose score it folds into D[x],
-  // clamped into the state so that its loads stay in bounds when unused.
-  SmallVector<Value> xs;
-  SmallVector<std::array<SmallVector<Value>, 2>> scoredBy(kCommitUnroll);
-  SmallVector<SmallVector<Value>> diagonalSlot(kCommitUnroll);
-  for (int64_t u = 0; u < kCommitUnroll; ++u) {
-    Value x = kb.add(first, kb.mul(stride, kb.i32(u)));
-    Value inRange = kb.cmp(CmpIPredicate::slt, x, reach);
-    x = kb.minS(x, kb.sub(reach, kb.i32(1)));
-    xs.push_back(x);
-    Value vBit = maskBit(kb.minS(kb.maxS(x, kb.i32(0)), lastSlot));
-    for (const ReplayRow &row : replayed) {
-      Value rowOk = kb.andI(inRange, row.valid);
-      scoredBy[u][0].push_back(kb.andI(
-          kb.andI(rowOk, vBit), kb.cmp(CmpIPredicate::slt, x, row.n)));
-      Value i = kb.sub(row.p, x);
-      Value inRow = kb.andI(kb.cmp(CmpIPredicate::sge, i, kb.i32(0)),
-                            kb.cmp(CmpIPredicate::slt, i, row.n));
-      Value at = kb.minS(kb.maxS(i, kb.i32(0)), lastSlot);
-      diagonalSlot[u].push_back(at);
-      scoredBy[u][1].push_back(kb.andI(kb.andI(rowOk, inRow), maskBit(at)));
+  auto anyOf = [&](ArrayRef<Value> bits) {
+    Value any = kb.i1(false);
+    for (Value bit : bits)
+      any = kb.orI(any, bit);
+    return any;
+  };
+
+  // scoredV[r][j], scoredD[r][j]: row r folds into V[x0 + j], D[x0 + j].
+  Value vOk = kb.andI(inRange, maskBit(x0));
+  SmallVector<SmallVector<Value>> scoredV(rows), scoredD(rows);
+  SmallVector<Value> diagonalTop(rows);
+  for (auto [r, row] : llvm::enumerate(replayed)) {
+    Value limit = kb.sub(row.n, x0); // V: the row's entries j < limit
+    Value top = kb.sub(row.p, x0);   // D[x0 + j]: slot top - j
+    Value bottom = kb.sub(top, row.n); // ... of the row when > bottom
+    diagonalTop[r] = top;
+    Value topAt = kb.maxS(top, kb.i32(0));
+    Value topBit = maskBit(topAt), lowBit = topBit, topInBlock;
+    if (group > 1) {
+      lowBit = maskBit(kb.maxS(kb.sub(top, kb.i32(group - 1)), kb.i32(0)));
+      topInBlock = kb.remU(topAt, bsV); // slots top - j, j <= this: topBit's
+    }
+    for (int64_t j = 0; j < group; ++j) {
+      Value jV = kb.i32(j);
+      scoredV[r].push_back(
+          kb.andI(vOk, kb.cmp(CmpIPredicate::sgt, limit, jV)));
+      Value bit = j == 0 ? topBit
+                         : kb.select(kb.cmp(CmpIPredicate::sge, topInBlock, jV),
+                                     topBit, lowBit);
+      Value inRow = kb.andI(kb.cmp(CmpIPredicate::sge, top, jV),
+                            kb.cmp(CmpIPredicate::slt, bottom, jV));
+      scoredD[r].push_back(kb.andI(kb.andI(inRange, inRow), bit));
     }
   }
-  auto loadIf = [&](Value cond, Value at) {
-    return kb.ifThenElse(
-        {f32}, cond,
-        [&]() -> SmallVector<Value> { return {kb.load(f32, at, 4)}; },
-        [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0];
-  };
-  struct Cell {
-    Value touched, at, old;
-    SmallVector<Value> z;
-  };
-  SmallVector<std::array<Cell, 2>> cells(kCommitUnroll);
-  for (int64_t u = 0; u < kCommitUnroll; ++u)
-    for (bool diagonal : {false, true}) {
-      Cell &cell = cells[u][diagonal];
-      cell.touched = kb.i1(false);
-      for (Value s : scoredBy[u][diagonal])
-        cell.touched = kb.orI(cell.touched, s);
-      cell.at = kb.gep(diagonal ? dState : vState, f32, entries->index(xs[u]));
-      cell.old = loadIf(cell.touched, cell.at);
-      for (int64_t r = 0, e = replayed.size(); r < e; ++r) {
-        Value i = diagonal ? diagonalSlot[u][r] : xs[u];
-        cell.z.push_back(
-            loadIf(scoredBy[u][diagonal][r],
-                   kb.gep(obsZ, f32, entries->index(i, kb.i32(r), spec.rows))));
-      }
+  SmallVector<Value> touchedV, touchedD;
+  Value allD = kb.i1(true);
+  for (int64_t j = 0; j < group; ++j) {
+    SmallVector<Value> v, d;
+    for (int64_t r = 0; r < rows; ++r) {
+      v.push_back(scoredV[r][j]);
+      d.push_back(scoredD[r][j]);
     }
-  for (int64_t u = 0; u < kCommitUnroll; ++u)
-    for (bool diagonal : {false, true}) {
-      Cell &cell = cells[u][diagonal];
-      Value folded = cell.old;
-      for (auto [r, z] : llvm::enumerate(cell.z)) {
-        Value finite = kb.andI(
-            scoredBy[u][diagonal][r],
-            kb.cmpF(CmpFPredicate::OLT, kb.absF(z), kb.f32(INFINITY)));
-        folded = kb.select(finite, kb.ema(folded, z, decay, keep), folded);
-      }
-      // replayRequest refuses a request with a page outside the pool
-      // before any entry is folded, so the pool test never skips a store;
-      // it keeps the store inside the pool on its own.
-      Value store = cell.touched;
-      if (entries->paged())
-        store = kb.andI(store, entries->inPool(xs[u]));
-      kb.ifThen(store, [&] { kb.store(folded, cell.at, 4); });
+    touchedV.push_back(anyOf(v));
+    touchedD.push_back(anyOf(d));
+    allD = kb.andI(allD, touchedD.back());
+  }
+  // V's row ranges and mask byte are the group's: entry 0 is touched when
+  // any is, entry group - 1 only when all are.
+  Value anyV = touchedV.front(), allV = touchedV.back(), anyD = anyOf(touchedD);
+
+  // Loads: the cells, V's scores (a vector a row), D's (one a cell).
+  Value vAt = kb.gep(vState, f32, entries->index(x0));
+  Value dAt = kb.gep(dState, f32, entries->index(x0));
+  SmallVector<Value> oldV = loadGroupIf(anyV, vAt);
+  SmallVector<Value> oldD = loadGroupIf(anyD, dAt);
+  SmallVector<SmallVector<Value>> zV, zD(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    zV.push_back(loadGroupIf(
+        scoredV[r].front(),
+        kb.gep(obsZ, f32, entries->index(x0, kb.i32(r), spec.rows))));
+    for (int64_t j = 0; j < group; ++j)
+      zD[r].push_back(kb.ifThenElse(
+          {f32}, scoredD[r][j],
+          [&]() -> SmallVector<Value> {
+            Value i = kb.sub(diagonalTop[r], kb.i32(j));
+            return {kb.load(
+                f32, kb.gep(obsZ, f32, entries->index(i, kb.i32(r), spec.rows)),
+                4)};
+          },
+          [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0]);
+  }
+
+  // Each cell through the replayed rows in order (§3.10), then the stores.
+  auto fold = [&](Value old, ArrayRef<SmallVector<Value>> scored,
+                  ArrayRef<SmallVector<Value>> z, int64_t j) {
+    Value folded = old;
+    for (int64_t r = 0; r < rows; ++r) {
+      Value finite =
+          kb.andI(scored[r][j], kb.cmpF(CmpFPredicate::OLT, kb.absF(z[r][j]),
+                                        kb.f32(INFINITY)));
+      folded = kb.select(finite, kb.ema(folded, z[r][j], decay, keep), folded);
     }
+    return folded;
+  };
+  SmallVector<Value> newV, newD;
+  for (int64_t j = 0; j < group; ++j) {
+    newV.push_back(fold(oldV[j], scoredV, zV, j));
+    newD.push_back(fold(oldD[j], scoredD, zD, j));
+  }
+  storeGroup(touchedV, allV, newV, vAt, x0);
+  storeGroup(touchedD, allD, newD, dAt, x0);
+}
+
+/// The group's cells at `at` when `cond` (one aligned vector), else zeros.
+SmallVector<Value> CommitReplayKernel::loadGroupIf(Value cond, Value at) {
+  Type f32 = kb.f32T();
+  Type type = group == 1 ? f32 : kb.vecT(f32, group);
+  Value loaded = kb.ifThenElse(
+      {type}, cond,
+      [&]() -> SmallVector<Value> {
+        return {kb.load(type, at, 4 * group)};
+      },
+      [&]() -> SmallVector<Value> {
+        if (group == 1)
+          return {kb.f32(0.0)};
+        return {kb.splat(type, FloatAttr::get(f32, 0.0))};
+      })[0];
+  if (group == 1)
+    return {loaded};
+  SmallVector<Value> cells;
+  for (int64_t j = 0; j < group; ++j)
+    cells.push_back(kb.extract(loaded, j));
+  return cells;
+}
+
+/// Stores the group's touched cells at `at` (a page of the pool: see
+/// replayRequest): one vector when `all` are touched, else each touched
+/// cell.
+void CommitReplayKernel::storeGroup(ArrayRef<Value> touched, Value all,
+                                    ArrayRef<Value> values, Value at,
+                                    Value x0) {
+  // replayRequest refuses a request with a page outside the pool before
+  // any entry is folded, so the pool test never skips a store; it keeps
+  // the store inside the pool on its own.
+  Value inPool = entries->paged() ? entries->inPool(x0) : kb.i1(true);
+  if (group == 1) {
+    kb.ifThen(kb.andI(inPool, touched.front()),
+              [&] { kb.store(values.front(), at, 4); });
+    return;
+  }
+  Type f32 = kb.f32T();
+  kb.ifThen(kb.andI(inPool, all), [&] {
+    Value vec = LLVM::UndefOp::create(kb.builder(), kb.location(),
+                                      kb.vecT(f32, group));
+    for (auto [j, value] : llvm::enumerate(values))
+      vec = LLVM::InsertElementOp::create(kb.builder(), kb.location(), vec,
+                                          value, kb.i32(j));
+    kb.store(vec, at, 4 * group);
+  });
+  kb.ifThen(kb.andI(inPool, kb.not1(all)), [&] {
+    for (auto [j, value] : llvm::enumerate(values))
+      kb.ifThen(touched[j], [&, j = j, value = value] {
+        kb.store(value, kb.gep(at, f32, kb.i32(j)), 4);
+      });
+  });
 }
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
@@ -505,11 +613,12 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
 
 /// The replay (SPIN_SPEC §4): rows 0..last of the buffer, each with the
 /// §3.10 rule `x = a*x + c*z` (a = f32(decay), c = f32(1 - decay), two
-/// roundings, no FMA) for every scored slot with a finite score. Thread `x`
-/// owns V[x] and D[x]; row r touches V[x] if it scored slot x and D[x] if it
-/// scored slot p_r - x. A first pass over the rows reads only mask bits, so
-/// that entries no replayed row touches are neither read nor written; a
-/// touched entry is carried through the rows in a register.
+/// roundings, no FMA) for every scored slot with a finite score. A thread
+/// owns groups of consecutive entries x of V and D (commitGroup); row r
+/// touches V[x] if it scored slot x and D[x] if it scored slot p_r - x. The
+/// mask bits are read first, so that entries no replayed row touches are
+/// neither read nor written; a touched entry is carried through the rows
+/// in a register.
 CommitLaunches
 mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
