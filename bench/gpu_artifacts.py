@@ -205,13 +205,19 @@ def all_configs():
           3, 512, bs=64, sp=0.5, steps=6),
         C("nonint-long-spin-fp8-h8-d64-p64-bs64-b3-k2048-sp0.2-max-qbf16", s, "fp8", 8, 64,
           64, 1024, 3, 2048, bs=64, sp=0.2, steps=6, scheme="noninteger"),
-        # --- the same long rows' top-K where their clusters of 8 fill more
-        # than one wave (sm-count 4 here): pairs of 1024-thread CTAs, 32
-        # entries a thread, dense and sparse, several rows a request
-        C("pairs-long-dense-fp8-h64-d128-p64-b3-k2048-r2-qfp8", d, "fp8", 64, 128, 64, 1024,
+        # --- long rows' top-K where their clusters of 8 fill more than one
+        # wave (sm-count 4 here), several rows a request: one 1024-thread CTA
+        # a row for at most 64K candidates (64K slots dense, a SPIN row's
+        # 52K selected), pairs of them for more (72K slots dense, 68K
+        # selected of SPIN's)
+        C("one-cta-long-dense-fp8-h64-d128-p64-b3-k2048-r2-qfp8", d, "fp8", 64, 128, 64, 1024,
           3, 2048, q="fp8", rows=2, sm_count=4),
-        C("pairs-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.2-max-qbf16", s, "fp8", 8, 64,
-          64, 1024, 3, 1024, bs=64, sp=0.2, rows=2, steps=6, sm_count=4),
+        C("one-cta-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.2-max-qbf16", s, "fp8", 8,
+          64, 64, 1024, 3, 1024, bs=64, sp=0.2, rows=2, steps=6, sm_count=4),
+        C("pairs-long-dense-fp8-h64-d128-p64-b3-k2048-r2-qfp8", d, "fp8", 64, 128, 64, 1152,
+          3, 2048, q="fp8", rows=2, sm_count=4),
+        C("pairs-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.05-max-qbf16", s, "fp8", 8, 64,
+          64, 1152, 3, 1024, bs=64, sp=0.05, rows=2, steps=6, sm_count=4),
         # --- long rows of tied scores (keys from a few vectors): the top-K's
         # merge ranks across CTAs with runs of equal keys (24 vectors: each
         # score about 2.7K times, so at most 4K candidates), and its leader's

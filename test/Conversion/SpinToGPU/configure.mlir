@@ -57,10 +57,11 @@ func.func @dense(%q: tensor<16x1x64x128xbf16>, %w: tensor<16x1x64xf32>,
 // CHECK-LABEL: func.func @fixed(
 // CHECK: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
 // CHECK: spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = true>
-// On 3 SMs those 2 clusters of 8 CTAs take several waves: pairs of
-// 1024-thread CTAs instead.
+// On 3 SMs those 2 clusters of 8 CTAs take several waves: one 1024-thread
+// CTA a row instead, whose threads take 64 entries each (@wide_topk: pairs
+// of them for longer rows).
 // SM3-LABEL: func.func @fixed(
-// SM3: spin.topk_config = #spin.topk_config<threads = 1024, cluster = 2, merge_ranks = false>
+// SM3: spin.topk_config = #spin.topk_config<threads = 1024, cluster = 1, merge_ranks = false>
 // OPTS-LABEL: func.func @fixed(
 // OPTS: spin.score_config = #spin.score_config<warps = 4, tiles_per_warp = 12, m_tiles = 1, wgmma = false>
 // PLAN-LABEL: func.func @fixed(
@@ -77,6 +78,46 @@ func.func @fixed(%q: tensor<2x1x64x128xbf16>, %w: tensor<2x1x64xf32>,
       -> tensor<2x1x65536xf32>
   %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 2048 : i64}
       : tensor<2x1x65536xf32> -> tensor<2x1x2048xi32>
+  return %t : tensor<2x1x2048xi32>
+}
+
+// -----
+
+// Rows of 128K entries: clusters of 8 by merge ranks on 132 SMs; on 3 SMs
+// pairs of 1024-thread CTAs (more than 64 entries a thread for one).
+// CHECK-LABEL: func.func @wide_topk(
+// CHECK: spin.topk_config = #spin.topk_config<threads = 512, cluster = 8, merge_ranks = true>
+// SM3-LABEL: func.func @wide_topk(
+// SM3: spin.topk_config = #spin.topk_config<threads = 1024, cluster = 2, merge_ranks = false>
+func.func @wide_topk(%q: tensor<2x1x64x128xbf16>, %w: tensor<2x1x64xf32>,
+                     %keys: tensor<?x64x128xbf16>, %table: tensor<2x2048xi32>,
+                     %lengths: tensor<2x1xi32>) -> tensor<2x1x2048xi32> {
+  %z = spin.dense_indexer q(%q : tensor<2x1x64x128xbf16>)
+      w(%w : tensor<2x1x64xf32>) keys(%keys : tensor<?x64x128xbf16>)
+      block_table(%table : tensor<2x2048xi32>)
+      lengths(%lengths : tensor<2x1xi32>) -> tensor<2x1x131072xf32>
+  %t = spin.topk %z lengths(%lengths : tensor<2x1xi32>) {k = 2048 : i64}
+      : tensor<2x1x131072xf32> -> tensor<2x1x2048xi32>
+  return %t : tensor<2x1x2048xi32>
+}
+
+// -----
+
+// A SPIN step over the same 128K-entry rows selects half of them: on 3 SMs
+// the top-K of its 64K candidates a row takes one 1024-thread CTA, where
+// the dense rows (@wide_topk) take pairs.
+// SM3-LABEL: func.func @spin_step_long(
+// SM3: spin.fused_score {{.*}}spin.topk_config = #spin.topk_config<threads = 1024, cluster = 1, merge_ranks = false>
+func.func @spin_step_long(%q: tensor<2x1x16x64xbf16>, %w: tensor<2x1x16xf32>, %keys: tensor<?x64x64xbf16>,
+                          %table: tensor<2x2048xi32>, %n: tensor<2x1xi32>, %p: tensor<2x1xi32> {spin.positions},
+                          %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x1x2048xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %token, %selected = async.execute -> !async.value<tensor<2x2048xi1>> {
+    %m = spin.fused_select %s positions(%p : tensor<2x1xi32>) lengths(%n : tensor<2x1xi32>) {block_size = 64 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 2048 : i64} : !spin.state<layer = 0> -> tensor<2x2048xi1>
+    async.yield %m : tensor<2x2048xi1>
+  }
+  %mask = async.await %selected : !async.value<tensor<2x2048xi1>>
+  %t, %z = spin.fused_score q(%q : tensor<2x1x16x64xbf16>) w(%w : tensor<2x1x16xf32>) keys(%keys : tensor<?x64x64xbf16>) block_table(%table : tensor<2x2048xi32>) lengths(%n : tensor<2x1xi32>) mask(%mask : tensor<2x2048xi1>) {block_size = 64 : i64, k = 2048 : i64} -> tensor<2x1x2048xi32>, tensor<2x1x131072xf32>
   return %t : tensor<2x1x2048xi32>
 }
 

@@ -151,10 +151,13 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
 /// nothing from it. When the rows' clusters of more than 2 CTAs fill more
 /// than one wave (two CTAs an SM), each wave pays the clusters' barrier
 /// chains again: for K > 512, pairs of 1024-thread CTAs, which scan more
-/// entries a thread but run all rows in fewer waves, finish first
+/// entries a thread but run all rows in fewer waves, finish first; and a
+/// row whose `candidates` (a SPIN row's selected entries; else `width`)
+/// take at most 64 entries a thread of one such CTA, one CTA alone, with
+/// half the waves of the pairs and no cluster barrier
 /// (docs/benchmarks-kernels.md, "Other top-K changes").
 void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
-                   int64_t smCount) {
+                   int64_t smCount, int64_t candidates) {
   SpinDialect::TopkConfigAttrHelper helper(op->getContext());
   if (helper.isAttrPresent(op) || width <= 0)
     return;
@@ -172,7 +175,7 @@ void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
   }
   if (k > 512 && cluster > 2 && rows * cluster > 2 * smCount) {
     threads = 1024;
-    cluster = 2;
+    cluster = candidates > 0 && candidates <= 64 * threads ? 1 : 2;
     mergeRanks = false;
   }
   helper.setAttr(op, TopKConfigAttr::get(op->getContext(), threads, cluster,
@@ -267,16 +270,19 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
               return configureScore(dense, tableEntries(dense), options);
             })
             .Case([&](FusedScoreOp score) {
-              configureTopK(score, rowsOf(score.getQ().getType()),
-                            tableEntries(score), score.getK(),
-                            options.smCount);
+              int64_t width = tableEntries(score);
+              int64_t selected = expectedEntries(score);
+              configureTopK(score, rowsOf(score.getQ().getType()), width,
+                            score.getK(), options.smCount,
+                            selected > 0 ? selected : width);
               return configureScore(score, expectedEntries(score), options);
             })
             .Case([&](TopKOp topk) {
               auto scores = dyn_cast<RankedTensorType>(topk.getScores().getType());
               if (scores && scores.hasStaticShape())
                 configureTopK(topk, rowsOf(scores), scores.getDimSize(2),
-                              topk.getK(), options.smCount);
+                              topk.getK(), options.smCount,
+                              scores.getDimSize(2));
               return success();
             })
             .Case([&](FusedSelectOp select) {
