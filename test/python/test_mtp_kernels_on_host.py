@@ -309,6 +309,10 @@ def check_step(k, rng, update, where):
     (3, 4, 64, 256, 64, "pooling=mean", 4),                      # 4 CTAs per request
     (2, 2, 16, 32, 32,
      "pooling=mean mtp-mask=row0 mtp-update=row0 schedule-async=false", 40),
+    # The commit replay's groups of 2 and 1 entries (commitGroup): blocks of
+    # 2 slots in a capacity of 42, blocks of 1 in an odd capacity (27).
+    (2, 2, 7, 6, 2, "pooling=mean", 30),
+    (2, 3, 9, 3, 1, "pooling=mean", 30),
 ])
 def test_mtp_kernels_match_the_reference(tmp_path, seed, B, R, pages, page, bs, options,
                                          steps):
