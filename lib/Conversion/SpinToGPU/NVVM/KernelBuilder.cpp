@@ -48,6 +48,12 @@ Value KernelBuilder::bitcast(Value v, Type type) {
 Value KernelBuilder::extract(Value vec, int64_t i) {
   return LLVM::ExtractElementOp::create(b, loc, vec, i32(i));
 }
+Value KernelBuilder::vectorOf(Type type, ArrayRef<Value> elements) {
+  Value vec = LLVM::UndefOp::create(b, loc, type);
+  for (auto [i, element] : llvm::enumerate(elements))
+    vec = LLVM::InsertElementOp::create(b, loc, vec, element, i32(i));
+  return vec;
+}
 Value KernelBuilder::absF(Value v) {
   // Clearing the sign bit (math.absf would become a libdevice call).
   return bitcast(andI(bitcast(v, i32T()), i32(0x7fffffff)), f32T());

@@ -74,6 +74,8 @@ public:
   Value bitcast(Value v, Type type);
   /// Element `i` (a constant) of an LLVM-compatible vector value.
   Value extract(Value vec, int64_t i);
+  /// A vector of `type` whose elements are `elements`, in order.
+  Value vectorOf(Type type, ArrayRef<Value> elements);
   Value absF(Value v);
   Value truncF16(Value v);
   Value zext(Value v, Type type);

@@ -175,7 +175,7 @@ void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
   }
   if (k > 512 && cluster > 2 && rows * cluster > 2 * smCount) {
     threads = 1024;
-    cluster = candidates > 0 && candidates <= 64 * threads ? 1 : 2;
+    cluster = candidates <= 64 * threads ? 1 : 2;
     mergeRanks = false;
   }
   helper.setAttr(op, TopKConfigAttr::get(op->getContext(), threads, cluster,
@@ -275,7 +275,7 @@ mlir::spin::gpu_codegen::configureKernels(Operation *root,
               configureTopK(score, rowsOf(score.getQ().getType()), width,
                             score.getK(), options.smCount,
                             selected > 0 ? selected : width);
-              return configureScore(score, expectedEntries(score), options);
+              return configureScore(score, selected, options);
             })
             .Case([&](TopKOp topk) {
               auto scores = dyn_cast<RankedTensorType>(topk.getScores().getType());

@@ -537,12 +537,7 @@ void CommitReplayKernel::storeGroup(ArrayRef<Value> touched, Value all,
   }
   Type f32 = kb.f32T();
   kb.ifThen(kb.andI(inPool, all), [&] {
-    Value vec = LLVM::UndefOp::create(kb.builder(), kb.location(),
-                                      kb.vecT(f32, group));
-    for (auto [j, value] : llvm::enumerate(values))
-      vec = LLVM::InsertElementOp::create(kb.builder(), kb.location(), vec,
-                                          value, kb.i32(j));
-    kb.store(vec, at, 4 * group);
+    kb.store(kb.vectorOf(kb.vecT(f32, group), values), at, 4 * group);
   });
   kb.ifThen(kb.andI(inPool, kb.not1(all)), [&] {
     for (auto [j, value] : llvm::enumerate(values))

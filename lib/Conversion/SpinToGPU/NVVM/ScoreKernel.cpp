@@ -553,8 +553,8 @@ void ScoreKernel::loadBeforeWait() {
   lane = kb.laneId();
   // The copying warpgroup's ring places, stage barriers and descriptors
   // derive from the warp index: uniform, they leave the multipliers'
-  // integer pipes to the epilogue (the other kernels were not measured
-  // with it).
+  // integer pipes to the epilogue (measured there; the other kernels keep
+  // the plain index).
   warp = spec.copyWarpgroup ? kb.uniformWarpId() : kb.warpId();
   // A sparse grid spans the row's full width (a warm-up step scores every
   // block) but its rows hold fewer selected entries; with the rows in x,
@@ -882,11 +882,7 @@ Value ScoreKernel::prescaleQueries() {
       SmallVector<Value> packed;
       for (int64_t e = 0; e < 8; e += 2)
         packed.push_back(kb.orI(half(e), kb.shl(half(e + 1), kb.i32(16))));
-      Value vec = LLVM::UndefOp::create(b, loc, words);
-      for (int64_t x = 0; x < 4; ++x)
-        vec = LLVM::InsertElementOp::create(b, loc, vec, packed[x],
-                                            kb.i32(x));
-      storeQueryVector(vec, v);
+      storeQueryVector(kb.vectorOf(words, packed), v);
     });
   }
   return unscale;

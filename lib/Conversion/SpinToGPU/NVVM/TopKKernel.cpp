@@ -91,7 +91,7 @@ SmallVector<Value, 4> loadChunkVectors(KernelBuilder &kb, Value scores,
             return {kb.load(vec, at, 16, true)};
           // Rows of a width that is not a multiple of 4: scalar loads that
           // stay inside the row.
-          Value out = LLVM::UndefOp::create(kb.builder(), kb.location(), vec);
+          SmallVector<Value, 4> elements;
           for (int64_t e = 0; e < 4; ++e) {
             Value i = kb.add(start, kb.i32(e));
             Value z = kb.ifThenElse(
@@ -102,10 +102,9 @@ SmallVector<Value, 4> loadChunkVectors(KernelBuilder &kb, Value scores,
                 [&]() -> SmallVector<Value> {
                   return {kb.f32Bits(0x7fc00000u)};
                 })[0];
-            out = LLVM::InsertElementOp::create(kb.builder(), kb.location(),
-                                                out, z, kb.i32(e));
+            elements.push_back(z);
           }
-          return {out};
+          return {kb.vectorOf(vec, elements)};
         },
         [&]() -> SmallVector<Value> {
           // Past the chunk: NaN, never eligible.
