@@ -142,6 +142,10 @@ def all_configs():
         # --- SPIN, exact inputs --------------------------------------------
         C("spin-bf16-h8-d64-p64-bs64-b3-k16-sp0.5-max", s, "bf16", 8, 64, 64, 8, 3, 16,
           bs=64, sp=0.5, host_reset=True),
+        # Blocks of 2 slots: the prediction pools slot by slot (blocks of
+        # four slots and more take four a lane).
+        C("spin-bf16-h8-d64-p16-bs2-b3-k16-sp0.5-max", s, "bf16", 8, 64, 16, 24, 3, 16,
+          bs=2, sp=0.5),
         C("spin-bf16-h64-d128-p64-bs16-b16-k512-sp0.9-mean", s, "bf16", 64, 128, 64, 64,
           16, 512, bs=16, sp=0.9, pool="mean", extra=4, zero_length=True),
         C("spin-bf16-h8-d128-p16-bs16-b1-k16-sp0-top4", s, "bf16", 8, 128, 16, 24, 1, 16,

@@ -36,7 +36,14 @@
 // CHECK-NOT: spin.block_sparsity
 // CHECK: gpu.module @spin_kernels
 // CHECK: gpu.func @spin_select_0_predict({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// Blocks and state rows of multiples of four slots: a lane pools four slots,
+// V's four cells in one 16-byte load, D's from the two aligned ones around
+// them.
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK: gpu.func @spin_select_0_predict_next({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK: gpu.func @spin_select_0({{.*}}) kernel attributes {known_block_size = array<i32: 1024, 1, 1>}
 // With layer-argument, the select kernel takes the layer of the exploration
 // hash from a run-time `layer` argument (plus the graph's layer, 0 here):

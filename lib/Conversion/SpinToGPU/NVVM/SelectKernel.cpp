@@ -85,7 +85,101 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
         }
       });
 }
+/// maxPoolSlots with four consecutive slots a lane: V's four cells in one
+/// 16-byte load, D's four (p - i - 3 .. p - i, descending) from the two
+/// aligned 16-byte loads around them, so that a lane issues three loads for
+/// four slots instead of eight, and the lanes of a block reduce in
+/// log2(bs / 4) shuffles instead of log2(min(bs, 32)). Needs `bs`, the
+/// slots' start and the state rows (capacity, state pages) to be multiples
+/// of four (canPoolByFour); the maxima are the scalar loop's (max is exact
+/// and order-free, `arith.maximumf` ordering -0 below +0).
+void maxPoolSlotsByFour(KernelBuilder &kb, Value vState, Value dState,
+                        const StateRows &entries, Value valid, Value p,
+                        Value firstSlot, Value endSlot, Value firstBlock,
+                        Value keys, int64_t bs, int64_t capacity, int64_t warps,
+                        Value warp, Value lane, int64_t unroll) {
+  OpBuilder &b = kb.builder();
+  Location loc = kb.location();
+  Type i32 = kb.i32T(), f32 = kb.f32T(), vec4 = kb.vecT(f32, 4);
+  // The last group holding a slot of the range: loads past it are clamped
+  // to it (their slots are out of the range).
+  Value lastGroup = kb.andI(kb.sub(endSlot, kb.i32(1)), kb.i32(~3));
+  const int64_t segment = std::min<int64_t>(bs / 4, 32); // lanes a block
+  auto loadFour = [&](Value state, Value at) {
+    Value loaded = kb.load(vec4, kb.gep(state, f32, entries.index(at)), 16);
+    SmallVector<Value> cells;
+    for (int64_t j = 0; j < 4; ++j) {
+      Value cell = kb.extract(loaded, j);
+      if (valid)
+        cell = kb.select(kb.cmp(CmpIPredicate::slt, kb.add(at, kb.i32(j)), valid),
+                         cell, kb.f32(0.0));
+      cells.push_back(cell);
+    }
+    return cells;
+  };
+  kb.forLoop(
+      kb.add(firstSlot, kb.mul(warp, kb.i32(128 * unroll))), endSlot,
+      kb.i32(warps * 128 * unroll), [&](Value base) {
+        SmallVector<Value> groups, maxima;
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value g = kb.add(base, kb.add(kb.mul(lane, kb.i32(4)),
+                                        kb.i32(u * 128)));
+          Value at = kb.minS(g, lastGroup);
+          SmallVector<Value> v = loadFour(vState, at);
+          // D[p - at - j], j = 0..3: cells lo .. lo + 3 with lo = p - at - 3,
+          // in the aligned cells [a, a + 8), a = lo rounded down to four.
+          // Cells below 0 belong to slots past p (never in the range): their
+          // loads are clamped into the row.
+          Value lo = kb.sub(kb.sub(p, at), kb.i32(3));
+          Value shift = kb.andI(lo, kb.i32(3));
+          Value a = kb.sub(lo, shift);
+          Value first = kb.maxS(a, kb.i32(0));
+          Value second = kb.minS(kb.maxS(kb.add(a, kb.i32(4)), kb.i32(0)),
+                                 kb.i32(capacity - 4));
+          SmallVector<Value> cells = loadFour(dState, first);
+          llvm::append_range(cells, loadFour(dState, second));
+          Value z = kb.f32(-INFINITY);
+          for (int64_t j = 0; j < 4; ++j) {
+            // D[lo + 3 - j] is cells[shift + 3 - j].
+            Value d = cells[3 - j];
+            for (int64_t k = 1; k < 4; ++k)
+              d = kb.select(kb.cmp(CmpIPredicate::eq, shift, kb.i32(k)),
+                            cells[k + 3 - j], d);
+            Value in = kb.cmp(CmpIPredicate::slt, kb.add(g, kb.i32(j)), endSlot);
+            z = kb.maxF(z, kb.select(in, kb.maxF(v[j], d), kb.f32(-INFINITY)));
+          }
+          groups.push_back(g);
+          maxima.push_back(z);
+        }
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value z = maxima[u];
+          for (int64_t off = segment / 2; off >= 1; off /= 2)
+            z = kb.maxF(z, kb.shflXor(z, off));
+          Value g = groups[u];
+          Value leader = kb.cmp(CmpIPredicate::eq,
+                                kb.remU(lane, kb.i32(segment)), kb.i32(0));
+          kb.ifThen(kb.andI(leader, kb.cmp(CmpIPredicate::slt, g, endSlot)),
+                    [&] {
+                      Value j = kb.sub(kb.divU(g, kb.i32(bs)), firstBlock);
+                      LLVM::AtomicRMWOp::create(
+                          b, loc, LLVM::AtomicBinOp::umax, kb.gep(keys, i32, j),
+                          kb.orderedKey(z), LLVM::AtomicOrdering::monotonic);
+                    });
+        }
+      });
+}
 } // namespace
+
+/// Groups of four slots a lane of maxPoolSlotsByFour has in flight.
+constexpr int64_t kPoolGroupsInFlight = 1;
+
+/// Whether maxPoolSlotsByFour applies: blocks, state rows and state pages
+/// of whole 16-byte groups (the state tensors' bases are 16-byte aligned:
+/// docs/GPU-ABI.md, "State tensors").
+static bool canPoolByFour(const SelectKernelSpec &spec) {
+  return spec.blockSize % 4 == 0 && spec.capacity % 4 == 0 &&
+         (!spec.paged.enabled() || spec.paged.page % 4 == 0);
+}
 
 bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
   return spec.pooling == PoolingKind::max &&
@@ -406,8 +500,13 @@ void PredictKernel::poolCtaBlocks(Value firstBlock, Value rowBlocks) {
   // once, measured slower (docs/benchmarks-kernels.md).
   const int64_t unroll =
       std::clamp<int64_t>(llvm::divideCeil(range * bs, threads), 4, 8);
-  maxPoolSlots(kb, vState, dState, entries, valid, p, firstSlot, endSlot,
-               firstBlock, local, bs, warps, warp, lane, unroll);
+  if (canPoolByFour(spec))
+    maxPoolSlotsByFour(kb, vState, dState, entries, valid, p, firstSlot,
+                       endSlot, firstBlock, local, bs, spec.capacity, warps,
+                       warp, lane, kPoolGroupsInFlight);
+  else
+    maxPoolSlots(kb, vState, dState, entries, valid, p, firstSlot, endSlot,
+                 firstBlock, local, bs, warps, warp, lane, unroll);
   kb.barrier();
   Value outBase =
       cache ? kb.add(kb.mul(slot, kb.i32(spec.stateBlocks())), firstBlock)
