@@ -959,9 +959,9 @@ Status GpuProgram::bindStateTensors(
                            spec.directory);
     if (!t.data)
       return Status::error(what + " has no data (a null device pointer)");
-    // The kernels move state cells in vectors of up to 16 bytes (the commit
-    // replay's V, D and buffered scores): a view at an odd offset would
-    // fault on the device.
+    // The kernels move state cells in vectors of up to 16 bytes (the
+    // prediction's V and D, the commit replay's V, D and buffered scores):
+    // a view at an odd offset would fault on the device.
     if (t.data % 16 != 0)
       return Status::error(what + " starts at address " + str(t.data) +
                            ", not a multiple of 16 bytes (a view at an odd "

@@ -241,6 +241,17 @@ struct PagedState {
   bool enabled() const { return page > 0; }
 };
 
+/// Whether every run of `n` consecutive KV slots from a multiple of `n` lies
+/// in one selection block and one state page, so that a state field's
+/// cells of the run form one aligned `n`-element vector in every layout
+/// (the state tensors start at multiples of 16 bytes: docs/GPU-ABI.md,
+/// "State tensors").
+inline bool slotRunsAreVectors(int64_t n, int64_t capacity, int64_t blockSize,
+                               const PagedState &paged) {
+  return capacity % n == 0 && blockSize % n == 0 &&
+         (!paged.enabled() || paged.page % n == 0);
+}
+
 /// One CTA per request: predicted block scores from V and D (pooled per
 /// block in shared memory), then per row warm-up / budget / forced blocks /
 /// exploit / explore, the union over rows, and the compacted ascending list

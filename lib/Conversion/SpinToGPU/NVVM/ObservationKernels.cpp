@@ -29,14 +29,11 @@ constexpr int64_t kObserveUnroll = 4;
 /// commit replay folds at a time when a group is a single entry.
 constexpr int64_t kCommitUnroll = 2;
 
-/// The commit replay's group: the most consecutive entries (4, 2 or 1) that
-/// share a mask byte and a state page and whose V, D and score cells are
-/// aligned vectors in every layout (the state's base addresses are 16-byte
-/// aligned: docs/GPU-ABI.md).
+/// The commit replay's group: the most consecutive entries (4, 2 or 1)
+/// whose V, D and score cells move as one vector (slotRunsAreVectors).
 int64_t commitGroup(const CommitKernelSpec &spec) {
   for (int64_t g : {4, 2})
-    if (spec.capacity % g == 0 && spec.blockSize % g == 0 &&
-        (!spec.paged.enabled() || spec.paged.page % g == 0))
+    if (slotRunsAreVectors(g, spec.capacity, spec.blockSize, spec.paged))
       return g;
   return 1;
 }

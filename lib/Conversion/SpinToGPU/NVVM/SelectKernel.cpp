@@ -40,6 +40,27 @@ Value loadStateEntry(KernelBuilder &kb, Value state, const StateRows &entries,
   return kb.select(kb.cmp(CmpIPredicate::slt, i, valid), value, kb.f32(0.0));
 }
 
+/// The end of a pooling round: the `segment` consecutive lanes of a block
+/// reduce their maxima `z` by shuffles, and the block's first lane, when
+/// its first slot `slot` is in the range (`in`), folds the block's maximum
+/// into `keys[slot / bs - firstBlock]` (atomic max of order-preserving
+/// keys).
+void foldBlockMaximum(KernelBuilder &kb, Value z, Value slot, Value in,
+                      Value lane, int64_t segment, int64_t bs, Value firstBlock,
+                      Value keys) {
+  for (int64_t off = segment / 2; off >= 1; off /= 2)
+    z = kb.maxF(z, kb.shflXor(z, off));
+  Value leader =
+      kb.cmp(CmpIPredicate::eq, kb.remU(lane, kb.i32(segment)), kb.i32(0));
+  kb.ifThen(kb.andI(leader, in), [&] {
+    Value j = kb.sub(kb.divU(slot, kb.i32(bs)), firstBlock);
+    LLVM::AtomicRMWOp::create(kb.builder(), kb.location(),
+                              LLVM::AtomicBinOp::umax,
+                              kb.gep(keys, kb.i32T(), j), kb.orderedKey(z),
+                              LLVM::AtomicOrdering::monotonic);
+  });
+}
+
 /// Max pooling of the predictions max(V[i], D[p - i]) of slots
 /// [firstSlot, endSlot) into the order-preserving u32 keys
 /// `keys[i / bs - firstBlock]` (atomic max; the keys start at -inf): each
@@ -51,17 +72,15 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
                   Value firstSlot, Value endSlot,
                   Value firstBlock, Value keys, int64_t bs, int64_t warps,
                   Value warp, Value lane, int64_t unroll = 4) {
-  OpBuilder &b = kb.builder();
-  Location loc = kb.location();
-  Type i32 = kb.i32T();
   Value last = kb.sub(endSlot, kb.i32(1));
   const int64_t segment = std::min<int64_t>(bs, 32);
   kb.forLoop(
       kb.add(firstSlot, kb.mul(warp, kb.i32(32 * unroll))), endSlot,
       kb.i32(warps * 32 * unroll), [&](Value base) {
-        SmallVector<Value> slotsIn, values;
+        SmallVector<Value> slots, slotsIn, values;
         for (int64_t u = 0; u < unroll; ++u) {
           Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
+          slots.push_back(i);
           Value in = kb.cmp(CmpIPredicate::slt, i, endSlot);
           Value at = kb.minS(i, last);
           Value vi = loadStateEntry(kb, vState, entries, valid, at);
@@ -69,20 +88,9 @@ void maxPoolSlots(KernelBuilder &kb, Value vState, Value dState,
           slotsIn.push_back(in);
           values.push_back(kb.select(in, kb.maxF(vi, di), kb.f32(-INFINITY)));
         }
-        for (int64_t u = 0; u < unroll; ++u) {
-          Value z = values[u];
-          for (int64_t off = segment / 2; off >= 1; off /= 2)
-            z = kb.maxF(z, kb.shflXor(z, off));
-          Value i = kb.add(base, kb.add(lane, kb.i32(u * 32)));
-          Value leader = kb.cmp(CmpIPredicate::eq,
-                                kb.remU(lane, kb.i32(segment)), kb.i32(0));
-          kb.ifThen(kb.andI(leader, slotsIn[u]), [&] {
-            Value j = kb.sub(kb.divU(i, kb.i32(bs)), firstBlock);
-            LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax,
-                                      kb.gep(keys, i32, j), kb.orderedKey(z),
-                                      LLVM::AtomicOrdering::monotonic);
-          });
-        }
+        for (int64_t u = 0; u < unroll; ++u)
+          foldBlockMaximum(kb, values[u], slots[u], slotsIn[u], lane, segment,
+                           bs, firstBlock, keys);
       });
 }
 /// maxPoolSlots with four consecutive slots a lane: V's four cells in one
@@ -98,9 +106,7 @@ void maxPoolSlotsByFour(KernelBuilder &kb, Value vState, Value dState,
                         Value firstSlot, Value endSlot, Value firstBlock,
                         Value keys, int64_t bs, int64_t capacity, int64_t warps,
                         Value warp, Value lane, int64_t unroll) {
-  OpBuilder &b = kb.builder();
-  Location loc = kb.location();
-  Type i32 = kb.i32T(), f32 = kb.f32T(), vec4 = kb.vecT(f32, 4);
+  Type f32 = kb.f32T(), vec4 = kb.vecT(f32, 4);
   // The last group holding a slot of the range: loads past it are clamped
   // to it (their slots are out of the range).
   Value lastGroup = kb.andI(kb.sub(endSlot, kb.i32(1)), kb.i32(~3));
@@ -151,34 +157,21 @@ void maxPoolSlotsByFour(KernelBuilder &kb, Value vState, Value dState,
           groups.push_back(g);
           maxima.push_back(z);
         }
-        for (int64_t u = 0; u < unroll; ++u) {
-          Value z = maxima[u];
-          for (int64_t off = segment / 2; off >= 1; off /= 2)
-            z = kb.maxF(z, kb.shflXor(z, off));
-          Value g = groups[u];
-          Value leader = kb.cmp(CmpIPredicate::eq,
-                                kb.remU(lane, kb.i32(segment)), kb.i32(0));
-          kb.ifThen(kb.andI(leader, kb.cmp(CmpIPredicate::slt, g, endSlot)),
-                    [&] {
-                      Value j = kb.sub(kb.divU(g, kb.i32(bs)), firstBlock);
-                      LLVM::AtomicRMWOp::create(
-                          b, loc, LLVM::AtomicBinOp::umax, kb.gep(keys, i32, j),
-                          kb.orderedKey(z), LLVM::AtomicOrdering::monotonic);
-                    });
-        }
+        for (int64_t u = 0; u < unroll; ++u)
+          foldBlockMaximum(kb, maxima[u], groups[u],
+                           kb.cmp(CmpIPredicate::slt, groups[u], endSlot), lane,
+                           segment, bs, firstBlock, keys);
       });
 }
 } // namespace
 
-/// Groups of four slots a lane of maxPoolSlotsByFour has in flight.
+/// Groups of four slots a lane of maxPoolSlotsByFour has in flight: more
+/// were no faster (docs/benchmarks-kernels.md).
 constexpr int64_t kPoolGroupsInFlight = 1;
 
-/// Whether maxPoolSlotsByFour applies: blocks, state rows and state pages
-/// of whole 16-byte groups (the state tensors' bases are 16-byte aligned:
-/// docs/GPU-ABI.md, "State tensors").
+/// Whether maxPoolSlotsByFour applies.
 static bool canPoolByFour(const SelectKernelSpec &spec) {
-  return spec.blockSize % 4 == 0 && spec.capacity % 4 == 0 &&
-         (!spec.paged.enabled() || spec.paged.page % 4 == 0);
+  return slotRunsAreVectors(4, spec.capacity, spec.blockSize, spec.paged);
 }
 
 bool mlir::spin::gpu_codegen::canPredictByMax(const SelectKernelSpec &spec) {
