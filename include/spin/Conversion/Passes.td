@@ -163,7 +163,9 @@ def SpinConfigureGpuKernels : Pass<"spin-configure-gpu-kernels", "ModuleOp"> {
       each;
     * `spin.select_config` on `spin.fused_select`: whether a single-row
       step's prediction prefetches on a cache miss (when its grid has at
-      most `sm-count` CTAs).
+      most `sm-count` CTAs), and whether a step of 2 to 8 rows selects them
+      side by side, a CTA per row in one cluster (when the batch's B x R
+      CTAs are at most `sm-count`, and not under row-0 sharing).
 
     Ops that already carry an attribute keep it. The model and the
     measurements behind each choice are in docs/benchmarks-kernels.md,

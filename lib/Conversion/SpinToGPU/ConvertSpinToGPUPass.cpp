@@ -832,6 +832,13 @@ LogicalResult PlanBuilder::lower(FusedSelectOp op) {
     predicted = launchPredict(op, spec, mask,
                               {*positions, *lengths, *slots, v, d, it});
   auto config = SpinDialect::SelectConfigAttrHelper(op.getContext()).getAttr(op);
+  if (config) {
+    spec.rowCtas = config.getRowCtas();
+    if (spec.rowCtas != 1 && spec.rowCtas != spec.rows)
+      return op.emitOpError("GPU path: #spin.select_config's row_ctas must "
+                            "be 1 or the step's rows (")
+             << spec.rows << "), got " << spec.rowCtas;
+  }
   if (spec.triggersEarly() && config && config.getScoringPrefetchCtas() > 0) {
     mask.previous = addScratch(spec.name + "_previous",
                                spec.batch * (2 + spec.maxBlocks) * 4);

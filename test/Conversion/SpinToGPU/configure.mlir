@@ -288,3 +288,33 @@ func.func @fp8_spin_step_small_blocks(%q: tensor<16x1x64x128xf8E4M3FN>, %w: tens
   %t, %z = spin.fused_score q(%q : tensor<16x1x64x128xf8E4M3FN>) w(%w : tensor<16x1x64xf32>) keys(%keys : tensor<?x64x128xf8E4M3FN>) scales(%scales : tensor<?x64xf32>) block_table(%table : tensor<16x1024xi32>) lengths(%n : tensor<16x1xi32>) mask(%m : tensor<16x2048xi1>) {block_size = 32 : i64, k = 512 : i64} -> tensor<16x1x512xi32>, tensor<16x1x65536xf32>
   return %t : tensor<16x1x512xi32>
 }
+
+// -----
+
+// A step of several rows selects them side by side, a CTA per row in one
+// cluster, where the requests' clusters fit one wave (2 x 3 CTAs against
+// the default 132 SMs; not against sm-count=3); under row-0 sharing only
+// row 0 selects after the warm-up: one CTA a request.
+// CHECK-LABEL: func.func @mtp_select(
+// CHECK: spin.fused_select {{.*}}spin.select_config = #spin.select_config<prefetch_on_miss = false, row_ctas = 3>
+// CHECK: spin.fused_select {{.*}}mtp_mask = #spin.mtp_mask<row0>{{.*}}spin.select_config = #spin.select_config<prefetch_on_miss = false>
+// SM3-LABEL: func.func @mtp_select(
+// SM3: spin.select_config = #spin.select_config<prefetch_on_miss = false>
+// SM3: spin.select_config = #spin.select_config<prefetch_on_miss = false>
+// PLAN-LABEL: func.func @mtp_select(
+// PLAN: gpu.launch_func @spin_kernels::@spin_select_0 blocks in (%c3{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+// PLAN: gpu.launch_func @spin_kernels::@spin_select_3 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
+func.func @mtp_select(%q: tensor<2x3x8x64xbf16> {spin.input = "q"},
+    %w: tensor<2x3x8xf32> {spin.input = "w"},
+    %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+    %table: tensor<2x8xi32> {spin.input = "block_table"},
+    %n: tensor<2x3xi32> {spin.input = "lengths"},
+    %p: tensor<2x3xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids}) -> (tensor<2x3x8xi32>, tensor<2x3x8xi32>) {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  %m = spin.fused_select %s positions(%p : tensor<2x3xi32>) lengths(%n : tensor<2x3xi32>) {block_size = 16 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 8 : i64} : !spin.state<layer = 0> -> tensor<2x8xi1>
+  %t, %z = spin.fused_score q(%q : tensor<2x3x8x64xbf16>) w(%w : tensor<2x3x8xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x8xi32>) lengths(%n : tensor<2x3xi32>) mask(%m : tensor<2x8xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x3x8xi32>, tensor<2x3x128xf32>
+  %m0 = spin.fused_select %s positions(%p : tensor<2x3xi32>) lengths(%n : tensor<2x3xi32>) {block_size = 16 : i64, pooling = #spin.pooling<max>, sparsity = 5.000000e-01 : f64, topk = 8 : i64, mtp_mask = #spin.mtp_mask<row0>} : !spin.state<layer = 0> -> tensor<2x8xi1>
+  %t0, %z0 = spin.fused_score q(%q : tensor<2x3x8x64xbf16>) w(%w : tensor<2x3x8xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x8xi32>) lengths(%n : tensor<2x3xi32>) mask(%m0 : tensor<2x8xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x3x8xi32>, tensor<2x3x128xf32>
+  return %t, %t0 : tensor<2x3x8xi32>, tensor<2x3x8xi32>
+}

@@ -306,3 +306,30 @@ func.func @rejects_copy_warpgroup_with_small_blocks(%q: tensor<2x1x64x128xf8E4M3
       -> tensor<2x1x8xi32>, tensor<2x1x512xf32>
   return %t : tensor<2x1x8xi32>
 }
+
+// -----
+
+// A multi-row selection runs on one CTA a request or on one per row.
+func.func @rejects_row_ctas_other_than_rows(%q: tensor<2x3x8x64xbf16> {spin.input = "q"},
+    %w: tensor<2x3x8xf32> {spin.input = "w"},
+    %keys: tensor<?x16x64xbf16> {spin.input = "keys"},
+    %table: tensor<2x8xi32> {spin.input = "block_table"},
+    %lengths: tensor<2x3xi32> {spin.input = "lengths"},
+    %positions: tensor<2x3xi32> {spin.positions},
+    %ids: tensor<2xi64> {spin.request_ids}) -> tensor<2x3x8xi32> {
+  %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
+  // expected-error @below {{GPU path: #spin.select_config's row_ctas must be 1 or the step's rows (3), got 2}}
+  %m = spin.fused_select %s positions(%positions : tensor<2x3xi32>)
+      lengths(%lengths : tensor<2x3xi32>)
+      {block_size = 16 : i64, pooling = #spin.pooling<max>,
+       sparsity = 5.0e-01, topk = 8 : i64,
+       spin.select_config = #spin.select_config<prefetch_on_miss = false, row_ctas = 2>}
+      : !spin.state<layer = 0> -> tensor<2x8xi1>
+  %t, %z = spin.fused_score q(%q : tensor<2x3x8x64xbf16>)
+      w(%w : tensor<2x3x8xf32>) keys(%keys : tensor<?x16x64xbf16>)
+      block_table(%table : tensor<2x8xi32>) lengths(%lengths : tensor<2x3xi32>)
+      mask(%m : tensor<2x8xi1>)
+      {block_size = 16 : i64, k = 8 : i64}
+      -> tensor<2x3x8xi32>, tensor<2x3x128xf32>
+  return %t : tensor<2x3x8xi32>
+}

@@ -37,7 +37,8 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 blocks in (%{{.*}}, %c2{{.*}}, %{{.*}}) {{.*}} args(%[[ACC]] : {{.*}}, %[[SLOTS]] : {{.*}}, %[[V]] : {{.*}}, %[[D]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[RESET]] : !llvm.ptr<1>, %[[NSLOTS:arg[0-9]+]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}} args(%[[SLOTS]] : {{.*}}, %[[IT]] : {{.*}}, %[[ROWS]] : {{.*}}, %[[ACC]] : {{.*}}, %[[RESET]] : {{.*}}, %[[NSLOTS]] : i32) {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict {{.*}} args({{.*}}, %[[RESET]] : !llvm.ptr<1>, %[[PREDAT]] : !llvm.ptr<1>, %[[ROWS]] : !llvm.ptr<1>, %[[NSLOTS]] : i32)
-// CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks
+// The selection: a cluster of a CTA per row (3) for each request (2).
+// CHECK: gpu.launch_func @spin_kernels::@spin_select_2 blocks in (%c3{{(_[0-9]+)?}}, %c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 // The sparse scoring grid is (rows, CTAs per row): launch order takes the
 // rows' first CTAs, which have entries, before their later ones. (bf16
 // queries: a CTA per row; fp8 ones score a request's rows in one CTA, see
@@ -48,8 +49,9 @@
 // CHECK-NEXT: return
 // CHECK-NOT: spin.commit
 // CHECK-NOT: spin.observe
-// Several rows select each into a row mask, merged into the request's.
-// CHECK: llvm.mlir.global internal @spin_select_2_row_mask()
+// Each row selects into its CTA's mask (no row mask), which the leader
+// merges through distributed shared memory between two cluster barriers.
+// CHECK-NOT: llvm.mlir.global internal @spin_select_2_row_mask()
 // CHECK-LABEL: gpu.func @spin_commit_1(
 // CHECK: nvvm.read.ptx.sreg.ctaid.y
 // The accepted count of the request (mtp-update=prefix) is read.
@@ -68,6 +70,16 @@
 // CHECK: %[[AT3:.*]] = llvm.getelementptr %arg8[
 // CHECK-NEXT: llvm.store %{{.*}}, %[[AT3]] {{.*}} : i32, !llvm.ptr<1>
 
+// CHECK-LABEL: gpu.func @spin_select_2(
+// CHECK-SAME: nvvm.cluster_dim = array<i32: 3, 1, 1>
+// CHECK: nvvm.read.ptx.sreg.ctaid.y
+// CHECK: nvvm.cluster.arrive {aligned}
+// CHECK-NEXT: nvvm.cluster.wait {aligned}
+// CHECK: nvvm.mapa %{{.*}}, %c1{{.*}} : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: nvvm.mapa %{{.*}}, %c2{{.*}} : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: nvvm.cluster.arrive {aligned}
+// CHECK-NEXT: nvvm.cluster.wait {aligned}
+
 // CHECK-LABEL: gpu.func @spin_observe_5(
 
 // Without spin-schedule-async the buffering is fused into the scoring op and
@@ -79,11 +91,14 @@
 // FUSED-SAME: spin.events = 0 : i64
 // FUSED: gpu.launch_func @spin_kernels::@spin_commit_0 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // FUSED: gpu.launch_func @spin_kernels::@spin_commit_0_finish
-// FUSED: gpu.launch_func @spin_kernels::@spin_select_1 blocks
+// Under row-0 sharing one CTA a request selects (the rows' masks merged
+// in its shared memory).
+// FUSED: gpu.launch_func @spin_kernels::@spin_select_1 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
 // FUSED: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // FUSED: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 blocks
 // FUSED: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // FUSED-NEXT: return
+// FUSED: llvm.mlir.global internal @spin_select_1_row_mask()
 // FUSED-LABEL: gpu.func @spin_commit_0(
 // FUSED-NOT: llvm.getelementptr %arg0[
 // FUSED: gpu.return

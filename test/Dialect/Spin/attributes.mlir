@@ -286,3 +286,21 @@ func.func @select_config_prefetch_with_miss_prefetch(%z: tensor<2x1x64xf32>, %n:
       : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
   return %t : tensor<2x1x8xi32>
 }
+
+// -----
+
+func.func @select_config_row_ctas_past_cluster(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{select_config: row_ctas must be in [1, 8] (a portable cluster), got 9}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = false, row_ctas = 9>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}
+
+// -----
+
+func.func @select_config_no_row_ctas(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
+  // expected-error @+1 {{select_config: row_ctas must be in [1, 8] (a portable cluster), got 0}}
+  %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = false, row_ctas = 0>}
+      : tensor<2x1x64xf32> -> tensor<2x1x8xi32>
+  return %t : tensor<2x1x8xi32>
+}

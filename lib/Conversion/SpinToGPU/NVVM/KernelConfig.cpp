@@ -162,7 +162,8 @@ void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
   if (helper.isAttrPresent(op) || width <= 0)
     return;
   auto clusterFor = [&](int64_t threads) {
-    return std::clamp<int64_t>(llvm::divideCeil(width, 16 * threads), 1, 8);
+    return std::clamp<int64_t>(llvm::divideCeil(width, 16 * threads), 1,
+                               kMaxPortableCluster);
   };
   int64_t threads = k > 512 ? 1024 : 512;
   int64_t cluster = clusterFor(threads);
@@ -190,6 +191,11 @@ void configureTopK(Operation *op, int64_t rows, int64_t width, int64_t k,
 /// prefetches its first tiles: on the SMs the select kernel occupies, and
 /// in the later CTAs, which start after it, the prefetches only compete
 /// with its loads and their own (docs/benchmarks-kernels.md).
+/// A step of up to 8 rows selects them side by side, a CTA each in one
+/// cluster, where those CTAs (of 1024 threads, one an SM) fit one wave;
+/// otherwise the extra wave costs more than the rows' chains in series
+/// (docs/benchmarks-kernels.md, "Tuning choices"). Under row-0 sharing only
+/// row 0 selects after the warm-up.
 void configureSelect(FusedSelectOp op, const Options &options) {
   SpinDialect::SelectConfigAttrHelper helper(op.getContext());
   auto mask = dyn_cast<RankedTensorType>(op.getMask().getType());
@@ -208,8 +214,13 @@ void configureSelect(FusedSelectOp op, const Options &options) {
       cached && !prefetchOnMiss
           ? std::max<int64_t>(0, options.smCount - mask.getDimSize(0))
           : 0;
+  int64_t rows = lengths.getDimSize(1);
+  int64_t rowCtas = rows;
+  if (rows > kMaxPortableCluster || op.getMtpMask() == MtpMask::row0 ||
+      mask.getDimSize(0) * rows > options.smCount)
+    rowCtas = 1;
   helper.setAttr(op, SelectConfigAttr::get(op.getContext(), prefetchOnMiss,
-                                           scoringPrefetch));
+                                           scoringPrefetch, rowCtas));
 }
 
 /// A sparse scoring's rows score the selection's block budget at the full

@@ -29,6 +29,9 @@ namespace mlir::spin::gpu_codegen {
 inline constexpr StringLiteral kTensorMapParametersAttrName =
     "spin_tensor_map_parameters";
 
+/// The most CTAs a portable thread-block cluster holds (sm_90 and later).
+inline constexpr int64_t kMaxPortableCluster = 8;
+
 /// Element formats of keys and queries on the GPU path.
 enum class ElementFormat { bf16, f16, fp8e4m3 };
 
@@ -252,10 +255,11 @@ inline bool slotRunsAreVectors(int64_t n, int64_t capacity, int64_t blockSize,
          (!paged.enabled() || paged.page % n == 0);
 }
 
-/// One CTA per request: predicted block scores from V and D (pooled per
-/// block in shared memory), then per row warm-up / budget / forced blocks /
-/// exploit / explore, the union over rows, and the compacted ascending list
-/// of selected blocks. Optionally the realized block sparsity per row.
+/// One CTA (or one cluster, rowCtas) per request: predicted block scores
+/// from V and D (pooled per block in shared memory), then per row warm-up /
+/// budget / forced blocks / exploit / explore, the union over rows, and the
+/// compacted ascending list of selected blocks. Optionally the realized
+/// block sparsity per row.
 ///
 /// Parameters: positions, lengths, request_ids, slots, v, d, it, blocks,
 /// counts, mask, skip (ptrs; `skip` is set for the requests the step
@@ -266,7 +270,7 @@ inline bool slotRunsAreVectors(int64_t n, int64_t capacity, int64_t blockSize,
 /// the batch rows whose slot is not live (loadBatchSlot: padding rows,
 /// slots outside the pool, repeated slots); the select kernel reports the
 /// bad ones.
-/// Grid: (batch).
+/// Grid: (batch), or (rowCtas, batch) with a cluster of rowCtas.
 struct SelectKernelSpec {
   std::string name;
   int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
@@ -279,6 +283,13 @@ struct SelectKernelSpec {
   PoolingKind pooling = PoolingKind::max;
   bool rowZeroOnly = false;
   bool reportSparsity = false;
+  /// CTAs a request: 1, or one per row (at most kMaxPortableCluster) in
+  /// one thread-block cluster, each selecting its row into its own mask;
+  /// CTA 0 then ORs its peers' masks in through distributed shared memory
+  /// and does the rest (the paged state, the list, the report), so that the
+  /// rows' latency chains run side by side. Grid (rowCtas, batch) when
+  /// above 1.
+  int64_t rowCtas = 1;
   /// The layer's MTP rows are committed by the step: the kernel takes
   /// `obs_rows` (before `errors`) and skips a request whose rows are still
   /// buffered (its commit was refused).

@@ -529,7 +529,9 @@ public:
       : KernelPhases(b, loc, module, spec),
         i32(kb.i32T()), i64(kb.i64T()), f32(kb.f32T()), i8(kb.i8T()),
         threads(spec.threads), warps(spec.threads / 32), MB(spec.maxBlocks),
-        bs(spec.blockSize) {}
+        bs(spec.blockSize),
+        rowsPerCta(spec.rowCtas > 1 ? 1 : spec.rows),
+        maskCells(spec.rowCtas > 1 ? llvm::alignTo(MB, 4) : MB) {}
   LaunchShape build();
 
 private:
@@ -538,6 +540,12 @@ private:
   void hashRequest();
   void allocateShared();
   std::pair<Value, Value> selectRow(Value r);
+  RowChecks rowChecks(Value r, Value &p, Value &n);
+  SmallVector<Value> combineRows(
+      Value live, Value firstRow, int64_t step,
+      function_ref<std::pair<Value, Value>(Value)> row);
+  void mergeRowMasks();
+  void finishRequest(SmallVector<Value> rowsOk, Value refused);
   std::pair<Value, Value> followPages(Value ok, Value code, Value longest,
                                       Value refused);
   void markRow(Value rowId, Value p, Value n);
@@ -553,6 +561,11 @@ private:
 
   Type i32, i64, f32, i8;
   const int64_t threads, warps, MB, bs;
+  /// The rows each CTA of a request selects (SelectKernelSpec::rowCtas).
+  const int64_t rowsPerCta;
+  /// The CTA's mask bytes: MB, padded to whole words (zeros) where the
+  /// leader merges the masks a word at a time.
+  const int64_t maskCells;
 
   gpu::GPUFuncOp func;
   Value positions, lengths, requestIds, slots, vState, dState, itState;
@@ -564,6 +577,9 @@ private:
   Value valid;
   std::optional<StateRows> entries;
   Value tid, lane, warp;
+  /// The CTA's rank in the request's cluster, and whether it is rank 0,
+  /// which merges the rows' masks and writes the request's results.
+  Value rank, leader;
   Value request, slot, iteration, requestId, firstP, firstN;
   /// The batch row's slot checks (loadBatchSlot).
   BatchSlot batchSlot;
@@ -586,8 +602,11 @@ LaunchShape SelectKernel::build() {
   OpBuilder::InsertionGuard guard(b);
   declareKernel();
   tid = kb.threadIdX(), lane = kb.laneId(), warp = kb.warpId();
+  rank = spec.rowCtas > 1 ? kb.blockIdX() : kb.i32(0);
+  leader = spec.rowCtas > 1 ? kb.cmp(CmpIPredicate::eq, rank, kb.i32(0))
+                            : kb.i1(true);
   loadBeforeWait();
-  kb.ifThen(kb.cmp(CmpIPredicate::eq, tid, kb.i32(0)),
+  kb.ifThen(kb.andI(leader, kb.cmp(CmpIPredicate::eq, tid, kb.i32(0))),
             [&] { recordSlotError(kb, errors, batchSlot, request); });
   // A request whose buffered MTP rows are still there had its commit
   // refused (a bad accepted count, reported by the commit kernel): it is
@@ -604,15 +623,77 @@ LaunchShape SelectKernel::build() {
   allocateShared();
   // Whether every row passed its checks, the error code of the first that
   // did not, and the longest row's length.
-  SmallVector<Value> rowsOk = kb.forLoopWith(
-      kb.i32(0), kb.i32(spec.rows), kb.i32(1), {live, kb.i32(0), kb.i32(0)},
+  SmallVector<Value> rowsOk =
+      combineRows(live, rank, spec.rowCtas, [&](Value r) { return selectRow(r); });
+  if (spec.rowCtas > 1) {
+    mergeRowMasks();
+    // The leader's verdict on all rows (their errors were recorded by the
+    // CTAs that selected them).
+    rowsOk = combineRows(live, kb.i32(0), 1, [&](Value r) {
+      Value p, n;
+      RowChecks checks = rowChecks(r, p, n);
+      return std::make_pair(
+          kb.select(checks.lengthOk,
+                    kb.select(checks.positionOk, kb.i32(0),
+                              kb.i32(ErrorBadPosition)),
+                    kb.i32(ErrorBadLength)),
+          n);
+    });
+  }
+  kb.ifThen(leader, [&] { finishRequest(rowsOk, refused); });
+
+  LaunchShape shape;
+  if (spec.rowCtas > 1)
+    shape.grid = {spec.rowCtas, spec.batch, 1};
+  else
+    shape.grid = {spec.batch, 1, 1};
+  shape.blockThreads = threads;
+  return shape;
+}
+
+/// Whether every row passed its checks, the error code of the first that
+/// did not, and the longest length of those that passed, over rows
+/// `firstRow`, `firstRow + step`, ... (`row(r)`: the row's code and length).
+SmallVector<Value> SelectKernel::combineRows(
+    Value live, Value firstRow, int64_t step,
+    function_ref<std::pair<Value, Value>(Value)> row) {
+  return kb.forLoopWith(
+      firstRow, kb.i32(spec.rows), kb.i32(step), {live, kb.i32(0), kb.i32(0)},
       [&](Value r, ValueRange in) -> SmallVector<Value> {
-        auto [code, n] = selectRow(r);
+        auto [code, n] = row(r);
         Value ok = kb.cmp(CmpIPredicate::eq, code, kb.i32(0));
         Value first = kb.cmp(CmpIPredicate::eq, in[1], kb.i32(0));
         return {kb.andI(in[0], ok), kb.select(first, code, in[1]),
                 kb.select(ok, kb.maxS(in[2], n), in[2])};
       });
+}
+
+/// The union of the request's rows across its cluster: once every CTA has
+/// marked its rows (a cluster barrier), the leader ORs its peers' masks
+/// into its own through distributed shared memory, four bytes (0 or 1
+/// each) a load; a second barrier keeps the peers' shared memory until it
+/// has.
+void SelectKernel::mergeRowMasks() {
+  kb.clusterSync();
+  kb.ifThen(leader, [&] {
+    forEachThreadStrided(kb, kb.i32(maskCells / 4), threads, [&](Value w) {
+      SmallVector<Value> words = {kb.loadAt(i32, mask, w)};
+      for (int64_t peer = 1; peer < spec.rowCtas; ++peer)
+        words.push_back(kb.load(
+            i32, kb.gep(kb.clusterPeer(mask, kb.i32(peer)), i32, w), 4));
+      Value merged = words.front();
+      for (Value word : ArrayRef(words).drop_front())
+        merged = kb.orI(merged, word);
+      kb.storeAt(merged, mask, w);
+    });
+  });
+  kb.clusterSync();
+}
+
+/// The request's results from its rows' verdict (`rowsOk`, combineRows) and
+/// union mask, by the leader: the paged state, the list, the row status and
+/// the sparsity report.
+void SelectKernel::finishRequest(SmallVector<Value> rowsOk, Value refused) {
   Value refusedCode = kb.i32(ErrorBadAccepted);
   if (paging.paged()) {
     std::tie(rowsOk[0], rowsOk[1]) =
@@ -635,11 +716,6 @@ LaunchShape SelectKernel::build() {
   writeList(rowsOk[0], status);
   if (spec.reportSparsity)
     reportSparsity();
-
-  LaunchShape shape;
-  shape.grid = {spec.batch, 1, 1};
-  shape.blockThreads = threads;
-  return shape;
 }
 
 /// The `gpu.func` and its parameters (those of disabled features absent),
@@ -667,6 +743,13 @@ void SelectKernel::declareKernel() {
   if (spec.layerParameter)
     params.push_back(kb.i32T());
   func = beginKernel(b, loc, module, spec.name, params, threads);
+  if (spec.rowCtas > 1) {
+    assert(spec.rowCtas == spec.rows && spec.rowCtas <= kMaxPortableCluster &&
+           "a CTA per row, in a portable cluster");
+    func->setAttr(NVVM::NVVMDialect::getClusterDimAttrName(),
+                  b.getDenseI32ArrayAttr(
+                      {static_cast<int32_t>(spec.rowCtas), 1, 1}));
+  }
   // The sparse scoring kernel after this one reads only step inputs before
   // its wait (the row's length, queries, head weights and block-table row),
   // so its CTAs may start staging them while this kernel still waits for
@@ -706,7 +789,7 @@ void SelectKernel::declareKernel() {
 void SelectKernel::loadBeforeWait() {
   OpBuilder::InsertionGuard beforeWait(b);
   setInsertionBeforeGridWait(b, func);
-  request = kb.blockIdX();
+  request = spec.rowCtas > 1 ? kb.blockIdY() : kb.blockIdX();
   batchSlot = loadBatchSlot(kb, slots, request, numSlots, spec.batch);
   slot = batchSlot.slot;
   requestId = kb.loadAt(i64, requestIds, request, true);
@@ -732,8 +815,8 @@ void SelectKernel::loadBeforeWait() {
       predicted = kb.andI(predicted, kb.not1(resetting));
     skipGridWaitIf(b, func, predicted);
   }
-  Value emptyMask = kb.sharedArray(spec.name + "_mask", i8, MB);
-  forEachThreadStrided(kb, kb.i32(MB), threads, [&](Value j) {
+  Value emptyMask = kb.sharedArray(spec.name + "_mask", i8, maskCells);
+  forEachThreadStrided(kb, kb.i32(maskCells), threads, [&](Value j) {
     kb.storeAt(kb.constant(i8, 0), emptyMask, j);
   });
   kb.barrier();
@@ -761,26 +844,33 @@ void SelectKernel::hashRequest() {
         static_cast<uint64_t>(spec.layer), iteration);
 }
 
-/// The row's block scores (as order-preserving keys), the request's mask,
-/// the row's own mask (a single row selects into the request's mask
-/// directly: no union) and each warp's pooling buffer.
+/// The row's block scores (as order-preserving keys), the CTA's mask, the
+/// row's own mask (a CTA of a single row selects into its mask directly: no
+/// union) and each warp's pooling buffer.
 void SelectKernel::allocateShared() {
   scoreKeys = kb.sharedArray(spec.name + "_S", i32, MB);
-  mask = kb.sharedArray(spec.name + "_mask", i8, MB);
-  rowMask =
-      spec.rows == 1 ? mask : kb.sharedArray(spec.name + "_row_mask", i8, MB);
+  mask = kb.sharedArray(spec.name + "_mask", i8, maskCells);
+  rowMask = rowsPerCta == 1 ? mask
+                            : kb.sharedArray(spec.name + "_row_mask", i8, MB);
   pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
 }
 
-/// Row `r` of the request: its checks (SPIN_SPEC §2: N <= p + 1 <= C, and
-/// N within the block table; errors recorded by thread 0) and, when used,
-/// its selection OR-ed into the request's mask. Returns 0 if it passed,
-/// else the code of the check it failed, and the row's length.
+/// Row `r`'s checks (SPIN_SPEC §2: N <= p + 1 <= C, and N within the block
+/// table), its position `p` and length `n`.
+RowChecks SelectKernel::rowChecks(Value r, Value &p, Value &n) {
+  Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+  p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
+  n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+  return checkRow(kb, p, n, spec.capacity, MB * bs);
+}
+
+/// Row `r` of the request: its checks (errors recorded by thread 0) and,
+/// when used, its selection OR-ed into the CTA's mask. Returns 0 if it
+/// passed, else the code of the check it failed, and the row's length.
 std::pair<Value, Value> SelectKernel::selectRow(Value r) {
   Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
-  Value p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
-  Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
-  RowChecks checks = checkRow(kb, p, n, spec.capacity, MB * bs);
+  Value p, n;
+  RowChecks checks = rowChecks(r, p, n);
   Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
   kb.ifThen(kb.andI(rowLive, kb.cmp(CmpIPredicate::eq, tid, kb.i32(0))), [&] {
     kb.ifThen(kb.not1(lengthOk), [&] {
@@ -847,8 +937,8 @@ void SelectKernel::markRow(Value rowId, Value p, Value n) {
                     kb.cmp(CmpIPredicate::sgt, rowBlocks, kb.i32(0))),
             [&] { selectBlocks(rowId, p, n, rowBlocks); });
   kb.barrier();
-  if (spec.rows > 1) {
-    // Union into the request's mask.
+  if (rowsPerCta > 1) {
+    // Union into the CTA's mask.
     forEachThreadStrided(kb, rowBlocks, threads, [&](Value j) {
       Value bit = kb.orI(kb.loadAt(i8, mask, j), kb.loadAt(i8, rowMask, j));
       kb.storeAt(bit, mask, j);

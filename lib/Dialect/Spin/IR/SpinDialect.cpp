@@ -284,7 +284,12 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 SelectConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                         bool prefetchOnMiss, int64_t scoringPrefetchCtas) {
+                         bool prefetchOnMiss, int64_t scoringPrefetchCtas,
+                         int64_t rowCtas) {
+  if (rowCtas < 1 || rowCtas > 8)
+    return emitError() << "select_config: row_ctas must be in [1, 8] (a "
+                          "portable cluster), got "
+                       << rowCtas;
   if (scoringPrefetchCtas < 0 || scoringPrefetchCtas > 2147483647)
     return emitError() << "select_config: scoring_prefetch_ctas must be in "
                           "[0, 2^31), got "

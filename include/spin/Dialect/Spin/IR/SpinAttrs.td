@@ -141,18 +141,24 @@ def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
 }
 
 def Spin_SelectConfigAttr : Spin_ConfigAttr<"SelectConfig", "select_config"> {
-  let summary = "How a selection's prediction meets a cache miss";
+  let summary = "How a selection's prediction meets a cache miss, and how "
+                "many CTAs select a request's rows";
   let description = [{
-    On `spin.fused_select` of a single-row step with max pooling (the
+    On `spin.fused_select`. Of a single-row step with max pooling (the
     prediction cache): with `prefetch_on_miss` a row that missed the cache
     at its previous step prefetches its V and D lines; without it the
     select kernel lets the scoring kernel start before its wait, and the
     first `scoring_prefetch_ctas` scoring CTAs in launch order (0: none)
     prefetch their first key tiles where the request's previous step's
     block list placed them, while the select kernel runs.
+    Of a step of several rows: `row_ctas` CTAs a request, 1 or one per row
+    (2 to 8, a portable thread-block cluster), which then select the rows
+    side by side, the first merging their masks through distributed shared
+    memory.
   }];
   let parameters = (ins "bool":$prefetch_on_miss,
-                        DefaultValuedParameter<"int64_t", "0">:$scoring_prefetch_ctas);
+                        DefaultValuedParameter<"int64_t", "0">:$scoring_prefetch_ctas,
+                        DefaultValuedParameter<"int64_t", "1">:$row_ctas);
 }
 
 //===----------------------------------------------------------------------===//
