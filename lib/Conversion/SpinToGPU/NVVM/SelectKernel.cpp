@@ -541,6 +541,7 @@ private:
   void allocateShared();
   std::pair<Value, Value> selectRow(Value r);
   RowChecks rowChecks(Value r, Value &p, Value &n);
+  Value rowValue(ArrayRef<Value> loaded, Value input, Value rowId, Value r);
   SmallVector<Value> combineRows(
       Value live, Value firstRow, int64_t step,
       function_ref<std::pair<Value, Value>(Value)> row);
@@ -581,6 +582,13 @@ private:
   /// which merges the rows' masks and writes the request's results.
   Value rank, leader;
   Value request, slot, iteration, requestId, firstP, firstN;
+  /// Every row's position and length, loaded before the wait (steps of 2
+  /// to kMaxPortableCluster rows; longer ones load a row's at its turn).
+  SmallVector<Value> rowPositions, rowLengths;
+  /// The request's buffered MTP rows as the commit left them (loaded
+  /// before the wait where the predict kernel precedes; 0 for a row the
+  /// step resets, whose buffer that kernel drops), or null.
+  Value buffered;
   /// The batch row's slot checks (loadBatchSlot).
   BatchSlot batchSlot;
   /// Whether the request is in its warm-up step, its rows' offset in V and
@@ -614,8 +622,9 @@ LaunchShape SelectKernel::build() {
   Value live = batchSlot.live;
   Value refused = kb.i1(false);
   if (obsRows) {
-    refused = kb.andI(live, kb.cmp(CmpIPredicate::sgt,
-                                   kb.loadAt(i32, obsRows, slot), kb.i32(0)));
+    if (!buffered)
+      buffered = kb.loadAt(i32, obsRows, slot);
+    refused = kb.andI(live, kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)));
     live = kb.andI(live, kb.not1(refused));
   }
   rowLive = live;
@@ -782,10 +791,12 @@ void SelectKernel::declareKernel() {
   layerParam = spec.layerParameter ? func.getArgument(a++) : Value();
 }
 
-/// Before the grid wait, while the kernel before ends: the step's inputs,
-/// `it` when that kernel is the predict kernel (which writes only block
-/// scores; otherwise it may be an MTP commit or a reset, which write `it`),
-/// and the request's empty mask (shared memory only: nothing to wait for).
+/// Before the grid wait, while the kernel before ends: the step's inputs
+/// (every row's position and length), `it` and the buffered MTP row count
+/// when that kernel is the predict kernel (which writes block scores and
+/// zeroes a resetting row's fields, whose values are then known here;
+/// otherwise it may be an MTP commit or a reset, which write them), and the
+/// request's empty mask (shared memory only: nothing to wait for).
 void SelectKernel::loadBeforeWait() {
   OpBuilder::InsertionGuard beforeWait(b);
   setInsertionBeforeGridWait(b, func);
@@ -796,15 +807,27 @@ void SelectKernel::loadBeforeWait() {
   if (spec.rows == 1) {
     firstP = kb.loadAt(i32, positions, request, true);
     firstN = kb.loadAt(i32, lengths, request, true);
+  } else if (spec.rows <= kMaxPortableCluster) {
+    for (int64_t r = 0; r < spec.rows; ++r) {
+      Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+      rowPositions.push_back(kb.loadAt(i32, positions, rowId, true));
+      rowLengths.push_back(kb.loadAt(i32, lengths, rowId, true));
+    }
   }
   // A request the step resets (in the predict kernel, which this kernel
-  // follows) starts at iteration 0, whatever `it` held before.
+  // follows) starts at iteration 0, whatever `it` held before, with no
+  // buffered rows.
   Value resetting =
       resetFlags ? rowResets(kb, batchSlot.live, resetFlags, request) : Value();
   if (spec.precomputed) {
     iteration = kb.loadAt(i64, itState, slot);
-    if (resetting)
+    if (obsRows)
+      buffered = kb.loadAt(i32, obsRows, slot);
+    if (resetting) {
       iteration = kb.select(resetting, kb.i64(0), iteration);
+      if (buffered)
+        buffered = kb.select(resetting, kb.i32(0), buffered);
+    }
   }
   if (spec.predictionCache) {
     // A request whose block scores the previous step predicted (the
@@ -855,12 +878,26 @@ void SelectKernel::allocateShared() {
   pool = kb.sharedArray(spec.name + "_pool", f32, warps * bs);
 }
 
+/// Row `r`'s entry of a step input (`rowId` its index there): from the
+/// values loaded before the wait where there are (`loaded`), else loaded.
+Value SelectKernel::rowValue(ArrayRef<Value> loaded, Value input, Value rowId,
+                             Value r) {
+  if (loaded.empty())
+    return kb.loadAt(i32, input, rowId, true);
+  Value value = loaded.front();
+  for (auto [k, v] : llvm::enumerate(loaded.drop_front()))
+    value = kb.select(
+        kb.cmp(CmpIPredicate::eq, r, kb.i32(static_cast<int64_t>(k) + 1)), v,
+        value);
+  return value;
+}
+
 /// Row `r`'s checks (SPIN_SPEC §2: N <= p + 1 <= C, and N within the block
 /// table), its position `p` and length `n`.
 RowChecks SelectKernel::rowChecks(Value r, Value &p, Value &n) {
   Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
-  p = firstP ? firstP : kb.loadAt(i32, positions, rowId, true);
-  n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+  p = firstP ? firstP : rowValue(rowPositions, positions, rowId, r);
+  n = firstN ? firstN : rowValue(rowLengths, lengths, rowId, r);
   return checkRow(kb, p, n, spec.capacity, MB * bs);
 }
 
@@ -1175,7 +1212,7 @@ void SelectKernel::writeList(Value requestOk, Value status) {
 void SelectKernel::reportSparsity() {
   for (int64_t r = 0; r < spec.rows; ++r) {
     Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
-    Value n = firstN ? firstN : kb.loadAt(i32, lengths, rowId, true);
+    Value n = firstN ? firstN : rowValue(rowLengths, lengths, rowId, kb.i32(r));
     n = kb.select(rowLive, n, kb.i32(0)); // a padding row reports 0
     Value rowBlocks = kb.minS(
         kb.divU(kb.add(kb.maxS(n, kb.i32(0)), kb.i32(bs - 1)), kb.i32(bs)),
