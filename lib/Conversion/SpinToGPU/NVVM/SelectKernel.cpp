@@ -632,8 +632,8 @@ LaunchShape SelectKernel::build() {
   allocateShared();
   // Whether every row passed its checks, the error code of the first that
   // did not, and the longest row's length.
-  SmallVector<Value> rowsOk =
-      combineRows(live, rank, spec.rowCtas, [&](Value r) { return selectRow(r); });
+  SmallVector<Value> rowsOk = combineRows(
+      live, rank, spec.rowCtas, [&](Value r) { return selectRow(r); });
   if (spec.rowCtas > 1) {
     mergeRowMasks();
     // The leader's verdict on all rows (their errors were recorded by the
