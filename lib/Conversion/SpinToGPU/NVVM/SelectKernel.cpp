@@ -540,7 +540,9 @@ private:
   void hashRequest();
   void allocateShared();
   std::pair<Value, Value> selectRow(Value r);
+  Value rowIdOf(Value r);
   RowChecks rowChecks(Value r, Value &p, Value &n);
+  Value rowCode(const RowChecks &checks);
   Value rowValue(ArrayRef<Value> loaded, Value input, Value rowId, Value r);
   SmallVector<Value> combineRows(
       Value live, Value firstRow, int64_t step,
@@ -641,12 +643,7 @@ LaunchShape SelectKernel::build() {
     rowsOk = combineRows(live, kb.i32(0), 1, [&](Value r) {
       Value p, n;
       RowChecks checks = rowChecks(r, p, n);
-      return std::make_pair(
-          kb.select(checks.lengthOk,
-                    kb.select(checks.positionOk, kb.i32(0),
-                              kb.i32(ErrorBadPosition)),
-                    kb.i32(ErrorBadLength)),
-          n);
+      return std::make_pair(rowCode(checks), n);
     });
   }
   kb.ifThen(leader, [&] { finishRequest(rowsOk, refused); });
@@ -809,7 +806,7 @@ void SelectKernel::loadBeforeWait() {
     firstN = kb.loadAt(i32, lengths, request, true);
   } else if (spec.rows <= kMaxPortableCluster) {
     for (int64_t r = 0; r < spec.rows; ++r) {
-      Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+      Value rowId = rowIdOf(kb.i32(r));
       rowPositions.push_back(kb.loadAt(i32, positions, rowId, true));
       rowLengths.push_back(kb.loadAt(i32, lengths, rowId, true));
     }
@@ -892,20 +889,34 @@ Value SelectKernel::rowValue(ArrayRef<Value> loaded, Value input, Value rowId,
   return value;
 }
 
+/// The index of the request's row `r` in the step's rows.
+Value SelectKernel::rowIdOf(Value r) {
+  return kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+}
+
 /// Row `r`'s checks (SPIN_SPEC §2: N <= p + 1 <= C, and N within the block
 /// table), its position `p` and length `n`.
 RowChecks SelectKernel::rowChecks(Value r, Value &p, Value &n) {
-  Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+  Value rowId = rowIdOf(r);
   p = firstP ? firstP : rowValue(rowPositions, positions, rowId, r);
   n = firstN ? firstN : rowValue(rowLengths, lengths, rowId, r);
   return checkRow(kb, p, n, spec.capacity, MB * bs);
+}
+
+/// 0 for a row that passed its checks, else the code of the first it
+/// failed.
+Value SelectKernel::rowCode(const RowChecks &checks) {
+  return kb.select(checks.lengthOk,
+                   kb.select(checks.positionOk, kb.i32(0),
+                             kb.i32(ErrorBadPosition)),
+                   kb.i32(ErrorBadLength));
 }
 
 /// Row `r` of the request: its checks (errors recorded by thread 0) and,
 /// when used, its selection OR-ed into the CTA's mask. Returns 0 if it
 /// passed, else the code of the check it failed, and the row's length.
 std::pair<Value, Value> SelectKernel::selectRow(Value r) {
-  Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), r);
+  Value rowId = rowIdOf(r);
   Value p, n;
   RowChecks checks = rowChecks(r, p, n);
   Value lengthOk = checks.lengthOk, positionOk = checks.positionOk;
@@ -923,10 +934,7 @@ std::pair<Value, Value> SelectKernel::selectRow(Value r) {
     used = kb.andI(used, kb.orI(warmup, kb.cmp(CmpIPredicate::eq, r,
                                                kb.i32(0))));
   kb.ifThen(used, [&] { markRow(rowId, p, n); });
-  return {kb.select(lengthOk,
-                    kb.select(positionOk, kb.i32(0), kb.i32(ErrorBadPosition)),
-                    kb.i32(ErrorBadLength)),
-          n};
+  return {rowCode(checks), n};
 }
 
 /// The paged layout (docs/GPU-ABI.md, "Paged state") for a request whose
@@ -1211,7 +1219,7 @@ void SelectKernel::writeList(Value requestOk, Value status) {
 /// rows: 1 - selected / row blocks (0 for an empty row).
 void SelectKernel::reportSparsity() {
   for (int64_t r = 0; r < spec.rows; ++r) {
-    Value rowId = kb.add(kb.mul(request, kb.i32(spec.rows)), kb.i32(r));
+    Value rowId = rowIdOf(kb.i32(r));
     Value n = firstN ? firstN : rowValue(rowLengths, lengths, rowId, kb.i32(r));
     n = kb.select(rowLive, n, kb.i32(0)); // a padding row reports 0
     Value rowBlocks = kb.minS(

@@ -452,7 +452,7 @@ private:
 /// Builds the kernel, phase after phase; returns its launch shape.
 LaunchShape TopKKernel::build() {
   OpBuilder::InsertionGuard guard(b);
-  assert(spec.cluster >= 1 && spec.cluster <= 8 &&
+  assert(spec.cluster >= 1 && spec.cluster <= kMaxPortableCluster &&
          "a portable cluster holds at most 8 CTAs");
   assert(spec.threads % 32 == 0 && spec.threads / 32 >= spec.cluster &&
          "one warp per peer counts its candidates");
