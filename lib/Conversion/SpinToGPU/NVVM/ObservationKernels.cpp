@@ -387,10 +387,10 @@ Value CommitReplayKernel::reachOf() {
 /// buffered union mask), and z_r[p_r - x] into D[x] if it scored slot
 /// p_r - x. The mask bytes come first (V's is the group's; D's slots
 /// p_r - x0 - j span at most two blocks a row, so two bytes a row), then
-/// every cell and score load of the group before any fold waits for one:
-/// the replay is bound by the latency of these two rounds and by its
-/// integer work a cell, which a group shares. V, D and V's scores move as
-/// vectors. Untouched cells are neither read nor written (a vector only
+/// every cell and score load of the group. The replay is bound by its
+/// instructions a cell at the occupancy its registers allow
+/// (docs/benchmarks-kernels.md), which the group shares: the rows' tests
+/// are bit masks a row, V, D and V's scores move as vectors. Untouched cells are neither read nor written (a vector only
 /// when every cell of the group is touched).
 void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
   Type f32 = kb.f32T(), i8 = kb.i8T();
@@ -402,55 +402,67 @@ void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
                             kb.add(maskBase, kb.extS64(kb.divU(at, bsV)))),
                   kb.constant(i8, 0));
   };
-  auto anyOf = [&](ArrayRef<Value> bits) {
-    Value any = kb.i1(false);
-    for (Value bit : bits)
-      any = kb.orI(any, bit);
-    return any;
-  };
 
-  // scoredV[r][j], scoredD[r][j]: row r folds into V[x0 + j], D[x0 + j].
+  // Which of the group's cells row r folds, as the low `group` bits of an
+  // i32 (bit j: V[x0 + j], D[x0 + j]): a few integer operations a row
+  // instead of compares a cell, and no predicate a cell kept alive.
+  const int64_t full = (int64_t{1} << group) - 1;
+  // Bits j < k, k clamped to [0, group].
+  auto below = [&](Value k) {
+    k = kb.minS(kb.maxS(k, kb.i32(0)), kb.i32(group));
+    return kb.sub(kb.shl(kb.i32(1), k), kb.i32(1));
+  };
+  auto bitOf = [&](Value mask, int64_t j) {
+    return kb.cmp(CmpIPredicate::ne, kb.andI(mask, kb.i32(int64_t{1} << j)),
+                  kb.i32(0));
+  };
   Value vOk = kb.andI(inRange, maskBit(x0));
-  SmallVector<SmallVector<Value>> scoredV(rows), scoredD(rows);
+  SmallVector<Value> maskV, maskD;
   SmallVector<Value> diagonalTop(rows);
+  Value touchedVMask = kb.i32(0), touchedDMask = kb.i32(0);
   for (auto [r, row] : llvm::enumerate(replayed)) {
-    Value limit = kb.sub(row.n, x0); // V: the row's entries j < limit
-    Value top = kb.sub(row.p, x0);   // D[x0 + j]: slot top - j
-    Value bottom = kb.sub(top, row.n); // ... of the row when > bottom
+    // V: the row's entries j < n - x0, in a scored block.
+    Value mV = kb.select(vOk, below(kb.sub(row.n, x0)), kb.i32(0));
+    // D[x0 + j]: slot top - j of the row when 0 <= top - j < n, in a
+    // scored block.
+    Value top = kb.sub(row.p, x0);
     diagonalTop[r] = top;
+    Value inRow = kb.andI(below(kb.add(top, kb.i32(1))),
+                          kb.xorI(below(kb.add(kb.sub(top, row.n), kb.i32(1))),
+                                  kb.i32(full)));
     Value topAt = kb.maxS(top, kb.i32(0));
-    Value topBit = maskBit(topAt), lowBit = topBit, topInBlock;
+    Value topBit = maskBit(topAt);
+    Value blocks = kb.select(topBit, kb.i32(full), kb.i32(0));
     if (group > 1) {
-      lowBit = maskBit(kb.maxS(kb.sub(top, kb.i32(group - 1)), kb.i32(0)));
-      topInBlock = kb.remU(topAt, bsV); // slots top - j, j <= this: topBit's
+      Value lowBit =
+          maskBit(kb.maxS(kb.sub(top, kb.i32(group - 1)), kb.i32(0)));
+      // Slots top - j with j <= top % bs lie in topBit's block.
+      Value upper = below(kb.add(kb.remU(topAt, bsV), kb.i32(1)));
+      blocks = kb.orI(kb.andI(blocks, upper),
+                      kb.select(lowBit, kb.xorI(upper, kb.i32(full)),
+                                kb.i32(0)));
     }
+    Value mD = kb.select(inRange, kb.andI(inRow, blocks), kb.i32(0));
+    maskV.push_back(mV);
+    maskD.push_back(mD);
+    touchedVMask = kb.orI(touchedVMask, mV);
+    touchedDMask = kb.orI(touchedDMask, mD);
+  }
+  SmallVector<SmallVector<Value>> scoredV(rows), scoredD(rows);
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < group; ++j) {
-      Value jV = kb.i32(j);
-      scoredV[r].push_back(
-          kb.andI(vOk, kb.cmp(CmpIPredicate::sgt, limit, jV)));
-      Value bit = j == 0 ? topBit
-                         : kb.select(kb.cmp(CmpIPredicate::sge, topInBlock, jV),
-                                     topBit, lowBit);
-      Value inRow = kb.andI(kb.cmp(CmpIPredicate::sge, top, jV),
-                            kb.cmp(CmpIPredicate::slt, bottom, jV));
-      scoredD[r].push_back(kb.andI(kb.andI(inRange, inRow), bit));
+      scoredV[r].push_back(bitOf(maskV[r], j));
+      scoredD[r].push_back(bitOf(maskD[r], j));
     }
-  }
   SmallVector<Value> touchedV, touchedD;
-  Value allD = kb.i1(true);
   for (int64_t j = 0; j < group; ++j) {
-    SmallVector<Value> v, d;
-    for (int64_t r = 0; r < rows; ++r) {
-      v.push_back(scoredV[r][j]);
-      d.push_back(scoredD[r][j]);
-    }
-    touchedV.push_back(anyOf(v));
-    touchedD.push_back(anyOf(d));
-    allD = kb.andI(allD, touchedD.back());
+    touchedV.push_back(bitOf(touchedVMask, j));
+    touchedD.push_back(bitOf(touchedDMask, j));
   }
-  // V's row ranges and mask byte are the group's: entry 0 is touched when
-  // any is, entry group - 1 only when all are.
-  Value anyV = touchedV.front(), allV = touchedV.back(), anyD = anyOf(touchedD);
+  Value anyV = kb.cmp(CmpIPredicate::ne, touchedVMask, kb.i32(0));
+  Value allV = kb.cmp(CmpIPredicate::eq, touchedVMask, kb.i32(full));
+  Value anyD = kb.cmp(CmpIPredicate::ne, touchedDMask, kb.i32(0));
+  Value allD = kb.cmp(CmpIPredicate::eq, touchedDMask, kb.i32(full));
 
   // Loads: the cells, V's scores (a vector a row), D's (one a cell).
   Value vAt = kb.gep(vState, f32, entries->index(x0));
