@@ -313,6 +313,9 @@ def check_step(k, rng, update, where):
     # 2 slots in a capacity of 42, blocks of 1 in an odd capacity (27).
     (2, 2, 7, 6, 2, "pooling=mean", 30),
     (2, 3, 9, 3, 1, "pooling=mean", 30),
+    # Seven rows: the replay's per-row bit masks of a group of four entries
+    # (blocks of 64 slots), rows' diagonals crossing block boundaries.
+    (2, 7, 16, 64, 64, "pooling=mean", 12),
 ])
 def test_mtp_kernels_match_the_reference(tmp_path, seed, B, R, pages, page, bs, options,
                                          steps):
