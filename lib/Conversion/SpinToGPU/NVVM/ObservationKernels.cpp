@@ -389,9 +389,10 @@ Value CommitReplayKernel::reachOf() {
 /// p_r - x0 - j span at most two blocks a row, so two bytes a row), then
 /// every cell and score load of the group. The replay is bound by its
 /// instructions a cell at the occupancy its registers allow
-/// (docs/benchmarks-kernels.md), which the group shares: the rows' tests
-/// are bit masks a row, V, D and V's scores move as vectors. Untouched cells are neither read nor written (a vector only
-/// when every cell of the group is touched).
+/// (docs/benchmarks-kernels.md), so the group shares what it can: each
+/// row's tests are two bit masks, and V, D and V's scores move as vectors.
+/// Untouched cells are neither read nor written (a vector only when every
+/// cell of the group is touched).
 void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
   Type f32 = kb.f32T(), i8 = kb.i8T();
   const int64_t rows = replayed.size();
