@@ -323,8 +323,8 @@ def score_graph(layer: int, rows: int, slots: int, topk: int, block_size: int,
     update_pool = f", pooling = #spin.pooling<{pooling}>" if reduction == "A2" else ""
     if R > 1:
         out.append(f"  %s1 = spin.observe {s} scores(%z : {z}) positions(%p : {n}) "
-                   f"lengths(%n : {n}) mask(%m : {m}) {{block_size = {bs} : i64"
-                   f"{update_pool}}} : {st}")
+                   f"lengths(%n : {n}) mask(%m : {m}) {{block_size = {bs} : i64, "
+                   f"decay = {float(decay)!r} : f64{update_pool}}} : {st}")
     else:
         out.append(f"  %s1 = spin.ema_update {s} scores(%z : {z}) positions(%p : {n}) "
                    f"lengths(%n : {n}) mask(%m : {m}) {{decay = {float(decay)!r} : f64, "

@@ -151,7 +151,7 @@ func.func @a2_block_state(%s: !spin.state<layer = 2, level = block>,
 // CHECK-SAME:    %[[N:[^:]+]]: tensor<2x4xi32>, %[[A:[^:]+]]: tensor<2xi32>)
 // CHECK:         %[[S1:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:    %[[M:.*]] = spin.fused_select %[[S1]] positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) {block_size = 16 : i64, mtp_mask = #spin.mtp_mask<row0>, pooling = #spin.pooling<top4>, sparsity = 5.000000e-01 : f64, topk = 16 : i64} : !spin.state<layer = 0> -> tensor<2x4xi1>{{$}}
-// CHECK-NEXT:    %[[T:.*]], %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q]] : tensor<2x4x4x16xbf16>) {{.*}} block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S1]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x4xi32>) {block_size = 16 : i64, k = 16 : i64, update = #spin.update<observe>} -> tensor<2x4x16xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>{{$}}
+// CHECK-NEXT:    %[[T:.*]], %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q]] : tensor<2x4x4x16xbf16>) {{.*}} block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S1]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x4xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, k = 16 : i64, update = #spin.update<observe>} -> tensor<2x4x16xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:    return %[[T]], %[[S2]] :
 func.func @mtp_step(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>,
                     %w: tensor<2x4x4xf32>, %k: tensor<?x16x16xbf16>,
@@ -181,7 +181,7 @@ func.func @mtp_step(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>,
       : tensor<2x4x64xf32> -> tensor<2x4x16xi32>
   %s2 = spin.observe %s1 scores(%z : tensor<2x4x64xf32>)
       positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
-      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
+      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   return %t, %s2 : tensor<2x4x16xi32>, !spin.state<layer = 0>
 }
@@ -289,7 +289,7 @@ func.func @score_without_update(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>
 // CHECK-SAME:    %[[N:[^:]+]]: tensor<2x4xi32>, %[[M:[^:]+]]: tensor<2x4xi1>,
 // CHECK-SAME:    %[[A:[^:]+]]: tensor<2xi32>)
 // CHECK-NEXT:    %[[S1:.*]] = spin.commit %[[S]] accepted(%[[A]] : tensor<2xi32>)
-// CHECK-NEXT:    %[[T:.*]], %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q]] : {{.*}} block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S1]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x4xi32>) {block_size = 16 : i64, k = 16 : i64, update = #spin.update<observe>}
+// CHECK-NEXT:    %[[T:.*]], %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q]] : {{.*}} block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S1]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x4xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, k = 16 : i64, update = #spin.update<observe>}
 // CHECK-NEXT:    return %[[T]], %[[S2]] :
 func.func @state_defined_after_scoring(%s: !spin.state<layer = 0>,
                                        %q: tensor<2x4x4x16xbf16>,
@@ -311,7 +311,7 @@ func.func @state_defined_after_scoring(%s: !spin.state<layer = 0>,
       : tensor<2x4x64xf32> -> tensor<2x4x16xi32>
   %s2 = spin.observe %s1 scores(%z : tensor<2x4x64xf32>)
       positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
-      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
+      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   return %t, %s2 : tensor<2x4x16xi32>, !spin.state<layer = 0>
 }

@@ -65,7 +65,7 @@ func.func @decode_step(%s: !spin.state<layer = 0>, %q: tensor<2x1x4x16xbf16>,
 // CHECK-NEXT:    %[[T:.*]], %[[Z:.*]] = spin.fused_score q(%[[Q]] : {{.*}} mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, k = 16 : i64} -> tensor<2x4x16xi32>, tensor<2x4x64xf32>{{$}}
 // CHECK-NEXT:    %[[S1:.*]] = async.await %[[V]]#1 : !async.value<!spin.state<layer = 0>>
 // CHECK-NEXT:    %{{.*}}, %[[SV:.*]] = async.execute -> !async.value<!spin.state<layer = 0>> {
-// CHECK-NEXT:      %[[S2:.*]] = spin.observe %[[S1]] scores(%[[Z]] : tensor<2x4x64xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>{{$}}
+// CHECK-NEXT:      %[[S2:.*]] = spin.observe %[[S1]] scores(%[[Z]] : tensor<2x4x64xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
 // CHECK-NEXT:      async.yield %[[S2]] : !spin.state<layer = 0>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    %[[S2A:.*]] = async.await %[[SV]] : !async.value<!spin.state<layer = 0>>
@@ -87,7 +87,7 @@ func.func @mtp_step(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>,
       block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
       mask(%m : tensor<2x4xi1>)
       state(%s1 : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>)
-      {k = 16 : i64, block_size = 16 : i64, update = #spin.update<observe>}
+      {k = 16 : i64, block_size = 16 : i64, update = #spin.update<observe>, decay = 5.0e-01}
       -> tensor<2x4x16xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>
   return %t, %s2 : tensor<2x4x16xi32>, !spin.state<layer = 0>
 }

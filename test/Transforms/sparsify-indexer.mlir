@@ -99,7 +99,7 @@ func.func @decode(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 // CHECK-SAME:      -> tensor<2x4xi1>
 // CHECK:         %[[Z:.*]] = spin.sparse_indexer {{.*}} scales(%{{.*}} : tensor<?x64xf32>) {{.*}} mask(%[[M]] : tensor<2x4xi1>)
 // CHECK:         %[[T:.*]] = spin.topk %[[Z]] {{.*}} -> tensor<2x4x128xi32>
-// CHECK:         spin.observe %[[S]] scores(%[[Z]] : tensor<2x4x256xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 64 : i64} : !spin.state<layer = 0>
+// CHECK:         spin.observe %[[S]] scores(%[[Z]] : tensor<2x4x256xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 64 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>
 // CHECK-NOT:     spin.ema_update
 // CHECK:         return %[[T]]
 
@@ -107,10 +107,10 @@ func.func @decode(%q: tensor<2x1x4x16xbf16>, %w: tensor<2x1x4xf32>,
 // OPTS:         spin.reset
 // OPTS:         spin.commit {{.*}} {block_size = 32 : i64, decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>}
 // OPTS:         spin.select_blocks {{.*}} mtp_mask = #spin.mtp_mask<row0>
-// OPTS:         spin.observe
+// OPTS:         spin.observe {{.*}} decay = 7.500000e-01 : f64
 
 // A2-LABEL: func.func @mtp
-// A2:         spin.observe {{.*}} {block_size = 64 : i64, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block>
+// A2:         spin.observe {{.*}} {block_size = 64 : i64, decay = 5.000000e-01 : f64, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block>
 func.func @mtp(%q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>,
                %k: tensor<?x64x16xf8E4M3FN>, %sc: tensor<?x64xf32>,
                %bt: tensor<2x4xi32>, %n: tensor<2x4xi32>) -> tensor<2x4x128xi32> {

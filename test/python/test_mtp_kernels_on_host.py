@@ -18,10 +18,11 @@ add, no contraction: mul.rn/add.rn in the PTX).
 
 Random steps (ragged rows, random union masks, non-finite scores, a skipped
 request, a bad row, several CTAs per request) check, bit for bit against
-test/reference/spin_reference.py: what observe buffers (obs_rows, obs_pos,
-obs_len, obs_mask, obs_z of the scored slots; nothing for a skipped request
-or one with a bad row, and no other entry written), V, D, it and obs_rows
-after the commit of 0..d accepted rows (prefix) or row 0 (row0), and the
+test/reference/spin_reference.py: row 0 folded into V and D by observe (it
+unchanged) and what it buffers (obs_rows, obs_pos, obs_len, obs_mask, obs_z
+of the scored slots of rows 1..; nothing for a skipped request or one with
+a bad row, and no other entry written), V, D, it and obs_rows after the
+commit of rows 1..a (prefix, a = 0..d) or none (row0), and the
 reset (V, D, it, obs_rows and the prediction cache's pred_at record of the
 flagged request only). Skipped when spin-opt, the LLVM tools or a C compiler are missing.
 """
@@ -84,7 +85,7 @@ typedef void *P;
 void RESET(P, P, P, P, P, P, P, int);
 void COMMIT(P, P, P, P, P, P, P, P, P, P, int);
 void FINISH(P, P, P, P, int);
-void OBSERVE(P, P, P, P, P, P, P, P, P, P, P, P, P);
+void OBSERVE(P, P, P, P, P, P, P, P, P, P, P, P, P, P, P);
 #define GRID(gx, gy, threads, call)                            \\
   for (ctaid_y = 0; ctaid_y < (gy); ++ctaid_y)                 \\
     for (ctaid_x = 0; ctaid_x < (gx); ++ctaid_x)               \\
@@ -103,7 +104,7 @@ void run_finish(int gx, int gy, int t, P *a, int n) {
 void run_observe(int gx, int gy, int t, P *a, int n) {
   (void)n;
   GRID(gx, gy, t, OBSERVE(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
-                          a[9], a[10], a[11], a[12]))
+                          a[9], a[10], a[11], a[12], a[13], a[14]))
 }
 """
 
@@ -242,32 +243,40 @@ def check_step(k, rng, update, where):
             scores[b * R + r, :slot_of.size] = z
             seen = slot_of < lengths[b, r]
             z_by_slot[b, r, slot_of[seen]] = z[seen]
-    before = [x.copy() for x in (obs_pos, obs_len, obs_mask, obs_z)]
+    before = [x.copy() for x in (obs_pos, obs_len, obs_mask, obs_z, v, d)]
     k.launch("observe", [scores, positions, lengths, slots, blocks, counts, mask, skip,
-                         obs_rows, obs_pos, obs_len, obs_mask, obs_z])
+                         obs_rows, obs_pos, obs_len, obs_mask, obs_z, v, d])
     for b in range(B):
         s = slots[b]
         label = f"{where}, batch index {b}"
         if skip[b] or np.any(lengths[b] > positions[b] + 1):
             assert obs_rows[s] == 0, f"{label}: a skipped request buffered rows"
-            for now, old in zip((obs_pos, obs_len, obs_mask, obs_z), before):
+            for now, old in zip((obs_pos, obs_len, obs_mask, obs_z, v, d), before):
                 assert np.array_equal(now[s], old[s]), f"{label}: a skipped request wrote"
             continue
+        # Row 0 is folded into V and D at once (docs/SPIN_SPEC.md §7.2).
         sr.observe(states[b], [z_by_slot[b, r] for r in range(R)],
                    [(int(positions[b, r]), int(lengths[b, r])) for r in range(R)],
-                   mask[b].astype(bool), bs)
+                   mask[b].astype(bool), bs, alpha=ALPHA)
+        for name, got, want in (("V", v[s], states[b].V), ("D", d[s], states[b].D)):
+            bad = np.nonzero(got != want)[0]
+            assert bad.size == 0, f"{label}: {name} after row 0's fold differs at {bad[:8]}"
+        assert it[s] == states[b].it, f"{label}: the observe changed it"
         assert obs_rows[s] == R, label
         assert np.array_equal(obs_pos[s], positions[b]), label
         assert np.array_equal(obs_len[s], lengths[b]), label
         assert np.array_equal(obs_mask[s], mask[b]), label
-        for r in range(R):
+        # Row 0's scores are not buffered: no commit reads them.
+        assert np.array_equal(obs_z[s, 0], before[3][s, 0]), f"{label}: row 0 buffered"
+        for r in range(1, R):
             scored = (np.arange(C) < lengths[b, r]) & (np.repeat(mask[b], bs)[:C] != 0)
             want = np.where(scored, z_by_slot[b, r], before[3][s, r])
             got = obs_z[s, r]
             same = (got == want) | (np.isnan(got) & np.isnan(want))
             assert same.all(), f"{label} row {r}: obs_z differs at {np.nonzero(~same)[0][:8]}"
     untouched = np.setdiff1d(np.arange(slots_total), slots)
-    assert np.array_equal(obs_z[untouched], before[3][untouched])
+    for now, old in zip((obs_z, v, d), (before[3], before[4], before[5])):
+        assert np.array_equal(now[untouched], old[untouched])
 
     accepted = rng.integers(0, R, B).astype(np.int32)
     errors = np.zeros(4, np.int32)

@@ -686,12 +686,17 @@ def ema_update(state, z_row, p, N, mask, bs, alpha, pooling=None):
     state.it += 1
 
 
-def observe(state, rows_z, rows, mask, bs, pooling=None):
-    """Buffer an MTP step's observations (SPEC §4, ABI ``obs_*``).
+def observe(state, rows_z, rows, mask, bs, pooling=None, *, alpha):
+    """An MTP step's observations (SPEC §4, ABI ``obs_*``): row 0 folded into
+    the state at once, every row buffered for :func:`commit`.
 
     rows_z: per row the scores by slot; rows: ``[(p_r, N_r), ...]``; mask:
-    the step's scored blocks.  The state is not changed until
-    :func:`commit`.  Raises if rows are already buffered (commit first).
+    the step's scored blocks.  Row 0 is the verified token, which every
+    commit replays first whatever the accepted count, so folding it now
+    (``alpha`` as in :func:`ema_update`, ``it`` unchanged) leaves every state
+    after the commit, and every selection, as SPEC §4's deferred replay of
+    rows ``0..a`` does (docs/SPIN_SPEC.md §7.2).  Raises if rows are already
+    buffered (commit first).
     """
     if state.pending is not None:
         raise ValueError("observations already buffered; commit them first")
@@ -703,17 +708,20 @@ def observe(state, rows_z, rows, mask, bs, pooling=None):
         buffered.append((np.array(z, dtype=np.float32), p, n))
     if not buffered:
         return
-    state.pending = {"rows": buffered,
-                     "mask": np.array(mask, dtype=bool),
+    mask = np.array(mask, dtype=bool)
+    z0, p0, n0 = buffered[0]
+    _apply_ema(state, z0, p0, n0, mask, bs, alpha, pooling)
+    state.pending = {"rows": buffered, "mask": mask,
                      "bs": int(bs), "pooling": pooling}
 
 
 def commit(state, accepted, alpha, mtp_update="prefix"):
     """Replay buffered MTP rows (SPEC §4); no-op when nothing is buffered.
 
-    "prefix": rows ``0..accepted`` in order, each from the state the
-    previous one left (requires ``0 <= accepted < obs_rows``); "row0": row
-    0 only.  Then ``it += 1`` once and the buffer is cleared.
+    "prefix": rows ``1..accepted`` in order (:func:`observe` folded row 0),
+    each from the state the previous one left (requires ``0 <= accepted <
+    obs_rows``); "row0": none (row 0 alone is kept).  Then ``it += 1`` once
+    and the buffer is cleared.
     """
     if state.pending is None:
         return
@@ -722,9 +730,9 @@ def commit(state, accepted, alpha, mtp_update="prefix"):
         a = int(accepted)
         if a < 0 or a >= len(rows):
             raise ValueError("need 0 <= accepted < obs_rows")
-        replay = rows[:a + 1]
+        replay = rows[1:a + 1]
     elif mtp_update == "row0":
-        replay = rows[:1]
+        replay = []
     else:
         raise ValueError("mtp_update must be 'prefix' or 'row0'")
     for z, p, n in replay:
@@ -815,7 +823,7 @@ def spin_step(states, request_ids, layer, q, w, keys, scales, block_table,
             rows = [(int(positions[b, r]), int(lengths[b, r]))
                     for r in range(R)]
             observe(st, [z[b, r] for r in range(R)], rows, mask[b], bs,
-                    pooling)
+                    pooling, alpha=alpha)
     return idx, mask, sp, z
 
 

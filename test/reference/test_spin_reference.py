@@ -590,9 +590,11 @@ def test_commit_marks_the_blocks_each_replayed_row_sees():
         z = np.ones(160, np.float32)
         mask = np.zeros(10, bool)
         mask[[0, 2, 3]] = True
-        sr.observe(st, [z, z], [(47, 48), (48, 49)], mask, 16)
+        sr.observe(st, [z, z], [(47, 48), (48, 49)], mask, 16, alpha=0.5)
         return st
     st = buffered()
+    # observe folds row 0 at once, with the commit's it + 1
+    assert st.last[:5] == [5, 0, 5, 0, 0] and st.it == 4
     sr.commit(st, 0, 0.5, "prefix")        # row 0 only: block 3 unseen
     assert st.last[:5] == [5, 0, 5, 0, 0] and st.it == 5
     st = buffered()
@@ -730,8 +732,41 @@ def _mtp_state():
     zs = [np.array([4, 0, 0, 8, NINF, NINF], np.float32),
           np.array([0, 0, 0, 4, 12, NINF], np.float32),
           np.full(6, 16, np.float32)]
-    sr.observe(st, zs, rows, np.ones(3, bool), 2)
+    sr.observe(st, zs, rows, np.ones(3, bool), 2, alpha=0.5)
     return st
+
+
+def test_row0_at_the_step_commits_what_the_deferred_replay_commits():
+    # docs/SPIN_SPEC.md §7.2 against §4's literal order (every row deferred,
+    # rows 0..a replayed at the commit), written out here: after every
+    # commit V, D, it and the block marks agree bit for bit, for random
+    # rows, masks, non-finite scores and accepted counts, slot and block
+    # states, prefix and row-0 updates.
+    rng = np.random.default_rng(1234)
+    for level, update in (("slot", "prefix"), ("slot", "row0"),
+                          ("block", "prefix")):
+        C, bs, R = 48, 4, 3
+        new = sr.LayerState(C, bs, level)
+        old = sr.LayerState(C, bs, level)
+        for step in range(40):
+            n0 = int(rng.integers(1, C - R))
+            rows = [(n0 + r - 1 + int(rng.integers(0, 2)) * (r == 0), n0 + r)
+                    for r in range(R)]
+            rows = [(min(p, C - 1), n) for p, n in rows]
+            zs = [rng.standard_normal(C).astype(np.float32) for _ in range(R)]
+            for z in zs:
+                z[rng.random(C) < 0.05] = np.nan
+            mask = rng.random(C // bs) < 0.6
+            sr.observe(new, zs, rows, mask, bs, "max", alpha=0.75)
+            a = int(rng.integers(0, R))
+            sr.commit(new, a, 0.75, update)
+            for z, (p, n) in zip(zs, rows[:(a + 1) if update == "prefix" else 1]):
+                sr._apply_ema(old, z, p, n, mask, bs, 0.75, "max")
+            old.it += 1
+            where = f"{level}/{update} step {step}"
+            assert np.array_equal(new.V, old.V), where
+            assert np.array_equal(new.D, old.D), where
+            assert new.it == old.it and new.last == old.last, where
 
 
 def test_mtp_commit_prefix_and_row0():
@@ -741,7 +776,10 @@ def test_mtp_commit_prefix_and_row0():
     # row 2 (p = 5, z = 16): V = [8.5,8,8,10,11,8]; D[5-i]:
     #   D[5]=8, D[4]=8, D[3]=8.5, D[2]=8, D[1]=9, D[0]=12
     st = _mtp_state()
-    assert st.obs_rows == 3 and st.it == 1 and not st.V.any()
+    # observe has folded row 0 (docs/SPIN_SPEC.md §7.2); it is unchanged
+    assert st.obs_rows == 3 and st.it == 1
+    assert list(st.V) == [2, 0, 0, 4, 0, 0]
+    assert list(st.D) == [4, 0, 0, 2, 0, 0]
     sr.commit(st, 1, 0.5, "prefix")
     assert list(st.V) == [1, 0, 0, 4, 6, 0]
     assert list(st.D) == [8, 2, 0, 1, 0, 0]
@@ -770,7 +808,8 @@ def test_mtp_commit_prefix_and_row0():
     with pytest.raises(ValueError):         # accepted must be < obs_rows
         sr.commit(st, 3, 0.5, "prefix")
     with pytest.raises(ValueError):         # commit before observing again
-        sr.observe(st, [np.zeros(6)], [(3, 4)], np.ones(3, bool), 2)
+        sr.observe(st, [np.zeros(6)], [(3, 4)], np.ones(3, bool), 2,
+                   alpha=0.5)
 
 
 def test_reset():
@@ -907,16 +946,20 @@ def test_spin_step_mtp_commit_then_observe():
                                     k=2, bs=2, sparsity=0.5)
     assert mask[0].all()                         # warm-up: every block
     assert list(idx[0, 0]) == [5, 4] and list(idx[0, 1]) == [6, 5]
-    assert st.it == 0 and st.obs_rows == 2 and not st.V.any()
-    # next step commits row 0 only (accepted = 0): V[i] = z[i] / 2 for i < 6
+    # row 0 is folded at its step (V[i] = z[i] / 2 for i < 6), it unchanged
+    assert st.it == 0 and st.obs_rows == 2
+    assert list(st.V) == [0.5, 1, 1.5, 2, 2.5, 3, 0, 0]
+    # next step commits row 0 only (accepted = 0): nothing left to replay
     ref = st.copy()
     sr.commit(ref, 0, 0.5)
     q, w, keys, bt, n, p = _step_inputs(kv, [[7, 8]], [[6, 7]], S=2, MB=4)
     idx, mask, sp, z = sr.spin_step([st], [0], 0, q, w, keys, None, bt, n, p,
                                     k=2, bs=2, sparsity=0.5, accepted=[0])
     assert list(ref.V) == [0.5, 1, 1.5, 2, 2.5, 3, 0, 0]
-    # the commit happened before selection: it = 1, new rows buffered
+    # the commit happened before selection: it = 1, new rows buffered, and
+    # the new row 0 (p = 6, N = 7) folded on top of the committed state
     assert st.it == 1 and st.obs_rows == 2
+    sr.ema_update(ref, z[0, 0], 6, 7, mask[0], 2, 0.5)
     assert np.array_equal(st.V, ref.V) and np.array_equal(st.D, ref.D)
     # row (6, 7): B = 4, m = 2 -> {0, 3}; row (7, 8): B = 4 -> {0, 3}
     assert list(np.nonzero(mask[0])[0]) == [0, 3]

@@ -305,11 +305,12 @@ private:
   LogicalResult lower(BlockSparsityOp op);
   LogicalResult lower(ObserveOp op);
   LogicalResult lower(CommitOp op);
-  /// Buffers an MTP step's rows for a later spin.commit (ObserveKernelSpec).
+  /// Folds an MTP step's row 0 with `decay` and buffers its rows for a
+  /// later spin.commit (ObserveKernelSpec).
   LogicalResult lowerObservations(Operation *op, Value state, int64_t batch,
                                   int64_t rows, Buffer scores, Buffer positions,
                                   Buffer lengths, const MaskBuffers &mask,
-                                  int64_t stream, int64_t wait);
+                                  double decay, int64_t stream, int64_t wait);
   /// Rejects MTP state the GPU path does not keep: block-level (A2) and
   /// `last_observed` states.
   LogicalResult checkObservationState(Operation *op, Value state);
@@ -952,10 +953,10 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
     if (op.getUpdate() == UpdateKind::observe)
       return lowerObservations(op, op.getState(), spec->batch, spec->rows,
                                scores, *positions, *lengths, mask,
+                               op.getDecay()->convertToDouble(),
                                /*stream=*/0, /*wait=*/-1);
     return lowerUpdate(op, op.getState(), spec->batch, scores, *positions,
-                       *lengths, mask,
-                       op.getDecay() ? op.getDecay()->convertToDouble() : 0.5,
+                       *lengths, mask, op.getDecay()->convertToDouble(),
                        /*stream=*/0, /*wait=*/-1);
   }
   return success();
@@ -1145,7 +1146,8 @@ LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
                                              Buffer scores, Buffer positions,
                                              Buffer lengths,
                                              const MaskBuffers &mask,
-                                             int64_t stream, int64_t wait) {
+                                             double decay, int64_t stream,
+                                             int64_t wait) {
   if (failed(checkObservationState(op, state)))
     return failure();
   if (rows != mtpRows)
@@ -1164,14 +1166,17 @@ LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
   spec.stateBlocks = llvm::divideCeil(spec.capacity, mask.blockSize);
   spec.ctasPerRequest = std::max<int64_t>(
       1, std::min<int64_t>(32, mask.maxBlocks * mask.blockSize / 4096));
+  spec.decay = decay;
   spec.paged = paged;
   ObservationFields obs = observationsOf(op, state);
+  auto [v, d, it] = stateOf(op, state);
   LaunchShape shape = buildObserveKernel(b, op->getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {scores,      positions,   lengths,
                                   *slots,      mask.blocks, mask.counts,
                                   mask.mask,   mask.skip,   obs.rows,
                                   obs.pos,     obs.len,     obs.mask,
-                                  obs.z};
+                                  obs.z,       v,           d};
+  (void)it; // spin.commit advances it
   operands.append(pagedOperands(state, false));
   Launch &l = launch(spec.name, shape, operands, op);
   placeOn(l, stream, wait);
@@ -1188,7 +1193,9 @@ LogicalResult PlanBuilder::lower(ObserveOp op) {
   auto lengthsType = cast<RankedTensorType>(op.getLengths().getType());
   return lowerObservations(op, op.getState(), lengthsType.getDimSize(0),
                            lengthsType.getDimSize(1), in->scores, in->positions,
-                           in->lengths, *in->mask, in->stream, in->wait);
+                           in->lengths, *in->mask,
+                           op.getDecay().convertToDouble(), in->stream,
+                           in->wait);
 }
 
 LogicalResult PlanBuilder::lower(CommitOp op) {

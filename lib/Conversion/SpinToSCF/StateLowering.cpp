@@ -120,8 +120,11 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
   }
 };
 
-/// spin.observe: buffer the rows (positions, lengths, mask, scores or their
-/// per-block pool) in the request's pending-observation slot.
+/// spin.observe: fold row 0 into the state at once (every commit replays it
+/// first: docs/SPIN_SPEC.md §7.2), then buffer the rows (positions, lengths,
+/// mask, and the scores or their per-block pool of rows 1..) in the
+/// request's pending-observation slot. Row 0's scores are not buffered: no
+/// commit reads them.
 struct ObserveLowering : public StatefulLowering<ObserveOp> {
   using StatefulLowering::StatefulLowering;
 
@@ -131,11 +134,19 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
     LoopBuilder lb(rewriter, op.getLoc());
     auto [scores, positions, lengths, mask, blockSize] =
         viewObservation(lb, op, adaptor);
+    auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     Value maskBlocks = lb.minU(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
     bool blockLevel = state.level == StateLevel::block;
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
+      Value row0 = lb.index(0);
+      updateFromRow(
+          lb, state, slot, lb.loadIndex(positions, {b, row0}),
+          lb.loadIndex(lengths, {b, row0}), blockSize,
+          [&](Value j) { return lb.load(mask, {b, j}); }, a, c,
+          [&](Value i) { return lb.load(scores, {b, row0, i}); },
+          op.getPooling(), /*pooled=*/false);
       lb.store(lb.toI32(rows), state.obsRows, {slot});
       lb.forEach(lb.index(0), maskBlocks, [&](Value j) {
         Value bit = arith::ExtUIOp::create(rewriter, op.getLoc(),
@@ -144,9 +155,11 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
         lb.store(bit, state.obsMask, {slot, j});
       });
       lb.forEach(lb.index(0), rows, [&](Value r) {
-        Value visible = lb.loadIndex(lengths, {b, r});
         lb.store(lb.load(positions, {b, r}), state.obsPos, {slot, r});
         lb.store(lb.load(lengths, {b, r}), state.obsLen, {slot, r});
+      });
+      lb.forEach(lb.index(1), rows, [&](Value r) {
+        Value visible = lb.loadIndex(lengths, {b, r});
         Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), maskBlocks);
         lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
           lb.ifThen(lb.load(mask, {b, j}), [&] {
@@ -172,9 +185,9 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
   }
 };
 
-/// spin.commit: replay the buffered rows 0..accepted (prefix) or row 0, in
-/// order, then `it += 1` and drop the buffer. Requests with nothing buffered
-/// are untouched.
+/// spin.commit: replay the buffered rows 1..accepted (prefix; spin.observe
+/// folded row 0) or none (row0), in order, then `it += 1` and drop the
+/// buffer. Requests with nothing buffered are untouched.
 struct CommitLowering : public StatefulLowering<CommitOp> {
   using StatefulLowering::StatefulLowering;
 
@@ -192,23 +205,24 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
       lb.ifThen(lb.cmp(CmpIPredicate::ugt, buffered, lb.index(0)), [&] {
         // The runtime checked 0 <= accepted < buffered; clamp regardless so
         // that a bad value can never index outside the buffer.
-        Value last = lb.index(0);
         if (prefix) {
           Value wanted = lb.maxS(lb.load(accepted, {b}), lb.i32(0));
-          last = lb.minU(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
+          Value last =
+              lb.minU(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
+          lb.forEach(lb.index(1), lb.add(last, lb.index(1)), [&](Value r) {
+            updateFromRow(
+                lb, state, slot, lb.loadIndex(state.obsPos, {slot, r}),
+                lb.loadIndex(state.obsLen, {slot, r}), blockSize,
+                [&](Value j) {
+                  Value bit = lb.load(state.obsMask, {slot, j});
+                  return lb.cmp(CmpIPredicate::ne, bit, lb.i8(0));
+                },
+                a, c,
+                [&](Value i) { return lb.load(state.obsZ, {slot, r, i}); },
+                std::nullopt, /*pooled=*/true,
+                /*maxBlocks=*/lb.dim(state.obsMask, 1));
+          });
         }
-        lb.forEach(lb.index(0), lb.add(last, lb.index(1)), [&](Value r) {
-          updateFromRow(
-              lb, state, slot, lb.loadIndex(state.obsPos, {slot, r}),
-              lb.loadIndex(state.obsLen, {slot, r}), blockSize,
-              [&](Value j) {
-                Value bit = lb.load(state.obsMask, {slot, j});
-                return lb.cmp(CmpIPredicate::ne, bit, lb.i8(0));
-              },
-              a, c, [&](Value i) { return lb.load(state.obsZ, {slot, r, i}); },
-              std::nullopt, /*pooled=*/true,
-              /*maxBlocks=*/lb.dim(state.obsMask, 1));
-        });
         advanceIteration(lb, state, slot);
         lb.store(lb.i32(0), state.obsRows, {slot});
       });

@@ -79,7 +79,7 @@ struct UnfuseScore : public OpConversionPattern<FusedScoreOp> {
         results.push_back(ObserveOp::create(
             rewriter, loc, stateType, state, scores, adaptor.getPositions(),
             adaptor.getLengths(), adaptor.getMask(), op.getBlockSizeAttr(),
-            op.getPoolingAttr()));
+            op.getPoolingAttr(), op.getDecayAttr()));
     }
     rewriter.replaceOp(op, results);
     return success();

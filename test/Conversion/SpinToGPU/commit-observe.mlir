@@ -3,10 +3,11 @@
 // spin.commit and spin.observe on their own input: the IR that
 // spin-sparsify-pipeline makes of an MTP verification step (mtp.mlir, 3 query
 // rows), without the reset and the sparsity report. The commit (replay of the
-// accepted rows, then it += 1 and obs_rows = 0) runs before the selection
-// that reads the committed state; the observe buffers this step's rows on
-// the side stream after the scoring kernel's event 0. The plan takes the
-// accepted counts and binds the observation fields after v, d and it.
+// accepted rows 1..a, then it += 1 and obs_rows = 0) runs before the
+// selection that reads the committed state; the observe folds row 0 and
+// buffers this step's rows on the side stream after the scoring kernel's
+// event 0. The plan takes the accepted counts and binds the observation
+// fields after v, d and it.
 
 // CHECK-LABEL: func.func @verify(
 // CHECK-SAME: %[[POS:arg[0-9]+]]: !llvm.ptr<1> {spin.dtype = "i32", spin.name = "positions", spin.role = "positions", spin.shape = [2, 3]}
@@ -39,8 +40,9 @@
 // code there.
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_2 {{.*}}, %[[STATUS]] : !llvm.ptr<1>, %[[SCORES]] : !llvm.ptr<1>, {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_3 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// The observe reads the scores and writes every observation field:
-// CHECK: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} args(%[[SCORES]] : !llvm.ptr<1>, %[[POS]] : !llvm.ptr<1>, {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[OPOS]] : !llvm.ptr<1>, %[[OLEN]] : !llvm.ptr<1>, %[[OMASK]] : !llvm.ptr<1>, %[[OZ]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
+// The observe reads the scores, folds row 0 into V and D and writes every
+// observation field:
+// CHECK: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} args(%[[SCORES]] : !llvm.ptr<1>, %[[POS]] : !llvm.ptr<1>, {{.*}}, %[[ROWS]] : !llvm.ptr<1>, %[[OPOS]] : !llvm.ptr<1>, %[[OLEN]] : !llvm.ptr<1>, %[[OMASK]] : !llvm.ptr<1>, %[[OZ]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
 // CHECK-NEXT: return
 // CHECK-NOT: spin.commit
 // CHECK-NOT: spin.observe
@@ -62,7 +64,7 @@ func.func @verify(%q: tensor<2x3x16x64xbf16>, %w: tensor<2x3x16xf32>, %keys: ten
   %t, %z = spin.fused_score q(%q : tensor<2x3x16x64xbf16>) w(%w : tensor<2x3x16xf32>) keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x8xi32>) lengths(%n : tensor<2x3xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, k = 8 : i64} -> tensor<2x3x8xi32>, tensor<2x3x128xf32>
   %committed = async.await %results#1 : !async.value<!spin.state<layer = 0>>
   %token_1, %observed = async.execute -> !async.value<!spin.state<layer = 0>> {
-    %o = spin.observe %committed scores(%z : tensor<2x3x128xf32>) positions(%p : tensor<2x3xi32>) lengths(%n : tensor<2x3xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>
+    %o = spin.observe %committed scores(%z : tensor<2x3x128xf32>) positions(%p : tensor<2x3xi32>) lengths(%n : tensor<2x3xi32>) mask(%mask : tensor<2x8xi1>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
     async.yield %o : !spin.state<layer = 0>
   }
   return %t : tensor<2x3x8xi32>

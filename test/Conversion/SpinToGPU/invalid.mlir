@@ -213,7 +213,7 @@ func.func @observe_rejects_mtp_layers_with_different_rows(
       block_table(%table : tensor<2x8xi32>) lengths(%n2 : tensor<2x2xi32>)
       mask(%m : tensor<2x8xi1>) state(%s : !spin.state<layer = 0>)
       positions(%p2 : tensor<2x2xi32>)
-      {block_size = 16 : i64, k = 8 : i64, update = #spin.update<observe>}
+      {block_size = 16 : i64, k = 8 : i64, update = #spin.update<observe>, decay = 5.0e-01}
       -> tensor<2x2x8xi32>, tensor<2x2x128xf32>, !spin.state<layer = 0>
   %t1 = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 1>
   %z3 = tensor.empty() : tensor<2x3x128xf32>
@@ -224,7 +224,7 @@ func.func @observe_rejects_mtp_layers_with_different_rows(
       : !spin.state<layer = 1> -> tensor<2x8xi1>
   %o = spin.observe %t1 scores(%z3 : tensor<2x3x128xf32>)
       positions(%p3 : tensor<2x3xi32>) lengths(%n3 : tensor<2x3xi32>)
-      mask(%m1 : tensor<2x8xi1>) {block_size = 16 : i64}
+      mask(%m1 : tensor<2x8xi1>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 1>
   return %t : tensor<2x2x8xi32>
 }

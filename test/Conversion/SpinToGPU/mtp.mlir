@@ -45,7 +45,8 @@
 // test/Target/ptxas-fp8-queries-mtp.mlir.)
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 blocks in (%c6{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %{{.*}}) {{.*}} {spin.record = 0 : i64, spin.stream = 0 : i64, spin.wait = []}
 // CHECK: gpu.launch_func @spin_kernels::@spin_topk_sparse_4 blocks in (%c1{{(_[0-9]+)?}}, %c6{{.*}}) {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}} args({{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
+// The observe folds row 0 into V and D and buffers the rows:
+// CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}} args({{.*}}, %[[ROWS]] : {{.*}}, %[[POS]] : {{.*}}, %[[LEN]] : {{.*}}, %[[MASK]] : {{.*}}, %[[Z]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %[[D]] : !llvm.ptr<1>) {spin.record = -1 : i64, spin.stream = 1 : i64, spin.wait = [0]}
 // CHECK-NEXT: return
 // CHECK-NOT: spin.commit
 // CHECK-NOT: spin.observe

@@ -27,7 +27,7 @@
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[VALID]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2 {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[VALID]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 {{.*}} : !llvm.ptr<1>)
-// CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}}%[[OBSZ]] : !llvm.ptr<1>, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32)
+// CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}}%[[OBSZ]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 
 // The kernels find an entry through its page: a table load, then the page
 // entry clamped into the pool (a load through a bad entry stays inside it);

@@ -166,7 +166,7 @@ func.func @observe_commit(%ids: tensor<2xi64>, %z: tensor<2x4x64xf32>, %p: tenso
                           %n: tensor<2x4xi32>, %m: tensor<2x4xi1>, %a: tensor<2xi32>) {
   %s = spin.layer_state %ids : tensor<2xi64> -> !spin.state<layer = 0>
   %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>)
-      lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
+      lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   %s2 = spin.commit %s1 accepted(%a : tensor<2xi32>) {block_size = 16 : i64, decay = 0.75 : f64}
       : !spin.state<layer = 0>

@@ -1063,9 +1063,19 @@ func.func @ema_update_rejects_new_state_of_other_level(%s: !spin.state<layer = 0
 
 // -----
 
+// Row 0 is folded at the step (docs/SPIN_SPEC.md §7.2): the EMA weight is
+// needed here, not only at the commit.
+func.func @observe_rejects_a_missing_decay(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.observe' op requires attribute 'decay'}}
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>
+  return
+}
+
+// -----
+
 func.func @observe_rejects_pooling_with_slot_state(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op takes 'pooling' only with a level = block state (variant A2)}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, pooling = #spin.pooling<top4>} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01, pooling = #spin.pooling<top4>} : !spin.state<layer = 0>
   return
 }
 
@@ -1073,7 +1083,7 @@ func.func @observe_rejects_pooling_with_slot_state(%s: !spin.state<layer = 0>, %
 
 func.func @observe_rejects_block_state_without_pooling(%s: !spin.state<layer = 0, level = block>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op needs 'pooling' with a level = block state (variant A2)}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0, level = block>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0, level = block>
   return
 }
 
@@ -1081,7 +1091,7 @@ func.func @observe_rejects_block_state_without_pooling(%s: !spin.state<layer = 0
 
 func.func @observe_rejects_zero_block_size(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op attribute 'block_size' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 0 : i64} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 0 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1089,7 +1099,7 @@ func.func @observe_rejects_zero_block_size(%s: !spin.state<layer = 0>, %z: tenso
 
 func.func @observe_rejects_i64_positions(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi64>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op operand #2 must be 2D tensor of 32-bit signless integer values, but got 'tensor<2x4xi64>'}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi64>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi64>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1097,7 +1107,7 @@ func.func @observe_rejects_i64_positions(%s: !spin.state<layer = 0>, %z: tensor<
 
 func.func @observe_rejects_mask_batch_mismatch(%s: !spin.state<layer = 0>, %z: tensor<?x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<3x4xi1>) {
   // expected-error @+1 {{'spin.observe' op batch size mismatch: 'mask' dim 0 is 3 but 'positions' dim 0 is 2}}
-  %s1 = spin.observe %s scores(%z : tensor<?x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<3x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<?x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<3x4xi1>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1105,7 +1115,7 @@ func.func @observe_rejects_mask_batch_mismatch(%s: !spin.state<layer = 0>, %z: t
 
 func.func @observe_rejects_row_count_mismatch(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x3xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op row count mismatch: 'lengths' dim 1 is 3 but 'scores' dim 1 is 4}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x3xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x3xi32>) mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1113,7 +1123,7 @@ func.func @observe_rejects_row_count_mismatch(%s: !spin.state<layer = 0>, %z: te
 
 func.func @observe_rejects_slots_not_blocks_times_block_size(%s: !spin.state<layer = 0>, %z: tensor<2x4x64xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
   // expected-error @+1 {{'spin.observe' op 'scores' dim 2 (64 slots) must equal 'mask' dim 1 (4 blocks) times block_size (8)}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 8 : i64} : !spin.state<layer = 0>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) {block_size = 8 : i64, decay = 5.0e-01} : !spin.state<layer = 0>
   return
 }
 
@@ -1121,7 +1131,7 @@ func.func @observe_rejects_slots_not_blocks_times_block_size(%s: !spin.state<lay
 
 func.func @observe_rejects_slots_not_multiple_of_block_size(%s: !spin.state<layer = 0, level = block>, %z: tensor<2x4x72xf32>, %p: tensor<2x4xi32>, %n: tensor<2x4xi32>, %m: tensor<2x?xi1>) {
   // expected-error @+1 {{'spin.observe' op 'scores' dim 2 (72 slots) is not a multiple of block_size (16)}}
-  %s1 = spin.observe %s scores(%z : tensor<2x4x72xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x?xi1>) {block_size = 16 : i64, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block>
+  %s1 = spin.observe %s scores(%z : tensor<2x4x72xf32>) positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x?xi1>) {block_size = 16 : i64, decay = 5.0e-01, pooling = #spin.pooling<mean>} : !spin.state<layer = 0, level = block>
   return
 }
 
@@ -1356,9 +1366,9 @@ func.func @fused_score_rejects_positions_row_mismatch(%s: !spin.state<layer = 0>
 
 // -----
 
-func.func @fused_score_rejects_decay_with_observe(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x4xi32>, %p: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
-  // expected-error @+1 {{'spin.fused_score' op takes no 'decay' with update = observe: spin.commit applies it}}
-  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x4x4x16xbf16>) w(%w : tensor<2x4x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>, decay = 0.5 : f64} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>
+func.func @fused_score_rejects_observe_without_decay(%s: !spin.state<layer = 0>, %q: tensor<2x4x4x16xbf16>, %w: tensor<2x4x4xf32>, %k: tensor<?x16x16xbf16>, %bt: tensor<2x4xi32>, %n: tensor<2x4xi32>, %p: tensor<2x4xi32>, %m: tensor<2x4xi1>) {
+  // expected-error @+1 {{'spin.fused_score' op needs 'decay' with update = observe}}
+  %t, %z, %s1 = spin.fused_score q(%q : tensor<2x4x4x16xbf16>) w(%w : tensor<2x4x4xf32>) keys(%k : tensor<?x16x16xbf16>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 0>
   return
 }
 

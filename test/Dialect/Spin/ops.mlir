@@ -481,20 +481,20 @@ func.func @observe_and_commit(%s: !spin.state<layer = 0>,
                               %a: tensor<2xi32>, %ad: tensor<?xi32>)
     -> (!spin.state<layer = 0>, !spin.state<layer = 2, level = block>) {
   // An MTP verification step with draft length 3 (R = 4 rows).
-  // CHECK: %[[S1:.*]] = spin.observe %[[S]] scores(%[[Z]] : tensor<2x4x64xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64} : !spin.state<layer = 0>{{$}}
+  // CHECK: %[[S1:.*]] = spin.observe %[[S]] scores(%[[Z]] : tensor<2x4x64xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
   %s1 = spin.observe %s scores(%z : tensor<2x4x64xf32>)
       positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
-      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64}
+      mask(%m : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.0e-01}
       : !spin.state<layer = 0>
   // CHECK: %[[S2:.*]] = spin.commit %[[S1]] accepted(%[[A]] : tensor<2xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64} : !spin.state<layer = 0>{{$}}
   %s2 = spin.commit %s1 accepted(%a : tensor<2xi32>)
       {block_size = 16 : i64, decay = 5.0e-01, mtp_update = #spin.mtp_update<prefix>}
       : !spin.state<layer = 0>
-  // CHECK: %[[SB1:.*]] = spin.observe %[[SB]] scores(%[[ZD]] : tensor<?x?x?xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, pooling = #spin.pooling<top4>} : !spin.state<layer = 2, level = block>{{$}}
+  // CHECK: %[[SB1:.*]] = spin.observe %[[SB]] scores(%[[ZD]] : tensor<?x?x?xf32>) positions(%[[P]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x4xi32>) mask(%[[M]] : tensor<2x4xi1>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, pooling = #spin.pooling<top4>} : !spin.state<layer = 2, level = block>{{$}}
   %sb1 = spin.observe %sb scores(%zd : tensor<?x?x?xf32>)
       positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
       mask(%m : tensor<2x4xi1>)
-      {block_size = 16 : i64, pooling = #spin.pooling<top4>}
+      {block_size = 16 : i64, decay = 5.0e-01, pooling = #spin.pooling<top4>}
       : !spin.state<layer = 2, level = block>
   // CHECK: %[[SB2:.*]] = spin.commit %[[SB1]] accepted(%[[AD]] : tensor<?xi32>) {block_size = 16 : i64, decay = 7.500000e-01 : f64, mtp_update = #spin.mtp_update<row0>} : !spin.state<layer = 2, level = block>{{$}}
   %sb2 = spin.commit %sb1 accepted(%ad : tensor<?xi32>)
@@ -598,7 +598,7 @@ func.func @fused(%s: !spin.state<layer = 0>, %sb: !spin.state<layer = 1, level =
   // CHECK: %[[T1:.*]], %[[Z1:.*]], %[[S1:.*]] = spin.fused_score q(%[[Q]] : tensor<2x1x4x16xbf16>) w(%[[W]] : tensor<2x1x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N]] : tensor<2x1xi32>) mask(%[[M]] : tensor<2x4xi1>) state(%[[S]] : !spin.state<layer = 0>) positions(%[[P]] : tensor<2x1xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, k = 32 : i64, update = #spin.update<ema>} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>{{$}}
   %t1, %z1, %s1 = spin.fused_score q(%q : tensor<2x1x4x16xbf16>) w(%w : tensor<2x1x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n : tensor<2x1xi32>) mask(%m : tensor<2x4xi1>) state(%s : !spin.state<layer = 0>) positions(%p : tensor<2x1xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<ema>, decay = 0.5 : f64} -> tensor<2x1x32xi32>, tensor<2x1x64xf32>, !spin.state<layer = 0>
   // MTP rows buffered for a commit, on a block-level state (pooled).
-  // CHECK: %{{.*}}, %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q4]] : tensor<2x4x4x16xbf16>) w(%[[W4]] : tensor<2x4x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N4]] : tensor<2x4xi32>) mask(%[[M2]] : tensor<2x4xi1>) state(%[[SB]] : !spin.state<layer = 1, level = block>) positions(%[[P4]] : tensor<2x4xi32>) {block_size = 16 : i64, k = 32 : i64, pooling = #spin.pooling<top4>, update = #spin.update<observe>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>{{$}}
-  %t2, %z2, %s2 = spin.fused_score q(%q4 : tensor<2x4x4x16xbf16>) w(%w4 : tensor<2x4x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n4 : tensor<2x4xi32>) mask(%m2 : tensor<2x4xi1>) state(%sb : !spin.state<layer = 1, level = block>) positions(%p4 : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>, pooling = #spin.pooling<top4>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>
+  // CHECK: %{{.*}}, %{{.*}}, %[[S2:.*]] = spin.fused_score q(%[[Q4]] : tensor<2x4x4x16xbf16>) w(%[[W4]] : tensor<2x4x4xf32>) keys(%[[K8]] : tensor<?x16x16xf8E4M3FN>) scales(%[[SC]] : tensor<?x16xf32>) block_table(%[[BT]] : tensor<2x4xi32>) lengths(%[[N4]] : tensor<2x4xi32>) mask(%[[M2]] : tensor<2x4xi1>) state(%[[SB]] : !spin.state<layer = 1, level = block>) positions(%[[P4]] : tensor<2x4xi32>) {block_size = 16 : i64, decay = 5.000000e-01 : f64, k = 32 : i64, pooling = #spin.pooling<top4>, update = #spin.update<observe>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>{{$}}
+  %t2, %z2, %s2 = spin.fused_score q(%q4 : tensor<2x4x4x16xbf16>) w(%w4 : tensor<2x4x4xf32>) keys(%k8 : tensor<?x16x16xf8E4M3FN>) scales(%sc : tensor<?x16xf32>) block_table(%bt : tensor<2x4xi32>) lengths(%n4 : tensor<2x4xi32>) mask(%m2 : tensor<2x4xi1>) state(%sb : !spin.state<layer = 1, level = block>) positions(%p4 : tensor<2x4xi32>) {k = 32 : i64, block_size = 16 : i64, update = #spin.update<observe>, decay = 5.0e-01, pooling = #spin.pooling<top4>} -> tensor<2x4x32xi32>, tensor<2x4x64xf32>, !spin.state<layer = 1, level = block>
   return
 }

@@ -407,19 +407,21 @@ LaunchShape buildResetKernel(OpBuilder &b, Location loc,
 // MTP: buffered observations and their commit (SPIN_SPEC §4)
 //===----------------------------------------------------------------------===//
 
-/// Buffers the rows of an MTP verification step in the request's
-/// pending-observation fields (docs/Runtime-ABI.md), as spin.observe does on
-/// the CPU: `obs_rows = rows`, `obs_pos[r]`, `obs_len[r]`, the step's union
-/// mask in `obs_mask` (0/1, the first min(maxBlocks, stateBlocks) entries)
-/// and, for every scored slot `i < N_r` of row `r`, its score in
-/// `obs_z[r][i]` (read from the sparse score layout above; other entries
+/// Folds row 0 of an MTP verification step into V and D (the update rule of
+/// buildUpdateKernel with `decay`, `it` unchanged: docs/SPIN_SPEC.md §7.2)
+/// and buffers the step in the request's pending-observation fields
+/// (docs/Runtime-ABI.md), as spin.observe does on the CPU: `obs_rows =
+/// rows`, `obs_pos[r]`, `obs_len[r]`, the step's union mask in `obs_mask`
+/// (0/1, the first min(maxBlocks, stateBlocks) entries) and, for every
+/// scored slot `i < N_r` of row `r >= 1`, its score in `obs_z[r][i]` (read
+/// from the sparse score layout above; other entries, row 0's included,
 /// keep stale values no commit reads). A request whose `skip` flag is set
 /// (the select kernel rejected it, or scoring met a bad page) is not
-/// touched; one of whose rows has a bad length or position buffers
-/// nothing: `obs_rows = 0`.
+/// touched; one of whose rows has a bad length or position folds and
+/// buffers nothing: `obs_rows = 0`.
 ///
 /// Parameters: scores, positions, lengths, slots, blocks, counts, mask,
-/// skip, obs_rows, obs_pos, obs_len, obs_mask, obs_z (ptrs).
+/// skip, obs_rows, obs_pos, obs_len, obs_mask, obs_z, v, d (ptrs).
 /// Grid: (ctasPerRequest, batch).
 struct ObserveKernelSpec {
   std::string name;
@@ -427,17 +429,18 @@ struct ObserveKernelSpec {
   int64_t batch = 1, rows = 1, capacity = 1, blockSize = 64, maxBlocks = 1;
   int64_t stateBlocks = 1; ///< entries of an obs_mask row: ceil(C / block)
   int64_t threads = 256, ctasPerRequest = 1;
+  double decay = 0.5; ///< the EMA weight row 0 is folded with
   PagedState paged;
 };
 LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
                                gpu::GPUModuleOp module,
                                const ObserveKernelSpec &spec);
 
-/// Replays the buffered rows `0..a` (`a = accepted[b]` clamped to
-/// `[0, obs_rows - 1]`; row 0 alone with `rowZeroOnly`) into V and D in row
-/// order, with the update rule of buildUpdateKernel, then `it += 1` and
-/// `obs_rows = 0`; requests with nothing buffered are untouched. Two
-/// launches:
+/// Replays the buffered rows `1..a` (`a = accepted[b]` clamped to
+/// `[0, obs_rows - 1]`; none with `rowZeroOnly`: the observe kernel folded
+/// row 0) into V and D in row order, with the update rule of
+/// buildUpdateKernel, then `it += 1` and `obs_rows = 0`; requests with
+/// nothing buffered are untouched. Two launches:
 ///  1. `<name>` (ctasPerRequest x batch CTAs): thread `x` owns `V[x]` and
 ///     `D[x]` and folds in, row after row, row r's score of slot `x` and of
 ///     slot `p_r - x` (when scored and finite): no two threads write the

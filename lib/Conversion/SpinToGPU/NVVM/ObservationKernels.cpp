@@ -86,7 +86,7 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                                             const ObserveKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T(), f32 = kb.f32T();
-  SmallVector<Type> params(13, ptr);
+  SmallVector<Type> params(15, ptr);
   if (spec.paged.enabled())
     params.append({ptr, kb.i32T()});
   OpBuilder::InsertionGuard guard(b);
@@ -100,6 +100,7 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
   Value obsRows = func.getArgument(a++), obsPos = func.getArgument(a++);
   Value obsLen = func.getArgument(a++), obsMask = func.getArgument(a++);
   Value obsZ = func.getArgument(a++);
+  Value vState = func.getArgument(a++), dState = func.getArgument(a++);
   StatePaging paging;
   if (spec.paged.enabled())
     paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
@@ -155,12 +156,15 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                 kb.add(kb.mul(slot64, kb.i64(spec.stateBlocks)), kb.extS64(j)));
           });
     });
-    // Every row's scores of the scored slots it sees (i < N_r), by slot.
-    // Each thread takes kObserveUnroll entries at a time and issues all
-    // their loads (the block-list entry once for every row, then each
-    // row's score) before any store: the copy is bound by the latency of
-    // these loads, not by bandwidth. Entries past the end load the last
-    // entry and store nothing.
+    // Row 0 folded into V and D (SPIN_SPEC §3.10 with the commit's weights),
+    // the other rows' scores of the scored slots they see (i < N_r) buffered,
+    // by slot. Each thread takes kObserveUnroll entries at a time and issues
+    // all their loads (the block-list entry once for every row, each row's
+    // score, then row 0's V and D cells) before any store: the kernel is
+    // bound by the latency of these loads, not by bandwidth. Entries past
+    // the end load the last entry and store nothing. Distinct entries are
+    // distinct slots, so no two threads touch the same V or D cell (row 0's
+    // offsets p_0 - i are distinct too).
     Value total = kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(bs));
     Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), tid);
     const int64_t stride = spec.threads * spec.ctasPerRequest;
@@ -171,10 +175,12 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
       rowLength.push_back(kb.loadAt(i32, lengths, rowId, true));
       scoreRow.push_back(kb.mul(kb.extS64(rowId), kb.i64(mb * bs)));
     }
+    Value p0 = kb.loadAt(i32, positions, requestRows, true);
+    auto [decay, keep] = kb.emaWeights(spec.decay);
     Value lastEntry = kb.sub(total, kb.i32(1));
     Value bsV = kb.i32(bs);
     kb.forLoop(start, total, kb.i32(stride * kObserveUnroll), [&](Value first) {
-      SmallVector<Value> inRange, slotOf;
+      SmallVector<Value> inRange, slotOf, folds, vAts, dAts, olds;
       SmallVector<SmallVector<Value>> z(kObserveUnroll);
       for (int64_t u = 0; u < kObserveUnroll; ++u) {
         Value e = kb.add(first, kb.i32(u * stride));
@@ -188,14 +194,32 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
           z[u].push_back(kb.loadAt(f32, scores,
                                    kb.add(scoreRow[r], kb.extS64(at)), true));
       }
-      for (int64_t u = 0; u < kObserveUnroll; ++u)
-        for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < kObserveUnroll; ++u) {
+        // Slots at or past N_0 score -inf or NaN: the finiteness test covers
+        // them, as in the update kernel.
+        Value finite =
+            kb.cmpF(CmpFPredicate::OLT, kb.absF(z[u][0]), kb.f32(INFINITY));
+        folds.push_back(kb.andI(inRange[u], finite));
+        Value i = kb.select(folds.back(), slotOf[u], p0);
+        vAts.push_back(kb.gep(vState, f32, entries.index(i)));
+        dAts.push_back(kb.gep(dState, f32, entries.index(kb.sub(p0, i))));
+        olds.push_back(kb.load(f32, vAts.back(), 4));
+        olds.push_back(kb.load(f32, dAts.back(), 4));
+      }
+      for (int64_t u = 0; u < kObserveUnroll; ++u) {
+        kb.ifThen(folds[u], [&] {
+          Value cz = kb.mul(keep, z[u][0]);
+          kb.store(kb.emaFold(olds[2 * u], decay, cz), vAts[u], 4);
+          kb.store(kb.emaFold(olds[2 * u + 1], decay, cz), dAts[u], 4);
+        });
+        for (int64_t r = 1; r < rows; ++r)
           kb.ifThen(kb.andI(inRange[u], kb.cmp(CmpIPredicate::slt, slotOf[u],
                                                rowLength[r])),
                     [&] {
                       kb.storeAt(z[u][r], obsZ,
                                  entries.index(slotOf[u], kb.i32(r), rows));
                     });
+      }
     });
   });
 
@@ -208,9 +232,10 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
 namespace {
 
 /// A row of the observation buffer as the replay reads it: its position,
-/// length, and whether it passes the row checks.
+/// length, whether it passes the row checks, and its place in the buffer.
 struct ReplayRow {
   Value p, n, valid;
+  int64_t index = 0;
 };
 
 /// The commit replay kernel (SPIN_SPEC §4) while it is built: the spec, the
@@ -272,9 +297,12 @@ LaunchShape CommitReplayKernel::build() {
               recordError(kb, errors, ErrorBadAccepted, acceptedNow, request,
                           kb.i32(0));
             });
-  kb.ifThen(kb.andI(acceptedOk, kb.cmp(CmpIPredicate::sgt, buffered,
-                                       kb.i32(0))),
-            [&] { replayRequest(buffered); });
+  // Row 0 was folded by the observe kernel: only rows 1..a are replayed,
+  // none under mtp_update = row0 or for a = 0 (count 1).
+  if (!spec.rowZeroOnly && spec.rows > 1)
+    kb.ifThen(kb.andI(acceptedOk,
+                      kb.cmp(CmpIPredicate::sgt, acceptedNow, kb.i32(0))),
+              [&] { replayRequest(buffered); });
   LaunchShape shape;
   shape.grid = {spec.ctasPerRequest, spec.batch, 1};
   shape.blockThreads = spec.threads;
@@ -304,20 +332,20 @@ void CommitReplayKernel::declareKernel() {
   }
 }
 
-/// Replays rows 0..accepted of a request that has `buffered` rows: the
-/// entries below the rows' reach, spread over the request's CTAs.
+/// Replays rows 1..accepted of a request that has `buffered` rows (the
+/// observe kernel folded row 0): the entries below the rows' reach, spread
+/// over the request's CTAs.
 void CommitReplayKernel::replayRequest(Value buffered) {
   // Checked against `buffered` by `build`; clamped regardless so that no
   // value reads outside the buffer.
-  Value last = kb.i32(0);
-  if (!spec.rowZeroOnly)
-    last = kb.minS(
-        kb.maxS(kb.loadAt(kb.i32T(), accepted, request, true), kb.i32(0)),
-        kb.sub(buffered, kb.i32(1)));
+  Value last = kb.minS(
+      kb.maxS(kb.loadAt(kb.i32T(), accepted, request, true), kb.i32(0)),
+      kb.sub(buffered, kb.i32(1)));
   count = kb.add(last, kb.i32(1));
   rowBase = kb.mul(slot64, kb.i64(spec.rows));
-  for (int64_t r = 0; r < (spec.rowZeroOnly ? 1 : spec.rows); ++r) {
+  for (int64_t r = 1; r < spec.rows; ++r) {
     ReplayRow row = rowOf(kb.i32(r));
+    row.index = r;
     row.valid = kb.andI(row.valid, kb.cmp(CmpIPredicate::slt, kb.i32(r), count));
     // A row that is not replayed takes p = n = 0: it then folds into no
     // cell (every test below needs a slot below n), and the entries' mask
@@ -472,16 +500,18 @@ void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
   SmallVector<Value> oldD = loadGroupIf(anyD, dAt);
   SmallVector<SmallVector<Value>> zV, zD(rows);
   for (int64_t r = 0; r < rows; ++r) {
+    Value bufferRow = kb.i32(replayed[r].index);
     zV.push_back(loadGroupIf(
         scoredV[r].front(),
-        kb.gep(obsZ, f32, entries->index(x0, kb.i32(r), spec.rows))));
+        kb.gep(obsZ, f32, entries->index(x0, bufferRow, spec.rows))));
     for (int64_t j = 0; j < group; ++j)
       zD[r].push_back(kb.ifThenElse(
           {f32}, scoredD[r][j],
           [&]() -> SmallVector<Value> {
             Value i = kb.sub(diagonalTop[r], kb.i32(j));
             return {kb.load(
-                f32, kb.gep(obsZ, f32, entries->index(i, kb.i32(r), spec.rows)),
+                f32,
+                kb.gep(obsZ, f32, entries->index(i, bufferRow, spec.rows)),
                 4)};
           },
           [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0]);

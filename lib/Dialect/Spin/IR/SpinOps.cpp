@@ -482,14 +482,11 @@ LogicalResult FusedScoreOp::verify() {
                              {"positions", positions, 1}})))
     return failure();
 
-  if (*getUpdate() == UpdateKind::observe) {
-    if (getDecay())
-      return emitOpError("takes no 'decay' with update = observe: spin.commit "
-                         "applies it");
-    return success();
-  }
   if (!getDecay())
-    return emitOpError("needs 'decay' with update = ema");
+    return emitOpError() << "needs 'decay' with update = "
+                         << stringifyUpdateKind(*getUpdate());
+  if (*getUpdate() == UpdateKind::observe)
+    return success();
   for (Type type : {scores, positions, Type(getLengths().getType())}) {
     int64_t rows = cast<ShapedType>(type).getDimSize(1);
     if (!ShapedType::isDynamic(rows) && rows != 1)

@@ -238,6 +238,7 @@ struct FuseScore : OpRewritePattern<SparseIndexerOp> {
       state = observe.getState();
       positions = observe.getPositions();
       updateKind = UpdateKindAttr::get(ctx, UpdateKind::observe);
+      decay = observe.getDecayAttr();
       pooling = observe.getPoolingAttr();
     }
 

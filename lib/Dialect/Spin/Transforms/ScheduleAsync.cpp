@@ -129,8 +129,8 @@ struct SplitFusedUpdate : OpRewritePattern<FusedScoreOp> {
     std::optional<UpdateKind> kind = op.getUpdate();
     if (!kind)
       return rewriter.notifyMatchFailure(op, "a state without an update kind");
-    if (*kind == UpdateKind::ema && !op.getDecayAttr())
-      return rewriter.notifyMatchFailure(op, "an ema update without decay");
+    if (!op.getDecayAttr())
+      return rewriter.notifyMatchFailure(op, "an update without decay");
 
     Location loc = op.getLoc();
     auto score = FusedScoreOp::create(
@@ -150,7 +150,8 @@ struct SplitFusedUpdate : OpRewritePattern<FusedScoreOp> {
       newState = ObserveOp::create(rewriter, loc, state.getType(), state,
                                    score.getScores(), op.getPositions(),
                                    op.getLengths(), op.getMask(),
-                                   op.getBlockSizeAttr(), op.getPoolingAttr());
+                                   op.getBlockSizeAttr(), op.getPoolingAttr(),
+                                   op.getDecayAttr());
     }
     rewriter.replaceOp(op, {score.getIndices(), score.getScores(), newState});
     return success();

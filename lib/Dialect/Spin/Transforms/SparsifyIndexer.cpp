@@ -370,7 +370,8 @@ TopKOp SpinSparsifyIndexerPass::buildSparseTopK(OpBuilder &b, LayerRewrite &r,
       r.blockLevel ? r.poolingAttr : PoolingKindAttr();
   if (r.mtp)
     ObserveOp::create(b, loc, r.stateType, state, sparseScores, r.positions,
-                      r.lengths, mask, r.blockSizeAttr, updatePooling);
+                      r.lengths, mask, r.blockSizeAttr, updatePooling,
+                      r.decayAttr);
   else
     EmaUpdateOp::create(b, loc, r.stateType, state, sparseScores, r.positions,
                         r.lengths, mask, r.blockSizeAttr, updatePooling,

@@ -423,19 +423,24 @@ def Spin_EmaUpdateOp : Spin_ObservationOp<"ema_update",
   }];
 }
 
-def Spin_ObserveOp : Spin_ObservationOp<"observe", (ins)> {
-  let summary = "buffers an MTP verification step's rows for a later commit (SPIN_SPEC §4)";
+def Spin_ObserveOp : Spin_ObservationOp<"observe",
+    (ins Spin_UnitIntervalF64Attr:$decay)> {
+  let summary = "folds an MTP verification step's row 0 and buffers the others for a later commit (SPIN_SPEC §4)";
   let description = [{
-    Records the scored slots of every row (the union mask, `i < N_r`) with
-    their positions in the request's pending-observation buffer; `V`, `D`
-    and the iteration counter do not change until `spin.commit`. A request
-    may hold one uncommitted step per layer. With a `level = block` state
-    the rows are pooled per block with `pooling` when buffered.
+    Row 0 of every request is the verified token, which every commit
+    replays first whatever the accepted count (docs/SPIN_SPEC.md §7.2), so
+    it is folded into `V` and `D` at once with the update rule of
+    `spin.ema_update` and `decay` (a `last_observed = true` state marks its
+    blocks); the iteration counter does not change. The scored slots of the
+    other rows (the union mask, `i < N_r`) are recorded with every row's
+    position and length in the request's pending-observation buffer until
+    `spin.commit`. A request may hold one uncommitted step per layer. With a
+    `level = block` state the rows are pooled per block with `pooling`.
 
     ```mlir
     %s1 = spin.observe %s scores(%z : tensor<2x4x1024xf32>)
         positions(%p : tensor<2x4xi32>) lengths(%n : tensor<2x4xi32>)
-        mask(%m : tensor<2x16xi1>) {block_size = 64 : i64}
+        mask(%m : tensor<2x16xi1>) {block_size = 64 : i64, decay = 5.0e-01}
         : !spin.state<layer = 0>
     ```
   }];
@@ -445,9 +450,10 @@ def Spin_CommitOp : Spin_Op<"commit", [AllTypesMatch<["state", "new_state"]>]> {
   let summary = "replays the accepted MTP rows into the EMA state (SPIN_SPEC §4)";
   let description = [{
     For request `b` with `a = accepted[b]` accepted draft tokens, replays the
-    buffered rows `0..a` in order (`mtp_update = prefix`), or row 0 alone
-    (`mtp_update = row0`), with the update rule of `spin.ema_update`, each
-    row from the state the previous one left; the other rows are dropped.
+    buffered rows `1..a` in order (`mtp_update = prefix`; `spin.observe`
+    folded row 0 at its step), or none (`mtp_update = row0`), with the
+    update rule of `spin.ema_update`, each row from the state the previous
+    one left; the other rows are dropped.
     A `last_observed = true` state records `it + 1` for every buffered block
     that a replayed row sees (`j < ceil(N_r / block_size)`). The iteration
     counter increases by one per committed step. `block_size`
@@ -529,8 +535,8 @@ def Spin_FusedScoreOp : Spin_Op<"fused_score", [AttrSizedOperandSegments]> {
     given, folds the scores into it in the same pass over the keys: an EMA
     update for a decode step (`update = #spin.update<ema>`, one row) or
     buffering for a later `spin.commit` (`update = #spin.update<observe>`,
-    MTP). `state`, `positions` and `update` come together, with `decay` for
-    `ema` and `pooling` for a `level = block` state; without them the op is
+    MTP: row 0 folded, the other rows buffered). `state`, `positions`,
+    `update` and `decay` come together, with `pooling` for a `level = block` state; without them the op is
     pure. `scores` is the sparse score tensor (-inf outside the scored
     slots); lowerings skip writing it when it has no use.
 
