@@ -83,13 +83,30 @@ void updateFromRow(LoopBuilder &lb, const StateBuffers &state, Value slot,
 
 /// Memref views of the operands of spin.ema_update and spin.observe, and
 /// their block size as an index.
-template <typename OpTy, typename Adaptor>
-std::tuple<Value, Value, Value, Value, Value>
-viewObservation(LoopBuilder &lb, OpTy op, Adaptor adaptor) {
-  return {lb.toBuffer(adaptor.getScores()), lb.toBuffer(adaptor.getPositions()),
-          lb.toBuffer(adaptor.getLengths()), lb.toBuffer(adaptor.getMask()),
-          lb.index(op.getBlockSize())};
-}
+struct StepViews {
+  Value scores, positions, lengths, mask, blockSize;
+
+  template <typename OpTy, typename Adaptor>
+  StepViews(LoopBuilder &lb, OpTy op, Adaptor adaptor)
+      : scores(lb.toBuffer(adaptor.getScores())),
+        positions(lb.toBuffer(adaptor.getPositions())),
+        lengths(lb.toBuffer(adaptor.getLengths())),
+        mask(lb.toBuffer(adaptor.getMask())),
+        blockSize(lb.index(op.getBlockSize())) {}
+
+  /// Folds row `r` of batch row `b` into the state of `slot` (SPIN_SPEC
+  /// §3.10; A2 pools it per block with `pooling`), `it` unchanged.
+  void foldRow(LoopBuilder &lb, const StateBuffers &state, Value slot, Value b,
+               Value r, Value a, Value c,
+               std::optional<PoolingKind> pooling) const {
+    updateFromRow(
+        lb, state, slot, lb.loadIndex(positions, {b, r}),
+        lb.loadIndex(lengths, {b, r}), blockSize,
+        [&](Value j) { return lb.load(mask, {b, j}); }, a, c,
+        [&](Value i) { return lb.load(scores, {b, r, i}); }, pooling,
+        /*pooled=*/false);
+  }
+};
 
 /// spin.ema_update (SPIN_SPEC §3.10), then `it += 1`.
 struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
@@ -99,19 +116,13 @@ struct EmaUpdateLowering : public StatefulLowering<EmaUpdateOp> {
                            const StateBuffers &state,
                            ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
-    auto [scores, positions, lengths, mask, blockSize] =
-        viewObservation(lb, op, adaptor);
+    StepViews step(lb, op, adaptor);
     auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
-    Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
+    Value batch = lb.dim(step.lengths, 0), rows = lb.dim(step.lengths, 1);
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
       lb.forEach(lb.index(0), rows, [&](Value r) {
-        updateFromRow(
-            lb, state, slot, lb.loadIndex(positions, {b, r}),
-            lb.loadIndex(lengths, {b, r}), blockSize,
-            [&](Value j) { return lb.load(mask, {b, j}); }, a, c,
-            [&](Value i) { return lb.load(scores, {b, r, i}); },
-            op.getPooling(), /*pooled=*/false);
+        step.foldRow(lb, state, slot, b, r, a, c, op.getPooling());
       });
       advanceIteration(lb, state, slot);
     });
@@ -132,21 +143,16 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
                            const StateBuffers &state,
                            ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
-    auto [scores, positions, lengths, mask, blockSize] =
-        viewObservation(lb, op, adaptor);
+    StepViews step(lb, op, adaptor);
+    auto [scores, positions, lengths, mask, blockSize] = std::tie(
+        step.scores, step.positions, step.lengths, step.mask, step.blockSize);
     auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
     Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
     Value maskBlocks = lb.minU(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
     bool blockLevel = state.level == StateLevel::block;
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
-      Value row0 = lb.index(0);
-      updateFromRow(
-          lb, state, slot, lb.loadIndex(positions, {b, row0}),
-          lb.loadIndex(lengths, {b, row0}), blockSize,
-          [&](Value j) { return lb.load(mask, {b, j}); }, a, c,
-          [&](Value i) { return lb.load(scores, {b, row0, i}); },
-          op.getPooling(), /*pooled=*/false);
+      step.foldRow(lb, state, slot, b, lb.index(0), a, c, op.getPooling());
       lb.store(lb.toI32(rows), state.obsRows, {slot});
       lb.forEach(lb.index(0), maskBlocks, [&](Value j) {
         Value bit = arith::ExtUIOp::create(rewriter, op.getLoc(),
