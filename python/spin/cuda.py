@@ -244,6 +244,7 @@ def state_shapes(fields: Iterable[str], slots: int, capacity: int, max_rows: int
     ``capacity`` per slot."""
     sizes = {"slots": int(slots), abi.KEY["Capacity"]: int(capacity),
              abi.KEY["MaxRows"]: int(max_rows),
+             "drafts": max(int(max_rows) - 1, 0),
              "blocks": -(-int(capacity) // int(block_size)),
              "prediction": abi.PREDICTION_RECORD_SIZE}
     paged_sizes = dict(sizes, slots=int(pages), **{abi.KEY["Capacity"]: int(page_size)})

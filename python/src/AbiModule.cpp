@@ -32,6 +32,8 @@ const char *stateDimName(rt::StateDim dim) {
     return rt::manifest::key::Capacity;
   case rt::StateDim::MaxRows:
     return rt::manifest::key::MaxRows;
+  case rt::StateDim::Drafts:
+    return "drafts";
   case rt::StateDim::Blocks:
     return "blocks";
   case rt::StateDim::Prediction:

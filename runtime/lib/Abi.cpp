@@ -106,6 +106,8 @@ int64_t StateSizes::of(StateDim dim) const {
     return capacity;
   case StateDim::MaxRows:
     return maxRows;
+  case StateDim::Drafts:
+    return std::max<int64_t>(maxRows - 1, 0);
   case StateDim::Blocks:
     return blocks;
   case StateDim::Prediction:

@@ -69,7 +69,7 @@ void fakeVerificationStep(const StatePool &pool, int32_t slot, int32_t rows) {
       b.obsLen[slot * b.maxRows + r] = 51 + r;
     }
     b.obsMask[slot * b.numBlocks] = 1;
-    b.obsZ[slot * b.maxRows * b.capacity] = 2.5f;
+    b.obsZ[slot * (b.maxRows - 1) * b.capacity] = 2.5f;
   }
 }
 
@@ -103,7 +103,7 @@ TEST(StatePoolCreate, LaysOutEveryArrayAlignedAndZeroed) {
     add(b.obsPos, 4 * 4 * sizeof(int32_t), "obs_pos");
     add(b.obsLen, 4 * 4 * sizeof(int32_t), "obs_len");
     add(b.obsMask, 4 * 7, "obs_mask");
-    add(b.obsZ, 4 * 4 * 100 * sizeof(float), "obs_z");
+    add(b.obsZ, 4 * 3 * 100 * sizeof(float), "obs_z"); // rows 1..3
   }
   // No two arrays overlap.
   std::sort(ranges.begin(), ranges.end());
@@ -131,9 +131,9 @@ TEST(StatePoolCreate, LayerDescriptorsMatchTheAbi) {
   EXPECT_EQ(b.obsMaskMemRef().sizes[1], 7);
   auto z = b.obsZMemRef();
   EXPECT_EQ(z.sizes[0], 4);
-  EXPECT_EQ(z.sizes[1], 4);
+  EXPECT_EQ(z.sizes[1], 3); // the draft rows: row 0 is folded at its step
   EXPECT_EQ(z.sizes[2], 100);
-  EXPECT_EQ(z.strides[0], 400);
+  EXPECT_EQ(z.strides[0], 300);
   EXPECT_EQ(z.strides[1], 100);
   EXPECT_EQ(z.strides[2], 1);
 }
@@ -149,7 +149,7 @@ TEST(StateLayout, PagedFieldsArePagesOfThePageSize) {
   EXPECT_EQ(stateFieldShape(StateField::D, sizes),
             (std::vector<int64_t>{40, 64}));
   EXPECT_EQ(stateFieldShape(StateField::ObsZ, sizes),
-            (std::vector<int64_t>{40, 3, 64}));
+            (std::vector<int64_t>{40, 2, 64})); // maxRows - 1 draft rows
   EXPECT_EQ(stateFieldShape(StateField::ObsMask, sizes),
             (std::vector<int64_t>{5, 4}));
   EXPECT_EQ(stateFieldShape(StateField::Valid, sizes),
@@ -580,7 +580,7 @@ TEST(StatePoolLayout, LastObservedIsOptInAndFollowsTheOtherArrays) {
   EXPECT_EQ(aged->offset(StateField::ObsMask), plain->offset(StateField::ObsMask));
   EXPECT_EQ(aged->offset(StateField::ObsZ), plain->offset(StateField::ObsZ));
   EXPECT_EQ(aged->offset(StateField::PredKeys), plain->offset(StateField::PredKeys));
-  int64_t obsZEnd = plain->offset(StateField::ObsZ) + 4 * 4 * 100 * int64_t(sizeof(float));
+  int64_t obsZEnd = plain->offset(StateField::ObsZ) + 4 * 3 * 100 * int64_t(sizeof(float));
   EXPECT_EQ(plain->offset(StateField::PredAt), (obsZEnd + 63) / 64 * 64);
   EXPECT_EQ(plain->offset(StateField::PredKeys), (plain->offset(StateField::PredAt) + 4 * 4 * 4 + 63) / 64 * 64);
   int64_t predEnd = plain->offset(StateField::PredKeys) + 4 * 7 * 4;

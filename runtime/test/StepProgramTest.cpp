@@ -160,7 +160,7 @@ TEST_F(StepProgramTest, BindsInputsStateAndOutputsInSignatureOrder) {
   EXPECT_EQ(lastCall.sizes[9], (std::vector<int64_t>{4, 12}));
   EXPECT_EQ(lastCall.data[13], layer.obsMask);
   EXPECT_EQ(lastCall.sizes[13], (std::vector<int64_t>{4, 3}));
-  EXPECT_EQ(lastCall.sizes[14], (std::vector<int64_t>{4, 2, 12}));
+  EXPECT_EQ(lastCall.sizes[14], (std::vector<int64_t>{4, 1, 12})); // draft rows
   EXPECT_EQ(lastCall.data[15], topk.data());
 }
 

@@ -128,7 +128,7 @@ std::vector<uint8_t> snapshot(rt::StatePool &pool) {
   add(l.obsPos, n * r * 4);
   add(l.obsLen, n * r * 4);
   add(l.obsMask, n * nb);
-  add(l.obsZ, n * r * c * 4);
+  add(l.obsZ, n * (r - 1) * c * 4); // draft rows 1..: SPIN_SPEC §7.2
   return out;
 }
 

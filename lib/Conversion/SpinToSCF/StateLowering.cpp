@@ -164,7 +164,9 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
         lb.store(lb.load(positions, {b, r}), state.obsPos, {slot, r});
         lb.store(lb.load(lengths, {b, r}), state.obsLen, {slot, r});
       });
+      // Row r's scores are draft row r - 1 of obs_z.
       lb.forEach(lb.index(1), rows, [&](Value r) {
+        Value draft = lb.sub(r, lb.index(1));
         Value visible = lb.loadIndex(lengths, {b, r});
         Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), maskBlocks);
         lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
@@ -176,11 +178,11 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
               Value pooled = lb.pool(*op.getPooling(), begin, end, scoreAt,
                                      /*finiteOnly=*/true)
                                  .first;
-              lb.store(pooled, state.obsZ, {slot, r, j});
+              lb.store(pooled, state.obsZ, {slot, draft, j});
               return;
             }
             lb.forEach(begin, end, [&](Value i) {
-              lb.store(scoreAt(i), state.obsZ, {slot, r, i});
+              lb.store(scoreAt(i), state.obsZ, {slot, draft, i});
             });
           });
         });
@@ -216,6 +218,7 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
           Value last =
               lb.minU(lb.toIndex(wanted), lb.sub(buffered, lb.index(1)));
           lb.forEach(lb.index(1), lb.add(last, lb.index(1)), [&](Value r) {
+            Value draft = lb.sub(r, lb.index(1));
             updateFromRow(
                 lb, state, slot, lb.loadIndex(state.obsPos, {slot, r}),
                 lb.loadIndex(state.obsLen, {slot, r}), blockSize,
@@ -224,7 +227,7 @@ struct CommitLowering : public StatefulLowering<CommitOp> {
                   return lb.cmp(CmpIPredicate::ne, bit, lb.i8(0));
                 },
                 a, c,
-                [&](Value i) { return lb.load(state.obsZ, {slot, r, i}); },
+                [&](Value i) { return lb.load(state.obsZ, {slot, draft, i}); },
                 std::nullopt, /*pooled=*/true,
                 /*maxBlocks=*/lb.dim(state.obsMask, 1));
           });

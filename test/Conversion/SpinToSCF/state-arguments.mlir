@@ -22,7 +22,7 @@
 // CHECK:         return
 
 // GLOBALS-DAG: memref.global "private" @__spin_state_1_v : memref<4x64xf32> = dense<0.000000e+00> {alignment = 64 : i64}
-// GLOBALS-DAG: memref.global "private" @__spin_state_4_obs_z : memref<4x4x64xf32>
+// GLOBALS-DAG: memref.global "private" @__spin_state_4_obs_z : memref<4x3x64xf32>
 // GLOBALS-DAG: memref.global "private" @__spin_state_2_last_observed : memref<4x64xi32>
 // GLOBALS-LABEL: func.func @two_layers
 // GLOBALS-SAME:    %{{[^:]*}}: tensor<2x4xi32>) -> tensor<2x4xf32>

@@ -98,11 +98,12 @@ func.func @reset(%ids: tensor<2xi64>, %fresh: tensor<2xi1>) {
 
 // -----
 
-// MTP (R = 4): spin.observe buffers the step's rows (obs_rows, the mask as
-// i8, each row's position, length and selected scores); spin.commit then
-// replays rows 0 .. min(max(accepted, 0), rows - 1) of a request with
-// something buffered into V and D (EMA, decay 0.75), advances it and drops
-// the buffer.
+// MTP (R = 4): spin.observe folds row 0 into V and D at once (SPIN_SPEC
+// §7.2) and buffers the step's rows (obs_rows, the mask as i8, each row's
+// position and length, the selected scores of rows 1.. as draft rows 0..);
+// spin.commit then replays rows 1 .. min(max(accepted, 0), rows - 1) of a
+// request with something buffered into V and D (EMA, decay 0.75), advances
+// it and drops the buffer.
 // CHECK-LABEL: func.func @observe_commit(
 // CHECK-SAME:    %[[SLOTS:[^:]*]]: memref<?xi32> {spin.slots},
 // CHECK-SAME:    %[[V:[^:]*]]: memref<?x?xf32> {spin.layer = 0 : i64, spin.state = "v"},
@@ -119,6 +120,12 @@ func.func @reset(%ids: tensor<2xi64>, %fresh: tensor<2xi1>) {
 // CHECK:         scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:           memref.load %[[SLOTS]][%[[B]]]
 // CHECK:           %[[SLOT:.*]] = arith.index_cast
+// Row 0 first, into V and D:
+// CHECK:           scf.for
+// CHECK:             scf.if
+// CHECK:               scf.for
+// CHECK:                 memref.store %{{.*}}, %[[V]][%[[SLOT]], %{{.*}}] : memref<?x?xf32>
+// CHECK:                 memref.store %{{.*}}, %[[D]][%[[SLOT]], %{{.*}}] : memref<?x?xf32>
 // CHECK:           %[[NROWS:.*]] = arith.index_cast %{{.*}} : index to i32
 // CHECK:           memref.store %[[NROWS]], %[[ROWS]][%[[SLOT]]] : memref<?xi32>
 // CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
@@ -128,11 +135,14 @@ func.func @reset(%ids: tensor<2xi64>, %fresh: tensor<2xi1>) {
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:             memref.store %{{.*}}, %[[OPOS]][%[[SLOT]], %[[R]]] : memref<?x?xi32>
 // CHECK:             memref.store %{{.*}}, %[[OLEN]][%[[SLOT]], %[[R]]] : memref<?x?xi32>
+// Rows 1.. into obs_z's draft rows:
+// CHECK:           scf.for %[[R1:.*]] = %[[ONE:.*]] to %{{.*}} step
+// CHECK:             %[[DRAFT:.*]] = arith.subi %[[R1]], %{{.*}} : index
 // CHECK:             scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step
 // CHECK:               scf.if %{{.*}} {
 // CHECK:                 scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:                   %[[S:.*]] = memref.load %[[Z]][%[[B]], %[[R]], %[[I]]] : memref<2x4x64xf32>
-// CHECK:                   memref.store %[[S]], %[[OZ]][%[[SLOT]], %[[R]], %[[I]]] : memref<?x?x?xf32>
+// CHECK:                   %[[S:.*]] = memref.load %[[Z]][%[[B]], %[[R1]], %[[I]]] : memref<2x4x64xf32>
+// CHECK:                   memref.store %[[S]], %[[OZ]][%[[SLOT]], %[[DRAFT]], %[[I]]] : memref<?x?x?xf32>
 // spin.commit:
 // CHECK:         %[[ACC:.*]] = bufferization.to_buffer %arg5 read_only : tensor<2xi32> to memref<2xi32>
 // CHECK:         scf.for %[[CB:.*]] = %{{.*}} to %{{.*}} step
@@ -147,6 +157,7 @@ func.func @reset(%ids: tensor<2xi64>, %fresh: tensor<2xi1>) {
 // CHECK:             %[[LASTROW:.*]] = arith.minui
 // CHECK:             %[[NREPLAY:.*]] = arith.addi %[[LASTROW]], %{{.*}} : index
 // CHECK:             scf.for %[[CR:.*]] = %{{.*}} to %[[NREPLAY]] step
+// CHECK:               %[[CDRAFT:.*]] = arith.subi %[[CR]], %{{.*}} : index
 // CHECK:               memref.load %[[OLEN]][%[[CSLOT]], %[[CR]]]
 // CHECK:               memref.load %[[OPOS]][%[[CSLOT]], %[[CR]]]
 // CHECK:               scf.for %[[CJ:.*]] = %{{.*}} to %{{.*}} step
@@ -154,7 +165,7 @@ func.func @reset(%ids: tensor<2xi64>, %fresh: tensor<2xi1>) {
 // CHECK:                 %[[SELECTED:.*]] = arith.cmpi ne, %[[OB]], %{{.*}} : i8
 // CHECK:                 scf.if %[[SELECTED]] {
 // CHECK:                   scf.for %[[CI:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:                     memref.load %[[OZ]][%[[CSLOT]], %[[CR]], %[[CI]]] : memref<?x?x?xf32>
+// CHECK:                     memref.load %[[OZ]][%[[CSLOT]], %[[CDRAFT]], %[[CI]]] : memref<?x?x?xf32>
 // CHECK:                     memref.store %{{.*}}, %[[V]][%[[CSLOT]], %[[CI]]] : memref<?x?xf32>
 // CHECK:                     memref.store %{{.*}}, %[[D]][%[[CSLOT]], %{{.*}}] : memref<?x?xf32>
 // CHECK:             memref.load %[[ITS]][%[[CSLOT]]] : memref<?xi64>

@@ -30,7 +30,7 @@ struct StateBuffers {
   Value obsPos;     ///< [numSlots, Rmax] i32
   Value obsLen;     ///< [numSlots, Rmax] i32
   Value obsMask;    ///< [numSlots, NBcap] i8
-  Value obsZ;       ///< [numSlots, Rmax, C] f32
+  Value obsZ;       ///< [numSlots, Rmax - 1, C] f32: rows 1.. (SPIN_SPEC §7.2)
   Value lastObserved; ///< [numSlots, NBcap] i32 (0 = never observed)
   int64_t layer = 0;
   StateLevel level = StateLevel::slot;

@@ -145,8 +145,9 @@ public:
             Value batchRow, int64_t capacity);
   /// The element index (i64) of entry `i` (an i32 KV slot, below the
   /// request's reach) of row `r` of a field with `rows` rows per slot (V
-  /// and D: no `r`, obs_z: the MTP rows). A page entry outside the pool maps to
-  /// page 0, so that a load stays inside it (inPool says whether it was).
+  /// and D: no `r`, obs_z: the draft rows). A page entry outside the pool
+  /// maps to page 0, so that a load stays inside it (inPool says whether it
+  /// was).
   Value index(Value i, Value r = {}, int64_t rows = 1) const;
   /// Whether entry `i`'s page is one of the pool's (always, compact).
   Value inPool(Value i) const;

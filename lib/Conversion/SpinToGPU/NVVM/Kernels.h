@@ -413,9 +413,9 @@ LaunchShape buildResetKernel(OpBuilder &b, Location loc,
 /// (docs/Runtime-ABI.md), as spin.observe does on the CPU: `obs_rows =
 /// rows`, `obs_pos[r]`, `obs_len[r]`, the step's union mask in `obs_mask`
 /// (0/1, the first min(maxBlocks, stateBlocks) entries) and, for every
-/// scored slot `i < N_r` of row `r >= 1`, its score in `obs_z[r][i]` (read
-/// from the sparse score layout above; other entries, row 0's included,
-/// keep stale values no commit reads). A request whose `skip` flag is set
+/// scored slot `i < N_r` of row `r >= 1`, its score in draft row `r - 1`
+/// of `obs_z` (read from the sparse score layout above; other entries keep
+/// stale values no commit reads). A request whose `skip` flag is set
 /// (the select kernel rejected it, or scoring met a bad page) is not
 /// touched; one of whose rows has a bad length or position folds and
 /// buffers nothing: `obs_rows = 0`.

@@ -217,7 +217,8 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                                                rowLength[r])),
                     [&] {
                       kb.storeAt(z[u][r], obsZ,
-                                 entries.index(slotOf[u], kb.i32(r), rows));
+                                 entries.index(slotOf[u], kb.i32(r - 1),
+                                               rows - 1));
                     });
       }
     });
@@ -500,10 +501,11 @@ void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
   SmallVector<Value> oldD = loadGroupIf(anyD, dAt);
   SmallVector<SmallVector<Value>> zV, zD(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    Value bufferRow = kb.i32(replayed[r].index);
+    // Row i of the step is draft row i - 1 of obs_z (row 0 is not buffered).
+    Value bufferRow = kb.i32(replayed[r].index - 1);
     zV.push_back(loadGroupIf(
         scoredV[r].front(),
-        kb.gep(obsZ, f32, entries->index(x0, bufferRow, spec.rows))));
+        kb.gep(obsZ, f32, entries->index(x0, bufferRow, spec.rows - 1))));
     for (int64_t j = 0; j < group; ++j)
       zD[r].push_back(kb.ifThenElse(
           {f32}, scoredD[r][j],
@@ -511,7 +513,7 @@ void CommitReplayKernel::replayGroup(Value x0, Value inRange) {
             Value i = kb.sub(diagonalTop[r], kb.i32(j));
             return {kb.load(
                 f32,
-                kb.gep(obsZ, f32, entries->index(i, bufferRow, spec.rows)),
+                kb.gep(obsZ, f32, entries->index(i, bufferRow, spec.rows - 1)),
                 4)};
           },
           [&]() -> SmallVector<Value> { return {kb.f32(0.0)}; })[0]);

@@ -50,7 +50,7 @@ enum class StateField {
 };
 
 /// The sizes a state field's dimensions are made of.
-enum class StateDim { None, Slots, Capacity, MaxRows, Blocks, Prediction };
+enum class StateDim { None, Slots, Capacity, MaxRows, Drafts, Blocks, Prediction };
 
 /// Which programs bind a state field.
 enum class StateGroup {

@@ -99,7 +99,7 @@ struct LayerBuffers {
   int32_t *obsPos = nullptr;  ///< i32 [numSlots, maxRows]
   int32_t *obsLen = nullptr;  ///< i32 [numSlots, maxRows]
   uint8_t *obsMask = nullptr; ///< i8  [numSlots, numBlocks] (0/1)
-  float *obsZ = nullptr;      ///< f32 [numSlots, maxRows, capacity]
+  float *obsZ = nullptr;      ///< f32 [numSlots, maxRows - 1, capacity]: rows 1..
   /// i32 [numSlots, 4] and [numSlots, numBlocks]: the GPU path's predicted
   /// block scores for a request's next step (docs/Runtime-ABI.md).
   int32_t *predAt = nullptr;
@@ -144,7 +144,7 @@ struct LayerBuffers {
     return makeRowMajorMemRef(obsMask, numSlots, numBlocks);
   }
   MemRefDescriptor<float, 3> obsZMemRef() const {
-    return makeRowMajorMemRef(obsZ, numSlots, maxRows, capacity);
+    return makeRowMajorMemRef(obsZ, numSlots, maxRows - 1, capacity);
   }
   MemRefDescriptor<int32_t, 2> lastObservedMemRef() const {
     return makeRowMajorMemRef(lastObserved, numSlots, numBlocks);
