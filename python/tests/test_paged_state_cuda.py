@@ -35,12 +35,13 @@ CAPACITY = MAX_PAGES * SHAPE["page_size"]
 
 def expected_state_bytes(pages, slots, layers, rows, page, capacity, block):
     """The paged layout's bytes from docs/GPU-ABI.md's table, written out:
-    per page of a layer V, D (f32) and the MTP scores (f32 per row); per
-    slot `it` (i64), `valid`, the prediction record (4 x i32) and block
-    scores (i32 per block), and with MTP the buffered rows, positions,
-    lengths (i32) and mask (i8 per block)."""
+    per page of a layer V, D (f32) and the MTP scores (f32 per draft row:
+    rows 1.., row 0 being folded at its step); per slot `it` (i64),
+    `valid`, the prediction record (4 x i32) and block scores (i32 per
+    block), and with MTP the buffered rows, positions, lengths (i32) and
+    mask (i8 per block)."""
     blocks = -(-capacity // block)
-    per_page = page * (4 + 4 + (4 * rows if rows > 1 else 0))
+    per_page = page * (4 + 4 + 4 * (rows - 1))
     per_slot = 8 + 4 + 16 + 4 * blocks
     if rows > 1:
         per_slot += 4 + 4 * rows + 4 * rows + blocks
@@ -77,7 +78,7 @@ def test_paged_state_grows_with_the_pages_not_with_the_capacity(tmp_path):
         assert got == expected_state_bytes(pages, slots, layers, rows, page, CAPACITY, block)
     one = indexer.state_bytes(CAPACITY, 2, 8, batch=BATCH, pages=100)
     two = indexer.state_bytes(CAPACITY, 2, 8, batch=BATCH, pages=200)
-    assert two - one == 2 * 100 * page * (8 + 4 * rows)
+    assert two - one == 2 * 100 * page * (4 + 4 * rows)
     # 64 requests averaging a quarter of the capacity: a quarter of the
     # compact layout's per-KV-slot memory (plus per-slot records).
     paged = indexer.state_bytes(CAPACITY, 1, 64, batch=BATCH, pages=64 * MAX_PAGES // 4)

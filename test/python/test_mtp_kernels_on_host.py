@@ -239,7 +239,10 @@ def check_step(k, rng, update, where):
         for r in range(R):
             z = rng.standard_normal(slot_of.size).astype(np.float32)
             z[rng.random(slot_of.size) < 0.02] = np.inf
-            z[slot_of >= lengths[b, r]] = np.nan
+            # Past the row's length: NaN, or finite junk that only the
+            # kernels' length tests keep out of the state.
+            past = slot_of >= lengths[b, r]
+            z[past] = np.nan if rng.random() < 0.5 else 1e3 * rng.standard_normal(past.sum())
             scores[b * R + r, :slot_of.size] = z
             seen = slot_of < lengths[b, r]
             z_by_slot[b, r, slot_of[seen]] = z[seen]

@@ -195,11 +195,13 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                                    kb.add(scoreRow[r], kb.extS64(at)), true));
       }
       for (int64_t u = 0; u < kObserveUnroll; ++u) {
-        // Slots at or past N_0 score -inf or NaN: the finiteness test covers
-        // them, as in the update kernel.
+        // Row 0's scored slots below N_0 with a finite score (§3.10), as
+        // the commit replay tested them: the length test does not rely on
+        // how the scoring fills the slots past a row's length.
         Value finite =
             kb.cmpF(CmpFPredicate::OLT, kb.absF(z[u][0]), kb.f32(INFINITY));
-        folds.push_back(kb.andI(inRange[u], finite));
+        Value seen = kb.cmp(CmpIPredicate::slt, slotOf[u], rowLength[0]);
+        folds.push_back(kb.andI(inRange[u], kb.andI(seen, finite)));
         Value i = kb.select(folds.back(), slotOf[u], p0);
         vAts.push_back(kb.gep(vState, f32, entries.index(i)));
         dAts.push_back(kb.gep(dState, f32, entries.index(kb.sub(p0, i))));
