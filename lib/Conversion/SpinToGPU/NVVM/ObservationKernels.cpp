@@ -300,12 +300,15 @@ LaunchShape CommitReplayKernel::build() {
               recordError(kb, errors, ErrorBadAccepted, acceptedNow, request,
                           kb.i32(0));
             });
-  // Row 0 was folded by the observe kernel: only rows 1..a are replayed,
-  // none under mtp_update = row0 or for a = 0 (count 1).
+  // Row 0 was folded by the observe kernel: only rows 1..a of a request
+  // with buffered rows are replayed, none under mtp_update = row0 or for
+  // a = 0.
   if (!spec.rowZeroOnly && spec.rows > 1)
-    kb.ifThen(kb.andI(acceptedOk,
-                      kb.cmp(CmpIPredicate::sgt, acceptedNow, kb.i32(0))),
-              [&] { replayRequest(buffered); });
+    kb.ifThen(
+        kb.andI(acceptedOk,
+                kb.andI(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)),
+                        kb.cmp(CmpIPredicate::sgt, acceptedNow, kb.i32(0)))),
+        [&] { replayRequest(buffered); });
   LaunchShape shape;
   shape.grid = {spec.ctasPerRequest, spec.batch, 1};
   shape.blockThreads = spec.threads;
