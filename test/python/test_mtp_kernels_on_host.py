@@ -24,7 +24,9 @@ of the scored slots of rows 1..; nothing for a skipped request or one with
 a bad row, and no other entry written), V, D, it and obs_rows after the
 commit of rows 1..a (prefix, a = 0..d) or none (row0), and the
 reset (V, D, it, obs_rows and the prediction cache's pred_at record of the
-flagged request only). Skipped when spin-opt, the LLVM tools or a C compiler are missing.
+flagged request only); and the observe kernel of a paged-state program, V,
+D and obs_z through each request's state table. Skipped when spin-opt, the
+LLVM tools or a C compiler are missing.
 """
 
 import ctypes
@@ -113,7 +115,9 @@ class HostKernels:
     """The MTP kernels of one compiled graph, built for the host, with the
     launch shapes of its plan."""
 
-    def __init__(self, tools, directory, B, R, pages, page, bs, options):
+    def __init__(self, tools, directory, B, R, pages, page, bs, options,
+                 gpu_options="", kinds=("reset", "commit", "finish", "observe"),
+                 driver=None):
         self.B, self.R, self.C, self.bs = B, R, pages * page, bs
         self.MB, self.NB = self.C // bs, self.C // bs
 
@@ -128,17 +132,17 @@ class HostKernels:
             f.write(_graph(B, R, pages, page))
         plan = run(tools["spin-opt"], graph,
                    f"--spin-sparsify-pipeline=sparsity=0.5 block-size={bs} "
-                   f"reset-input=true {options}", "--convert-spin-to-gpu")
+                   f"reset-input=true {options}",
+                   "--convert-spin-to-gpu" + (f"={gpu_options}" if gpu_options else ""))
         # Launch shapes of the plan: kernel -> (grid x, grid y, threads).
         self.shapes = {}
         for m in re.finditer(r"@spin_kernels::@(spin_\w+) blocks in \(%c(\d+)\w*, "
                              r"%c(\d+)\w*, %c\d+\w*\) threads in \(%c(\d+)", plan):
             self.shapes[m.group(1)] = tuple(int(x) for x in m.groups()[1:])
-        names = {kind: next(k for k in self.shapes if re.fullmatch(pattern, k))
-                 for kind, pattern in (("reset", r"spin_reset_\d+"),
-                                       ("commit", r"spin_commit_\d+"),
-                                       ("finish", r"spin_commit_\d+_finish"),
-                                       ("observe", r"spin_observe_\d+"))}
+        patterns = {"reset": r"spin_reset_\d+", "commit": r"spin_commit_\d+",
+                    "finish": r"spin_commit_\d+_finish", "observe": r"spin_observe_\d+"}
+        names = {kind: next(k for k in self.shapes if re.fullmatch(patterns[kind], k))
+                 for kind in kinds}
         self.names = names
         with open(os.path.join(directory, "plan.mlir"), "w") as f:
             f.write(plan)
@@ -170,7 +174,7 @@ class HostKernels:
             f.write(text)
         run(tools["llc"], "-O2", "-relocation-model=pic", "-filetype=obj", "host.ll",
             "-o", "host.o")
-        driver = _DRIVER
+        driver = driver or _DRIVER
         for kind, name in names.items():
             driver = driver.replace(kind.upper(), name)
         with open(os.path.join(directory, "driver.c"), "w") as f:
@@ -187,24 +191,10 @@ class HostKernels:
         getattr(self.lib, "run_" + kind)(gx, gy, threads, ptrs, int(slot_count))
 
 
-def check_step(k, rng, update, where):
-    """One buffered step, its commit and a reset, against the reference."""
-    B, R, C, bs, MB, NB = k.B, k.R, k.C, k.bs, k.MB, k.NB
-    slots_total = B + 2
-    slots = rng.permutation(slots_total)[:B].astype(np.int32)
-    v = rng.standard_normal((slots_total, C)).astype(np.float32)
-    d = rng.standard_normal((slots_total, C)).astype(np.float32)
-    it = rng.integers(1, 9, slots_total).astype(np.int64)
-    obs_rows = np.zeros(slots_total, np.int32)
-    obs_pos = np.full((slots_total, R), -7, np.int32)
-    obs_len = np.full((slots_total, R), -7, np.int32)
-    obs_mask = np.full((slots_total, NB), 9, np.int8)
-    obs_z = np.full((slots_total, R - 1, C), 1234.5, np.float32)   # draft rows 1..
-    states = []
-    for b in range(B):
-        st = sr.LayerState(C, bs)
-        st.V, st.D, st.it = v[slots[b]].copy(), d[slots[b]].copy(), int(it[slots[b]])
-        states.append(st)
+def _step_rows(k, rng):
+    """A verification step's rows, skip flags, union mask, block list and
+    sparse scores (and each row's scores by slot, for the reference)."""
+    B, R, C, bs, MB = k.B, k.R, k.C, k.bs, k.MB
     # Rows N_r = n + r at p_r = N_r - 1 + gap, sometimes near the capacity.
     n0 = rng.integers(1, C - R - 10, B)
     if rng.random() < 0.25:
@@ -246,6 +236,29 @@ def check_step(k, rng, update, where):
             scores[b * R + r, :slot_of.size] = z
             seen = slot_of < lengths[b, r]
             z_by_slot[b, r, slot_of[seen]] = z[seen]
+    return (lengths, positions, skip, mask, blocks, counts, scores, z_by_slot)
+
+
+def check_step(k, rng, update, where):
+    """One buffered step, its commit and a reset, against the reference."""
+    B, R, C, bs, MB, NB = k.B, k.R, k.C, k.bs, k.MB, k.NB
+    slots_total = B + 2
+    slots = rng.permutation(slots_total)[:B].astype(np.int32)
+    v = rng.standard_normal((slots_total, C)).astype(np.float32)
+    d = rng.standard_normal((slots_total, C)).astype(np.float32)
+    it = rng.integers(1, 9, slots_total).astype(np.int64)
+    obs_rows = np.zeros(slots_total, np.int32)
+    obs_pos = np.full((slots_total, R), -7, np.int32)
+    obs_len = np.full((slots_total, R), -7, np.int32)
+    obs_mask = np.full((slots_total, NB), 9, np.int8)
+    obs_z = np.full((slots_total, R - 1, C), 1234.5, np.float32)   # draft rows 1..
+    states = []
+    for b in range(B):
+        st = sr.LayerState(C, bs)
+        st.V, st.D, st.it = v[slots[b]].copy(), d[slots[b]].copy(), int(it[slots[b]])
+        states.append(st)
+    (lengths, positions, skip, mask, blocks, counts, scores,
+     z_by_slot) = _step_rows(k, rng)
     before = [x.copy() for x in (obs_pos, obs_len, obs_mask, obs_z, v, d)]
     k.launch("observe", [scores, positions, lengths, slots, blocks, counts, mask, skip,
                          obs_rows, obs_pos, obs_len, obs_mask, obs_z, v, d])
@@ -342,3 +355,93 @@ def test_mtp_kernels_match_the_reference(tmp_path, seed, B, R, pages, page, bs, 
     rng = np.random.default_rng(seed)
     for step in range(steps):
         check_step(k, rng, update, f"SPIN_TEST_SEED={seed} step {step}")
+
+
+_PAGED_OBSERVE_DRIVER = """
+static int tid, ctaid_x, ctaid_y;
+int emu_tid_x(void) { return tid; }
+int emu_ctaid_x(void) { return ctaid_x; }
+int emu_ctaid_y(void) { return ctaid_y; }
+typedef void *P;
+void OBSERVE(P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, int);
+void run_observe(int gx, int gy, int t, P *a, int pages) {
+  for (ctaid_y = 0; ctaid_y < gy; ++ctaid_y)
+    for (ctaid_x = 0; ctaid_x < gx; ++ctaid_x)
+      for (tid = 0; tid < t; ++tid)
+        OBSERVE(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+                a[10], a[11], a[12], a[13], a[14], a[15], pages);
+}
+"""
+
+
+@pytest.mark.parametrize("B,R,pages,page,bs", [(3, 2, 8, 16, 16), (2, 4, 6, 32, 16)])
+def test_paged_observe_folds_row_0_through_the_state_table(tmp_path, seed, B, R, pages,
+                                                           page, bs):
+    """The observe kernel of a paged-state program (docs/GPU-ABI.md, "Paged
+    state"): row 0 folded into V and D and rows 1.. buffered in obs_z, all
+    through each request's state table, bit for bit against the reference
+    on the request's state gathered through its pages; pages no request
+    owns are not written. (The commit's paged replay checks its pages with
+    a CTA-wide reduction in shared memory, which a host run cannot
+    emulate; the GPU tests run it.)"""
+    tools, missing = _tools()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+    k = HostKernels(tools, str(tmp_path), B, R, pages, page, bs, "pooling=mean",
+                    gpu_options="paged-state=1", kinds=("observe",),
+                    driver=_PAGED_OBSERVE_DRIVER)
+    rng = np.random.default_rng(seed)
+    C, S = k.C, page
+    for step in range(8):
+        where = f"SPIN_TEST_SEED={seed} step {step}"
+        pool = B * pages + 3
+        table = rng.permutation(pool)[:B * pages].astype(np.int32).reshape(B, pages)
+        slots = rng.permutation(B + 2)[:B].astype(np.int32)
+        v = rng.standard_normal((pool, S)).astype(np.float32)
+        d = rng.standard_normal((pool, S)).astype(np.float32)
+        obs_z = np.full((pool, R - 1, S), 1234.5, np.float32)
+        obs_rows = np.zeros(B + 2, np.int32)
+        obs_pos = np.full((B + 2, R), -7, np.int32)
+        obs_len = np.full((B + 2, R), -7, np.int32)
+        obs_mask = np.full((B + 2, k.NB), 9, np.int8)
+
+        def gather(field, b, row=None):
+            pages_of = table[b]
+            if row is None:
+                return field[pages_of].reshape(C)
+            return field[pages_of, row].reshape(C)
+
+        (lengths, positions, skip, mask, blocks, counts, scores,
+         z_by_slot) = _step_rows(k, rng)
+        states = []
+        for b in range(B):
+            st = sr.LayerState(C, bs)
+            st.V, st.D = gather(v, b).copy(), gather(d, b).copy()
+            states.append(st)
+        before = [x.copy() for x in (v, d, obs_z)]
+        k.launch("observe", [scores, positions, lengths, slots, blocks, counts, mask, skip,
+                             obs_rows, obs_pos, obs_len, obs_mask, obs_z, v, d, table],
+                 pool)
+        for b in range(B):
+            label = f"{where}, batch index {b}"
+            if skip[b] or np.any(lengths[b] > positions[b] + 1):
+                for now, old in zip((v, d, obs_z), before):
+                    assert np.array_equal(now[table[b]], old[table[b]]), label
+                continue
+            sr.observe(states[b], [z_by_slot[b, r] for r in range(R)],
+                       [(int(positions[b, r]), int(lengths[b, r])) for r in range(R)],
+                       mask[b].astype(bool), bs, alpha=ALPHA)
+            for name, got, want in (("V", gather(v, b), states[b].V),
+                                    ("D", gather(d, b), states[b].D)):
+                bad = np.nonzero(got != want)[0]
+                assert bad.size == 0, f"{label}: {name} differs at {bad[:8]}"
+            for r in range(1, R):
+                scored = (np.arange(C) < lengths[b, r]) & (np.repeat(mask[b], bs)[:C] != 0)
+                want = np.where(scored, z_by_slot[b, r], gather(before[2], b, r - 1))
+                got = gather(obs_z, b, r - 1)
+                same = (got == want) | (np.isnan(got) & np.isnan(want))
+                assert same.all(), f"{label} row {r}: obs_z differs at {np.nonzero(~same)[0][:8]}"
+        owned = np.zeros(pool, bool)
+        owned[table.ravel()] = True
+        for now, old in zip((v, d, obs_z), before):
+            assert np.array_equal(now[~owned], old[~owned]), f"{where}: a free page changed"
