@@ -1169,14 +1169,14 @@ LogicalResult PlanBuilder::lowerObservations(Operation *op, Value state,
   spec.decay = decay;
   spec.paged = paged;
   ObservationFields obs = observationsOf(op, state);
-  auto [v, d, it] = stateOf(op, state);
+  // Row 0 folds into V and D; spin.commit advances it.
+  [[maybe_unused]] auto [v, d, it] = stateOf(op, state);
   LaunchShape shape = buildObserveKernel(b, op->getLoc(), kernels, spec);
   SmallVector<Buffer> operands = {scores,      positions,   lengths,
                                   *slots,      mask.blocks, mask.counts,
                                   mask.mask,   mask.skip,   obs.rows,
                                   obs.pos,     obs.len,     obs.mask,
                                   obs.z,       v,           d};
-  (void)it; // spin.commit advances it
   operands.append(pagedOperands(state, false));
   Launch &l = launch(spec.name, shape, operands, op);
   placeOn(l, stream, wait);

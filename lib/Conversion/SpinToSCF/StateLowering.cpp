@@ -144,11 +144,10 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
                            ConversionPatternRewriter &rewriter) const override {
     LoopBuilder lb(rewriter, op.getLoc());
     StepViews step(lb, op, adaptor);
-    auto [scores, positions, lengths, mask, blockSize] = std::tie(
-        step.scores, step.positions, step.lengths, step.mask, step.blockSize);
     auto [a, c] = lb.emaWeights(op.getDecay().convertToDouble());
-    Value batch = lb.dim(lengths, 0), rows = lb.dim(lengths, 1);
-    Value maskBlocks = lb.minU(lb.dim(mask, 1), lb.dim(state.obsMask, 1));
+    Value batch = lb.dim(step.lengths, 0), rows = lb.dim(step.lengths, 1);
+    Value maskBlocks =
+        lb.minU(lb.dim(step.mask, 1), lb.dim(state.obsMask, 1));
     bool blockLevel = state.level == StateLevel::block;
     lb.forEach(lb.index(0), batch, [&](Value b) {
       Value slot = lb.loadIndex(state.slots, {b});
@@ -157,23 +156,26 @@ struct ObserveLowering : public StatefulLowering<ObserveOp> {
       lb.forEach(lb.index(0), maskBlocks, [&](Value j) {
         Value bit = arith::ExtUIOp::create(rewriter, op.getLoc(),
                                            rewriter.getI8Type(),
-                                           lb.load(mask, {b, j}));
+                                           lb.load(step.mask, {b, j}));
         lb.store(bit, state.obsMask, {slot, j});
       });
       lb.forEach(lb.index(0), rows, [&](Value r) {
-        lb.store(lb.load(positions, {b, r}), state.obsPos, {slot, r});
-        lb.store(lb.load(lengths, {b, r}), state.obsLen, {slot, r});
+        lb.store(lb.load(step.positions, {b, r}), state.obsPos, {slot, r});
+        lb.store(lb.load(step.lengths, {b, r}), state.obsLen, {slot, r});
       });
       // Row r's scores are draft row r - 1 of obs_z.
       lb.forEach(lb.index(1), rows, [&](Value r) {
         Value draft = lb.sub(r, lb.index(1));
-        Value visible = lb.loadIndex(lengths, {b, r});
-        Value rowBlocks = lb.minU(lb.ceilDivU(visible, blockSize), maskBlocks);
+        Value visible = lb.loadIndex(step.lengths, {b, r});
+        Value rowBlocks =
+            lb.minU(lb.ceilDivU(visible, step.blockSize), maskBlocks);
         lb.forEach(lb.index(0), rowBlocks, [&](Value j) {
-          lb.ifThen(lb.load(mask, {b, j}), [&] {
-            Value begin = lb.mul(j, blockSize);
-            Value end = lb.minU(lb.add(begin, blockSize), visible);
-            auto scoreAt = [&](Value i) { return lb.load(scores, {b, r, i}); };
+          lb.ifThen(lb.load(step.mask, {b, j}), [&] {
+            Value begin = lb.mul(j, step.blockSize);
+            Value end = lb.minU(lb.add(begin, step.blockSize), visible);
+            auto scoreAt = [&](Value i) {
+              return lb.load(step.scores, {b, r, i});
+            };
             if (blockLevel) {
               Value pooled = lb.pool(*op.getPooling(), begin, end, scoreAt,
                                      /*finiteOnly=*/true)

@@ -536,8 +536,8 @@ def Spin_FusedScoreOp : Spin_Op<"fused_score", [AttrSizedOperandSegments]> {
     update for a decode step (`update = #spin.update<ema>`, one row) or
     buffering for a later `spin.commit` (`update = #spin.update<observe>`,
     MTP: row 0 folded, the other rows buffered). `state`, `positions`,
-    `update` and `decay` come together, with `pooling` for a `level = block` state; without them the op is
-    pure. `scores` is the sparse score tensor (-inf outside the scored
+    `update` and `decay` come together, with `pooling` for a `level = block`
+    state; without them the op is pure. `scores` is the sparse score tensor (-inf outside the scored
     slots); lowerings skip writing it when it has no use.
 
     ```mlir
