@@ -596,7 +596,12 @@ void CommitReplayKernel::storeGroup(ArrayRef<Value> touched, Value all,
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
 /// more iteration for each request that had buffered rows, and its buffer
-/// is dropped.
+/// is dropped. The replay writes none of what the finish reads but the
+/// paged refusal flags (the slots, accepted counts and reset flags are step
+/// inputs; obs_rows and `it` were last written by kernels that completed
+/// before the replay passed its grid wait), so every other load comes
+/// before the finish's own wait, overlapping the replay: what is left after
+/// it is the stores.
 static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
                                            gpu::GPUModuleOp module,
                                            const CommitKernelSpec &spec) {
@@ -617,33 +622,35 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   // Paged: set by the replay for a request whose state pages it refused;
   // read and cleared here (scratch is left zeroed).
   Value refused = spec.paged.enabled() ? func.getArguments().back() : Value();
-  Value request =
-      kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
-  // Rows past the batch load row 0's slot (and do nothing with it).
-  BatchSlot batchSlot = loadBatchSlotBeforeWait(
-      kb, b, func, slots,
-      [&] {
-        Value row =
-            kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
-        return kb.select(kb.cmp(CmpIPredicate::slt, row, kb.i32(spec.batch)),
-                         row, kb.i32(0));
-      },
-      numSlots, spec.batch, /*wholeWarp=*/false); // a row per thread
-  kb.ifThen(kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch)), [&] {
-    Value slot = batchSlot.slot;
-    CommitRow row = commitRowOf(kb, spec, batchSlot, request, accepted,
-                                obsRows, resetFlags);
+  Value request, inBatch, iteration;
+  BatchSlot batchSlot;
+  CommitRow commit;
+  {
+    OpBuilder::InsertionGuard beforeWait(b);
+    setInsertionBeforeGridWait(b, func);
+    request = kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+    inBatch = kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch));
+    // Rows past the batch load row 0's inputs (and do nothing with them).
+    Value row = kb.select(inBatch, request, kb.i32(0));
+    batchSlot = loadBatchSlot(kb, slots, row, numSlots, spec.batch,
+                              /*wholeWarp=*/false); // a row per thread
+    commit = commitRowOf(kb, spec, batchSlot, row, accepted, obsRows,
+                         resetFlags);
+    iteration = kb.loadAt(i64, itState, batchSlot.slot);
+  }
+  Value slot = batchSlot.slot;
+  kb.ifThen(inBatch, [&] {
+    Value ok = commit.ok;
     if (refused) {
       Value flagged = kb.cmp(CmpIPredicate::ne,
                              kb.loadAt(i32, refused, request), kb.i32(0));
       kb.ifThen(flagged, [&] { kb.storeAt(kb.i32(0), refused, request); });
-      row.ok = kb.andI(row.ok, kb.not1(flagged));
+      ok = kb.andI(ok, kb.not1(flagged));
     }
     kb.ifThen(
-        kb.andI(row.ok, kb.cmp(CmpIPredicate::sgt, row.buffered, kb.i32(0))),
+        kb.andI(ok, kb.cmp(CmpIPredicate::sgt, commit.buffered, kb.i32(0))),
         [&] {
-          Value at = kb.gep(itState, i64, slot);
-          kb.store(kb.add(kb.load(i64, at, 8), kb.i64(1)), at, 8);
+          kb.storeAt(kb.add(iteration, kb.i64(1)), itState, slot);
           kb.storeAt(kb.i32(0), obsRows, slot);
         });
   });
