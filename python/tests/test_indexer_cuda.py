@@ -242,9 +242,14 @@ def test_mtp_programs_compile_without_a_gpu(tmp_path, name):
     with open(os.path.join(path, "manifest.json")) as f:
         kernels = [launch["kernel"] for launch in json.load(f)["launches"]]
     commit = [k for k in kernels if k.startswith("spin_commit_")]
-    assert len(commit) == 2 and commit[1] == commit[0] + "_finish"
-    assert kernels.index(commit[1]) < min(i for i, k in enumerate(kernels)
-                                          if k.startswith("spin_select_"))
+    if case["indexer"].get("mtp_update") == "row0":
+        # The observe kernel folds row 0 at its step: nothing to replay, the
+        # finish alone advances `it`.
+        assert len(commit) == 1 and commit[0].endswith("_finish")
+    else:
+        assert len(commit) == 2 and commit[1] == commit[0] + "_finish"
+    assert kernels.index(commit[-1]) < min(i for i, k in enumerate(kernels)
+                                           if k.startswith("spin_select_"))
     assert any(k.startswith("spin_observe_") for k in kernels)
     assert not any(k.startswith("spin_update_") for k in kernels)
 

@@ -1,7 +1,8 @@
 """The GPU path's MTP kernels, run on the host against the reference.
 
 convert-spin-to-gpu lowers an MTP layer's buffering (spin_observe_N), the
-replay of the accepted rows (spin_commit_N, spin_commit_N_finish) and the
+replay of the accepted rows (spin_commit_N, spin_commit_N_finish; the finish
+alone under mtp-update=row0, which replays nothing) and the
 reset that drops buffered rows (spin_reset_N: a kernel of its own where the
 selection has no predict kernel, as with the mean pooling used here) to
 kernels whose threads are independent: no barriers, warp shuffles or shared
@@ -177,6 +178,11 @@ class HostKernels:
         driver = driver or _DRIVER
         for kind, name in names.items():
             driver = driver.replace(kind.upper(), name)
+        # A kind the plan does not launch (no replay kernel under
+        # mtp-update=row0) keeps no declaration or runner in the driver.
+        for kind in set(patterns) - set(names):
+            driver = re.sub(rf"void {kind.upper()}\(.*?\);\n", "", driver)
+            driver = re.sub(rf"void run_{kind}\(.*?\n}}\n", "", driver, flags=re.S)
         with open(os.path.join(directory, "driver.c"), "w") as f:
             f.write(driver)
         run(tools["cc"], "-O1", "-shared", "-fPIC", "driver.c", "host.o", "-o", "libmtp.so")
@@ -296,8 +302,9 @@ def check_step(k, rng, update, where):
 
     accepted = rng.integers(0, R, B).astype(np.int32)
     errors = np.zeros(4, np.int32)
-    k.launch("commit", [accepted, slots, v, d, obs_rows, obs_pos, obs_len, obs_mask, obs_z,
-                        errors], slots_total)
+    if "commit" in k.names:
+        k.launch("commit", [accepted, slots, v, d, obs_rows, obs_pos, obs_len, obs_mask,
+                            obs_z, errors], slots_total)
     k.launch("finish", [slots, it, obs_rows, accepted], slots_total)
     assert not errors.any(), f"{where}: the commit reported {errors}"
     for b in range(B):
@@ -348,8 +355,15 @@ def test_mtp_kernels_match_the_reference(tmp_path, seed, B, R, pages, page, bs, 
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (spin-opt from SPIN_BUILD_DIR, the LLVM "
                     f"tools from {LLVM_BIN}, a C compiler)")
-    k = HostKernels(tools, str(tmp_path), B, R, pages, page, bs, options)
     update = "row0" if "mtp-update=row0" in options else "prefix"
+    # Under mtp-update=row0 the observe kernel folds all there is: the plan
+    # launches the finish alone, no replay kernel.
+    kinds = ("reset", "finish", "observe") if update == "row0" else \
+        ("reset", "commit", "finish", "observe")
+    k = HostKernels(tools, str(tmp_path), B, R, pages, page, bs, options, kinds=kinds)
+    if update == "row0":
+        assert not any(re.fullmatch(r"spin_commit_\d+", n) for n in k.shapes), \
+            "mtp-update=row0 launches a commit replay"
     if pages * page >= 8192:
         assert k.shapes[k.names["commit"]][0] > 1 and k.shapes[k.names["observe"]][0] > 1
     rng = np.random.default_rng(seed)

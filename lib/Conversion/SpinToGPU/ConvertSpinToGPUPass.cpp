@@ -1236,7 +1236,7 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   }
   replay.push_back(slotCountOf(op, op.getState()));
   finish.push_back(slotCountOf(op, op.getState()));
-  if (paged.enabled()) {
+  if (paged.enabled() && shapes.replay) {
     // The requests whose state pages the replay refused, for the finish.
     Buffer refused = addScratch(spec.name + "_refused", spec.batch * 4);
     replay.append(pagedOperands(op.getState(), false));
@@ -1244,8 +1244,10 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
     finish.push_back(refused);
   }
   // The replay and the finish run in order on the commit's stream, before
-  // the selection that reads the committed state.
-  launch(spec.name, shapes.replay, replay, op);
+  // the selection that reads the committed state. Under mtp_update = row0
+  // the observe kernel folded all there is: the finish alone advances `it`.
+  if (shapes.replay)
+    launch(spec.name, *shapes.replay, replay, op);
   launch(spec.name + "_finish", shapes.finish, finish, op);
   committedLayers.insert(layer);
   return success();

@@ -84,14 +84,15 @@
 // CHECK-LABEL: gpu.func @spin_observe_5(
 
 // Without spin-schedule-async the buffering is fused into the scoring op and
-// follows the top-K on the caller's stream; with mtp-update=row0 the replay
+// follows the top-K on the caller's stream; with mtp-update=row0 the observe
+// kernel folds row 0, nothing is replayed (no replay kernel), and the finish
 // never reads the accepted counts.
 
 // FUSED-LABEL: func.func @verify(
 // FUSED-SAME: spin.name = "accepted", spin.role = "accepted"
 // FUSED-SAME: spin.events = 0 : i64
-// FUSED: gpu.launch_func @spin_kernels::@spin_commit_0 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
-// FUSED: gpu.launch_func @spin_kernels::@spin_commit_0_finish
+// FUSED-NOT: @spin_commit_0 blocks
+// FUSED: gpu.launch_func @spin_kernels::@spin_commit_0_finish {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // Under row-0 sharing one CTA a request selects (the rows' masks merged
 // in its shared memory).
 // FUSED: gpu.launch_func @spin_kernels::@spin_select_1 blocks in (%c2{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}}, %c1{{(_[0-9]+)?}})
@@ -100,8 +101,9 @@
 // FUSED: gpu.launch_func @spin_kernels::@spin_observe_4 {{.*}} {spin.record = -1 : i64, spin.stream = 0 : i64, spin.wait = []}
 // FUSED-NEXT: return
 // FUSED: llvm.mlir.global internal @spin_select_1_row_mask()
-// FUSED-LABEL: gpu.func @spin_commit_0(
-// FUSED-NOT: llvm.getelementptr %arg0[
+// FUSED-NOT: gpu.func @spin_commit_0(
+// FUSED-LABEL: gpu.func @spin_commit_0_finish(
+// FUSED-NOT: llvm.getelementptr %arg3[
 // FUSED: gpu.return
 func.func @verify(%q: tensor<2x3x16x64xbf16>, %w: tensor<2x3x16xf32>,
                   %keys: tensor<?x16x64xbf16>, %table: tensor<2x8xi32>,

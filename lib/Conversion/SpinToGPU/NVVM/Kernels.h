@@ -20,6 +20,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
 #include <array>
+#include <optional>
 #include <string>
 
 namespace mlir::spin::gpu_codegen {
@@ -440,7 +441,8 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 /// `[0, obs_rows - 1]`; none with `rowZeroOnly`: the observe kernel folded
 /// row 0) into V and D in row order, with the update rule of
 /// buildUpdateKernel, then `it += 1` and `obs_rows = 0`; requests with
-/// nothing buffered are untouched. Two launches:
+/// nothing buffered are untouched. Two launches (the finish alone with
+/// `rowZeroOnly`, which replays nothing):
 ///  1. `<name>` (ctasPerRequest x batch CTAs): thread `x` owns `V[x]` and
 ///     `D[x]` and folds in, row after row, row r's score of slot `x` and of
 ///     slot `p_r - x` (when scored and finite): no two threads write the
@@ -472,12 +474,13 @@ struct CommitKernelSpec {
   /// The paged layout: the replay finds entries through the step's state
   /// block table and refuses a request with a page outside the pool (it
   /// then sets the request's flag, a pointer after the page count); the
-  /// finish (its last parameter, the same flags) then leaves the request's
-  /// buffer and `it` alone and clears the flag.
+  /// finish (its last parameter, the same flags; none without a replay)
+  /// then leaves the request's buffer and `it` alone and clears the flag.
   PagedState paged;
 };
 struct CommitLaunches {
-  LaunchShape replay, finish;
+  std::optional<LaunchShape> replay; ///< none with `rowZeroOnly`
+  LaunchShape finish;
 };
 CommitLaunches buildCommitKernels(OpBuilder &b, Location loc,
                                   gpu::GPUModuleOp module,

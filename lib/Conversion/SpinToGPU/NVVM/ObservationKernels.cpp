@@ -301,9 +301,10 @@ LaunchShape CommitReplayKernel::build() {
                           kb.i32(0));
             });
   // Row 0 was folded by the observe kernel: only rows 1..a of a request
-  // with buffered rows are replayed, none under mtp_update = row0 or for
-  // a = 0.
-  if (!spec.rowZeroOnly && spec.rows > 1)
+  // with buffered rows are replayed, none for a = 0 (and no replay kernel
+  // under mtp_update = row0: buildCommitKernels).
+  assert(!spec.rowZeroOnly && "mtp_update = row0 has no replay kernel");
+  if (spec.rows > 1)
     kb.ifThen(
         kb.andI(acceptedOk,
                 kb.andI(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)),
@@ -608,9 +609,11 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   KernelBuilder kb(b, loc, module);
   Type i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 128;
+  // Paged state with a replay: the requests it refused.
+  const bool refusals = spec.paged.enabled() && !spec.rowZeroOnly;
   SmallVector<Type> params(spec.resetAfter ? 5 : 4, kb.ptrT(Global));
   params.push_back(i32);
-  if (spec.paged.enabled())
+  if (refusals)
     params.push_back(kb.ptrT(Global));
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
@@ -621,7 +624,7 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
   Value numSlots = func.getArgument(spec.resetAfter ? 5 : 4);
   // Paged: set by the replay for a request whose state pages it refused;
   // read and cleared here (scratch is left zeroed).
-  Value refused = spec.paged.enabled() ? func.getArguments().back() : Value();
+  Value refused = refusals ? func.getArguments().back() : Value();
   Value request, inBatch, iteration;
   BatchSlot batchSlot;
   CommitRow commit;
@@ -673,7 +676,8 @@ mlir::spin::gpu_codegen::buildCommitKernels(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
                                             const CommitKernelSpec &spec) {
   CommitLaunches shapes;
-  shapes.replay = CommitReplayKernel(b, loc, module, spec).build();
+  if (!spec.rowZeroOnly)
+    shapes.replay = CommitReplayKernel(b, loc, module, spec).build();
   shapes.finish = buildCommitFinishKernel(b, loc, module, spec);
   return shapes;
 }
