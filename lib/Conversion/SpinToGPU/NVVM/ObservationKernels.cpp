@@ -3,11 +3,12 @@
 // Part of the spin project: SPIN (Shadow Predictive Indexer) for
 // indexer-based sparse attention.
 //
-// The GPU side of SPIN_SPEC §4: an MTP verification step buffers its rows'
-// observations in the request's pending-observation fields
-// (docs/Runtime-ABI.md) instead of updating V and D, and the request's next
-// step replays the accepted rows in order. Both match the CPU path's
-// spin.observe / spin.commit lowering (lib/Conversion/SpinToSCF) bit for bit.
+// The GPU side of SPIN_SPEC §4 and §7.2: an MTP verification step folds
+// its row 0 into V and D and buffers the other rows' observations in the
+// request's pending-observation fields (docs/Runtime-ABI.md), and the
+// request's next step replays the accepted draft rows in order. Both match
+// the CPU path's spin.observe / spin.commit lowering (lib/Conversion/
+// SpinToSCF) bit for bit.
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,12 +81,147 @@ static CommitRow commitRowOf(KernelBuilder &kb, const CommitKernelSpec &spec,
   return row;
 }
 
+/// What the observe kernel's entries need of their request's rows.
+struct ObservedRows {
+  SmallVector<Value> length;   ///< N_r
+  SmallVector<Value> scoreRow; ///< row r's first score (i64)
+  Value p0, decay, keep;
+};
+
+/// The observe kernel's buffers that its entries read or write.
+struct ObservedBuffers {
+  Value scores, blocks, obsZ, vState, dState;
+};
+
+/// The observe kernel's entries 0 .. total - 1 of a request (its selected
+/// blocks' slots in list order), spread over its CTAs in groups of `group`
+/// consecutive entries (slotRunsAreVectors: a group lies in one block, its
+/// slots are consecutive and their V cells, scores and buffered scores
+/// aligned vectors), kObserveUnroll / group groups a thread at a time.
+/// Every load of a round (the block-list entry once a group, each row's
+/// scores, then row 0's V and D cells) comes before any store: the kernel
+/// is bound by the latency of these loads. Entries past the end load the
+/// last group and store nothing. Distinct entries are distinct slots, so no
+/// two threads touch the same V or D cell (row 0's offsets p_0 - i are
+/// distinct too).
+static void observeEntries(KernelBuilder &kb, const ObserveKernelSpec &spec,
+                           const ObservedBuffers &buf,
+                           const StateRows &entries, const ObservedRows &rows,
+                           Value request, Value total) {
+  Type i32 = kb.i32T(), f32 = kb.f32T();
+  const int64_t bs = spec.blockSize, mb = spec.maxBlocks;
+  const int64_t nRows = spec.rows;
+  const int64_t group =
+      slotRunsAreVectors(4, spec.capacity, bs, spec.paged) ? 4 : 1;
+  const int64_t unroll = std::max<int64_t>(1, kObserveUnroll / group);
+  Type vec = group == 1 ? f32 : kb.vecT(f32, group);
+  auto loadGroup = [&](Value at) {
+    Value loaded = kb.load(vec, at, 4 * group);
+    SmallVector<Value> cells;
+    for (int64_t j = 0; j < group; ++j)
+      cells.push_back(group == 1 ? loaded : kb.extract(loaded, j));
+    return cells;
+  };
+  // The cells where `mask` holds: one vector when it holds for all.
+  auto storeGroup = [&](ArrayRef<Value> values, ArrayRef<Value> mask,
+                        Value at) {
+    if (group == 1)
+      return kb.ifThen(mask.front(), [&] { kb.store(values.front(), at, 4); });
+    Value all = mask.front();
+    for (Value m : mask.drop_front())
+      all = kb.andI(all, m);
+    kb.ifThen(all, [&] { kb.store(kb.vectorOf(vec, values), at, 4 * group); });
+    kb.ifThen(kb.not1(all), [&] {
+      for (int64_t j = 0; j < group; ++j)
+        kb.ifThen(mask[j], [&] {
+          kb.store(values[j], kb.gep(at, f32, kb.i32(j)), 4);
+        });
+    });
+  };
+
+  Value start = kb.mul(
+      kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), kb.threadIdX()),
+      kb.i32(group));
+  const int64_t stride = spec.threads * spec.ctasPerRequest * group;
+  Value lastGroup = kb.sub(total, kb.i32(group));
+  Value bsV = kb.i32(bs);
+  // Row 0's V cells of a group no entry of which folds: those of p_0's
+  // group, inside the capacity (a vector's worth below it).
+  Value spareSlot = kb.mul(kb.divU(rows.p0, kb.i32(group)), kb.i32(group));
+  kb.forLoop(start, total, kb.i32(stride * unroll), [&](Value first) {
+    SmallVector<Value> inRange, slot0;
+    SmallVector<SmallVector<Value>> slotOf(unroll), folds(unroll),
+        oldV(unroll), oldD(unroll), dAts(unroll);
+    SmallVector<SmallVector<SmallVector<Value>>> z(unroll);
+    SmallVector<Value> vAts;
+    for (int64_t u = 0; u < unroll; ++u) {
+      Value e = kb.add(first, kb.i32(u * stride));
+      inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
+      Value at = kb.minS(e, lastGroup);
+      Value block = kb.loadAt(
+          i32, buf.blocks,
+          kb.add(kb.mul(request, kb.i32(mb)), kb.divU(at, bsV)), true);
+      slot0.push_back(kb.add(kb.mul(block, bsV), kb.remU(at, bsV)));
+      for (int64_t r = 0; r < nRows; ++r)
+        z[u].push_back(loadGroup(kb.gep(
+            buf.scores, f32, kb.add(rows.scoreRow[r], kb.extS64(at)))));
+    }
+    for (int64_t u = 0; u < unroll; ++u) {
+      // Row 0's scored slots below N_0 with a finite score (§3.10), as
+      // the commit replay tested them: the length test does not rely on
+      // how the scoring fills the slots past a row's length.
+      Value any = kb.i1(false);
+      for (int64_t j = 0; j < group; ++j) {
+        Value s = kb.add(slot0[u], kb.i32(j));
+        slotOf[u].push_back(s);
+        Value finite =
+            kb.cmpF(CmpFPredicate::OLT, kb.absF(z[u][0][j]), kb.f32(INFINITY));
+        Value seen = kb.cmp(CmpIPredicate::slt, s, rows.length[0]);
+        folds[u].push_back(kb.andI(inRange[u], kb.andI(seen, finite)));
+        any = kb.orI(any, folds[u].back());
+        Value i = kb.select(folds[u].back(), s, rows.p0);
+        dAts[u].push_back(
+            kb.gep(buf.dState, f32, entries.index(kb.sub(rows.p0, i))));
+        oldD[u].push_back(kb.load(f32, dAts[u].back(), 4));
+      }
+      vAts.push_back(kb.gep(
+          buf.vState, f32, entries.index(kb.select(any, slot0[u], spareSlot))));
+      oldV[u] = loadGroup(vAts.back());
+    }
+    for (int64_t u = 0; u < unroll; ++u) {
+      SmallVector<Value> newV, newD;
+      for (int64_t j = 0; j < group; ++j) {
+        Value cz = kb.mul(rows.keep, z[u][0][j]);
+        newV.push_back(kb.emaFold(oldV[u][j], rows.decay, cz));
+        newD.push_back(kb.emaFold(oldD[u][j], rows.decay, cz));
+      }
+      storeGroup(newV, folds[u], vAts[u]);
+      for (int64_t j = 0; j < group; ++j)
+        kb.ifThen(folds[u][j], [&] { kb.store(newD[j], dAts[u][j], 4); });
+      // The slots of a block's tail past the capacity (where the block size
+      // does not divide it) are no row's, N_r <= C: clamped, their buffer
+      // address stays in the request's cells.
+      Value at = kb.minS(slot0[u], kb.i32(spec.capacity - group));
+      for (int64_t r = 1; r < nRows; ++r) {
+        SmallVector<Value> seen;
+        for (int64_t j = 0; j < group; ++j)
+          seen.push_back(kb.andI(
+              inRange[u],
+              kb.cmp(CmpIPredicate::slt, slotOf[u][j], rows.length[r])));
+        storeGroup(z[u][r], seen,
+                   kb.gep(buf.obsZ, f32,
+                          entries.index(at, kb.i32(r - 1), nRows - 1)));
+      }
+    }
+  });
+}
+
 LaunchShape
 mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
                                             gpu::GPUModuleOp module,
                                             const ObserveKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
-  Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T(), f32 = kb.f32T();
+  Type ptr = kb.ptrT(Global), i8 = kb.i8T(), i32 = kb.i32T();
   SmallVector<Type> params(15, ptr);
   if (spec.paged.enabled())
     params.append({ptr, kb.i32T()});
@@ -158,72 +294,19 @@ mlir::spin::gpu_codegen::buildObserveKernel(OpBuilder &b, Location loc,
     });
     // Row 0 folded into V and D (SPIN_SPEC §3.10 with the commit's weights),
     // the other rows' scores of the scored slots they see (i < N_r) buffered,
-    // by slot. Each thread takes kObserveUnroll entries at a time and issues
-    // all their loads (the block-list entry once for every row, each row's
-    // score, then row 0's V and D cells) before any store: the kernel is
-    // bound by the latency of these loads, not by bandwidth. Entries past
-    // the end load the last entry and store nothing. Distinct entries are
-    // distinct slots, so no two threads touch the same V or D cell (row 0's
-    // offsets p_0 - i are distinct too).
+    // by slot: observeEntries.
     Value total = kb.mul(kb.loadAt(i32, counts, request, true), kb.i32(bs));
-    Value start = kb.add(kb.mul(kb.blockIdX(), kb.i32(spec.threads)), tid);
-    const int64_t stride = spec.threads * spec.ctasPerRequest;
-    StateRows entries(kb, paging, slot, request, spec.capacity);
-    SmallVector<Value> rowLength, scoreRow;
+    ObservedRows observed;
     for (int64_t r = 0; r < rows; ++r) {
       Value rowId = kb.add(requestRows, kb.i32(r));
-      rowLength.push_back(kb.loadAt(i32, lengths, rowId, true));
-      scoreRow.push_back(kb.mul(kb.extS64(rowId), kb.i64(mb * bs)));
+      observed.length.push_back(kb.loadAt(i32, lengths, rowId, true));
+      observed.scoreRow.push_back(kb.mul(kb.extS64(rowId), kb.i64(mb * bs)));
     }
-    Value p0 = kb.loadAt(i32, positions, requestRows, true);
-    auto [decay, keep] = kb.emaWeights(spec.decay);
-    Value lastEntry = kb.sub(total, kb.i32(1));
-    Value bsV = kb.i32(bs);
-    kb.forLoop(start, total, kb.i32(stride * kObserveUnroll), [&](Value first) {
-      SmallVector<Value> inRange, slotOf, folds, vAts, dAts, olds;
-      SmallVector<SmallVector<Value>> z(kObserveUnroll);
-      for (int64_t u = 0; u < kObserveUnroll; ++u) {
-        Value e = kb.add(first, kb.i32(u * stride));
-        inRange.push_back(kb.cmp(CmpIPredicate::slt, e, total));
-        Value at = kb.minS(e, lastEntry);
-        Value block = kb.loadAt(
-            i32, blocks, kb.add(kb.mul(request, kb.i32(mb)), kb.divU(at, bsV)),
-            true);
-        slotOf.push_back(kb.add(kb.mul(block, bsV), kb.remU(at, bsV)));
-        for (int64_t r = 0; r < rows; ++r)
-          z[u].push_back(kb.loadAt(f32, scores,
-                                   kb.add(scoreRow[r], kb.extS64(at)), true));
-      }
-      for (int64_t u = 0; u < kObserveUnroll; ++u) {
-        // Row 0's scored slots below N_0 with a finite score (§3.10), as
-        // the commit replay tested them: the length test does not rely on
-        // how the scoring fills the slots past a row's length.
-        Value finite =
-            kb.cmpF(CmpFPredicate::OLT, kb.absF(z[u][0]), kb.f32(INFINITY));
-        Value seen = kb.cmp(CmpIPredicate::slt, slotOf[u], rowLength[0]);
-        folds.push_back(kb.andI(inRange[u], kb.andI(seen, finite)));
-        Value i = kb.select(folds.back(), slotOf[u], p0);
-        vAts.push_back(kb.gep(vState, f32, entries.index(i)));
-        dAts.push_back(kb.gep(dState, f32, entries.index(kb.sub(p0, i))));
-        olds.push_back(kb.load(f32, vAts.back(), 4));
-        olds.push_back(kb.load(f32, dAts.back(), 4));
-      }
-      for (int64_t u = 0; u < kObserveUnroll; ++u) {
-        kb.ifThen(folds[u], [&] {
-          Value cz = kb.mul(keep, z[u][0]);
-          kb.store(kb.emaFold(olds[2 * u], decay, cz), vAts[u], 4);
-          kb.store(kb.emaFold(olds[2 * u + 1], decay, cz), dAts[u], 4);
-        });
-        for (int64_t r = 1; r < rows; ++r)
-          kb.ifThen(kb.andI(inRange[u], kb.cmp(CmpIPredicate::slt, slotOf[u],
-                                               rowLength[r])),
-                    [&] {
-                      kb.storeAt(z[u][r], obsZ,
-                                 entries.index(slotOf[u], kb.i32(r - 1),
-                                               rows - 1));
-                    });
-      }
-    });
+    observed.p0 = kb.loadAt(i32, positions, requestRows, true);
+    std::tie(observed.decay, observed.keep) = kb.emaWeights(spec.decay);
+    StateRows entries(kb, paging, slot, request, spec.capacity);
+    observeEntries(kb, spec, {scores, blocks, obsZ, vState, dState}, entries,
+                   observed, request, total);
   });
 
   LaunchShape shape;
