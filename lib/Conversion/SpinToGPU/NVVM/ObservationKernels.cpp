@@ -24,7 +24,8 @@ using arith::CmpFPredicate;
 using arith::CmpIPredicate;
 
 namespace {
-/// Entries a thread of the observe kernel copies at a time.
+/// Entries a thread of the observe kernel takes at a time (one group of
+/// four consecutive entries, or four single ones).
 constexpr int64_t kObserveUnroll = 4;
 /// Groups of consecutive entries (each a V and a D cell) a thread of the
 /// commit replay folds at a time when a group is a single entry.
@@ -81,6 +82,7 @@ static CommitRow commitRowOf(KernelBuilder &kb, const CommitKernelSpec &spec,
   return row;
 }
 
+namespace {
 /// What the observe kernel's entries need of their request's rows.
 struct ObservedRows {
   SmallVector<Value> length;   ///< N_r
@@ -92,6 +94,7 @@ struct ObservedRows {
 struct ObservedBuffers {
   Value scores, blocks, obsZ, vState, dState;
 };
+} // namespace
 
 /// The observe kernel's entries 0 .. total - 1 of a request (its selected
 /// blocks' slots in list order), spread over its CTAs in groups of `group`
