@@ -9,9 +9,14 @@ SHAPE = dict(heads=8, head_dim=64, block_size=16, page_size=64, topk=32, sparsit
              explore=0.25, seed=5, rows=2, key_format="fp8", pooling="max")
 
 
-def make_indexer(spin, paged, chips=None, cache_dir=None):
+# The commit's two rules: rows 1..a replayed at the next step (row 0 folded
+# at its own), or row 0 alone (no replay kernel).
+MTP_UPDATES = ("prefix", "row0")
+
+
+def make_indexer(spin, paged, chips=None, cache_dir=None, mtp_update="prefix"):
     """The Indexer of the paged (or compact) programs, compiled (or found in
     the cache) now for batches of BATCH and tables MAX_PAGES wide."""
     return spin.Indexer(device="cuda", paged_state=paged, reset_input=True, chips=chips,
                         cache_dir=cache_dir, max_pages=MAX_PAGES, batch_sizes=[BATCH],
-                        **SHAPE)
+                        mtp_update=mtp_update, **SHAPE)

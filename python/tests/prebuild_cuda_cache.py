@@ -109,7 +109,9 @@ def main(argv=None):
     # Paged state against the compact layout (test_paged_state_cuda.py).
     import paged_state_cases
     for paged in (True, False):
-        paged_state_cases.make_indexer(spin, paged, chips=chips, cache_dir=out)
+        for update in paged_state_cases.MTP_UPDATES:
+            paged_state_cases.make_indexer(spin, paged, chips=chips, cache_dir=out,
+                                           mtp_update=update)
     # Fused fp8 key pages against separate keys and scales
     # (test_fused_pages_cuda.py).
     import fused_pages_cases

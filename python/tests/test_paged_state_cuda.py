@@ -26,7 +26,8 @@ spin = pytest.importorskip("spin", reason="the spin extension is not built")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_test_support import cuda, needs_compiler, needs_cuda  # noqa: E402
-from paged_state_cases import (BATCH, MAX_PAGES, SHAPE, make_indexer)  # noqa: E402
+from paged_state_cases import (BATCH, MAX_PAGES, MTP_UPDATES, SHAPE,  # noqa: E402
+                               make_indexer)
 
 needs_compiler = needs_compiler(spin)
 
@@ -113,11 +114,11 @@ class Run:
     cache, private state pages from a shuffled pool (garbage at first,
     stale after reuse), table entries past a request's pages -1."""
 
-    def __init__(self, rng, slots=6, pages=40):
+    def __init__(self, rng, slots=6, pages=40, mtp_update="prefix"):
         import torch
         self.torch, self.rng = torch, rng
-        self.paged = make_indexer(spin, True)
-        self.compact = make_indexer(spin, False)
+        self.paged = make_indexer(spin, True, mtp_update=mtp_update)
+        self.compact = make_indexer(spin, False, mtp_update=mtp_update)
         s = SHAPE
         self.R, self.K, self.P = s["rows"], s["topk"], s["page_size"]
         self.slots, self.pages = slots, pages
@@ -239,8 +240,9 @@ class Run:
 
 @cuda
 @needs_cuda
-def test_paged_state_steps_equal_the_compact_layout(rng):
-    run = Run(rng)
+@pytest.mark.parametrize("mtp_update", MTP_UPDATES)
+def test_paged_state_steps_equal_the_compact_layout(rng, mtp_update):
+    run = Run(rng, mtp_update=mtp_update)
     stepped = reused = 0
     seen_pages = set()
     for step in range(60):
@@ -266,29 +268,42 @@ def test_paged_state_steps_equal_the_compact_layout(rng):
 
 @cuda
 @needs_cuda
-def test_a_bad_state_page_is_skipped_and_reported(rng):
+@pytest.mark.parametrize("mtp_update,case", [
+    ("prefix", "accepted 0"), ("prefix", "accepted 1"), ("prefix", "reset"),
+    ("row0", "accepted 0"), ("row0", "reset")])
+def test_a_bad_state_page_is_skipped_and_reported(rng, mtp_update, case):
     """A state-table entry outside the pool: the row's status is 7
     (spin.abi.row_status names it), check() names the entry, the other rows
     step as on the compact layout, and no state of the bad row's slot or of
-    any page changes (its own pages included)."""
-    run = Run(rng)
+    any page changes (its own pages included): the commit of its buffered
+    rows waits too, whether rows 1..a are replayed (a > 0) or only `it`
+    advances (a = 0, or row0's commit). A reset flag is still applied to
+    the slot's own fields (`it`, `valid`, the prediction record, the
+    buffered rows), as for any skipped row; no page is touched."""
+    run = Run(rng, mtp_update=mtp_update)
     for _ in range(3):
         rows = run.plan()
         run.step(rows)
         run.advance(rows)
-    rows = run.plan()
-    # The random plan can leave fewer than two rows live: step until it
-    # has two (a bad row beside good ones).
+    # The bad row: a request that has stepped (its buffered rows wait for
+    # their commit), beside at least one other row.
     for _ in range(20):
-        if len(rows) >= 2:
+        rows = run.plan()
+        stepped = sorted(r for r, req in rows.items() if not run.live[req]["fresh"])
+        if len(rows) >= 2 and stepped:
             break
         run.step(rows)
         run.advance(rows)
-        rows = run.plan()
-    assert len(rows) >= 2, "no plan of two rows in 23 steps"
-    bad_row = sorted(rows)[0]
-    bad_slot = run.live[rows[bad_row]]["slot"]
+    assert len(rows) >= 2 and stepped, "no plan of two rows with a stepped one in 23 steps"
+    bad_row = stepped[0]
+    bad = run.live[rows[bad_row]]
+    if case == "reset":
+        bad["fresh"] = True
+    else:
+        bad["accepted"] = int(case.split()[1])
+    bad_slot = bad["slot"]
     before = {name: t.clone() for name, t in run.paged_state.tensors.items()}
+    assert before["state.0.obs_rows"][bad_slot].item() > 0
     inputs, state_table = run.inputs(rows, bad=bad_row)
     got = run.outputs()
     run.paged.run_batch(dict(inputs, state_block_table=state_table), run.paged_state, got)
@@ -302,11 +317,14 @@ def test_a_bad_state_page_is_skipped_and_reported(rng):
                      for p in run.live[req]["pages"]}
     untouched = [p for p in range(run.pages) if p not in touched_pages]
     index = run.torch.tensor(untouched, dtype=run.torch.long, device="cuda")
+    reset_fields = ("it", "valid", "pred_at", "obs_rows") if case == "reset" else ()
     for name, t in run.paged_state.tensors.items():
         field = name.split(".")[-1]
         if field in ("v", "d", "obs_z"):
             assert run.torch.equal(t.index_select(0, index), before[name].index_select(0, index)), \
                 f"{name}: a page no good row owns changed"
+        elif field in reset_fields:
+            assert not t[bad_slot].any(), f"{name}: the bad row's reset was not applied"
         else:
             assert run.torch.equal(t[bad_slot], before[name][bad_slot]), \
                 f"{name}: the bad row's slot changed"

@@ -1236,12 +1236,11 @@ LogicalResult PlanBuilder::lower(CommitOp op) {
   }
   replay.push_back(slotCountOf(op, op.getState()));
   finish.push_back(slotCountOf(op, op.getState()));
-  if (paged.enabled() && shapes.replay) {
-    // The requests whose state pages the replay refused, for the finish.
-    Buffer refused = addScratch(spec.name + "_refused", spec.batch * 4);
+  if (paged.enabled()) {
+    // Both check the state pages of the committed rows.
     replay.append(pagedOperands(op.getState(), false));
-    replay.push_back(refused);
-    finish.push_back(refused);
+    finish.append({obs.pos, obs.len});
+    finish.append(pagedOperands(op.getState(), false));
   }
   // The replay and the finish run in order on the commit's stream, before
   // the selection that reads the committed state. Under mtp_update = row0

@@ -6,8 +6,9 @@
 // shape, binds each layer's `valid` after v, d and it, and sizes the slot
 // count from `it` (size 0 of `v` is now the page count, a dim of its own).
 // Every kernel that reads V, D or the MTP scores takes the state table and
-// the page count last (the commit's replay then the scratch flags of the
-// requests whose pages it refused, which its finish reads); the predict and select kernels take `valid` between
+// the page count last, and so does the commit's finish (after the buffered
+// rows' positions and lengths: it checks the pages of the committed rows
+// itself, in a CTA per request); the predict and select kernels take `valid` between
 // them (the select kernel zeroes a request's entries from `valid` up to its
 // longest row and advances it), the scoring and top-K kernels nothing. The
 // plan records the page size for the manifest.
@@ -22,12 +23,26 @@
 // CHECK-SAME: %[[PAGES:[a-z0-9]+]]: i32 {spin.argument = {{[0-9]+}} : i64, spin.dim = 0 : i64, spin.role = "dim"}
 // CHECK-SAME: spin.capacity = 128 : i64
 // CHECK-SAME: spin.page_size = 16 : i64
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32, %[[REFUSED:[a-z0-9]+]] : !llvm.ptr<1>)
-// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish {{.*}}%[[SLOTS]] : i32, %[[REFUSED]] : !llvm.ptr<1>)
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1 {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32)
+// CHECK: gpu.launch_func @spin_kernels::@spin_commit_1_finish blocks in (%c2{{.*}}%[[SLOTS]] : i32, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2_predict {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[VALID]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_select_2 {{.*}}%[[SLOTS]] : i32, %[[TABLE]] : !llvm.ptr<1>, %[[VALID]] : !llvm.ptr<1>, %[[PAGES]] : i32)
 // CHECK: gpu.launch_func @spin_kernels::@spin_score_sparse_3 {{.*}} : !llvm.ptr<1>)
 // CHECK: gpu.launch_func @spin_kernels::@spin_observe_5 {{.*}}%[[OBSZ]] : !llvm.ptr<1>, %[[V]] : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[TABLE]] : !llvm.ptr<1>, %[[PAGES]] : i32)
+
+// The finish compares the committed rows' state-table entries with the page
+// count (its last parameter) and reduces over the CTA before its grid wait;
+// only the stores of `it` and obs_rows follow the wait.
+// CHECK-LABEL: gpu.func @spin_commit_1_finish(
+// CHECK-SAME: %[[FPAGES:[a-z0-9]+]]: i32) kernel
+// CHECK: arith.cmpi uge, %{{.*}}, %[[FPAGES]] : i32
+// CHECK: gpu.barrier
+// CHECK: griddepcontrol.wait
+// CHECK-NOT: llvm.load
+// CHECK: llvm.store {{.*}} : i64, !llvm.ptr<1>
+// CHECK-NOT: llvm.load
+// CHECK: llvm.store {{.*}} : i32, !llvm.ptr<1>
+// CHECK: gpu.return
 
 // The kernels find an entry through its page: a table load, then the page
 // entry clamped into the pool (a load through a bad entry stays inside it);

@@ -602,9 +602,10 @@ Value mlir::spin::gpu_codegen::statePagesInPool(
       [&](Value j, ValueRange in) -> SmallVector<Value> {
         Value entry = kb.loadAt(i32, paging.table, kb.add(tableRow, j), true);
         Value bad = kb.cmp(CmpIPredicate::uge, entry, paging.pages);
-        kb.ifThen(bad, [&] {
-          recordError(kb, errors, ErrorBadStatePage, entry, row, kb.i32(0));
-        });
+        if (errors)
+          kb.ifThen(bad, [&] {
+            recordError(kb, errors, ErrorBadStatePage, entry, row, kb.i32(0));
+          });
         return {kb.add(in[0], kb.zext(bad, i32))};
       })[0];
   return kb.cmp(CmpIPredicate::eq,

@@ -163,8 +163,8 @@ private:
 
 /// Whether every state page that `reach` KV slots of batch row `row` span
 /// (entries [0, ceil(reach / page)) of its state block-table row) is one of
-/// the pool's; an entry outside is recorded in `errors` (the state-page
-/// error of the contract, the first error winning). Every thread of the
+/// the pool's; an entry outside is recorded in `errors` when given (the
+/// state-page error of the contract, the first error winning). Every thread of the
 /// CTA must call it (a CTA-wide reduction through `scanPrefix`'s shared
 /// memory).
 Value statePagesInPool(KernelBuilder &kb, const StatePaging &paging, Value row,

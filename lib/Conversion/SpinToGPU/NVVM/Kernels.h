@@ -449,8 +449,9 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///     same entry, and each entry sees the rows in order, exactly as the
 ///     CPU path's sequential replay; entries no replayed row touches are
 ///     not accessed;
-///  2. `<name>_finish` (one thread per request) advances `it` and drops the
-///     buffer, after every CTA of the first launch has read `obs_rows`.
+///  2. `<name>_finish` (one thread per request; paged, one CTA) advances
+///     `it` and drops the buffer, after every CTA of the first launch has
+///     read `obs_rows`.
 ///
 /// A request whose accepted count is outside `[0, obs_rows)` is reported
 /// (the error record, by the replay) and left untouched by both; the
@@ -458,7 +459,9 @@ LaunchShape buildObserveKernel(OpBuilder &b, Location loc,
 ///
 /// Parameters: replay(accepted, slots, v, d, obs_rows, obs_pos, obs_len,
 /// obs_mask, obs_z, errors (ptrs), slot count (i32)); finish(slots, it,
-/// obs_rows, accepted (ptrs), slot count (i32)).
+/// obs_rows, accepted (ptrs), slot count (i32)); paged, then (state table
+/// (ptr), page count (i32)) for the replay, (obs_pos, obs_len, state table
+/// (ptrs), page count (i32)) for the finish.
 struct CommitKernelSpec {
   std::string name;
   /// `rows` is the pool's `maxRows` (the row stride of the obs fields).
@@ -472,10 +475,9 @@ struct CommitKernelSpec {
   bool resetAfter = false;
   int64_t threads = 256, ctasPerRequest = 1;
   /// The paged layout: the replay finds entries through the step's state
-  /// block table and refuses a request with a page outside the pool (it
-  /// then sets the request's flag, a pointer after the page count); the
-  /// finish (its last parameter, the same flags; none without a replay)
-  /// then leaves the request's buffer and `it` alone and clears the flag.
+  /// block table; a request with a page outside the pool among those its
+  /// committed rows 0..a reach is refused by both launches, each checking
+  /// the table itself: nothing replayed, the buffer and `it` left alone.
   PagedState paged;
 };
 struct CommitLaunches {

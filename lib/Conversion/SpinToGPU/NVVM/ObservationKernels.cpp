@@ -327,6 +327,23 @@ struct ReplayRow {
   int64_t index = 0;
 };
 
+/// Row `r` of the buffer whose first row is `rowBase` (obs_pos and obs_len
+/// have `spec.rows` rows a slot). Rows were checked when buffered, but a bad
+/// one could address outside V and D: it is marked invalid.
+ReplayRow bufferedRow(KernelBuilder &kb, const CommitKernelSpec &spec,
+                      Value obsPos, Value obsLen, Value rowBase, Value r) {
+  Value at = kb.add(rowBase, kb.extS64(r));
+  Value p = kb.loadAt(kb.i32T(), obsPos, at);
+  Value n = kb.loadAt(kb.i32T(), obsLen, at);
+  RowChecks checks = checkRow(kb, p, n, spec.capacity, spec.capacity);
+  return {p, n, kb.andI(checks.lengthOk, checks.positionOk)};
+}
+
+/// 1 + p of a valid `row`, else 0: the entries of V and D its commit reaches.
+Value reachOfRow(KernelBuilder &kb, const ReplayRow &row) {
+  return kb.select(row.valid, kb.add(row.p, kb.i32(1)), kb.i32(0));
+}
+
 /// The commit replay kernel (SPIN_SPEC §4) while it is built: the spec, the
 /// kernel's parameters and the request's values its phases share. `build`
 /// runs the phases in the order of the generated code.
@@ -352,7 +369,7 @@ private:
   // Parameters.
   gpu::GPUFuncOp func;
   Value accepted, slots, vState, dState, obsRows, obsPos, obsLen, obsMask, obsZ;
-  Value errors, numSlots, resetFlags, refusedOut;
+  Value errors, numSlots, resetFlags;
   StatePaging paging;
   // The request's values.
   Value request, slot, slot64, count, rowBase, decay, keep, maskBase, bsV;
@@ -407,7 +424,7 @@ void CommitReplayKernel::declareKernel() {
   SmallVector<Type> params(spec.resetAfter ? 11 : 10, kb.ptrT(Global));
   params.push_back(kb.i32T());
   if (spec.paged.enabled())
-    params.append({kb.ptrT(Global), kb.i32T(), kb.ptrT(Global)});
+    params.append({kb.ptrT(Global), kb.i32T()});
   func = beginKernel(b, loc, module, spec.name, params, spec.threads);
   unsigned a = 0;
   accepted = func.getArgument(a++), slots = func.getArgument(a++);
@@ -418,11 +435,9 @@ void CommitReplayKernel::declareKernel() {
   errors = func.getArgument(a++);
   resetFlags = spec.resetAfter ? func.getArgument(a++) : Value();
   numSlots = func.getArgument(a++);
-  if (spec.paged.enabled()) {
+  if (spec.paged.enabled())
     paging = {spec.paged.page, spec.paged.width, func.getArgument(a),
               func.getArgument(a + 1), Value()};
-    refusedOut = func.getArgument(a + 2);
-  }
 }
 
 /// Replays rows 1..accepted of a request that has `buffered` rows (the
@@ -469,27 +484,20 @@ void CommitReplayKernel::replayRequest(Value buffered) {
   };
   if (!paging.paged())
     return replay();
-  // Paged: every state page the replay reaches must be the pool's; if one
-  // is not, nothing is replayed and the finish leaves the buffer (the
+  // Paged: every state page that the committed rows 0..a reach (row 0's
+  // too, folded at its step) must be the pool's, else nothing is replayed;
+  // the finish checks the same pages and leaves the buffer and `it` (the
   // select kernel then skips the request, as after a bad accepted count).
-  Value ok = statePagesInPool(kb, paging, request, reach, spec.threads,
+  Value scanReach =
+      kb.maxS(reach, reachOfRow(kb, rowOf(kb.i32(0))));
+  Value ok = statePagesInPool(kb, paging, request, scanReach, spec.threads,
                               spec.name + "_scan", errors);
   kb.ifThen(ok, replay);
-  kb.ifThen(kb.andI(kb.not1(ok),
-                    kb.andI(kb.cmp(CmpIPredicate::eq, kb.blockIdX(), kb.i32(0)),
-                            kb.cmp(CmpIPredicate::eq, kb.threadIdX(),
-                                   kb.i32(0)))),
-            [&] { kb.storeAt(kb.i32(1), refusedOut, request); });
 }
 
-/// Replayed row `r`. Rows were checked when buffered, but a bad one could
-/// address outside V and D: it is marked invalid and skipped.
+/// Replayed row `r` (an invalid one is skipped).
 ReplayRow CommitReplayKernel::rowOf(Value r) {
-  Value at = kb.add(rowBase, kb.extS64(r));
-  Value p = kb.loadAt(kb.i32T(), obsPos, at);
-  Value n = kb.loadAt(kb.i32T(), obsLen, at);
-  RowChecks checks = checkRow(kb, p, n, spec.capacity, spec.capacity);
-  return {p, n, kb.andI(checks.lengthOk, checks.positionOk)};
+  return bufferedRow(kb, spec, obsPos, obsLen, rowBase, r);
 }
 
 /// 1 + max(p_r) over the valid replayed rows: entries 0 .. max(p_r) of V
@@ -497,8 +505,7 @@ ReplayRow CommitReplayKernel::rowOf(Value r) {
 Value CommitReplayKernel::reachOf() {
   Value reach = kb.i32(0);
   for (const ReplayRow &row : replayed)
-    reach = kb.maxS(
-        reach, kb.select(row.valid, kb.add(row.p, kb.i32(1)), kb.i32(0)));
+    reach = kb.maxS(reach, reachOfRow(kb, row));
   return reach;
 }
 
@@ -683,41 +690,43 @@ void CommitReplayKernel::storeGroup(ArrayRef<Value> touched, Value all,
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
 /// more iteration for each request that had buffered rows, and its buffer
-/// is dropped. The replay writes none of what the finish reads but the
-/// paged refusal flags (the slots, accepted counts and reset flags are step
-/// inputs; obs_rows and `it` were last written by kernels that completed
-/// before the replay passed its grid wait), so every other load comes
+/// is dropped. The replay writes none of what the finish reads (the slots,
+/// accepted counts, reset flags and the state table are step inputs;
+/// obs_rows, the buffered rows and `it` were last written by kernels that
+/// completed before the replay passed its grid wait), so every load comes
 /// before the finish's own wait, overlapping the replay: what is left after
-/// it is the stores.
+/// it is the stores. Paged, a CTA per request scans the state pages of the
+/// committed rows 0..a as the replay does (also where it replays nothing:
+/// a = 0, or no replay kernel under mtp_update = row0), and a request with
+/// a page outside the pool keeps its buffer and `it`.
 static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
                                            gpu::GPUModuleOp module,
                                            const CommitKernelSpec &spec) {
   KernelBuilder kb(b, loc, module);
   Type i32 = kb.i32T(), i64 = kb.i64T();
   const int64_t threads = 128;
-  // Paged state with a replay: the requests it refused.
-  const bool refusals = spec.paged.enabled() && !spec.rowZeroOnly;
+  const bool paged = spec.paged.enabled();
   SmallVector<Type> params(spec.resetAfter ? 5 : 4, kb.ptrT(Global));
   params.push_back(i32);
-  if (refusals)
-    params.push_back(kb.ptrT(Global));
+  if (paged)
+    params.append({kb.ptrT(Global), kb.ptrT(Global), kb.ptrT(Global), i32});
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       beginKernel(b, loc, module, spec.name + "_finish", params, threads);
   Value slots = func.getArgument(0), itState = func.getArgument(1);
   Value obsRows = func.getArgument(2), accepted = func.getArgument(3);
   Value resetFlags = spec.resetAfter ? func.getArgument(4) : Value();
-  Value numSlots = func.getArgument(spec.resetAfter ? 5 : 4);
-  // Paged: set by the replay for a request whose state pages it refused;
-  // read and cleared here (scratch is left zeroed).
-  Value refused = refusals ? func.getArguments().back() : Value();
-  Value request, inBatch, iteration;
+  unsigned a = spec.resetAfter ? 5 : 4;
+  Value numSlots = func.getArgument(a++);
+  Value request, inBatch, iteration, ok;
   BatchSlot batchSlot;
   CommitRow commit;
   {
     OpBuilder::InsertionGuard beforeWait(b);
     setInsertionBeforeGridWait(b, func);
-    request = kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)), kb.threadIdX());
+    request = paged ? kb.blockIdX()
+                    : kb.add(kb.mul(kb.blockIdX(), kb.i32(threads)),
+                             kb.threadIdX());
     inBatch = kb.cmp(CmpIPredicate::slt, request, kb.i32(spec.batch));
     // Rows past the batch load row 0's inputs (and do nothing with them).
     Value row = kb.select(inBatch, request, kb.i32(0));
@@ -726,25 +735,40 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
     commit = commitRowOf(kb, spec, batchSlot, row, accepted, obsRows,
                          resetFlags);
     iteration = kb.loadAt(i64, itState, batchSlot.slot);
+    ok = kb.andI(commit.ok,
+                 kb.cmp(CmpIPredicate::sgt, commit.buffered, kb.i32(0)));
+    if (paged) {
+      Value obsPos = func.getArgument(a), obsLen = func.getArgument(a + 1);
+      StatePaging paging{spec.paged.page, spec.paged.width,
+                         func.getArgument(a + 2), func.getArgument(a + 3),
+                         Value()};
+      // Rows 0..a, a clamped as by the replay (0 under row0).
+      Value last = kb.minS(kb.maxS(commit.accepted, kb.i32(0)),
+                           kb.sub(commit.buffered, kb.i32(1)));
+      Value rowBase = kb.mul(kb.extS64(batchSlot.slot), kb.i64(spec.rows));
+      Value reach = kb.i32(0);
+      for (int64_t r = 0; r < (spec.rowZeroOnly ? 1 : spec.rows); ++r) {
+        ReplayRow buffered =
+            bufferedRow(kb, spec, obsPos, obsLen, rowBase, kb.i32(r));
+        Value committed = kb.andI(ok, kb.cmp(CmpIPredicate::sle, kb.i32(r), last));
+        reach = kb.maxS(reach, kb.select(committed, reachOfRow(kb, buffered),
+                                         kb.i32(0)));
+      }
+      // Reported by the select kernel, which skips the request.
+      Value inPool = statePagesInPool(kb, paging, row, reach, threads,
+                                      spec.name + "_finish_scan", Value());
+      ok = kb.andI(ok, kb.andI(inPool, kb.cmp(CmpIPredicate::eq,
+                                              kb.threadIdX(), kb.i32(0))));
+    }
   }
   Value slot = batchSlot.slot;
-  kb.ifThen(inBatch, [&] {
-    Value ok = commit.ok;
-    if (refused) {
-      Value flagged = kb.cmp(CmpIPredicate::ne,
-                             kb.loadAt(i32, refused, request), kb.i32(0));
-      kb.ifThen(flagged, [&] { kb.storeAt(kb.i32(0), refused, request); });
-      ok = kb.andI(ok, kb.not1(flagged));
-    }
-    kb.ifThen(
-        kb.andI(ok, kb.cmp(CmpIPredicate::sgt, commit.buffered, kb.i32(0))),
-        [&] {
-          kb.storeAt(kb.add(iteration, kb.i64(1)), itState, slot);
-          kb.storeAt(kb.i32(0), obsRows, slot);
-        });
+  kb.ifThen(kb.andI(inBatch, ok), [&] {
+    kb.storeAt(kb.add(iteration, kb.i64(1)), itState, slot);
+    kb.storeAt(kb.i32(0), obsRows, slot);
   });
   LaunchShape shape;
-  shape.grid = {(spec.batch + threads - 1) / threads, 1, 1};
+  shape.grid = {paged ? spec.batch : (spec.batch + threads - 1) / threads, 1,
+                1};
   shape.blockThreads = threads;
   return shape;
 }
