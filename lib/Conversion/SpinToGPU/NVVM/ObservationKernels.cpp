@@ -45,8 +45,40 @@ int64_t commitGroup(const CommitKernelSpec &spec) {
 /// afterwards), its accepted count, and whether the count may be committed.
 struct CommitRow {
   Value buffered, accepted, ok;
+  /// The last committed row a: the accepted count clamped to
+  /// [0, buffered - 1], so that no row past the buffer is read even for a
+  /// count the kernels refuse.
+  Value last(KernelBuilder &kb) const {
+    return kb.minS(kb.maxS(accepted, kb.i32(0)),
+                   kb.sub(buffered, kb.i32(1)));
+  }
 };
 } // namespace
+
+/// Stores the `touched` cells of a group of `values.size()` consecutive f32
+/// cells at `at`: one vector when `all` of them are touched, else each
+/// touched cell; nothing where `guard` (when given) does not hold.
+static void storeTouchedCells(KernelBuilder &kb, ArrayRef<Value> values,
+                              ArrayRef<Value> touched, Value all, Value at,
+                              Value guard = Value()) {
+  auto guarded = [&](Value cond) { return guard ? kb.andI(guard, cond) : cond; };
+  const int64_t group = values.size();
+  if (group == 1) {
+    kb.ifThen(guarded(touched.front()),
+              [&] { kb.store(values.front(), at, 4); });
+    return;
+  }
+  Type f32 = kb.f32T();
+  kb.ifThen(guarded(all), [&] {
+    kb.store(kb.vectorOf(kb.vecT(f32, group), values), at, 4 * group);
+  });
+  kb.ifThen(guarded(kb.not1(all)), [&] {
+    for (auto [j, value] : llvm::enumerate(values))
+      kb.ifThen(touched[j], [&, j = j, value = value] {
+        kb.store(value, kb.gep(at, f32, kb.i32(j)), 4);
+      });
+  });
+}
 
 /// The commit of batch row `request` (slot checks in `batchSlot`; reset
 /// flags only with SelectKernelSpec::fusedReset). A count is good when
@@ -125,21 +157,14 @@ static void observeEntries(KernelBuilder &kb, const ObserveKernelSpec &spec,
       cells.push_back(group == 1 ? loaded : kb.extract(loaded, j));
     return cells;
   };
-  // The cells where `mask` holds: one vector when it holds for all.
+  // The cells where `mask` holds.
   auto storeGroup = [&](ArrayRef<Value> values, ArrayRef<Value> mask,
                         Value at) {
-    if (group == 1)
-      return kb.ifThen(mask.front(), [&] { kb.store(values.front(), at, 4); });
     Value all = mask.front();
-    for (Value m : mask.drop_front())
-      all = kb.andI(all, m);
-    kb.ifThen(all, [&] { kb.store(kb.vectorOf(vec, values), at, 4 * group); });
-    kb.ifThen(kb.not1(all), [&] {
-      for (int64_t j = 0; j < group; ++j)
-        kb.ifThen(mask[j], [&] {
-          kb.store(values[j], kb.gep(at, f32, kb.i32(j)), 4);
-        });
-    });
+    if (group > 1)
+      for (Value m : mask.drop_front())
+        all = kb.andI(all, m);
+    storeTouchedCells(kb, values, mask, all, at);
   };
 
   Value start = kb.mul(
@@ -358,7 +383,7 @@ public:
 
 private:
   void declareKernel();
-  void replayRequest(Value buffered);
+  void replayRequest(const CommitRow &commit);
   ReplayRow rowOf(Value r);
   Value reachOf();
   void replayGroup(Value x0, Value inRange);
@@ -412,7 +437,7 @@ LaunchShape CommitReplayKernel::build() {
         kb.andI(acceptedOk,
                 kb.andI(kb.cmp(CmpIPredicate::sgt, buffered, kb.i32(0)),
                         kb.cmp(CmpIPredicate::sgt, acceptedNow, kb.i32(0)))),
-        [&] { replayRequest(buffered); });
+        [&] { replayRequest(row); });
   LaunchShape shape;
   shape.grid = {spec.ctasPerRequest, spec.batch, 1};
   shape.blockThreads = spec.threads;
@@ -440,16 +465,11 @@ void CommitReplayKernel::declareKernel() {
               func.getArgument(a + 1), Value()};
 }
 
-/// Replays rows 1..accepted of a request that has `buffered` rows (the
-/// observe kernel folded row 0): the entries below the rows' reach, spread
-/// over the request's CTAs.
-void CommitReplayKernel::replayRequest(Value buffered) {
-  // Checked against `buffered` by `build`; clamped regardless so that no
-  // value reads outside the buffer.
-  Value last = kb.minS(
-      kb.maxS(kb.loadAt(kb.i32T(), accepted, request, true), kb.i32(0)),
-      kb.sub(buffered, kb.i32(1)));
-  count = kb.add(last, kb.i32(1));
+/// Replays rows 1..a of a request with buffered rows (the observe kernel
+/// folded row 0): the entries below the rows' reach, spread over the
+/// request's CTAs.
+void CommitReplayKernel::replayRequest(const CommitRow &commit) {
+  count = kb.add(commit.last(kb), kb.i32(1));
   rowBase = kb.mul(slot64, kb.i64(spec.rows));
   for (int64_t r = 1; r < spec.rows; ++r) {
     ReplayRow row = rowOf(kb.i32(r));
@@ -671,21 +691,7 @@ void CommitReplayKernel::storeGroup(ArrayRef<Value> touched, Value all,
   // any entry is folded, so the pool test never skips a store; it keeps
   // the store inside the pool on its own.
   Value inPool = entries->paged() ? entries->inPool(x0) : kb.i1(true);
-  if (group == 1) {
-    kb.ifThen(kb.andI(inPool, touched.front()),
-              [&] { kb.store(values.front(), at, 4); });
-    return;
-  }
-  Type f32 = kb.f32T();
-  kb.ifThen(kb.andI(inPool, all), [&] {
-    kb.store(kb.vectorOf(kb.vecT(f32, group), values), at, 4 * group);
-  });
-  kb.ifThen(kb.andI(inPool, kb.not1(all)), [&] {
-    for (auto [j, value] : llvm::enumerate(values))
-      kb.ifThen(touched[j], [&, j = j, value = value] {
-        kb.store(value, kb.gep(at, f32, kb.i32(j)), 4);
-      });
-  });
+  storeTouchedCells(kb, values, touched, all, at, inPool);
 }
 
 /// `<name>_finish`, launched after every replay CTA has read obs_rows: one
@@ -742,9 +748,8 @@ static LaunchShape buildCommitFinishKernel(OpBuilder &b, Location loc,
       StatePaging paging{spec.paged.page, spec.paged.width,
                          func.getArgument(a + 2), func.getArgument(a + 3),
                          Value()};
-      // Rows 0..a, a clamped as by the replay (0 under row0).
-      Value last = kb.minS(kb.maxS(commit.accepted, kb.i32(0)),
-                           kb.sub(commit.buffered, kb.i32(1)));
+      // Rows 0..a, as the replay clamps a (0 under row0).
+      Value last = commit.last(kb);
       Value rowBase = kb.mul(kb.extS64(batchSlot.slot), kb.i64(spec.rows));
       Value reach = kb.i32(0);
       for (int64_t r = 0; r < (spec.rowZeroOnly ? 1 : spec.rows); ++r) {
