@@ -64,8 +64,11 @@
 // WS: fence.proxy.async.shared::cta;
 // WS: setmaxnreg.dec.sync.aligned.u32 40;
 // WS: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r{{[0-9]+}}], 8448;
-// WS: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
-// WS: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// Dense scoring keeps the default L2 policy (no cache hint).
+// WS-NOT: createpolicy
+// WS: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [
+// WS: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [
+// WS-NOT: createpolicy
 // WS: setmaxnreg.inc.sync.aligned.u32 152;
 // WS: mbarrier.try_wait.parity.shared::cta.b64
 // WS: wgmma.fence.sync.aligned;
@@ -179,7 +182,13 @@
 // SPARSE: bar.sync 0;
 // SPARSE: griddepcontrol.wait;
 // SPARSE: setmaxnreg.dec.sync.aligned.u32 40;
-// SPARSE: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// Sparse scoring (#spin.score_config evict_first): keys and scales leave
+// the L2 first, so that the scores stay there for the top-K and the
+// observe kernel.
+// SPARSE: createpolicy.fractional.L2::evict_first.b64 [[POLICY:[a-z0-9%]+]], 1.0;
+// SPARSE-NEXT: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [{{.*}}], [{{.*}}], [{{.*}}], [[POLICY]];
+// SPARSE: createpolicy.fractional.L2::evict_first.b64 [[POLICY2:[a-z0-9%]+]], 1.0;
+// SPARSE-NEXT: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [{{.*}}], [{{.*}}], [{{.*}}], [[POLICY2]];
 // SPARSE: setmaxnreg.inc.sync.aligned.u32 152;
 // SPARSE-LABEL: .entry spin_topk_sparse_3(
 // SPREGS: Function properties for spin_score_sparse_2

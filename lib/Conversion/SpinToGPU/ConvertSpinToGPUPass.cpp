@@ -550,6 +550,7 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   spec.mTiles = config.getMTiles();
   spec.tilesPerWarp = config.getTilesPerWarp();
   spec.copyWarpgroup = config.getCopyWarpgroup();
+  spec.evictFirst = config.getEvictFirst();
   if (config.getWgmma()) {
     if (spec.heads > 256)
       return op.emitOpError("GPU path: wgmma scoring needs at most 256 heads "

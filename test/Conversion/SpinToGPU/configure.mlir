@@ -262,9 +262,10 @@ func.func @fp8_four_rows(%q: tensor<2x4x64x128xf8E4M3FN>, %w: tensor<2x4x64xf32>
 // (blocks of 64: @fp8_spin_step; of 32: @fp8_spin_step_small_blocks keeps
 // the other kernel). The wave model sizes its CTAs for the selection's
 // budget (16 x 64K at rho = 0.5: 32K entries a row, 128 CTAs of 8 x 32
-// tiles of 16 slots, one wave).
+// tiles of 16 slots, one wave). Its keys pass through the L2 with an
+// evict-first policy, which dense scoring (above) does not take.
 // AUTO-LABEL: func.func @fp8_spin_step(
-// AUTO: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = true, copy_warpgroup = true>
+// AUTO: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 32, m_tiles = 1, wgmma = true, copy_warpgroup = true, evict_first = true>
 // AUTO-LABEL: func.func @fp8_spin_step_small_blocks(
 // AUTO: spin.fused_score {{.*}}spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = {{[0-9]+}}, m_tiles = 1, wgmma = true>,
 // CW-LABEL: func.func @fp8_spin_step_small_blocks(

@@ -262,6 +262,21 @@ func.func @score_config_bad_tiles(%q: tensor<2x1x8x64xbf16>, %w: tensor<2x1x8xf3
 
 // -----
 
+// Only the copying warpgroup's tensor-map loads carry the L2 policy.
+func.func @score_config_evict_first_needs_copy_warpgroup(
+    %q: tensor<2x1x8x64xbf16>, %w: tensor<2x1x8xf32>, %keys: tensor<?x16x64xbf16>,
+    %table: tensor<2x4xi32>, %n: tensor<2x1xi32>) -> tensor<2x1x64xf32> {
+  // expected-error @+4 {{score_config: evict_first needs copy_warpgroup}}
+  %s = spin.dense_indexer q(%q : tensor<2x1x8x64xbf16>) w(%w : tensor<2x1x8xf32>)
+      keys(%keys : tensor<?x16x64xbf16>) block_table(%table : tensor<2x4xi32>)
+      lengths(%n : tensor<2x1xi32>)
+      {spin.score_config = #spin.score_config<warps = 8, tiles_per_warp = 8, m_tiles = 1, wgmma = true, evict_first = true>}
+      -> tensor<2x1x64xf32>
+  return %s : tensor<2x1x64xf32>
+}
+
+// -----
+
 func.func @select_config_on_topk(%z: tensor<2x1x64xf32>, %n: tensor<2x1xi32>) -> tensor<2x1x8xi32> {
   // expected-error @+1 {{'spin.select_config' configures spin.fused_select only}}
   %t = spin.topk %z lengths(%n : tensor<2x1xi32>) {k = 8 : i64, spin.select_config = #spin.select_config<prefetch_on_miss = true>}

@@ -104,7 +104,8 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
   // Checked before the wave model divides by the warps.
   if (failed(ScoreConfigAttr::verify(emitError, warps,
                                      std::max<int64_t>(fixedTiles, 1), mTiles,
-                                     options.wgmma, options.copyWarpgroup)))
+                                     options.wgmma, options.copyWarpgroup,
+                                     /*evictFirst=*/false)))
     return failure();
   // A CTA scores several query rows of a request: the grid has a row of
   // CTAs per group of them.
@@ -135,8 +136,15 @@ LogicalResult configureScore(IndexerLike op, int64_t entries,
                       ? fixedTiles
                       : tilesForWork(q.getDimSize(0) * groups, entries, warps,
                                      mTiles, options.smCount, copy);
-  helper.setAttr(op, ScoreConfigAttr::get(op.getContext(), warps, tiles,
-                                          mTiles, options.wgmma, copy));
+  // Sparse scoring's copier loads keys and scales with an L2 evict-first
+  // policy: a SPIN step's top-K and (MTP) observe kernel read its scores
+  // again while the keys pass through the L2 only once. Measured faster
+  // there; dense steps measured the same or slower, so they keep the
+  // default policy (docs/benchmarks-kernels.md, "Scoring kernels").
+  bool evictFirst = copy && blockSize > 0;
+  helper.setAttr(op,
+                 ScoreConfigAttr::get(op.getContext(), warps, tiles, mTiles,
+                                      options.wgmma, copy, evictFirst));
   return success();
 }
 

@@ -123,6 +123,10 @@ struct ScoreKernelSpec {
   /// release each stage on its "empty" mbarrier; setmaxnreg moves
   /// registers from the copier to them.
   bool copyWarpgroup = false;
+  /// With copyWarpgroup: the copier's key and scale loads carry an L2
+  /// evict-first cache policy (#spin.score_config evict_first), so that
+  /// the scores written meanwhile stay in the L2 for the kernels after.
+  bool evictFirst = false;
   /// Dense: write -inf to the entries at and after each row's length (the
   /// op's semantics, for scores the graph returns; the top-K reads only
   /// entries below the length and needs no fill).

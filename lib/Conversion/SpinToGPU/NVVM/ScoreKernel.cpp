@@ -1167,6 +1167,18 @@ static void waitBarrier(KernelBuilder &kb, Value bar, Value parity) {
 /// mbarrier by their bytes.
 /// A tile on a bad page copies page 0's rows, which the epilogue masks.
 void ScoreKernel::copyTiles(Value count) {
+  // `instruction operands;`, or with spec.evictFirst the same under an L2
+  // evict-first policy: keys and scales pass through the L2 once a step,
+  // so they leave it before the scores this kernel writes.
+  auto withCachePolicy = [&](StringRef instruction,
+                             StringRef operands) -> std::string {
+    if (!spec.evictFirst)
+      return (instruction + " " + operands + ";").str();
+    return ("{\n.reg .b64 policy;\n"
+            "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n" +
+            instruction + ".L2::cache_hint " + operands + ", policy;\n}")
+        .str();
+  };
   ptxStatement(kb, "setmaxnreg.dec.sync.aligned.u32 " +
                        std::to_string(kCopierRegisters) + ";");
   Value copier = kb.andI(kb.cmp(CmpIPredicate::ult, warp, kb.i32(mathGroups)),
@@ -1194,15 +1206,16 @@ void ScoreKernel::copyTiles(Value count) {
       Value stage = sharedAddress(
           kb, kb.gep(ringKeys, kb.i8T(), kb.mul(s, kb.i32(kTileBytes))));
       ptxStatement(kb,
-                   "cp.async.bulk.tensor.3d.shared::cluster.global.tile"
-                   ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], "
-                   "[$5];",
+                   withCachePolicy("cp.async.bulk.tensor.3d.shared::cluster."
+                                   "global.tile.mbarrier::complete_tx::bytes",
+                                   "[$0], [$1, {$2, $3, $4}], [$5]"),
                    "r,l,r,r,r,r", {stage, keyMap, kb.i32(0), row, page, full});
       if (spec.scales)
         ptxStatement(
             kb,
-            "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
-            ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
+            withCachePolicy("cp.async.bulk.tensor.2d.shared::cluster.global."
+                            "tile.mbarrier::complete_tx::bytes",
+                            "[$0], [$1, {$2, $3}], [$4]"),
             "r,l,r,r,r",
             {sharedAddress(kb, kb.gep(ringScales, kb.i8T(),
                                       kb.mul(s, kb.i32(256)))),

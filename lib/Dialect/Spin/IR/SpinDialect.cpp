@@ -261,7 +261,7 @@ LogicalResult SpinDialect::verifyOperationAttribute(Operation *op,
 LogicalResult
 ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t warps, int64_t tilesPerWarp, int64_t mTiles,
-                        bool wgmma, bool copyWarpgroup) {
+                        bool wgmma, bool copyWarpgroup, bool evictFirst) {
   if (warps < 1 || warps > 32)
     return emitError() << "score_config: warps must be in [1, 32], got "
                        << warps;
@@ -279,6 +279,9 @@ ScoreConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   // tiles.)
   if (copyWarpgroup && !wgmma)
     return emitError() << "score_config: copy_warpgroup needs wgmma";
+  // Only the copier's tensor-map loads carry the cache policy.
+  if (evictFirst && !copyWarpgroup)
+    return emitError() << "score_config: evict_first needs copy_warpgroup";
   return success();
 }
 

@@ -122,10 +122,15 @@ def Spin_ScoreConfigAttr : Spin_ConfigAttr<"ScoreConfig", "score_config"> {
     key tiles and their scales through tensor maps into shared-memory
     rings and two to four that multiply them, both wgmma operands in shared
     memory; `warps x tiles_per_warp x 16` is then the CTA's slots.
+    `evict_first` (copy_warpgroup only): the copier loads keys and scales
+    with an L2 evict-first policy, so that the scores the kernel writes
+    stay in the L2 for the kernels that read them next (the top-K, an MTP
+    step's observe kernel).
   }];
   let parameters = (ins "int64_t":$warps, "int64_t":$tiles_per_warp,
                         "int64_t":$m_tiles, "bool":$wgmma,
-                        DefaultValuedParameter<"bool", "false">:$copy_warpgroup);
+                        DefaultValuedParameter<"bool", "false">:$copy_warpgroup,
+                        DefaultValuedParameter<"bool", "false">:$evict_first);
 }
 
 def Spin_TopKConfigAttr : Spin_ConfigAttr<"TopKConfig", "topk_config"> {
