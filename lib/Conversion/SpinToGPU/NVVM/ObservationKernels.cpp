@@ -161,9 +161,8 @@ static void observeEntries(KernelBuilder &kb, const ObserveKernelSpec &spec,
   auto storeGroup = [&](ArrayRef<Value> values, ArrayRef<Value> mask,
                         Value at) {
     Value all = mask.front();
-    if (group > 1)
-      for (Value m : mask.drop_front())
-        all = kb.andI(all, m);
+    for (Value m : mask.drop_front())
+      all = kb.andI(all, m);
     storeTouchedCells(kb, values, mask, all, at);
   };
 
