@@ -14,7 +14,12 @@ the bucket), the reset flags, the request ids; lengths, positions, block
 tables and accepted counts are gathered on the GPU from per-slot tensors.
 
     python3 examples/serving_loop.py [--rows 2] [--layers 2] [--steps 1000]
-        [--pooling max|mean|top4] [--max-batch 64] [--paged] [--check] [--seed N]
+        [--pooling max|mean|top4] [--queries bf16|fp8] [--max-batch 64]
+        [--paged] [--check] [--seed N]
+
+``--queries fp8`` writes the queries as fp8 e4m3 (torch.float8_e4m3fn), as
+DeepSeek's indexer and the engines' fp8 indexer path do, scored on fp8
+tensor cores (docs/GPU-ABI.md); the default is bf16.
 
 ``--paged`` keeps the SPIN state in pages that follow the KV pages
 (docs/GPU-ABI.md, "Paged state"): each request gets state pages from a
@@ -51,14 +56,16 @@ import spin
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
-#: (rows, layers, pooling) of the runs bench/run_gpu_check.sh makes with
-#: --check (python/tests/test_serving_loop_cuda.py; prebuild_cuda_cache.py
-#: compiles their programs): one token a step, MTP with one draft over two
-#: layers (max pooling: the predict kernel applies the resets), MTP with two
-#: drafts (mean pooling: a reset kernel).
-CHECKED = ((1, 1, "max"), (2, 2, "max"), (3, 1, "mean"))
-#: The same runs with --paged (state pages that follow the KV pages).
-CHECKED_PAGED = CHECKED
+#: (rows, layers, pooling, queries) of the runs bench/run_gpu_check.sh makes
+#: with --check (python/tests/test_serving_loop_cuda.py;
+#: prebuild_cuda_cache.py compiles their programs): one token a step, MTP
+#: with one draft over two layers (max pooling: the predict kernel applies
+#: the resets), MTP with two drafts (mean pooling: a reset kernel).
+CHECKED = ((1, 1, "max", "bf16"), (2, 2, "max", "bf16"), (3, 1, "mean", "bf16"))
+#: The same runs with --paged (state pages that follow the KV pages), MTP
+#: with one draft on fp8 queries: DeepSeek's serving configuration (fp8
+#: keys and queries, paged state, one draft).
+CHECKED_PAGED = ((1, 1, "max", "bf16"), (2, 2, "max", "fp8"), (3, 1, "mean", "bf16"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,21 +88,27 @@ class Shape:
         return self.max_pages * self.page
 
 
+#: The query formats the loop writes (fp8: torch.float8_e4m3fn).
+QUERIES = ("bf16", "fp8")
+
+
 def buckets_up_to(max_batch):
     return [b for b in BUCKETS if b < max_batch] + [max_batch]
 
 
 def make_indexer(rows, layers, pooling="max", shape=Shape(), buckets=BUCKETS,
-                 chips=None, cache_dir=None, paged=False):
-    """The loop's indexer: fp8 keys with f32 scales, bf16 queries, reset
-    flags, and the layer as a run-time argument (one program per bucket
-    serves every layer, and all buckets share one workspace of scratch
-    buffers), with ``paged`` state pages; the programs are compiled (or
-    found in the cache) now, for ``chips`` (default: the device's)."""
+                 chips=None, cache_dir=None, paged=False, queries="bf16"):
+    """The loop's indexer: fp8 keys with f32 scales, ``queries`` (bf16 or
+    fp8) queries, reset flags, and the layer as a run-time argument (one
+    program per bucket serves every layer, and all buckets share one
+    workspace of scratch buffers), with ``paged`` state pages; the programs
+    are compiled (or found in the cache) now, for ``chips`` (default: the
+    device's)."""
     return spin.Indexer(heads=shape.heads, head_dim=shape.head_dim,
                         block_size=shape.block, page_size=shape.page, topk=shape.topk,
                         sparsity=shape.sparsity, explore=shape.explore, seed=11,
                         pooling=pooling, rows=rows, key_format="fp8",
+                        query_format=queries,
                         reset_input=True, layer_argument=True, device="cuda", chips=chips,
                         cache_dir=cache_dir, max_pages=shape.max_pages,
                         batch_sizes=list(buckets), layers=layers, paged_state=paged,
@@ -141,7 +154,12 @@ class Engine:
                                               generator=self.gen) + 0.5)
         i32, z = torch.int32, dict(device=dev)
         # The step's inputs, written before every replay.
-        self.q = [torch.zeros((B, R, H, D), dtype=torch.bfloat16, **z) for _ in range(layers)]
+        # fp8 queries are drawn in bf16 (small integers, exact in e4m3) and
+        # converted: torch draws no fp8 values.
+        fp8 = indexer.query_format == "fp8"
+        qtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+        self.q = [torch.zeros((B, R, H, D), dtype=qtype, **z) for _ in range(layers)]
+        self.q_draw = torch.zeros((B, R, H, D), dtype=torch.bfloat16, **z) if fp8 else None
         self.w = [torch.zeros((B, R, H), dtype=torch.float32, **z) for _ in range(layers)]
         self.block_table = torch.zeros((B, MP), dtype=i32, **z)
         self.lengths = torch.zeros((B, R), dtype=i32, **z)
@@ -319,7 +337,10 @@ class Engine:
             acc = self.slot_acc.index_select(0, idx)
             self.accepted[:b].copy_(torch.where(self.reset[:b], 0, acc))
         for layer in range(self.L):
-            self.q[layer][:b].random_(-4, 5, generator=self.gen)
+            if self.q_draw is None:
+                self.q[layer][:b].random_(-4, 5, generator=self.gen)
+            else:
+                self.q[layer][:b].copy_(self.q_draw[:b].random_(-4, 5, generator=self.gen))
             self.w[layer][:b].random_(-4, 5, generator=self.gen).div_(4)
         return idx
 
@@ -612,6 +633,8 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=2, help="query rows per request (1 + drafts)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--pooling", default="max", choices=["max", "mean", "top4"])
+    parser.add_argument("--queries", default="bf16", choices=QUERIES,
+                        help="the queries' format (fp8: e4m3, torch.float8_e4m3fn)")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=None, help="default: a fresh one")
@@ -639,11 +662,12 @@ def main(argv=None):
     buckets = buckets_up_to(args.max_batch)
     t = time.time()
     indexer = make_indexer(args.rows, args.layers, args.pooling, shape, buckets,
-                           paged=args.paged)
+                           paged=args.paged, queries=args.queries)
     engine = Engine(indexer, args.layers, shape, buckets, seed, eager_state=args.check)
     engine.capture()
     engine.warm_up()
     print(f"seed {seed}: R = {args.rows}, {args.layers} layers, {args.pooling} pooling, "
+          f"{args.queries} queries, "
           f"buckets {buckets}, {shape.slots} state slots of {shape.capacity} slots"
           f"{f' in {shape.state_pages} state pages' if args.paged else ''}; "
           f"{len(buckets)} programs (one per bucket, for every layer, sharing "

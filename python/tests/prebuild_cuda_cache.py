@@ -100,11 +100,12 @@ def main(argv=None):
     # examples/serving_loop.py --check (test_serving_loop_cuda.py).
     t = time.time()
     import serving_loop
-    for rows, layers, pooling in serving_loop.CHECKED:
-        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out)
-    for rows, layers, pooling in serving_loop.CHECKED_PAGED:
+    for rows, layers, pooling, queries in serving_loop.CHECKED:
         serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
-                                  paged=True)
+                                  queries=queries)
+    for rows, layers, pooling, queries in serving_loop.CHECKED_PAGED:
+        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
+                                  paged=True, queries=queries)
     print(f"examples/serving_loop.py: {time.time() - t:.1f} s", flush=True)
     # Paged state against the compact layout (test_paged_state_cuda.py).
     import paged_state_cases

@@ -133,44 +133,57 @@ def test_reset_flags_on_the_cpu_equal_state_reset(rng):
 
 
 @needs_compiler
-def test_the_loop_programs_take_slots_and_reset_flags(tmp_path):
+@pytest.mark.parametrize("queries,dtype", [("bf16", "bf16"), ("fp8", "fp8e4m3")])
+def test_the_loop_programs_take_slots_and_reset_flags(tmp_path, queries, dtype):
     """The loop's programs (two buckets here) are device-batch programs with
-    reset flags; the cache's prebuild command names reset_input."""
+    reset flags, taking the queries in the format asked for; the cache's
+    prebuild command names reset_input (and fp8 queries)."""
     from spin import cache
     indexer = serving_loop.make_indexer(2, 1, "max", buckets=(1, 2), chips=["sm_90a"],
-                                        cache_dir=str(tmp_path))
+                                        cache_dir=str(tmp_path), queries=queries)
     for batch in (1, 2):
         manifest = spin.read_manifest(indexer.artifact(0, serving_loop.Shape().max_pages, batch))
         roles = {a["role"]: a for a in manifest["arguments"]}
         assert roles["slots"]["dtype"] == "i32" and "accepted" in roles
         assert roles["reset"]["shape"] == [batch]
-        assert [a["shape"][0] for a in manifest["arguments"] if a["name"] == "q"] == [batch]
+        q = [a for a in manifest["arguments"] if a["name"] == "q"]
+        assert [a["shape"][0] for a in q] == [batch] and q[0]["dtype"] == dtype
     command = cache.prebuild_command(indexer, 1, 8, [1, 2], ["sm_90a"], str(tmp_path))
     assert "--reset-input" in command.split()
+    assert (" --query-format fp8 " in command) == (queries == "fp8")
+
+
+def test_the_loop_refuses_an_unknown_query_format():
+    with pytest.raises(SystemExit):
+        serving_loop.main(["--queries", "f16"])
 
 
 @cuda
 @needs_cuda
-@pytest.mark.parametrize("rows,layers,pooling", serving_loop.CHECKED)
-def test_the_serving_loop_matches_the_reference_without_host_syncs(rows, layers, pooling):
+@pytest.mark.parametrize("rows,layers,pooling,queries", serving_loop.CHECKED)
+def test_the_serving_loop_matches_the_reference_without_host_syncs(rows, layers, pooling,
+                                                                   queries):
     steps = os.environ.get("SPIN_SERVING_STEPS", "1000")
     extra = os.environ.get("SPIN_SERVING_ARGS", "").split()  # e.g. --sleep-every 0
     assert serving_loop.main(["--rows", str(rows), "--layers", str(layers),
-                              "--pooling", pooling, "--steps", steps, "--check"] + extra) == 0
+                              "--pooling", pooling, "--queries", queries, "--steps", steps,
+                              "--check"] + extra) == 0
 
 
 @cuda
 @needs_cuda
-@pytest.mark.parametrize("rows,layers,pooling", serving_loop.CHECKED_PAGED)
-def test_the_serving_loop_on_paged_state_matches_the_reference(rows, layers, pooling):
+@pytest.mark.parametrize("rows,layers,pooling,queries", serving_loop.CHECKED_PAGED)
+def test_the_serving_loop_on_paged_state_matches_the_reference(rows, layers, pooling,
+                                                              queries):
     """The same loop with state pages that follow the KV pages: scattered in
     a shared pool that starts as garbage, reused after requests finish,
-    table entries past a request's pages -1."""
+    table entries past a request's pages -1; MTP with one draft on fp8
+    queries."""
     steps = os.environ.get("SPIN_SERVING_STEPS", "1000")
     extra = os.environ.get("SPIN_SERVING_ARGS", "").split()
     assert serving_loop.main(["--rows", str(rows), "--layers", str(layers),
-                              "--pooling", pooling, "--steps", steps, "--check",
-                              "--paged"] + extra) == 0
+                              "--pooling", pooling, "--queries", queries, "--steps", steps,
+                              "--check", "--paged"] + extra) == 0
 
 
 def test_shared_workspaces_are_for_cuda():
@@ -190,8 +203,8 @@ def test_the_buckets_share_one_workspace():
     (the workspace keeps the latest of each name, the small program its
     own). The steps themselves are checked by the --check runs above, which
     use this Indexer."""
-    rows, layers, pooling = serving_loop.CHECKED[0]
-    indexer = serving_loop.make_indexer(rows, layers, pooling)
+    rows, layers, pooling, queries = serving_loop.CHECKED[0]
+    indexer = serving_loop.make_indexer(rows, layers, pooling, queries=queries)
     shape = serving_loop.Shape()
     buckets = sorted(serving_loop.BUCKETS)
     workspace = indexer.workspace()
