@@ -100,12 +100,10 @@ def main(argv=None):
     # examples/serving_loop.py --check (test_serving_loop_cuda.py).
     t = time.time()
     import serving_loop
-    for rows, layers, pooling, queries in serving_loop.CHECKED:
-        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
-                                  queries=queries)
-    for rows, layers, pooling, queries in serving_loop.CHECKED_PAGED:
-        serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
-                                  paged=True, queries=queries)
+    for paged, runs in ((False, serving_loop.CHECKED), (True, serving_loop.CHECKED_PAGED)):
+        for rows, layers, pooling, queries in runs:
+            serving_loop.make_indexer(rows, layers, pooling, chips=chips, cache_dir=out,
+                                      paged=paged, queries=queries)
     print(f"examples/serving_loop.py: {time.time() - t:.1f} s", flush=True)
     # Paged state against the compact layout (test_paged_state_cuda.py).
     import paged_state_cases
