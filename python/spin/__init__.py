@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _spin, abi
 from .cuda import (CudaProgram, CudaState, CudaStateTensors, CudaWorkspace,
-                   _require_torch_cuda, load,
+                   _complete_op_tensors, _require_torch_cuda, load,
                    read_manifest, state_field_names, state_shapes)
 
 __all__ = ["Indexer", "State", "Program", "compile", "new_state", "has_compiler",
@@ -1122,7 +1122,15 @@ class Indexer:
         if isinstance(state, CudaStateTensors) and outputs is not None:
             from . import ops
             if ops.AVAILABLE:
-                # The torch op: the same step, visible to torch.compile.
+                # The torch op: the same step, visible to torch.compile. It
+                # takes every tensor by position, so what the caller may
+                # leave out of the direct call is made here as that call
+                # would: outputs allocated, no resets, the row status in a
+                # buffer of its own.
+                inputs, outputs = _complete_op_tensors(program.signature,
+                                                       program.status_outputs,
+                                                       inputs, outputs, batch,
+                                                       program.device)
                 ops.run_batch(ops.program_handle(program), inputs, state, outputs,
                               layer=step_layer)
                 return outputs

@@ -24,7 +24,7 @@ before anything is issued; driver and device failures raise
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -73,6 +73,39 @@ def _torch_dtypes(dtype: str) -> Tuple[Any, ...]:
         "i1": (t.bool,), "i8": (t.int8, t.uint8), "i32": (t.int32,), "i64": (t.int64,),
     }
     return table[dtype]
+
+
+def _complete_op_tensors(signature: List[Dict[str, Any]], status_outputs: Sequence[str],
+                         inputs: Dict[str, Any], outputs: Dict[str, Any], batch: int,
+                         device) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``inputs`` and ``outputs`` of a device-batch step, completed with
+    what the torch op (spin.ops) takes by position but the direct call
+    (:meth:`CudaProgram.run_batch`) lets the caller leave out, made as that
+    call would: a missing "reset" all false (no row starts afresh), missing
+    outputs allocated, missing row status outputs written to int32 [B]
+    buffers of their own. Returns new dicts; the caller's are unchanged.
+    ``batch``: the step's batch size (a signature's -1 dimension)."""
+    torch = _torch
+    inputs, outputs = dict(inputs), dict(outputs)
+    for arg in signature:
+        name, role = arg["name"], arg["role"]
+        wanted = role == abi.RESET and name not in inputs or \
+            role == abi.OUTPUT and name not in outputs
+        if not wanted:
+            continue
+        if role == abi.OUTPUT and any(d < 0 for d in arg["shape"][1:]):
+            raise ValueError(f"output {name!r} has a run-time size beyond the batch: "
+                             "pass it in outputs")
+        shape = [batch if d < 0 else d for d in arg["shape"]]
+        dtype = _torch_dtypes(arg["dtype"])[0]
+        if role == abi.RESET:
+            inputs[name] = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            outputs[name] = torch.empty(shape, dtype=dtype, device=device)
+    for name in status_outputs:
+        if name not in outputs:
+            outputs[name] = torch.empty([batch], dtype=torch.int32, device=device)
+    return inputs, outputs
 
 
 def _device_of(device) -> "Any":

@@ -46,6 +46,43 @@ def test_the_op_says_what_it_needs_on_old_torch():
         ops.run_batch(1, {}, {}, {})
 
 
+def test_the_op_gets_what_the_direct_call_lets_the_caller_leave_out():
+    """Indexer.run_batch steps state tensors through the op, which takes
+    every tensor by position: a missing reset is all false, missing outputs
+    and row status buffers are allocated, the caller's own tensors are
+    passed as they are and its dicts are not changed."""
+    from spin.cuda import _complete_op_tensors
+    t = pytest.importorskip("torch")
+    signature = [
+        {"name": "q", "role": "input", "dtype": "bf16", "shape": [3, 2, 8, 32]},
+        {"name": "reset", "role": abi.RESET, "dtype": "i1", "shape": [-1]},
+        {"name": "topk", "role": abi.OUTPUT, "dtype": "i32", "shape": [3, 2, 16]},
+        {"name": "sparsity", "role": abi.OUTPUT, "dtype": "f32", "shape": [-1, 2]},
+    ]
+    topk = t.full((3, 2, 16), 5, dtype=t.int32)
+    given_in, given_out = {"q": t.zeros((3, 2, 8, 32))}, {"topk": topk}
+    inputs, outputs = _complete_op_tensors(signature, ["status", "status_1"], given_in,
+                                           given_out, 3, "cpu")
+    assert set(given_in) == {"q"} and set(given_out) == {"topk"}
+    assert inputs["q"] is given_in["q"] and outputs["topk"] is topk
+    assert inputs["reset"].dtype == t.bool and inputs["reset"].shape == (3,)
+    assert not inputs["reset"].any()
+    assert outputs["sparsity"].dtype == t.float32 and outputs["sparsity"].shape == (3, 2)
+    for name in ("status", "status_1"):
+        assert outputs[name].dtype == t.int32 and outputs[name].shape == (3,)
+    # What the caller gives is kept, a reset included.
+    reset = t.ones(3, dtype=t.bool)
+    status = t.zeros(3, dtype=t.int32)
+    inputs, outputs = _complete_op_tensors(signature, ["status"], dict(given_in, reset=reset),
+                                           dict(given_out, status=status), 3, "cpu")
+    assert inputs["reset"] is reset and outputs["status"] is status
+    # An output sized at run time beyond the batch cannot be made here.
+    wide = signature + [{"name": "scores", "role": abi.OUTPUT, "dtype": "f32",
+                         "shape": [3, 2, -1]}]
+    with pytest.raises(ValueError, match="output 'scores' has a run-time size"):
+        _complete_op_tensors(wide, [], given_in, given_out, 3, "cpu")
+
+
 @needs_compiler
 def test_the_indexer_sizes_its_state_from_its_programs(tmp_path):
     """Indexer.state_bytes reads the fields from layer 0's manifest: MTP
