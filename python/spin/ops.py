@@ -6,8 +6,9 @@ takes a device-batch step (docs/GPU-ABI.md, "Device batches") whose state is
 in tensors the caller owns (:class:`spin.CudaStateTensors`) and writes the
 state and the caller's output tensors in place::
 
-    handle = spin.ops.program_handle(program)      # once, outside compile
-    spin.ops.run_batch(handle, inputs, state, outputs, layer=0)
+    from spin import ops                           # not loaded by import spin
+    handle = ops.program_handle(program)           # once, outside compile
+    ops.run_batch(handle, inputs, state, outputs, layer=0)
 
 ``run_batch`` orders the tensors as the op takes them:
 ``torch.ops.spin.run_batch(handle, layer, inputs: Tensor[], state:

@@ -869,7 +869,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="request of the top-K heat-map (default: the trace's first)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the Indexers run (default cpu); cuda runs an inputs trace "
-                        "on the GPU path (bf16/fp8 keys, one row, A1, random exploration)")
+                        "on the GPU path (bf16/fp8 keys, A1, random exploration; MTP "
+                        "rows included)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="GPU program cache (default: $SPIN_CACHE_DIR or ~/.cache/spin)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
