@@ -331,14 +331,16 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
     print("\n| B x N | baseline compiler, same requests, us | same requests, us | "
           "device batch, fixed rows, us | device batch, changing rows, us | "
           "paged state, changing rows, us | fused fp8 pages, changing rows, us | "
-          "device / same | paged / same | fused / device | device / baseline |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "device / same | paged / same | fused / device | device / baseline | "
+          "same / baseline |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for batch, slots in SHAPES:
         got = {r["mode"]: r["median_us"] for r in results if r["batch"] == batch}
         cells = [f"{got[m]:.1f}" if m in got else "not measured" for m in MODES]
         ratios = [f"{got[m] / got[base]:.3f}" if m in got and base in got else "-"
                   for m, base in (("device", "same"), ("paged", "same"),
-                                  ("fused", "device"), ("device", "baseline"))]
+                                  ("fused", "device"), ("device", "baseline"),
+                                  ("same", "baseline"))]
         print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {' | '.join(ratios)} |")
     with open(os.path.join(out, "device_batches.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "replays": replays,

@@ -280,6 +280,10 @@ def all_configs():
           host_reset=True),
         C("mtp-fp8-h64-d128-p64-bs64-b16-k512-r2-sp0.5-max-qfp8", s, "fp8", 64, 128, 64, 64,
           16, 512, q="fp8", bs=64, sp=0.5, rows=2, extra=4, zero_length=True),
+        # examples/serving_loop.py's shape with fp8 queries, on wgmma (eight
+        # heads of 64: m64n16k32 chains over 64-byte query rows)
+        C("mtp-fp8-h8-d64-p64-bs16-b3-k32-r2-sp0.5-x0.1-max-qfp8", s, "fp8", 8, 64, 64, 8,
+          3, 32, q="fp8", bs=16, sp=0.5, x=0.1, seed=SEED_A, rows=2, reset_input=True),
         C("mtp-fp8-h8-d64-p16-bs16-b3-k16-r3-sp0.5-x0.25-mean-qfp8-mmasync", s, "fp8", 8, 64,
           16, 48, 3, 16, q="fp8", bs=16, sp=0.5, x=0.25, seed=SEED_B, pool="mean", rows=3,
           no_wgmma=True, reset_input=True, extra=1),
