@@ -263,6 +263,20 @@ def all_configs():
         # warpgroup with --copy-warpgroup (two multipliers, one chain).
         C("dense-fp8-h64-d128-p64-b16-k512-r3-qfp8", d, "fp8", 64, 128, 64, 64, 16, 512,
           q="fp8", rows=3, zero_length=True),
+        # Pages of more than 64 slots for the copying warpgroup (its tensor
+        # maps and page-lookup units: a unit is the gcd of the CTA's
+        # entries, the page and the block): 128-slot pages dense (scores
+        # compared entry by entry) and with 128-slot blocks, 256-slot pages
+        # holding four 64-slot blocks each
+        C("scores-dense-fp8-h64-d128-p128-b3-k512-r2-qfp8", d, "fp8", 64, 128, 128, 24, 3,
+          512, q="fp8", rows=2, scores=True, zero_length=True),
+        C("spin-fp8-h64-d128-p128-bs128-b3-k512-sp0.5-x0.25-max-qfp8", s, "fp8", 64, 128, 128,
+          24, 3, 512, q="fp8", bs=128, sp=0.5, x=0.25, seed=SEED_A, bad_table="too-large"),
+        C("mtp-fp8-h64-d128-p256-bs64-b3-k512-r2-sp0.5-max-qfp8", s, "fp8", 64, 128, 256, 12,
+          3, 512, q="fp8", bs=64, sp=0.5, rows=2, zero_length=True),
+        # and for the other kernels: 128-slot pages of 32-slot blocks
+        C("spin-bf16-h8-d64-p128-bs32-b3-k16-sp0.5-max", s, "bf16", 8, 64, 128, 8, 3, 16,
+          bs=32, sp=0.5, bad_table="too-large"),
         C("dense-bf16-h8-d64-p16-b3-k16-r3", d, "bf16", 8, 64, 16, 24, 3, 16, rows=3),
         C("dense-bf16-h64-d128-p64-b3-k512-r4", d, "bf16", 64, 128, 64, 64, 3, 512, rows=4,
           zero_length=True),
