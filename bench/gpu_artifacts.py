@@ -222,6 +222,14 @@ def all_configs():
           3, 2048, q="fp8", rows=2, sm_count=4),
         C("pairs-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.05-max-qbf16", s, "fp8", 8, 64,
           64, 1152, 3, 1024, bs=64, sp=0.05, rows=2, steps=6, sm_count=4),
+        # --- K not a power of two (every other configuration's is): the
+        # leader's sort of K <= 512, merge ranks of K > 512 (slices of 2K
+        # over the cluster, rounded up to a power of two), and K > 2048
+        C("kodd-dense-bf16-h8-d64-p64-b3-k100", d, "bf16", 8, 64, 64, 16, 3, 100),
+        C("kodd-long-dense-fp8-h8-d64-p64-b3-k1500-qbf16", d, "fp8", 8, 64, 64, 512, 3, 1500),
+        C("kodd-long-spin-fp8-h8-d64-p64-bs64-b3-k600-sp0.5-max-qbf16", s, "fp8", 8, 64, 64,
+          512, 3, 600, bs=64, sp=0.5, steps=6),
+        C("kodd-long-dense-bf16-h8-d64-p64-b1-k3000", d, "bf16", 8, 64, 64, 1024, 1, 3000),
         # --- long rows of tied scores (keys from a few vectors): the top-K's
         # merge ranks across CTAs with runs of equal keys (24 vectors: each
         # score about 2.7K times, so at most 4K candidates), and its leader's
