@@ -30,6 +30,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -509,6 +510,20 @@ PlanBuilder::ObservationFields PlanBuilder::observationsOf(Operation *user,
   return fields;
 }
 
+/// The kernels address a step's scores, B x R rows of `width` entries,
+/// with 32-bit offsets (the scoring kernels' output, the top-K's rows, the
+/// update's and the observation's reads).
+static LogicalResult checkScoreEntries(Operation *op, int64_t batch,
+                                       int64_t rows, int64_t width) {
+  const int64_t limit = std::numeric_limits<int32_t>::max();
+  if (width <= 0 || batch * rows <= limit / width)
+    return success();
+  return op->emitOpError("GPU path: the step's scores, B x R x slots = ")
+         << batch << " x " << rows << " x " << width
+         << ", must be at most 2^31 - 1 entries (the kernels' offsets are "
+            "32-bit)";
+}
+
 /// The scoring kernel's spec for an indexer-like op, or a diagnostic for
 /// what the GPU path cannot score.
 template <typename IndexerLike>
@@ -538,6 +553,8 @@ static FailureOr<ScoreKernelSpec> scoreSpec(IndexerLike op) {
   spec.headDim = q.getDimSize(3);
   spec.pageSize = keys.getDimSize(1);
   spec.tablePages = table.getDimSize(1);
+  if (failed(checkScoreEntries(op, spec.batch, spec.rows, spec.outWidth())))
+    return failure();
   spec.keyFormat = *keyFormat;
   spec.queryFormat = *queryFormat;
   spec.scales = static_cast<bool>(op.getScales());
@@ -966,6 +983,8 @@ LogicalResult PlanBuilder::lower(FusedScoreOp op) {
 LogicalResult PlanBuilder::launchTopK(Operation *op, TopKKernelSpec spec,
                                       Buffer scores, Buffer lengths, std::optional<MaskBuffers> mask,
                              Buffer out) {
+  if (failed(checkScoreEntries(op, spec.batch, spec.rows, spec.width)))
+    return failure();
   int64_t rows = spec.batch * spec.rows;
   auto config = SpinDialect::TopkConfigAttrHelper(op->getContext()).getAttr(op);
   if (!config)

@@ -333,3 +333,30 @@ func.func @rejects_row_ctas_other_than_rows(%q: tensor<2x3x8x64xbf16> {spin.inpu
       -> tensor<2x3x8xi32>, tensor<2x3x128xf32>
   return %t : tensor<2x3x8xi32>
 }
+
+// -----
+
+// The kernels address the step's scores with 32-bit offsets: 2048 rows of
+// 2^20 slots are 2^31 entries.
+func.func @rejects_scores_past_32_bit_offsets(%q: tensor<2048x1x8x32xbf16> {spin.input = "q"},
+    %w: tensor<2048x1x8xf32> {spin.input = "w"},
+    %keys: tensor<?x64x32xbf16> {spin.input = "keys"},
+    %table: tensor<2048x16384xi32> {spin.input = "block_table"},
+    %lengths: tensor<2048x1xi32> {spin.input = "lengths"}) -> tensor<2048x1x1048576xf32> {
+  // expected-error @below {{GPU path: the step's scores, B x R x slots = 2048 x 1 x 1048576, must be at most 2^31 - 1 entries (the kernels' offsets are 32-bit)}}
+  %z = spin.dense_indexer q(%q : tensor<2048x1x8x32xbf16>)
+      w(%w : tensor<2048x1x8xf32>) keys(%keys : tensor<?x64x32xbf16>)
+      block_table(%table : tensor<2048x16384xi32>)
+      lengths(%lengths : tensor<2048x1xi32>) -> tensor<2048x1x1048576xf32>
+  return %z : tensor<2048x1x1048576xf32>
+}
+
+// -----
+
+func.func @rejects_a_topk_past_32_bit_offsets(%z: tensor<1024x2x1048576xf32> {spin.input = "scores"},
+    %lengths: tensor<1024x2xi32> {spin.input = "lengths"}) -> tensor<1024x2x16xi32> {
+  // expected-error @below {{GPU path: the step's scores, B x R x slots = 1024 x 2 x 1048576, must be at most 2^31 - 1 entries (the kernels' offsets are 32-bit)}}
+  %t = spin.topk %z lengths(%lengths : tensor<1024x2xi32>) {k = 16 : i64}
+      : tensor<1024x2x1048576xf32> -> tensor<1024x2x16xi32>
+  return %t : tensor<1024x2x16xi32>
+}
