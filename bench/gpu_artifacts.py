@@ -222,6 +222,60 @@ def all_configs():
           3, 2048, q="fp8", rows=2, sm_count=4),
         C("pairs-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.05-max-qbf16", s, "fp8", 8, 64,
           64, 1152, 3, 1024, bs=64, sp=0.05, rows=2, steps=6, sm_count=4),
+        # --- shapes no other configuration takes (a coverage review): H = 32
+        # (GLM-5's indexer: bf16 keys, 64-slot pages), whose wgmma chains are
+        # m64n32 and, at R = 3 with fp8 queries, end in a chain of one row;
+        # H = 16 and H = 128 on the copying warpgroup
+        C("dense-bf16-h32-d128-p64-b3-k512", d, "bf16", 32, 128, 64, 64, 3, 512),
+        C("mtp-bf16-h32-d128-p64-bs64-b3-k512-r2-sp0.5-x0.25-max", s, "bf16", 32, 128, 64, 64,
+          3, 512, bs=64, sp=0.5, x=0.25, seed=SEED_A, rows=2),
+        C("mtp-fp8-h32-d128-p64-bs64-b3-k512-r3-sp0.5-max-qfp8", s, "fp8", 32, 128, 64, 64, 3,
+          512, q="fp8", bs=64, sp=0.5, rows=3),
+        C("dense-fp8-h32-d128-p64-b3-k512-qfp8", d, "fp8", 32, 128, 64, 64, 3, 512, q="fp8"),
+        C("spin-fp8-h16-d128-p64-bs64-b3-k16-sp0.5-max-qfp8", s, "fp8", 16, 128, 64, 16, 3, 16,
+          q="fp8", bs=64, sp=0.5),
+        C("dense-fp8-h128-d128-p64-b3-k512-r3-qfp8", d, "fp8", 128, 128, 64, 64, 3, 512,
+          q="fp8", rows=3),
+        # the mma.sync kernels of sm_100a / sm_103a with bf16 queries (bf16
+        # MMAs for bf16 keys; the bf16-query prescale for fp8 keys)
+        C("spin-fp8-h64-d128-p64-bs64-b3-k512-sp0.5-max-qbf16-mmasync", s, "fp8", 64, 128, 64,
+          64, 3, 512, bs=64, sp=0.5, no_wgmma=True),
+        C("dense-bf16-h32-d128-p64-b3-k512-mmasync", d, "bf16", 32, 128, 64, 64, 3, 512,
+          no_wgmma=True),
+        # sparse R = 3 at H = 64 (the other wgmma kernel, head weights staged
+        # in shared memory); one row of fp8 queries on that kernel (blocks of
+        # 16 slots, which the copying warpgroup does not take)
+        C("mtp-fp8-h64-d128-p64-bs64-b16-k512-r3-sp0.5-x0.25-max-qfp8", s, "fp8", 64, 128, 64,
+          64, 16, 512, q="fp8", bs=64, sp=0.5, x=0.25, seed=SEED_B, rows=3),
+        C("spin-fp8-h64-d128-p64-bs16-b3-k512-sp0.5-x0.25-max-qfp8", s, "fp8", 64, 128, 64, 64,
+          3, 512, q="fp8", bs=16, sp=0.5, x=0.25, seed=SEED_A),
+        # a 256K-slot row of 16-slot blocks (the select kernel's block arrays
+        # over 48 KB of shared memory; the top-K's four-chunk shares)
+        C("long-spin-bf16-h8-d64-p64-bs16-b1-k2048-sp0.5-max", s, "bf16", 8, 64, 64, 4096, 1,
+          2048, bs=16, sp=0.5, steps=4),
+        # two distinct scores in a 64K row: more candidates than merge
+        # ranks take (the whole-row fallback)
+        C("ties-long-dense-bf16-h8-d64-p64-b1-k2048-d2", d, "bf16", 8, 64, 64, 1024, 1, 2048,
+          scheme="ties", distinct=2),
+        # batches over one wave: rows moving between steps (the previous
+        # list found by vote over several 32-row chunks), the commit's
+        # finishing kernel of more than one CTA (B > 128)
+        C("spin-bf16-h8-d64-p64-bs16-b100-k16-sp0.5-max", s, "bf16", 8, 64, 64, 32, 100, 16,
+          bs=16, sp=0.5),
+        C("mtp-bf16-h8-d64-p64-bs64-b160-k16-r2-sp0.5-x0.25-max", s, "bf16", 8, 64, 64, 16,
+          160, 16, bs=64, sp=0.5, x=0.25, seed=SEED_A, rows=2),
+        # blocks of 128 and 256 slots on the other kernels, mean and top4
+        # pooling of them
+        C("spin-bf16-h32-d128-p128-bs128-b3-k512-sp0.5-mean", s, "bf16", 32, 128, 128, 32, 3,
+          512, bs=128, sp=0.5, pool="mean"),
+        C("spin-bf16-h8-d64-p256-bs256-b3-k16-sp0.5-top4", s, "bf16", 8, 64, 256, 8, 3, 16,
+          bs=256, sp=0.5, pool="top4"),
+        # pages of 2 slots: rows whose widths are not multiples of 4 (the
+        # top-K's and the commit's scalar paths)
+        C("mtp-bf16-h8-d64-p2-bs2-b3-k16-r2-sp0.5-max", s, "bf16", 8, 64, 2, 25, 3, 16, bs=2,
+          sp=0.5, rows=2),
+        # K wider than the rows (1024 of 512 slots): -1 past each row
+        C("kwide-dense-bf16-h8-d64-p64-b3-k1024", d, "bf16", 8, 64, 64, 8, 3, 1024),
         # --- K not a power of two (every other configuration's is): the
         # leader's sort of K <= 512, merge ranks of K > 512 (slices of 2K
         # over the cluster, rounded up to a power of two), and K > 2048
