@@ -89,23 +89,26 @@ def _complete_op_tensors(signature: List[Dict[str, Any]], status_outputs: Sequen
     inputs, outputs = dict(inputs), dict(outputs)
     for arg in signature:
         name, role = arg["name"], arg["role"]
-        wanted = role == abi.RESET and name not in inputs or \
-            role == abi.OUTPUT and name not in outputs
-        if not wanted:
-            continue
-        if role == abi.OUTPUT and any(d < 0 for d in arg["shape"][1:]):
-            raise ValueError(f"output {name!r} has a run-time size beyond the batch: "
-                             "pass it in outputs")
-        shape = [batch if d < 0 else d for d in arg["shape"]]
-        dtype = _torch_dtypes(arg["dtype"])[0]
-        if role == abi.RESET:
-            inputs[name] = torch.zeros(shape, dtype=dtype, device=device)
-        else:
-            outputs[name] = torch.empty(shape, dtype=dtype, device=device)
+        if role == abi.RESET and name not in inputs:
+            inputs[name] = torch.zeros([batch if d < 0 else d for d in arg["shape"]],
+                                       dtype=_torch_dtypes(arg["dtype"])[0], device=device)
+        elif role == abi.OUTPUT and name not in outputs:
+            outputs[name] = _new_output(arg, batch, device)
     for name in status_outputs:
         if name not in outputs:
             outputs[name] = torch.empty([batch], dtype=torch.int32, device=device)
     return inputs, outputs
+
+
+def _new_output(arg: Dict[str, Any], batch: int, device) -> "Any":
+    """An uninitialised tensor for the signature's output ``arg`` of a step
+    of ``batch`` rows (its -1 dimension), for callers that did not pass
+    it."""
+    if any(d < 0 for d in arg["shape"][1:]):
+        raise ValueError(f"output {arg['name']!r} has a run-time size beyond the batch: "
+                         "pass it in outputs")
+    return _torch.empty([batch if d < 0 else d for d in arg["shape"]],
+                        dtype=_torch_dtypes(arg["dtype"])[0], device=device)
 
 
 def _device_of(device) -> "Any":
@@ -600,7 +603,6 @@ class CudaProgram:
         """The native (pointer, shape, dtype) of every input of ``roles`` and
         every output (allocating missing outputs), checked against the
         signature."""
-        torch = _torch
         outputs = dict(self._check_dict("outputs", outputs or {}))
         native_in, batch = {}, None
         for arg in self.signature:
@@ -628,12 +630,7 @@ class CudaProgram:
                 continue
             name = arg["name"]
             if name not in outputs:
-                if any(d < 0 for d in arg["shape"][1:]):
-                    raise ValueError(f"output {name!r} has a run-time size beyond the "
-                                     "batch: pass it in outputs")
-                shape = [batch if d < 0 else d for d in arg["shape"]]
-                outputs[name] = torch.empty(shape, dtype=_torch_dtypes(arg["dtype"])[0],
-                                            device=self.device)
+                outputs[name] = _new_output(arg, batch, self.device)
             native_out[name] = self._tensor("output", name, outputs[name], arg)
         # Row status outputs: written only where the caller gives them.
         status = self._status_outputs
