@@ -222,7 +222,7 @@ def all_configs():
           3, 2048, q="fp8", rows=2, sm_count=4),
         C("pairs-long-spin-fp8-h8-d64-p64-bs64-b3-k1024-r2-sp0.05-max-qbf16", s, "fp8", 8, 64,
           64, 1152, 3, 1024, bs=64, sp=0.05, rows=2, steps=6, sm_count=4),
-        # --- shapes no other configuration takes (a coverage review): H = 32
+        # --- shapes no other configuration takes: H = 32
         # (GLM-5's indexer: bf16 keys, 64-slot pages), whose wgmma chains are
         # m64n32 and, at R = 3 with fp8 queries, end in a chain of one row;
         # H = 16 and H = 128 on the copying warpgroup
