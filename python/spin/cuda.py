@@ -90,7 +90,7 @@ def _complete_op_tensors(signature: List[Dict[str, Any]], status_outputs: Sequen
     for arg in signature:
         name, role = arg["name"], arg["role"]
         if role == abi.RESET and name not in inputs:
-            inputs[name] = torch.zeros([batch if d < 0 else d for d in arg["shape"]],
+            inputs[name] = torch.zeros(_batch_shape(arg, batch),
                                        dtype=_torch_dtypes(arg["dtype"])[0], device=device)
         elif role == abi.OUTPUT and name not in outputs:
             outputs[name] = _new_output(arg, batch, device)
@@ -107,8 +107,13 @@ def _new_output(arg: Dict[str, Any], batch: int, device) -> "Any":
     if any(d < 0 for d in arg["shape"][1:]):
         raise ValueError(f"output {arg['name']!r} has a run-time size beyond the batch: "
                          "pass it in outputs")
-    return _torch.empty([batch if d < 0 else d for d in arg["shape"]],
-                        dtype=_torch_dtypes(arg["dtype"])[0], device=device)
+    return _torch.empty(_batch_shape(arg, batch), dtype=_torch_dtypes(arg["dtype"])[0],
+                        device=device)
+
+
+def _batch_shape(arg: Dict[str, Any], batch: int) -> List[int]:
+    """The signature argument's shape with its -1 (batch) dimension as ``batch``."""
+    return [batch if d < 0 else d for d in arg["shape"]]
 
 
 def _device_of(device) -> "Any":
