@@ -158,6 +158,19 @@ def timeline(torch, setup, replays=30):
     return "\n".join(lines)
 
 
+class CheckFailed(Exception):
+    pass
+
+
+def checked(program, name, phase):
+    """program.check(), its error naming the configuration and the phase
+    that ran since the last check."""
+    try:
+        program.check()
+    except RuntimeError as e:
+        raise CheckFailed(f"{name}: bad device data after {phase}: {e}") from e
+
+
 def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
             tables, kv_cache, pages):
     """One mode's program, state, inputs and captured step, and its replays'
@@ -193,7 +206,8 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
 
         def step():
             program(inputs, state, request_ids=ids, outputs=outputs)
-    # Warm-up, then the sparse steps, then capture.
+    # Warm-up, then the sparse steps, then capture. A check after each
+    # phase says which one met bad device data, if any does.
     for i in range(3):
         step()
         if device_batch:
@@ -201,11 +215,13 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
         inputs["lengths"] += 1
         inputs["positions"] += 1
     torch.cuda.synchronize()
+    checked(program, name, "the eager steps")
     program.reserve_captured_steps(1)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
     torch.cuda.synchronize()
+    checked(program, name, "the capture")
     # Per replay: the rows' new lengths (and, for device batches, a new
     # order of the requests over the batch rows), staged on the device
     # beforehand and copied in before the timed span.
@@ -230,9 +246,12 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
                     if device_batch or k not in ("slots", "request_ids")]
     events = [(torch.cuda.Event(enable_timing=True),
                torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    # The graph holds the addresses of the outputs, not references: they
+    # live as long as it does, or its replays write into whatever torch
+    # allocates there next (another mode's staged inputs).
     return {"program": program, "state": state, "graph": graph,
-            "inputs": inputs, "staged": staged, "keys_written": keys_written,
-            "events": events}
+            "inputs": inputs, "outputs": outputs, "staged": staged,
+            "keys_written": keys_written, "events": events}
 
 
 def profile_replays(torch, setup, count=3):
@@ -252,12 +271,12 @@ def profile_replays(torch, setup, count=3):
 
 
 def run(artifacts, out, replays, seed, only="", show_timeline=False,
-        profile_mode=None):
+        profile_mode=None, modes=None):
     import torch
     spin = import_spin()
     torch.manual_seed(seed)
     dev = torch.device("cuda")
-    results = []
+    results, failures = [], []
     for batch, slots in SHAPES:
         pages_per_row = slots // PAGE
         pages = batch * pages_per_row
@@ -282,8 +301,15 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                 continue
             if profile_mode and mode != profile_mode:
                 continue
-            setup = prepare(spin, torch, artifacts, mode, batch, slots, replays,
-                            base, row, tables, kv_cache, pages)
+            if modes and mode not in modes:
+                continue
+            try:
+                setup = prepare(spin, torch, artifacts, mode, batch, slots,
+                                replays, base, row, tables, kv_cache, pages)
+            except CheckFailed as e:
+                print(e, flush=True)
+                failures.append(str(e))
+                continue
             if setup:
                 setups[mode] = setup
         # A shape --only leaves out (or whose artifacts are absent) has none.
@@ -310,7 +336,14 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                     setup["events"][i][1].record()
         torch.cuda.synchronize()
         for mode, setup in setups.items():
-            setup["program"].check()
+            name = name_of(batch, slots, mode)
+            try:
+                checked(setup["program"], name, "the timed replays")
+            except CheckFailed as e:
+                # Its times are not results: report and go on to the others.
+                print(e, flush=True)
+                failures.append(str(e))
+                continue
             # The first replays of each window wait for nothing in L2.
             times = [a.elapsed_time(b) * 1000.0 for i, (a, b) in
                      enumerate(setup["events"]) if i % window >= 2]
@@ -344,7 +377,11 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
         print(f"| {batch} x {slots // 1024}K | {' | '.join(cells)} | {' | '.join(ratios)} |")
     with open(os.path.join(out, "device_batches.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "replays": replays,
-                   "seed": seed, "results": results}, f, indent=1)
+                   "seed": seed, "results": results, "failures": failures},
+                  f, indent=1)
+    if failures:
+        raise SystemExit(f"{len(failures)} configuration(s) met bad device "
+                         "data; their times are not reported")
 
 
 def main(argv=None):
@@ -359,6 +396,9 @@ def main(argv=None):
     p.add_argument("--only", default="",
                    help="with --run: only the configurations whose name has this "
                         "substring (e.g. b16-n128k-paged, for a profiler)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="with --run: a comma-separated subset of "
+                        f"{','.join(MODES)} (default: all)")
     p.add_argument("--profile-mode", choices=MODES,
                    help="with --run: no timing; three replays of this mode's "
                         "graph (each shape, or those --only selects) inside "
@@ -372,10 +412,16 @@ def main(argv=None):
         p.error("--profile-mode needs --run DIR")
     if a.profile_mode and a.timeline:
         p.error("--profile-mode times nothing: leave out --timeline")
+    modes = a.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        p.error(f"--modes: unknown mode(s) {','.join(unknown)}; "
+                f"choose from {','.join(MODES)}")
     if a.build:
         build(a.build, a.baseline_compiler)
     if a.run:
-        run(a.run, a.out, a.replays, a.seed, a.only, a.timeline, a.profile_mode)
+        run(a.run, a.out, a.replays, a.seed, a.only, a.timeline, a.profile_mode,
+            modes)
     if not a.build and not a.run:
         p.error("give --build DIR or --run DIR")
 

@@ -1,0 +1,34 @@
+"""bench/bench_device_batches.py without a GPU: its --modes argument and
+how a program's bad device data is reported (the configuration and the
+phase named, the run going on to the other modes)."""
+
+import pytest
+
+
+class _Program:
+    def __init__(self, error=None):
+        self.error = error
+
+    def check(self):
+        if self.error:
+            raise RuntimeError(self.error)
+
+
+def test_unknown_modes_are_refused_by_name(bench_script, capsys):
+    bdb = bench_script("bench_device_batches")
+    with pytest.raises(SystemExit):
+        bdb.main(["--run", "unused", "--modes", "same,sideways,device"])
+    err = capsys.readouterr().err
+    assert "unknown mode(s) sideways" in err
+    for mode in bdb.MODES:
+        assert mode in err
+
+
+def test_a_failed_check_names_the_configuration_and_the_phase(bench_script):
+    bdb = bench_script("bench_device_batches")
+    bdb.checked(_Program(), "b16-n128k-same", "the eager steps")  # passes
+    with pytest.raises(bdb.CheckFailed) as e:
+        bdb.checked(_Program("position 7 is before the last visible slot"),
+                    "b96-n128k-same", "the timed replays")
+    assert str(e.value) == ("b96-n128k-same: bad device data after the timed "
+                            "replays: position 7 is before the last visible slot")
