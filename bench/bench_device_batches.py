@@ -115,6 +115,18 @@ def write_inputs(setup, values):
         setup["inputs"][k].copy_(values[k])
 
 
+def byte_sum(torch, tensors):
+    """The sum of the bytes of `tensors`: a checksum that any overwrite of
+    their memory is all but certain to change."""
+    sums = [t.contiguous().view(torch.uint8).sum(dtype=torch.int64) for t in tensors]
+    return int(torch.stack(sums).sum().item()) if sums else 0
+
+
+def staged_tensors(setup):
+    """What a mode's replays only read: its staged inputs."""
+    return [t for entry in setup["staged"] for t in entry.values()]
+
+
 def timeline(torch, setup, replays=30):
     """Each kernel of the step, as the replays ran it: median start (from
     the replay's first kernel) and duration, in us. The replays run behind a
@@ -249,9 +261,11 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
     # The graph holds the addresses of the outputs, not references: they
     # live as long as it does, or its replays write into whatever torch
     # allocates there next (another mode's staged inputs).
-    return {"program": program, "state": state, "graph": graph,
-            "inputs": inputs, "outputs": outputs, "staged": staged,
-            "keys_written": keys_written, "events": events}
+    setup = {"program": program, "state": state, "graph": graph,
+             "inputs": inputs, "outputs": outputs, "staged": staged,
+             "keys_written": keys_written, "events": events}
+    setup["staged_sum"] = byte_sum(torch, staged_tensors(setup))
+    return setup
 
 
 def profile_replays(torch, setup, count=3):
@@ -339,6 +353,12 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
             name = name_of(batch, slots, mode)
             try:
                 checked(setup["program"], name, "the timed replays")
+                # A replay that wrote outside its own tensors (a freed
+                # output, a kernel's stray store) shows up here even where
+                # no device check notices it.
+                if byte_sum(torch, staged_tensors(setup)) != setup["staged_sum"]:
+                    raise CheckFailed(f"{name}: its staged inputs changed during "
+                                      "the replays (something wrote into them)")
             except CheckFailed as e:
                 # Its times are not results: report and go on to the others.
                 print(e, flush=True)
@@ -380,8 +400,8 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                    "seed": seed, "results": results, "failures": failures},
                   f, indent=1)
     if failures:
-        raise SystemExit(f"{len(failures)} configuration(s) met bad device "
-                         "data; their times are not reported")
+        raise SystemExit(f"{len(failures)} configuration(s) failed their checks; "
+                         "their times are not reported")
 
 
 def main(argv=None):

@@ -32,3 +32,20 @@ def test_a_failed_check_names_the_configuration_and_the_phase(bench_script):
                     "b96-n128k-same", "the timed replays")
     assert str(e.value) == ("b96-n128k-same: bad device data after the timed "
                             "replays: position 7 is before the last visible slot")
+
+
+def test_the_staged_checksum_sees_an_overwrite(bench_script):
+    torch = pytest.importorskip("torch")
+    bdb = bench_script("bench_device_batches")
+    gen = torch.Generator().manual_seed(1)
+    setup = {"staged": [{"positions": torch.randint(0, 1 << 17, (96, 1), generator=gen,
+                                                     dtype=torch.int32),
+                         "q": torch.randn(96, 1, 4, 8, generator=gen).to(torch.bfloat16)}
+                        for _ in range(3)]}
+    before = bdb.byte_sum(torch, bdb.staged_tensors(setup))
+    assert before == bdb.byte_sum(torch, bdb.staged_tensors(setup))
+    assert bdb.byte_sum(torch, []) == 0
+    # Top-K indices written over one entry's positions, as a freed output's
+    # replays did.
+    setup["staged"][1]["positions"][:, 0] = torch.arange(96, dtype=torch.int32) * 1361
+    assert bdb.byte_sum(torch, bdb.staged_tensors(setup)) != before
