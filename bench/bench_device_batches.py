@@ -183,6 +183,23 @@ def checked(program, name, phase):
         raise CheckFailed(f"{name}: bad device data after {phase}: {e}") from e
 
 
+def check_replays(torch, setup, name):
+    """After a mode's timed replays: its device check, and its staged
+    inputs unchanged. A replay that wrote outside its own tensors (a freed
+    output, a kernel's stray store) shows up here even where no device
+    check notices it."""
+    checked(setup["program"], name, "the timed replays")
+    if byte_sum(torch, staged_tensors(setup)) != setup["staged_sum"]:
+        raise CheckFailed(f"{name}: its staged inputs changed during the "
+                          "replays (something wrote into them)")
+
+
+def report(failures, error):
+    """A failed check: printed and kept; that mode's times are no result."""
+    print(error, flush=True)
+    failures.append(str(error))
+
+
 def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
             tables, kv_cache, pages):
     """One mode's program, state, inputs and captured step, and its replays'
@@ -260,7 +277,7 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
                torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
     # The graph holds the addresses of the outputs, not references: they
     # live as long as it does, or its replays write into whatever torch
-    # allocates there next (another mode's staged inputs).
+    # allocates there next (such as another mode's staged inputs).
     setup = {"program": program, "state": state, "graph": graph,
              "inputs": inputs, "outputs": outputs, "staged": staged,
              "keys_written": keys_written, "events": events}
@@ -315,14 +332,13 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                 continue
             if profile_mode and mode != profile_mode:
                 continue
-            if modes and mode not in modes:
+            if modes is not None and mode not in modes:
                 continue
             try:
                 setup = prepare(spin, torch, artifacts, mode, batch, slots,
                                 replays, base, row, tables, kv_cache, pages)
             except CheckFailed as e:
-                print(e, flush=True)
-                failures.append(str(e))
+                report(failures, e)
                 continue
             if setup:
                 setups[mode] = setup
@@ -350,19 +366,10 @@ def run(artifacts, out, replays, seed, only="", show_timeline=False,
                     setup["events"][i][1].record()
         torch.cuda.synchronize()
         for mode, setup in setups.items():
-            name = name_of(batch, slots, mode)
             try:
-                checked(setup["program"], name, "the timed replays")
-                # A replay that wrote outside its own tensors (a freed
-                # output, a kernel's stray store) shows up here even where
-                # no device check notices it.
-                if byte_sum(torch, staged_tensors(setup)) != setup["staged_sum"]:
-                    raise CheckFailed(f"{name}: its staged inputs changed during "
-                                      "the replays (something wrote into them)")
+                check_replays(torch, setup, name_of(batch, slots, mode))
             except CheckFailed as e:
-                # Its times are not results: report and go on to the others.
-                print(e, flush=True)
-                failures.append(str(e))
+                report(failures, e)
                 continue
             # The first replays of each window wait for nothing in L2.
             times = [a.elapsed_time(b) * 1000.0 for i, (a, b) in

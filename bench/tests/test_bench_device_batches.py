@@ -1,6 +1,6 @@
-"""bench/bench_device_batches.py without a GPU: its --modes argument and
-how a program's bad device data is reported (the configuration and the
-phase named, the run going on to the other modes)."""
+"""bench/bench_device_batches.py without a GPU: its --modes argument, how
+a program's bad device data is reported (the configuration and the phase
+named) and the checksum that sees a stray write into staged inputs."""
 
 import pytest
 
