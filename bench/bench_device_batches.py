@@ -208,10 +208,13 @@ def prepare(spin, torch, artifacts, mode, batch, slots, replays, base, row,
     paged = mode == "paged"
     device_batch = mode.startswith("device") or mode in ("paged", "fused")
     shuffle = mode in ("device", "paged", "fused")
-    name = name_of(batch, slots, "device" if mode.startswith("device") else mode)
-    if not os.path.isdir(os.path.join(artifacts, name)):
+    # Both device modes step the one device-batch program; checks name the
+    # mode, as the results do.
+    artifact = name_of(batch, slots, "device" if mode.startswith("device") else mode)
+    name = name_of(batch, slots, mode)
+    if not os.path.isdir(os.path.join(artifacts, artifact)):
         return None
-    program = spin.load(os.path.join(artifacts, name), "cuda")
+    program = spin.load(os.path.join(artifacts, artifact), "cuda")
     state = (program.new_state_tensors(slots=batch, pages=pages) if paged
              else program.new_state(slots=batch))
     inputs = dict(base, q=base["q"].clone(), w=base["w"].clone(),
