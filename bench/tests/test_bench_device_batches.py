@@ -45,7 +45,7 @@ def test_the_staged_checksum_sees_an_overwrite(bench_script):
     before = bdb.byte_sum(torch, bdb.staged_tensors(setup))
     assert before == bdb.byte_sum(torch, bdb.staged_tensors(setup))
     assert bdb.byte_sum(torch, []) == 0
-    # Top-K indices written over one entry's positions, as a freed output's
-    # replays did.
+    # Top-K indices written over one entry's positions: what a graph
+    # replaying into an output that was freed and reallocated would leave.
     setup["staged"][1]["positions"][:, 0] = torch.arange(96, dtype=torch.int32) * 1361
     assert bdb.byte_sum(torch, bdb.staged_tensors(setup)) != before
